@@ -1,0 +1,17 @@
+"""Test set-up: kernels run in Triton's interpreter unless a CUDA GPU is present.
+
+TRITON_INTERPRET must be set before triton is imported, so it is set here, before any test module
+imports tritonblas' kernels.
+"""
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "0" if os.environ.get("TRITONBLAS_TEST_GPU") == "1" else "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def device() -> str:
+    return "cuda" if os.environ.get("TRITON_INTERPRET") != "1" and torch.cuda.is_available() else "cpu"

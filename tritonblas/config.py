@@ -1,0 +1,129 @@
+"""GemmConfig, the device and problem descriptions, and the one feasibility predicate.
+
+`config_supports` is the single answer to "can this config run this problem on this device?": the
+heuristic, the tuner's pruner, config-file loading and `matmul(config=...)` all call it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+DType = Literal["fp16", "bf16", "fp32"]
+BiasKind = Literal["none", "scalar", "row", "column", "full"]
+Layout = Literal["nn", "nt", "tn", "tt"]
+
+DTYPE_BYTES: dict[str, int] = {"fp16": 2, "bf16": 2, "fp32": 4}
+_POW2_BLOCKS = (16, 32, 64, 128, 256)
+MAX_GRID = 65536
+
+
+def _is_pow2(x: int) -> bool:
+    return x > 0 and (x & (x - 1)) == 0
+
+
+class GemmConfig(BaseModel):
+    """One launch configuration of a GEMM kernel. Frozen, hashable, validated; JSON in and out."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    block_m: int = Field(ge=16, le=256)
+    block_n: int = Field(ge=16, le=256)
+    block_k: int = Field(ge=16, le=256)
+    group_m: int = Field(default=8, ge=1, le=64)
+    num_warps: int = Field(default=4)
+    num_stages: int = Field(default=2, ge=1, le=8)
+    streamk: bool = False
+    grid: int | None = Field(default=None, ge=1, le=MAX_GRID)
+
+    @field_validator("block_m", "block_n", "block_k")
+    @classmethod
+    def _block_pow2(cls, v: int) -> int:
+        if not _is_pow2(v):
+            raise ValueError(f"block sizes must be powers of two in {_POW2_BLOCKS}, got {v}")
+        return v
+
+    @field_validator("num_warps")
+    @classmethod
+    def _warps_pow2(cls, v: int) -> int:
+        if v not in (1, 2, 4, 8, 16):
+            raise ValueError(f"num_warps must be one of 1, 2, 4, 8, 16, got {v}")
+        return v
+
+    def short(self) -> str:
+        fam = "SK" if self.streamk else "P"
+        grid = "sms" if self.grid is None else str(self.grid)
+        return (
+            f"{fam} {self.block_m}x{self.block_n}x{self.block_k} g{self.group_m} "
+            f"w{self.num_warps} s{self.num_stages} grid={grid}"
+        )
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """What the feasibility predicate and the heuristic need to know of a device."""
+
+    arch: str  # "sm_90", "gfx942", or "interpreter"
+    name: str
+    sm_count: int
+    smem_per_block: int  # bytes of shared memory one program may use
+    regs_per_sm: int = 65536
+
+
+# The interpreter runs programs one after another on the CPU: no shared memory limit to speak of; a
+# small "SM count" keeps default grids (and so test run time) small.
+INTERPRETER_DEVICE = DeviceInfo(arch="interpreter", name="triton-interpreter", sm_count=4,
+                                smem_per_block=232448)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """The dispatch key of one GEMM: C[M, N] = A[M, K] @ B[K, N] (+ bias)."""
+
+    m: int
+    n: int
+    k: int
+    dtype: DType
+    layout: Layout = "nn"
+    bias: BiasKind = "none"
+    out_dtype: DType | None = None
+
+    @property
+    def out(self) -> DType:
+        return self.out_dtype or self.dtype
+
+
+def smem_bytes(config: GemmConfig, dtype: str) -> int:
+    """Shared memory the K-loop pipeline needs: one A and one B tile per stage."""
+    per_stage = (config.block_m + config.block_n) * config.block_k * DTYPE_BYTES[dtype]
+    return per_stage * max(config.num_stages, 1)
+
+
+def accumulator_regs_per_thread(config: GemmConfig) -> int:
+    return config.block_m * config.block_n // (config.num_warps * 32)
+
+
+def config_supports(config: GemmConfig, problem: Problem, device: DeviceInfo) -> str | None:
+    """None when `config` can run `problem` on `device`; otherwise the reason it cannot."""
+    if problem.m < 0 or problem.n < 0 or problem.k < 0:
+        return f"negative problem size {problem.m}x{problem.n}x{problem.k}"
+    need = smem_bytes(config, problem.dtype)
+    if need > device.smem_per_block:
+        return (f"needs {need} B of shared memory for {config.num_stages} stages, "
+                f"device {device.name} allows {device.smem_per_block} B")
+    # fp32 accumulators live in registers: above 256 per thread they spill (255 is the hardware cap).
+    regs = accumulator_regs_per_thread(config)
+    if regs > 256:
+        return f"accumulator needs {regs} registers per thread with {config.num_warps} warps (max 256)"
+    if problem.dtype == "fp32" and config.block_k > 128:
+        return "fp32 operands support block_k <= 128"
+    return None
+
+
+def require_supported(config: GemmConfig, problem: Problem, device: DeviceInfo) -> None:
+    reason = config_supports(config, problem, device)
+    if reason is not None:
+        raise ValueError(f"config {config.short()} is not feasible for "
+                         f"{problem.m}x{problem.n}x{problem.k} {problem.dtype}: {reason}")

@@ -1,0 +1,40 @@
+"""Device facts (arch, SM count, shared memory), read once per device and cached."""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+
+from .config import INTERPRETER_DEVICE, DeviceInfo
+
+
+def interpreter_enabled() -> bool:
+    """Triton's interpreter runs kernels on CPU tensors; it must be chosen before triton is imported."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def device_info(device: torch.device) -> DeviceInfo:
+    if device.type == "cpu":
+        if not interpreter_enabled():
+            raise RuntimeError(
+                "tritonblas needs CUDA/ROCm tensors; CPU tensors run only in Triton's interpreter "
+                "(set TRITON_INTERPRET=1 before triton is imported)")
+        return INTERPRETER_DEVICE
+    if device.type != "cuda":
+        raise RuntimeError(f"tritonblas does not run on device type {device.type!r}")
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return _cuda_device_info(index)
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda_device_info(index: int) -> DeviceInfo:
+    props = torch.cuda.get_device_properties(index)
+    if torch.version.hip is not None:
+        arch = props.gcnArchName.split(":")[0]
+    else:
+        arch = f"sm_{props.major}{props.minor}"
+    smem = getattr(props, "shared_memory_per_block_optin", 0) or 101376
+    return DeviceInfo(arch=arch, name=props.name, sm_count=props.multi_processor_count,
+                      smem_per_block=int(smem), regs_per_sm=getattr(props, "regs_per_multiprocessor", 65536))

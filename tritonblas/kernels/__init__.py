@@ -1,0 +1,1 @@
+"""Triton GEMM kernels: shared building blocks (`common`) and two thin kernels that call them."""

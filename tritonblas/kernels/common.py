@@ -1,0 +1,77 @@
+"""`@triton.jit` building blocks shared by every GEMM kernel: tile order, K loop, epilogue.
+
+Every kernel path ends in `epilogue`, so bias indexing and scaling are written (and tested) once.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def tile_coords(tile_id, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """Grouped ordering: GROUP_M row-tiles share B tiles in L2 before moving right."""
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    tiles_per_group = GROUP_M * num_pid_n
+    group_id = tile_id // tiles_per_group
+    first_m = group_id * GROUP_M
+    group_rows = min(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + ((tile_id % tiles_per_group) % group_rows)
+    pid_n = (tile_id % tiles_per_group) // group_rows
+    return pid_m, pid_n
+
+
+@triton.jit
+def k_loop(acc, a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+           pid_m, pid_n, iter_start, iter_end,
+           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+           EVEN_K: tl.constexpr, PRECISION: tl.constexpr):
+    """acc += A[tile_m, k] @ B[k, tile_n] over K iterations [iter_start, iter_end).
+
+    Rows/columns past M/N are wrapped (modulo) instead of masked: they read valid memory and the
+    epilogue's masked store drops them. Only the ragged last K block is masked, outside the main loop.
+    No contiguity hints on the wrapped indices: they are not contiguous at a ragged edge, and a false
+    hint is how vectorized loads read the wrong address.
+    """
+    rm = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
+    rn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+    rk = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + rm[:, None] * stride_am + (iter_start * BLOCK_K + rk)[None, :] * stride_ak
+    b_ptrs = b_ptr + (iter_start * BLOCK_K + rk)[:, None] * stride_bk + rn[None, :] * stride_bn
+    full_end = iter_end
+    if not EVEN_K:
+        full_end = min(iter_end, K // BLOCK_K)
+    for _ in range(iter_start, full_end):
+        a = tl.load(a_ptrs)
+        b = tl.load(b_ptrs)
+        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    if not EVEN_K:
+        if iter_end > full_end:
+            k_left = K - full_end * BLOCK_K
+            a = tl.load(a_ptrs, mask=rk[None, :] < k_left, other=0.0)
+            b = tl.load(b_ptrs, mask=rk[:, None] < k_left, other=0.0)
+            acc = tl.dot(a, b, acc, input_precision=PRECISION)
+    return acc
+
+
+@triton.jit
+def epilogue(acc, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, stride_biasm, stride_biasn,
+             alpha, beta, pid_m, pid_n,
+             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr):
+    """out = alpha * acc + beta * bias in fp32, one cast to the output dtype, masked store.
+
+    The bias is a 2-D view of what torch.addmm broadcasts (stride 0 along broadcast dims), so scalar,
+    row (N,), column (M, 1) and full (M, N) biases are all the same code.
+    """
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (rm < M)[:, None] & (rn < N)[None, :]
+    out = acc * alpha
+    if HAS_BIAS:
+        bias = tl.load(bias_ptr + rm[:, None] * stride_biasm + rn[None, :] * stride_biasn, mask=mask,
+                       other=0.0)
+        out += bias.to(tl.float32) * beta
+    c_ptrs = c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn
+    tl.store(c_ptrs, out.to(c_ptr.dtype.element_ty), mask=mask)

@@ -1,0 +1,25 @@
+"""Persistent GEMM: at most NUM_PROGS programs, each looping over output tiles."""
+
+import triton
+import triton.language as tl
+
+from .common import epilogue, k_loop, tile_coords
+
+
+@triton.jit
+def persistent_gemm_kernel(
+    a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, NUM_PROGS,
+    stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_biasm, stride_biasn,
+    alpha, beta,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, PRECISION: tl.constexpr,
+):
+    num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    iters = tl.cdiv(K, BLOCK_K)
+    for tile_id in range(tl.program_id(0), num_tiles, NUM_PROGS):
+        pid_m, pid_n = tile_coords(tile_id, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        acc = k_loop(acc, a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                     pid_m, pid_n, 0, iters, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION)
+        epilogue(acc, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, stride_biasm, stride_biasn,
+                 alpha, beta, pid_m, pid_n, BLOCK_M, BLOCK_N, HAS_BIAS)

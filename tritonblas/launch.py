@@ -1,0 +1,76 @@
+"""The one place that maps a GemmConfig to kernel arguments and a grid, and launches it.
+
+Kernels (and so triton) are imported on first launch, not when `tritonblas` is imported.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from .config import GemmConfig
+
+_workspaces: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+@functools.lru_cache(maxsize=None)
+def _kernels():
+    from .kernels.persistent import persistent_gemm_kernel
+    from .kernels.streamk import streamk_gemm_kernel
+
+    return persistent_gemm_kernel, streamk_gemm_kernel
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _workspace(device: torch.device, partial_floats: int, counters: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Stream-K scratch, allocated lazily per device and grown, never shrunk.
+
+    Counters start at zero and every launch leaves them at zero (the last arriver resets its tile), so
+    reuse needs no zeroing launch. One launch at a time per device: launches on two streams at once
+    must not share it.
+    """
+    ws, cnt = _workspaces.get(device, (None, None))
+    if ws is None or ws.numel() < partial_floats:
+        ws = torch.empty(max(partial_floats, 1), dtype=torch.float32, device=device)
+    if cnt is None or cnt.numel() < counters:
+        cnt = torch.zeros(max(counters, 1), dtype=torch.int32, device=device)
+    _workspaces[device] = (ws, cnt)
+    return ws, cnt
+
+
+def program_count(config: GemmConfig, m: int, n: int, k: int, sm_count: int) -> int:
+    """Programs launched for `config` on an (m, n, k) problem."""
+    tiles = _cdiv(m, config.block_m) * _cdiv(n, config.block_n)
+    grid = config.grid or sm_count
+    if config.streamk and k > 0:
+        return max(1, min(grid, tiles * _cdiv(k, config.block_k)))
+    return max(1, min(grid, tiles))
+
+
+def launch_gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None,
+                alpha: float, beta: float, config: GemmConfig, sm_count: int, precision: str) -> None:
+    """c = alpha * a @ b + beta * bias, with bias already broadcast to a 2-D view of c's shape."""
+    m, k = a.shape
+    n = b.shape[1]
+    if m == 0 or n == 0:
+        return
+    persistent, streamk = _kernels()
+    progs = program_count(config, m, n, k, sm_count)
+    has_bias = bias is not None
+    bias_arg = bias if has_bias else c
+    sbm, sbn = bias.stride() if has_bias else (0, 0)
+    common = dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
+                  GROUP_M=config.group_m, HAS_BIAS=has_bias, EVEN_K=k % config.block_k == 0,
+                  PRECISION=precision, num_warps=config.num_warps, num_stages=config.num_stages)
+    strides = (*a.stride(), *b.stride(), *c.stride(), sbm, sbn)
+    # K == 0 has no iterations to split: the persistent kernel writes beta * bias (or zeros).
+    if config.streamk and k > 0:
+        tiles = _cdiv(m, config.block_m) * _cdiv(n, config.block_n)
+        ws, cnt = _workspace(c.device, 2 * progs * config.block_m * config.block_n, tiles % progs)
+        streamk[(progs,)](a, b, c, bias_arg, ws, cnt, m, n, k, progs, *strides, alpha, beta, **common)
+    else:
+        persistent[(progs,)](a, b, c, bias_arg, m, n, k, progs, *strides, alpha, beta, **common)

@@ -1,0 +1,177 @@
+"""Public ops (matmul, addmm, linear) on one core op, `tritonblas::gemm`.
+
+The core op is a torch.library custom op, so torch.compile(fullgraph=True) sees one opaque node and
+autograd uses the library's own kernels for the backward GEMMs. Eager calls that need no autograd skip
+the custom-op dispatcher and call the implementation directly: that layer costs ~10 us per call, more
+than the whole budget for host overhead.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import dispatch
+from .config import GemmConfig
+from .device import device_info
+from .launch import launch_gemm
+from .validate import (
+    TORCH_DTYPES,
+    check_bias,
+    check_operands,
+    check_options,
+    check_out,
+    check_scalar,
+    check_tensor,
+)
+
+_FAMILY = {None: -1, False: 0, True: 1}
+
+
+def _config_to_list(config: GemmConfig | None) -> list[int]:
+    if config is None:
+        return []
+    return [config.block_m, config.block_n, config.block_k, config.group_m, config.num_warps,
+            config.num_stages, int(config.streamk), config.grid or 0]
+
+
+def _config_from_list(values: list[int]) -> GemmConfig | None:
+    if not values:
+        return None
+    bm, bn, bk, gm, nw, ns, sk, grid = values
+    return GemmConfig(block_m=bm, block_n=bn, block_k=bk, group_m=gm, num_warps=nw, num_stages=ns,
+                      streamk=bool(sk), grid=grid or None)
+
+
+def _layout(a: torch.Tensor, b: torch.Tensor) -> str:
+    """'n' for a row-major operand (unit stride along K for A, along N for B), 't' for column-major."""
+    la = "t" if a.stride(1) != 1 and a.stride(0) == 1 else "n"
+    lb = "t" if b.stride(1) != 1 and b.stride(0) == 1 else "n"
+    return la + lb
+
+
+def _bias_kind(bias: torch.Tensor | None, m: int, n: int) -> str:
+    if bias is None:
+        return "none"
+    shape = (1,) * (2 - bias.dim()) + tuple(bias.shape)
+    rows, cols = shape[0] == m and m != 1, shape[1] == n and n != 1
+    return {(False, False): "scalar", (False, True): "row", (True, False): "column"}.get(
+        (rows, cols), "full")
+
+
+def _run(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, beta: float, alpha: float,
+         family: int, config_list: list[int], out: torch.Tensor) -> None:
+    m, k = a.shape
+    n = b.shape[1]
+    if beta == 0.0:
+        bias = None  # as torch.addmm: with beta == 0 the input is ignored, NaN/inf in it included
+    info = device_info(a.device)
+    config = _config_from_list(config_list)
+    if config is None:
+        problem_key = (m, n, k, TORCH_DTYPES[a.dtype], _layout(a, b), _bias_kind(bias, m, n))
+        config = dispatch.select_config(problem_key, info, {-1: None, 0: False, 1: True}[family])
+    else:
+        dispatch.check_user_config(config, m, n, k, TORCH_DTYPES[a.dtype], info)
+    bias2d = None if bias is None else torch.broadcast_to(bias, (m, n))
+    precision = "tf32" if a.dtype != torch.float32 or torch.backends.cuda.matmul.allow_tf32 else "ieee"
+    launch_gemm(a, b, out, bias2d, alpha, beta, config, info.sm_count, precision)
+
+
+@torch.library.custom_op("tritonblas::gemm", mutates_args=())
+def gemm_op(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, beta: float, alpha: float,
+            family: int, config: list[int]) -> torch.Tensor:
+    return _gemm_new(a, b, bias, beta, alpha, family, config)
+
+
+def _gemm_new(a, b, bias, beta, alpha, family, config_list) -> torch.Tensor:
+    out = torch.empty((a.shape[0], b.shape[1]), dtype=a.dtype, device=a.device)
+    _run(a, b, bias, beta, alpha, family, config_list, out)
+    return out
+
+
+@gemm_op.register_fake
+def _(a, b, bias, beta, alpha, family, config):
+    return a.new_empty((a.shape[0], b.shape[1]))
+
+
+def _setup_context(ctx, inputs, output):
+    a, b, bias, beta, alpha, family, config = inputs
+    ctx.save_for_backward(a, b)
+    ctx.bias_shape = None if bias is None else bias.shape
+    ctx.beta, ctx.alpha, ctx.family = beta, alpha, family
+
+
+def _backward(ctx, grad):
+    a, b = ctx.saved_tensors
+    grad_a = grad_b = grad_bias = None
+    if ctx.needs_input_grad[0]:
+        grad_a = gemm_op(grad, b.t(), None, 0.0, ctx.alpha, ctx.family, [])
+    if ctx.needs_input_grad[1]:
+        grad_b = gemm_op(a.t(), grad, None, 0.0, ctx.alpha, ctx.family, [])
+    if ctx.bias_shape is not None and ctx.needs_input_grad[2]:
+        grad_bias = (grad.float().sum_to_size(ctx.bias_shape) * ctx.beta).to(grad.dtype)
+    return grad_a, grad_b, grad_bias, None, None, None, None
+
+
+gemm_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def _needs_custom_op(*tensors: torch.Tensor | None) -> bool:
+    if torch.compiler.is_compiling():
+        return True
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+def _gemm(a, b, bias, beta, alpha, out, enable_streamk, config, op: str) -> torch.Tensor:
+    family = _FAMILY[enable_streamk]
+    config_list = _config_to_list(config)
+    if out is not None:
+        check_out(out, a.shape[0], b.shape[1], a, {"a": a, "b": b, "input": bias}, op)
+        if torch.compiler.is_compiling():
+            return out.copy_(gemm_op(a, b, bias, beta, alpha, family, config_list))
+        _run(a, b, bias, beta, alpha, family, config_list, out)
+        return out
+    if _needs_custom_op(a, b, bias):
+        return gemm_op(a, b, bias, beta, alpha, family, config_list)
+    return _gemm_new(a, b, bias, beta, alpha, family, config_list)
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
+           enable_streamk: bool | None = None, config: GemmConfig | None = None) -> torch.Tensor:
+    """a @ b for 2-D a (M, K) and b (K, N), as torch.mm."""
+    check_operands(a, b)
+    check_options(enable_streamk, config)
+    return _gemm(a, b, None, 1.0, 1.0, out, enable_streamk, config, "matmul")
+
+
+def addmm(input: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta: float = 1, alpha: float = 1,
+          out: torch.Tensor | None = None, enable_streamk: bool | None = None,
+          config: GemmConfig | None = None) -> torch.Tensor:
+    """beta * input + alpha * (a @ b), with input broadcast as torch.addmm broadcasts it."""
+    m, n, _ = check_operands(a, b)
+    check_bias("input", input, a, m, n)
+    beta_f, alpha_f = check_scalar("beta", beta), check_scalar("alpha", alpha)
+    check_options(enable_streamk, config)
+    return _gemm(a, b, input, beta_f, alpha_f, out, enable_streamk, config, "addmm")
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
+           enable_streamk: bool | None = None, config: GemmConfig | None = None) -> torch.Tensor:
+    """As torch.nn.functional.linear: x[..., K] @ weight[N, K].T + bias[N]."""
+    check_tensor("x", x)
+    check_tensor("weight", weight, 2)
+    if x.dim() < 1:
+        raise ValueError("x must have at least 1 dimension")
+    if x.shape[-1] != weight.shape[1]:
+        raise ValueError(f"x has {x.shape[-1]} features in its last dimension but weight "
+                         f"{tuple(weight.shape)} expects {weight.shape[1]}")
+    x2 = x.reshape(-1, x.shape[-1])
+    check_operands(x2, weight.t(), "x", "weight")
+    n = weight.shape[0]
+    if bias is not None:
+        check_tensor("bias", bias, 1)
+        if bias.shape[0] != n:
+            raise ValueError(f"bias has shape {tuple(bias.shape)}, expected ({n},)")
+        check_bias("bias", bias, x2, x2.shape[0], n)
+    check_options(enable_streamk, config)
+    y = _gemm(x2, weight.t(), bias, 1.0, 1.0, None, enable_streamk, config, "linear")
+    return y.reshape(*x.shape[:-1], n)
