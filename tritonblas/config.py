@@ -78,6 +78,19 @@ INTERPRETER_DEVICE = DeviceInfo(arch="interpreter", name="triton-interpreter", s
                                 smem_per_block=232448)
 
 
+# Shared memory a program may opt into, by arch: used where only the arch is known (config files).
+ARCH_SMEM_PER_BLOCK = {"sm_90": 232448, "sm_89": 101376, "sm_80": 166912, "sm_86": 101376,
+                       "gfx942": 65536, "gfx90a": 65536, "interpreter": 232448}
+
+
+def device_for_arch(arch: str, name: str = "", sm_count: int = 132) -> DeviceInfo:
+    """A DeviceInfo for an arch known only by name (an imported file's header, a DB key)."""
+    if arch not in ARCH_SMEM_PER_BLOCK:
+        raise ValueError(f"unknown arch {arch!r}; known: {', '.join(sorted(ARCH_SMEM_PER_BLOCK))}")
+    return DeviceInfo(arch=arch, name=name or arch, sm_count=sm_count,
+                      smem_per_block=ARCH_SMEM_PER_BLOCK[arch])
+
+
 @dataclass(frozen=True)
 class Problem:
     """The dispatch key of one GEMM: C[M, N] = A[M, K] @ B[K, N] (+ bias)."""
