@@ -37,6 +37,7 @@ class GemmConfig(BaseModel):
     num_stages: int = Field(default=2, ge=1, le=8)
     streamk: bool = False
     grid: int | None = Field(default=None, ge=1, le=MAX_GRID)
+    tma: bool = False  # load A/B tiles with Hopper tensor descriptors (TMA) instead of pointers
 
     @field_validator("block_m", "block_n", "block_k")
     @classmethod
@@ -55,9 +56,10 @@ class GemmConfig(BaseModel):
     def short(self) -> str:
         fam = "SK" if self.streamk else "P"
         grid = "sms" if self.grid is None else str(self.grid)
+        tma = " tma" if self.tma else ""
         return (
             f"{fam} {self.block_m}x{self.block_n}x{self.block_k} g{self.group_m} "
-            f"w{self.num_warps} s{self.num_stages} grid={grid}"
+            f"w{self.num_warps} s{self.num_stages} grid={grid}{tma}"
         )
 
 
@@ -118,6 +120,17 @@ def accumulator_regs_per_thread(config: GemmConfig) -> int:
     return config.block_m * config.block_n // (config.num_warps * 32)
 
 
+# Archs whose copy engine takes tensor descriptors (and the interpreter, which emulates them).
+TMA_ARCHS = ("sm_90", "sm_100", "sm_120", "interpreter")
+
+
+def operand_leading_dims(problem: Problem) -> tuple[int, int]:
+    """Leading (non-unit) stride of A and B, in elements, for dense storage in the problem's layout."""
+    lead_a = problem.k if problem.layout[0] == "n" else problem.m
+    lead_b = problem.n if problem.layout[1] == "n" else problem.k
+    return lead_a, lead_b
+
+
 def config_supports(config: GemmConfig, problem: Problem, device: DeviceInfo) -> str | None:
     """None when `config` can run `problem` on `device`; otherwise the reason it cannot."""
     if problem.m < 0 or problem.n < 0 or problem.k < 0:
@@ -132,6 +145,12 @@ def config_supports(config: GemmConfig, problem: Problem, device: DeviceInfo) ->
         return f"accumulator needs {regs} registers per thread with {config.num_warps} warps (max 256)"
     if problem.dtype == "fp32" and config.block_k > 128:
         return "fp32 operands support block_k <= 128"
+    if config.tma:
+        if device.arch not in TMA_ARCHS:
+            return f"tensor descriptors (tma) need sm_90 or newer, device is {device.arch}"
+        elt = DTYPE_BYTES[problem.dtype]
+        if any(lead * elt % 16 for lead in operand_leading_dims(problem)):
+            return "tensor descriptors (tma) need leading dimensions that are multiples of 16 bytes"
     return None
 
 

@@ -28,7 +28,7 @@ def device_info(device: torch.device) -> DeviceInfo:
     return _cuda_device_info(index)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _cuda_device_info(index: int) -> DeviceInfo:
     props = torch.cuda.get_device_properties(index)
     if torch.version.hip is not None:

@@ -14,12 +14,34 @@ from .config import GemmConfig
 _workspaces: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _kernels():
     from .kernels.persistent import persistent_gemm_kernel
     from .kernels.streamk import streamk_gemm_kernel
 
     return persistent_gemm_kernel, streamk_gemm_kernel
+
+
+def _descriptor_scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+def _ensure_allocator() -> None:
+    """Device-side tensor descriptors need global scratch; triton asks its allocator at launch."""
+    from triton.runtime import _allocation
+
+    if _allocation._allocator.get() is _allocation._NULL_ALLOCATOR:
+        _allocation.set_allocator(_descriptor_scratch)
+
+
+def _tma_ready(t: torch.Tensor) -> tuple[bool, bool]:
+    """(usable by TMA, column-major): one unit stride, 16-byte aligned base and leading stride."""
+    s0, s1 = t.stride()
+    col = s1 != 1 and s0 == 1
+    lead = s0 if not col else s1
+    unit = s1 if not col else s0
+    ok = unit == 1 and (lead * t.element_size()) % 16 == 0 and t.data_ptr() % 16 == 0
+    return ok, col
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -63,9 +85,17 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.T
     has_bias = bias is not None
     bias_arg = bias if has_bias else c
     sbm, sbn = bias.stride() if has_bias else (0, 0)
+    use_tma, a_col, b_col = False, False, False
+    if config.tma:
+        # A strided view the predicate could not see (it checks the dense layout) takes the pointer path.
+        (a_ok, a_col), (b_ok, b_col) = _tma_ready(a), _tma_ready(b)
+        use_tma = a_ok and b_ok
+        if use_tma and a.is_cuda:
+            _ensure_allocator()
     common = dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
                   GROUP_M=config.group_m, HAS_BIAS=has_bias, EVEN_K=k % config.block_k == 0,
-                  PRECISION=precision, num_warps=config.num_warps, num_stages=config.num_stages)
+                  PRECISION=precision, USE_TMA=use_tma, A_COL=a_col, B_COL=b_col,
+                  num_warps=config.num_warps, num_stages=config.num_stages)
     strides = (*a.stride(), *b.stride(), *c.stride(), sbm, sbn)
     # K == 0 has no iterations to split: the persistent kernel writes beta * bias (or zeros).
     if config.streamk and k > 0:

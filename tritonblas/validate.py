@@ -65,13 +65,13 @@ def check_options(enable_streamk: object, config: object) -> None:
 def _span(t: torch.Tensor) -> tuple[int, int]:
     if t.numel() == 0:
         return (0, 0)
-    last = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()) if stride > 0)
+    last = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride(), strict=True) if stride > 0)
     start = t.data_ptr()
     return start, start + (last + 1) * t.element_size()
 
 
 def _has_internal_overlap(t: torch.Tensor) -> bool:
-    dims = sorted((s, n) for n, s in zip(t.shape, t.stride()) if n > 1)
+    dims = sorted((s, n) for n, s in zip(t.shape, t.stride(), strict=True) if n > 1)
     extent = 1
     for stride, size in dims:
         if stride < extent:

@@ -22,11 +22,49 @@ def tile_coords(tile_id, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GRO
 
 
 @triton.jit
-def k_loop(acc, a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-           pid_m, pid_n, iter_start, iter_end,
-           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-           EVEN_K: tl.constexpr, PRECISION: tl.constexpr):
-    """acc += A[tile_m, k] @ B[k, tile_n] over K iterations [iter_start, iter_end).
+def make_operand_descs(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                       A_COL: tl.constexpr, B_COL: tl.constexpr):
+    """TMA descriptors over A and B in their storage order; out-of-bounds boxes read as zeros."""
+    if A_COL:
+        a_desc = tl.make_tensor_descriptor(a_ptr, [K, M], [stride_ak, 1], [BLOCK_K, BLOCK_M])
+    else:
+        a_desc = tl.make_tensor_descriptor(a_ptr, [M, K], [stride_am, 1], [BLOCK_M, BLOCK_K])
+    if B_COL:
+        b_desc = tl.make_tensor_descriptor(b_ptr, [N, K], [stride_bn, 1], [BLOCK_N, BLOCK_K])
+    else:
+        b_desc = tl.make_tensor_descriptor(b_ptr, [K, N], [stride_bk, 1], [BLOCK_K, BLOCK_N])
+    return a_desc, b_desc
+
+
+@triton.jit
+def k_loop_tma(acc, a_desc, b_desc, pid_m, pid_n, iter_start, iter_end,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+               A_COL: tl.constexpr, B_COL: tl.constexpr, PRECISION: tl.constexpr):
+    """acc += A[tile_m, k] @ B[k, tile_n] through TMA: the copy engine zero-fills ragged edges, so no
+    masks and no index arithmetic in the loop."""
+    off_m = pid_m * BLOCK_M
+    off_n = pid_n * BLOCK_N
+    for i in range(iter_start, iter_end):
+        off_k = i * BLOCK_K
+        if A_COL:
+            a = a_desc.load([off_k, off_m]).T
+        else:
+            a = a_desc.load([off_m, off_k])
+        if B_COL:
+            b = b_desc.load([off_n, off_k]).T
+        else:
+            b = b_desc.load([off_k, off_n])
+        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+    return acc
+
+
+@triton.jit
+def k_loop_ptr(acc, a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+               pid_m, pid_n, iter_start, iter_end,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+               EVEN_K: tl.constexpr, PRECISION: tl.constexpr):
+    """acc += A[tile_m, k] @ B[k, tile_n] over K iterations [iter_start, iter_end), by pointers.
 
     Rows/columns past M/N are wrapped (modulo) instead of masked: they read valid memory and the
     epilogue's masked store drops them. Only the ragged last K block is masked, outside the main loop.
@@ -53,6 +91,21 @@ def k_loop(acc, a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_b
             a = tl.load(a_ptrs, mask=rk[None, :] < k_left, other=0.0)
             b = tl.load(b_ptrs, mask=rk[:, None] < k_left, other=0.0)
             acc = tl.dot(a, b, acc, input_precision=PRECISION)
+    return acc
+
+
+@triton.jit
+def k_loop(acc, a_ptr, b_ptr, a_desc, b_desc, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+           pid_m, pid_n, iter_start, iter_end,
+           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
+           PRECISION: tl.constexpr, USE_TMA: tl.constexpr, A_COL: tl.constexpr, B_COL: tl.constexpr):
+    """The K loop of one tile (or one Stream-K segment of it), by TMA or by pointers."""
+    if USE_TMA:
+        acc = k_loop_tma(acc, a_desc, b_desc, pid_m, pid_n, iter_start, iter_end,
+                         BLOCK_M, BLOCK_N, BLOCK_K, A_COL, B_COL, PRECISION)
+    else:
+        acc = k_loop_ptr(acc, a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                         pid_m, pid_n, iter_start, iter_end, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION)
     return acc
 
 

@@ -14,7 +14,7 @@ and resets the counter to 0 for the next launch.
 import triton
 import triton.language as tl
 
-from .common import epilogue, k_loop, tile_coords
+from .common import epilogue, k_loop, make_operand_descs, tile_coords
 
 
 @triton.jit
@@ -42,7 +42,12 @@ def streamk_gemm_kernel(
     alpha, beta,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, PRECISION: tl.constexpr,
+    USE_TMA: tl.constexpr, A_COL: tl.constexpr, B_COL: tl.constexpr,
 ):
+    a_desc, b_desc = a_ptr, b_ptr
+    if USE_TMA:
+        a_desc, b_desc = make_operand_descs(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk,
+                                            stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, A_COL, B_COL)
     pid = tl.program_id(0)
     num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     iters_per_tile = tl.cdiv(K, BLOCK_K)
@@ -51,8 +56,9 @@ def streamk_gemm_kernel(
     for tile_id in range(pid, dp_tiles, NUM_PROGS):
         pid_m, pid_n = tile_coords(tile_id, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        acc = k_loop(acc, a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                     pid_m, pid_n, 0, iters_per_tile, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION)
+        acc = k_loop(acc, a_ptr, b_ptr, a_desc, b_desc, M, N, K, stride_am, stride_ak, stride_bk,
+                     stride_bn, pid_m, pid_n, 0, iters_per_tile, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K,
+                     PRECISION, USE_TMA, A_COL, B_COL)
         epilogue(acc, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, stride_biasm, stride_biasn,
                  alpha, beta, pid_m, pid_n, BLOCK_M, BLOCK_N, HAS_BIAS)
 
@@ -70,9 +76,9 @@ def streamk_gemm_kernel(
         seg_end = min(my_end, tile_begin + iters_per_tile)
         pid_m, pid_n = tile_coords(dp_tiles + sk_tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        acc = k_loop(acc, a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                     pid_m, pid_n, it - tile_begin, seg_end - tile_begin,
-                     BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION)
+        acc = k_loop(acc, a_ptr, b_ptr, a_desc, b_desc, M, N, K, stride_am, stride_ak, stride_bk,
+                     stride_bn, pid_m, pid_n, it - tile_begin, seg_end - tile_begin,
+                     BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION, USE_TMA, A_COL, B_COL)
         first = _iter_owner(tile_begin, q, r)
         last = _iter_owner(tile_begin + iters_per_tile - 1, q, r)
         if first == last:
