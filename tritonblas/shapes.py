@@ -1,0 +1,191 @@
+"""The shapes.yaml format: which GEMM problems to tune or benchmark.
+
+    dtypes: [bf16, fp16]              # default dtypes for every shape
+    shapes:
+      - {m: 1024, n: 1024, k: 1024}
+      - {m: [1, 16, 128], n: 4096, k: 4096, dtypes: [fp16], layout: nt, bias: row}
+
+A list in m, n or k expands to the grid of all combinations. Errors name the file, the entry, the field
+and the YAML line, so a typo in a 200-line suite is found at once.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import get_args
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .config import BiasKind, DType, Layout, Problem
+
+DTYPES: tuple[str, ...] = get_args(DType)
+LAYOUTS: tuple[str, ...] = get_args(Layout)
+BIAS_KINDS: tuple[str, ...] = get_args(BiasKind)
+# The tuning database's key bound (ProblemKey): larger dims cannot be stored.
+MAX_DIM = 2**24
+
+Dim = int | list[int]
+
+
+class ShapesError(ValueError):
+    """A shapes file that cannot be read or does not validate; the message says where."""
+
+
+def _check_dim(v: object) -> object:
+    values = v if isinstance(v, list) else [v]
+    if isinstance(v, list) and not v:
+        raise ValueError("an empty list expands to no problems")
+    for x in values:
+        if isinstance(x, bool) or not isinstance(x, int):
+            raise ValueError(f"must be an integer or a list of integers, got {x!r}")
+        if not 1 <= x <= MAX_DIM:
+            raise ValueError(f"must be between 1 and {MAX_DIM}, got {x}")
+    return v
+
+
+def _check_dtypes(v: object) -> object:
+    if v is None:
+        return v
+    if not isinstance(v, list) or not v:
+        raise ValueError(f"must be a non-empty list of dtypes from {', '.join(DTYPES)}")
+    bad = [d for d in v if d not in DTYPES]
+    if bad:
+        raise ValueError(f"unknown dtype {bad[0]!r}; valid dtypes: {', '.join(DTYPES)}")
+    return v
+
+
+class ShapeEntry(BaseModel):
+    """One entry of `shapes:` as written in the file."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    m: Dim
+    n: Dim
+    k: Dim
+    dtypes: list[DType] | None = None
+    layout: Layout = "nn"
+    bias: BiasKind = "none"
+
+    @field_validator("m", "n", "k", mode="before")
+    @classmethod
+    def _dims(cls, v: object) -> object:
+        return _check_dim(v)
+
+    @field_validator("dtypes", mode="before")
+    @classmethod
+    def _dtypes(cls, v: object) -> object:
+        return _check_dtypes(v)
+
+
+class ShapesFile(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    dtypes: list[DType] = Field(default_factory=lambda: ["bf16"])
+    shapes: list[ShapeEntry] = Field(min_length=1)
+
+    @field_validator("dtypes", mode="before")
+    @classmethod
+    def _dtypes(cls, v: object) -> object:
+        return _check_dtypes(v)
+
+
+class ShapeSpec(BaseModel):
+    """One entry with its dtypes resolved (its own, else the file's); expands to Problems."""
+
+    model_config = ConfigDict(frozen=True)
+
+    ms: tuple[int, ...]
+    ns: tuple[int, ...]
+    ks: tuple[int, ...]
+    dtypes: tuple[DType, ...]
+    layout: Layout = "nn"
+    bias: BiasKind = "none"
+    source: str = ""  # "file.yaml entry 3", for messages
+
+    def problems(self) -> list[Problem]:
+        return [Problem(m, n, k, dt, self.layout, self.bias)
+                for dt, m, n, k in itertools.product(self.dtypes, self.ms, self.ns, self.ks)]
+
+
+def _as_tuple(v: Dim) -> tuple[int, ...]:
+    return tuple(v) if isinstance(v, list) else (v,)
+
+
+def _line_of(root: yaml.Node | None, loc: tuple) -> int | None:
+    """1-based line of the node at `loc` (pydantic's error location) in the composed YAML tree."""
+    node, line = root, None
+    for part in loc:
+        if isinstance(node, yaml.MappingNode) and isinstance(part, str):
+            match = [(k, v) for k, v in node.value if getattr(k, "value", None) == part]
+            if not match:
+                break
+            line, node = match[0][0].start_mark.line + 1, match[0][1]
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            node = node.value[part]
+            line = node.start_mark.line + 1
+        else:
+            break
+    return line
+
+
+def _describe(path: Path, err: dict, root: yaml.Node | None) -> str:
+    loc = tuple(err["loc"])
+    # Drop pydantic's union-branch labels ("int", "list[int]") so the location reads like the file.
+    loc = tuple(p for p in loc if not (isinstance(p, str) and ("[" in p or p in ("int",))))
+    where = f"{path}"
+    line = _line_of(root, loc)
+    if line is not None:
+        where += f":{line}"
+    parts = list(loc)
+    if len(parts) >= 2 and parts[0] == "shapes" and isinstance(parts[1], int):
+        where += f": shapes entry {parts[1] + 1}"
+        parts = parts[2:]
+    field = ".".join(str(p) for p in parts) or "(top level)"
+    msg = err["msg"].removeprefix("Value error, ")
+    return f"{where}: field '{field}': {msg}"
+
+
+def _parse(path: Path) -> tuple[object, yaml.Node | None]:
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ShapesError(f"{path}: cannot read shapes file: {e.strerror or e}") from e
+    try:
+        return yaml.safe_load(text), yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        problem = getattr(e, "problem", None) or str(e)
+        raise ShapesError(f"{where}: invalid YAML: {problem}") from e
+
+
+def load_shapes(path: str | Path, dtypes: list[str] | None = None) -> list[ShapeSpec]:
+    """Read and validate a shapes file. `dtypes`, when given, replaces every dtype list in the file."""
+    path = Path(path)
+    if dtypes is not None:
+        try:
+            _check_dtypes(list(dtypes))
+        except ValueError as e:
+            raise ShapesError(f"dtypes: {e}") from None
+    data, root = _parse(path)
+    if not isinstance(data, dict):
+        raise ShapesError(f"{path}: expected a mapping with 'dtypes' and 'shapes' at the top level, "
+                          f"got {type(data).__name__}")
+    try:
+        parsed = ShapesFile.model_validate(data)
+    except ValidationError as e:
+        raise ShapesError("\n".join(_describe(path, err, root) for err in e.errors())) from None
+    specs = []
+    for i, entry in enumerate(parsed.shapes):
+        chosen = dtypes or entry.dtypes or parsed.dtypes
+        specs.append(ShapeSpec(ms=_as_tuple(entry.m), ns=_as_tuple(entry.n), ks=_as_tuple(entry.k),
+                               dtypes=tuple(dict.fromkeys(chosen)), layout=entry.layout, bias=entry.bias,
+                               source=f"{path} entry {i + 1}"))
+    return specs
+
+
+def load_problems(path: str | Path, dtypes: list[str] | None = None) -> list[Problem]:
+    """Every problem of a shapes file in file order, each once (a shape listed twice is tuned once)."""
+    return list(dict.fromkeys(p for spec in load_shapes(path, dtypes) for p in spec.problems()))
