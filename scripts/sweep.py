@@ -1,0 +1,109 @@
+"""Hand sweep of configs against torch.mm on the GPU: correctness first, then median do_bench times.
+
+Usage (GPU host): python scripts/sweep.py [--shapes ../shared/bench/shapes.yaml] [--dtype bf16]
+                  [--json out.json] [--only 1000x1000x1000,...]
+Prints per shape: torch.mm TFLOP/s, best config and its ratio, the heuristic's pick and its ratio.
+A measurement tool for choosing kernel levers and checking the heuristic; not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import time
+
+import torch
+import triton
+import yaml
+
+import tritonblas
+from tritonblas import heuristic
+from tritonblas.config import GemmConfig, Problem, config_supports
+from tritonblas.device import device_info
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+TILES = [(128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (128, 128, 64, 4, 4), (128, 128, 64, 8, 4),
+         (64, 128, 64, 4, 4), (128, 64, 64, 4, 4), (64, 64, 64, 4, 4), (64, 256, 64, 4, 4),
+         (16, 64, 256, 4, 3), (32, 64, 128, 4, 4), (64, 64, 128, 4, 4), (128, 128, 128, 8, 3)]
+
+
+def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
+    return ((x.double() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+def bench(fn) -> float:
+    return triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median")
+
+
+def shapes_from(path: str) -> list[tuple[int, int, int]]:
+    spec = yaml.safe_load(open(path))
+    return [(s["m"], s["n"], s["k"]) for s in spec["shapes"]]
+
+
+def sweep_shape(m, n, k, dtype, info, grids):
+    a = torch.randn(m, k, device="cuda", dtype=DTYPES[dtype])
+    b = torch.randn(k, n, device="cuda", dtype=DTYPES[dtype])
+    ref = a.double() @ b.double()
+    torch_out = torch.mm(a, b)
+    tol = 2 * rel_err(torch_out, ref) + 1e-5
+    t_torch = bench(lambda: torch.mm(a, b))
+    flops = 2 * m * n * k
+    problem = Problem(m, n, k, dtype)
+    rows = []
+    for (bm, bn, bk, w, s), sk, tma, grid in itertools.product(TILES, (False, True), (False, True), grids):
+        if not sk and grid != grids[0]:
+            continue
+        cfg = GemmConfig(block_m=bm, block_n=bn, block_k=bk, num_warps=w, num_stages=s, streamk=sk,
+                         tma=tma, grid=grid)
+        if config_supports(cfg, problem, info) is not None:
+            continue
+        try:
+            out = tritonblas.matmul(a, b, config=cfg)
+            err = rel_err(out, ref)
+            t = bench(lambda: tritonblas.matmul(a, b, config=cfg)) if err <= tol else float("nan")
+        except Exception as e:  # noqa: BLE001 - a sweep records failures and goes on
+            err, t = float("nan"), float("nan")
+            print(f"  FAIL {cfg.short()}: {type(e).__name__}: {str(e)[:200]}")
+        rows.append({"config": cfg.model_dump(), "short": cfg.short(), "ms": t, "err": err, "tol": tol})
+    heur = heuristic.choose(problem, info)
+    t_heur = bench(lambda: tritonblas.matmul(a, b, config=heur))
+    ok = [r for r in rows if not math.isnan(r["ms"])]
+    best = min(ok, key=lambda r: r["ms"])
+    bad = [r for r in rows if not (r["err"] <= r["tol"])]
+    return {"m": m, "n": n, "k": k, "dtype": dtype, "torch_ms": t_torch,
+            "torch_tflops": flops / t_torch / 1e9, "best": best, "heuristic": heur.short(),
+            "heuristic_ms": t_heur, "wrong": [r["short"] for r in bad], "rows": rows}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--shapes", default="../shared/bench/shapes.yaml")
+    p.add_argument("--dtype", default="bf16")
+    p.add_argument("--json", default=None)
+    p.add_argument("--only", default="")
+    args = p.parse_args()
+    info = device_info(torch.device("cuda"))
+    shapes = shapes_from(args.shapes)
+    if args.only:
+        shapes = [tuple(int(x) for x in s.split("x")) for s in args.only.split(",")]
+    grids = [info.sm_count]
+    results = []
+    t0 = time.time()
+    for m, n, k in shapes:
+        r = sweep_shape(m, n, k, args.dtype, info, grids)
+        results.append(r)
+        print(f"{m}x{n}x{k} {args.dtype}: torch {r['torch_tflops']:.0f} TF/s | best {r['best']['short']} "
+              f"x{r['torch_ms'] / r['best']['ms']:.2f} | heur {r['heuristic']} x{r['torch_ms'] / r['heuristic_ms']:.2f}"
+              f" | wrong {len(r['wrong'])} | {time.time() - t0:.0f}s", flush=True)
+    best = [r["torch_ms"] / r["best"]["ms"] for r in results]
+    heur = [r["torch_ms"] / r["heuristic_ms"] for r in results]
+    gm = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs))  # noqa: E731
+    print(f"geomean speedup: best-of-sweep {gm(best):.3f}  heuristic {gm(heur):.3f}")
+    if args.json:
+        json.dump(results, open(args.json, "w"), indent=1)
+
+
+if __name__ == "__main__":
+    main()
