@@ -79,7 +79,7 @@ def sweep_shape(m, n, k, dtype, info, grids):
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--shapes", default="../shared/bench/shapes.yaml")
+    p.add_argument("--shapes", default="scripts/shapes.yaml")
     p.add_argument("--dtype", default="bf16")
     p.add_argument("--json", default=None)
     p.add_argument("--only", default="")
