@@ -31,15 +31,15 @@ def _config_to_list(config: GemmConfig | None) -> list[int]:
     if config is None:
         return []
     return [config.block_m, config.block_n, config.block_k, config.group_m, config.num_warps,
-            config.num_stages, int(config.streamk), config.grid or 0]
+            config.num_stages, int(config.streamk), config.grid or 0, int(config.tma)]
 
 
 def _config_from_list(values: list[int]) -> GemmConfig | None:
     if not values:
         return None
-    bm, bn, bk, gm, nw, ns, sk, grid = values
+    bm, bn, bk, gm, nw, ns, sk, grid, tma = values
     return GemmConfig(block_m=bm, block_n=bn, block_k=bk, group_m=gm, num_warps=nw, num_stages=ns,
-                      streamk=bool(sk), grid=grid or None)
+                      streamk=bool(sk), grid=grid or None, tma=bool(tma))
 
 
 def _layout(a: torch.Tensor, b: torch.Tensor) -> str:
