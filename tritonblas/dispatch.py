@@ -1,18 +1,364 @@
-"""Config selection at call time. (v0: heuristic only; the tuning DB layers come with issue 4.)"""
+"""Config selection at call time, in layers: in-process cache -> user tuning DB (fresh winners) ->
+shipped configs/<arch>.json -> nearest tuned neighbour -> the analytical heuristic.
+
+The DB is found (tuning_db.default_url(), so $TRITONBLAS_DB) and opened on the first cache miss, once per
+process; a cached key never touches it again. A DB that cannot be used (locked, corrupt, read-only, newer
+schema) costs one warning per process, never a failed matmul: selection goes on without it. A SQLite DB
+file that does not exist is simply skipped: dispatch never creates one.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
+import math
+import threading
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
 
 from . import heuristic
-from .config import DeviceInfo, GemmConfig, Problem, require_supported
+from .config import BiasKind, DeviceInfo, GemmConfig, Problem, config_supports, require_supported
+
+Source = Literal["db", "shipped", "neighbor", "heuristic", "user"]
+SHIPPED_DIR = Path(__file__).parent / "configs"
+# A neighbour further than this (Euclidean distance in log2 M, N, K: 3.0 is e.g. 8x in one dimension)
+# says little about the new shape; the heuristic is the better guess past it.
+MAX_NEIGHBOR_DISTANCE = 3.0
+_DTYPES = ("fp16", "bf16", "fp32")
+_LAYOUTS = ("nn", "nt", "tn", "tt")
+_BIASES = ("none", "scalar", "row", "column", "full")
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What dispatch chose for a problem, where it came from and its measured or predicted time."""
+
+    config: GemmConfig
+    source: Source
+    time_ms: float
+    measured: bool
+    problem: Problem
+    device: DeviceInfo
+    detail: str = ""
+    enable_streamk: bool | None = None
+
+    def ranked(self, limit: int = 10) -> list[heuristic.Estimate]:
+        """The heuristic's ranking for this problem, within the family restriction if there was one."""
+        return heuristic.rank(self.problem, self.device, self.enable_streamk)[:limit]
+
+    def describe(self) -> str:
+        kind = "measured" if self.measured else "predicted"
+        extra = f" ({self.detail})" if self.detail else ""
+        return f"{self.config.short()} from {self.source}{extra}: {self.time_ms:.4g} ms {kind}"
+
+
+class _State:
+    """Process-wide dispatch state: which DB, the opened DB, shipped files and neighbour indexes."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.url: str | None = None  # None: tuning_db.default_url() at first use
+        self.enabled = True
+        self.reset()
+
+    def reset(self) -> None:
+        self.db = None
+        self.db_opened = False
+        self.warned = False
+        self.shipped: dict[str, dict[tuple, object]] = {}
+        self.db_neighbors: dict[str, list[object]] = {}
+
+
+_state = _State()
+
+
+def _warn(exc: BaseException) -> None:
+    if not _state.warned:
+        _state.warned = True
+        warnings.warn(f"tritonblas: the tuning database cannot be used ({exc}); dispatch falls back to the "
+                      "shipped configs and the heuristic", RuntimeWarning, stacklevel=4)
+
+
+def _open_db():
+    """The user DB, opened once; None when disabled, absent or unusable (after one warning)."""
+    with _state.lock:
+        if _state.db_opened:
+            return _state.db
+        _state.db_opened = True
+        if not _state.enabled:
+            return None
+        try:
+            from tuning_db import TuningDB, default_url, normalize_url
+            from tuning_db.engine import sqlite_path
+
+            url = normalize_url(_state.url) if _state.url else default_url()
+            path = sqlite_path(url)
+            if path is not None and not path.exists():
+                return None
+            _state.db = TuningDB(url)
+        except Exception as exc:  # any failure to open (even a missing driver) must not fail a matmul
+            _warn(exc)
+        return _state.db
+
+
+def _db_call(fn):
+    """Run a read on the user DB; a DB that fails now is dropped for the rest of the process."""
+    db = _open_db()
+    if db is None:
+        return None
+    from tuning_db import TuningDBError
+
+    try:
+        return fn(db)
+    except (TuningDBError, OSError) as exc:
+        with _state.lock:
+            _state.db = None
+        _warn(exc)
+        return None
+
+
+def set_database(url: str | None | Literal[False]) -> None:
+    """Use the DB at `url` from now on (None: tuning_db.default_url(); False: no user DB at all).
+    Clears every cache, so the next dispatch reopens."""
+    with _state.lock:
+        if _state.db is not None:
+            _state.db.close()
+        _state.url = url or None
+        _state.enabled = url is not False
+        _state.reset()
+    clear_cache()
+
+
+@contextlib.contextmanager
+def using_database(url: str | None | Literal[False]) -> Iterator[None]:
+    """set_database for the duration of a with-block; the previous choice is restored after it."""
+    with _state.lock:
+        before = (_state.url, _state.enabled)
+    set_database(url)
+    try:
+        yield
+    finally:
+        set_database(False if not before[1] else before[0])
+
+
+def set_shipped_dir(path: str | Path | None) -> None:
+    """Read shipped config files from `path` (None: the package's configs/). For tests and packagers."""
+    global SHIPPED_DIR
+    SHIPPED_DIR = Path(path) if path is not None else Path(__file__).parent / "configs"
+    with _state.lock:
+        _state.shipped.clear()
+    clear_cache()
+
+
+def clear_cache() -> None:
+    """Forget every cached selection (and the neighbour indexes): the next call looks again."""
+    _select_cached.cache_clear()
+    select_config.cache_clear()
+    with _state.lock:
+        _state.db_neighbors.clear()
+
+
+def _arch_key(p: Problem) -> tuple:
+    return (p.m, p.n, p.k, p.dtype, p.dtype, p.out, p.layout, p.bias)
+
+
+def _shipped(arch: str) -> dict[tuple, object]:
+    """Entries of configs/<arch>.json by (m, n, k, dtypes, layout, bias); loaded once per arch."""
+    with _state.lock:
+        if arch in _state.shipped:
+            return _state.shipped[arch]
+        table: dict[tuple, object] = {}
+        path = SHIPPED_DIR / f"{arch}.json"
+        if path.is_file():
+            try:
+                from tuning_db.exchange import load_config_file
+
+                for w in load_config_file(path).entries:
+                    table.setdefault(w.key.arch_key()[1:], w)
+            except Exception as exc:  # a broken shipped file must not break matmul
+                warnings.warn(f"tritonblas: shipped config file {path} cannot be read ({exc}); "
+                              "it is ignored", RuntimeWarning, stacklevel=4)
+        _state.shipped[arch] = table
+        return table
+
+
+def _db_neighbors(arch: str) -> list[object]:
+    with _state.lock:
+        if arch not in _state.db_neighbors:
+            found = _db_call(lambda db: db.winners(arch=arch, include_stale=False))
+            _state.db_neighbors[arch] = list(found or [])
+        return _state.db_neighbors[arch]
+
+
+def _family_ok(config: GemmConfig, enable_streamk: bool | None) -> bool:
+    return enable_streamk is None or config.streamk == enable_streamk
+
+
+def _from_db(problem: Problem, device: DeviceInfo, enable_streamk: bool | None) -> Selection | None:
+    from pydantic import ValidationError
+
+    from tuning_db import ProblemKey
+
+    try:
+        key = ProblemKey.from_problem(problem, device)
+    except ValidationError:  # beyond what a key can hold (a dim over 2**24): nothing can be stored
+        return None
+    winner = _db_call(lambda db: db.lookup(key))
+    if winner is None:
+        return None
+    if _family_ok(winner.config, enable_streamk) and config_supports(winner.config, problem, device) is None:
+        return Selection(winner.config, "db", winner.median_ms, True, problem, device,
+                         f"tuned on {winner.key.device_name}")
+    # The winner is of the other family: the fastest fresh measurement of the asked-for one, if any.
+    for m in _db_call(lambda db: db.measurements(key)) or []:
+        if m.status == "ok" and _family_ok(m.config, enable_streamk) and \
+                config_supports(m.config, problem, device) is None:
+            return Selection(m.config, "db", m.median_ms, True, problem, device, "fastest of its family")
+    return None
+
+
+def _from_shipped(problem: Problem, device: DeviceInfo, enable_streamk: bool | None) -> Selection | None:
+    entry = _shipped(device.arch).get(_arch_key(problem))
+    if entry is None or not _family_ok(entry.config, enable_streamk):
+        return None
+    if config_supports(entry.config, problem, device) is not None:
+        return None
+    return Selection(entry.config, "shipped", entry.median_ms, True, problem, device,
+                     f"configs/{device.arch}.json")
+
+
+def _distance(a: Problem, key) -> float:
+    d = math.dist([math.log2(max(x, 1)) for x in (a.m, a.n, a.k)],
+                  [math.log2(max(x, 1)) for x in (key.m, key.n, key.k)])
+    # A different epilogue (bias kind) changes little: a small penalty prefers an exact match.
+    return d + (0.25 if key.bias != a.bias else 0.0)
+
+
+def _from_neighbor(problem: Problem, device: DeviceInfo, enable_streamk: bool | None) -> Selection | None:
+    """The nearest tuned problem of the same arch, dtypes and layout whose config is feasible here."""
+    pool = list(_shipped(device.arch).values()) + _db_neighbors(device.arch)
+    best = None
+    for w in pool:
+        k = w.key
+        if (k.a_dtype, k.b_dtype, k.out_dtype, k.layout) != (problem.dtype, problem.dtype, problem.out,
+                                                            problem.layout):
+            continue
+        if not _family_ok(w.config, enable_streamk) or config_supports(w.config, problem, device) is not None:
+            continue
+        d = _distance(problem, k)
+        if d <= MAX_NEIGHBOR_DISTANCE and (best is None or (d, k.sort_key()) < best[0]):
+            best = ((d, k.sort_key()), w)
+    if best is None:
+        return None
+    w = best[1]
+    est = heuristic.estimate(w.config, problem, device).total_us / 1000
+    return Selection(w.config, "neighbor", est, False, problem, device,
+                     f"tuned for {w.key.m}x{w.key.n}x{w.key.k}, distance {best[0][0]:.2f}")
+
+
+def _from_heuristic(problem: Problem, device: DeviceInfo, enable_streamk: bool | None) -> Selection:
+    ranked = heuristic.rank(problem, device, enable_streamk)
+    if not ranked:
+        raise RuntimeError(f"no feasible config for {problem.m}x{problem.n}x{problem.k} {problem.dtype} "
+                           f"on {device.name}")
+    return Selection(ranked[0].config, "heuristic", ranked[0].total_us / 1000, False, problem, device,
+                     ranked[0].why())
+
+
+@functools.lru_cache(maxsize=4096)
+def _select_cached(problem: Problem, device: DeviceInfo, enable_streamk: bool | None) -> Selection:
+    for layer in (_from_db, _from_shipped, _from_neighbor, _from_heuristic):
+        found = layer(problem, device, enable_streamk)
+        if found is not None:
+            return dataclasses.replace(found, enable_streamk=enable_streamk)
+    raise AssertionError("unreachable: the heuristic layer always answers")
 
 
 @functools.lru_cache(maxsize=4096)
 def select_config(key: tuple, device: DeviceInfo, enable_streamk: bool | None) -> GemmConfig:
-    m, n, k, dtype, layout, bias = key
-    return heuristic.choose(Problem(m, n, k, dtype, layout, bias), device, enable_streamk)
+    """The hot path of matmul: key = (m, n, k, dtype, layout, bias_kind). A hit is one dict lookup."""
+    return _select_cached(Problem(*key), device, enable_streamk).config
 
 
 def check_user_config(config: GemmConfig, m: int, n: int, k: int, dtype: str, device: DeviceInfo) -> None:
     require_supported(config, Problem(m, n, k, dtype), device)
+
+
+def _check_int(name: str, v: object) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TypeError(f"{name} must be an int, got {type(v).__name__}")
+    if v < 0:
+        raise ValueError(f"{name} must be >= 0, got {v}")
+    return v
+
+
+def _dtype_name(name: str, v: object) -> str:
+    import torch
+
+    from .validate import TORCH_DTYPES
+
+    if isinstance(v, torch.dtype):
+        v = TORCH_DTYPES.get(v, str(v))
+    if not isinstance(v, str) or v not in _DTYPES:
+        raise ValueError(f"{name} must be one of {', '.join(_DTYPES)} (or the torch dtype), got {v!r}")
+    return v
+
+
+def _device_info(device: object) -> DeviceInfo:
+    if isinstance(device, DeviceInfo):
+        return device
+    import torch
+
+    from .device import device_info, interpreter_enabled
+
+    if device is None:
+        if interpreter_enabled() or not torch.cuda.is_available():
+            return device_info(torch.device("cpu"))
+        return device_info(torch.device("cuda"))
+    try:
+        dev = torch.device(device)
+    except (TypeError, RuntimeError) as exc:
+        raise ValueError(f"device must be a torch.device, a device string or a DeviceInfo, got {device!r}"
+                         ) from exc
+    return device_info(dev)
+
+
+def select(m: int, n: int, k: int, dtype: object, *, out_dtype: object = None, layout: str = "nn",
+           bias: BiasKind | None = None, enable_streamk: bool | None = None, device: object = None,
+           config: GemmConfig | None = None) -> Selection:
+    """The config matmul/addmm/linear would run for this problem, with its source and time.
+
+    dtype: "fp16" | "bf16" | "fp32" or a torch dtype; layout: "nn" | "nt" | "tn" | "tt"; bias: None or
+    a bias kind ("none", "scalar", "row", "column", "full"); device: None (the current CUDA device, or
+    the interpreter), a torch device or a DeviceInfo. `config` pins a config (source "user") after
+    checking that it can run the problem.
+    """
+    problem = _problem(m, n, k, dtype, out_dtype, layout, bias)
+    if enable_streamk is not None and not isinstance(enable_streamk, bool):
+        raise TypeError(f"enable_streamk must be None, True or False, got {enable_streamk!r}")
+    info = _device_info(device)
+    if config is not None:
+        if not isinstance(config, GemmConfig):
+            raise TypeError(f"config must be a tritonblas.GemmConfig, got {type(config).__name__}")
+        require_supported(config, problem, info)
+        est = heuristic.estimate(config, problem, info).total_us / 1000
+        return Selection(config, "user", est, False, problem, info, "given by the caller")
+    return _select_cached(problem, info, enable_streamk)
+
+
+def _problem(m, n, k, dtype, out_dtype, layout, bias) -> Problem:
+    m, n, k = _check_int("m", m), _check_int("n", n), _check_int("k", k)
+    dt = _dtype_name("dtype", dtype)
+    out = dt if out_dtype is None else _dtype_name("out_dtype", out_dtype)
+    if out != dt:
+        raise ValueError(f"out_dtype {out} differs from dtype {dt}: the kernels write the operand dtype")
+    if layout not in _LAYOUTS:
+        raise ValueError(f"layout must be one of {', '.join(_LAYOUTS)}, got {layout!r}")
+    bias = "none" if bias is None else bias
+    if bias not in _BIASES:
+        raise ValueError(f"bias must be None or one of {', '.join(_BIASES)}, got {bias!r}")
+    return Problem(m, n, k, dt, layout, bias)

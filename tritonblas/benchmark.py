@@ -1,0 +1,199 @@
+"""The real benchmark: run a candidate through the public ops on random inputs, verify it, time it.
+
+Protocol (identity.TIMING_PROTOCOL): triton.testing.do_bench, median with the 20th/80th percentiles.
+do_bench zeroes a 256 MB buffer before every repetition, so each one starts with a cold L2 (no need
+to rotate inputs), and that memset keeps the GPU busy while the host enqueues the next launch, so even
+for tiny problems the host-side launch overhead is not in the measured time: it measures what a CUDA
+graph would, without the cost of capturing one per candidate.
+
+Correctness: the candidate's relative Frobenius error against an fp64 reference must be at most twice
+torch's own error on the same inputs plus one unit roundoff of the output dtype.
+
+In Triton's interpreter (CPU tensors) the same code runs with wall-clock timing: the numbers mean
+nothing there, but verification, statuses and winners are real, which is what the CPU tests need.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import os
+import statistics
+import time
+from dataclasses import dataclass
+
+import torch
+
+from .config import DeviceInfo, GemmConfig, Problem
+from .tuner import Benchmark, BenchResult, error_result
+
+_TORCH = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+# Unit roundoff of the output dtype: the error allowance on top of twice torch's own error.
+_UNIT = {"fp16": 2.0**-11, "bf16": 2.0**-8, "fp32": 2.0**-24}
+
+
+@dataclass
+class _Inputs:
+    problem: Problem
+    a: torch.Tensor
+    b: torch.Tensor
+    bias: torch.Tensor | None
+    out: torch.Tensor
+    ref: torch.Tensor
+    ref_norm: float
+    tolerance: float
+
+
+def _operand(rows: int, cols: int, transposed: bool, dtype: torch.dtype, device: torch.device,
+             gen: torch.Generator) -> torch.Tensor:
+    """A rows x cols operand, row-major or (transposed) column-major; N(0,1) values, so never zeros."""
+    shape = (cols, rows) if transposed else (rows, cols)
+    t = torch.randn(shape, generator=gen, dtype=torch.float32, device=device).to(dtype)
+    return t.t() if transposed else t
+
+
+def _bias(kind: str, m: int, n: int, dtype: torch.dtype, device: torch.device,
+          gen: torch.Generator) -> torch.Tensor | None:
+    shapes = {"none": None, "scalar": (1, 1), "row": (n,), "column": (m, 1), "full": (m, n)}
+    shape = shapes[kind]
+    if shape is None:
+        return None
+    return torch.randn(shape, generator=gen, dtype=torch.float32, device=device).to(dtype)
+
+
+def rel_error(x: torch.Tensor, ref: torch.Tensor, ref_norm: float) -> float:
+    return ((x.double() - ref).norm().item()) / max(ref_norm, 1e-300)
+
+
+class GpuBenchmark(Benchmark):
+    """Times candidates through tritonblas.matmul/addmm(config=...) and torch.mm on the same inputs."""
+
+    def __init__(self, *, warmup_ms: float = 10, rep_ms: float = 40, quick_rep_ms: float = 5,
+                 seed: int = 0, compile_workers: int | None = None, compile_timeout_s: float = 300,
+                 cpu_reps: int = 1, torch_device: str | torch.device | None = None) -> None:
+        self.warmup_ms, self.rep_ms, self.quick_rep_ms = warmup_ms, rep_ms, quick_rep_ms
+        self.seed = seed
+        self.compile_workers = compile_workers or min(16, os.cpu_count() or 1)
+        self.compile_timeout_s = compile_timeout_s
+        self.cpu_reps = cpu_reps
+        self.torch_device = None if torch_device is None else torch.device(torch_device)
+        self._inputs: _Inputs | None = None
+        self._verified: dict[GemmConfig, float] = {}
+
+    def _device(self, device: DeviceInfo) -> torch.device:
+        if self.torch_device is not None:
+            return self.torch_device
+        return torch.device("cpu") if device.arch == "interpreter" else torch.device("cuda")
+
+    def _setup(self, problem: Problem, device: DeviceInfo) -> _Inputs:
+        if self._inputs is not None and self._inputs.problem == problem:
+            return self._inputs
+        self.finish(problem)
+        dev = self._device(device)
+        dtype = _TORCH[problem.dtype]
+        gen = torch.Generator(device=dev).manual_seed(self.seed)
+        a = _operand(problem.m, problem.k, problem.layout[0] == "t", dtype, dev, gen)
+        b = _operand(problem.k, problem.n, problem.layout[1] == "t", dtype, dev, gen)
+        bias = _bias(problem.bias, problem.m, problem.n, dtype, dev, gen)
+        ref = a.double() @ b.double()
+        if bias is not None:
+            ref = ref + bias.double()
+        ref_norm = ref.norm().item()
+        torch_out = self._torch_call(a, b, bias, torch.empty(problem.m, problem.n, dtype=dtype, device=dev))()
+        tolerance = 2 * rel_error(torch_out, ref, ref_norm) + _UNIT[problem.out]
+        out = torch.empty(problem.m, problem.n, dtype=dtype, device=dev)
+        self._inputs = _Inputs(problem, a, b, bias, out, ref, ref_norm, tolerance)
+        return self._inputs
+
+    @staticmethod
+    def _torch_call(a, b, bias, out):
+        if bias is None:
+            return lambda: torch.mm(a, b, out=out)
+        return lambda: torch.addmm(bias, a, b, out=out)
+
+    @staticmethod
+    def _call(config: GemmConfig, inp: _Inputs, out: torch.Tensor):
+        import tritonblas
+
+        if inp.bias is None:
+            return lambda: tritonblas.matmul(inp.a, inp.b, out=out, config=config)
+        return lambda: tritonblas.addmm(inp.bias, inp.a, inp.b, out=out, config=config)
+
+    def _verify(self, config: GemmConfig, inp: _Inputs, out: torch.Tensor) -> BenchResult | None:
+        """Compile (first launch), run once and check; None when correct."""
+        try:
+            self._call(config, inp, out)()
+            err = rel_error(out, inp.ref, inp.ref_norm)
+        except Exception as exc:  # a failing candidate is a result, not a crash
+            return error_result(exc)
+        if not err <= inp.tolerance:  # NaN fails too
+            return BenchResult("wrong_result", rel_error=err,
+                               note=f"rel. error {err:.3g} > tolerance {inp.tolerance:.3g}")
+        self._verified[config] = err
+        return None
+
+    def prepare(self, configs: list[GemmConfig], problem: Problem,
+                device: DeviceInfo) -> dict[GemmConfig, BenchResult]:
+        """Compile and verify every candidate; compiles run in parallel threads on a GPU (triton's
+        compiler releases the GIL in its passes and in ptxas). The interpreter patches triton.language
+        globally while it runs, so there it goes one at a time."""
+        inp = self._setup(problem, device)
+        todo = [c for c in configs if c not in self._verified]
+        if inp.a.device.type == "cpu" or self.compile_workers <= 1:
+            return {c: r for c in todo if (r := self._verify(c, inp, inp.out)) is not None}
+        dev = inp.a.device
+
+        def job(config: GemmConfig) -> BenchResult | None:
+            with torch.cuda.device(dev):
+                return self._verify(config, inp, torch.empty_like(inp.out))
+
+        pool = cf.ThreadPoolExecutor(max_workers=min(self.compile_workers, len(todo) or 1))
+        futures = {pool.submit(job, c): c for c in todo}
+        done, pending = cf.wait(futures, timeout=self.compile_timeout_s)
+        pool.shutdown(wait=not pending, cancel_futures=True)
+        failures = {futures[f]: r for f in done if (r := f.result()) is not None}
+        for f in pending:
+            failures[futures[f]] = BenchResult(
+                "timeout", note=f"compile and first run took over {self.compile_timeout_s:.0f} s")
+        return failures
+
+    def _time(self, fn, rep_ms: float, warmup_ms: float) -> tuple[float, float, float]:
+        if self._inputs is not None and self._inputs.a.device.type == "cpu":
+            times = []
+            for _ in range(self.cpu_reps):
+                t0 = time.perf_counter()
+                fn()
+                times.append((time.perf_counter() - t0) * 1e3)
+            times = [max(t, 1e-6) for t in times]
+            return statistics.median(times), min(times), max(times)
+        import triton.testing
+
+        stats = triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, quantiles=[0.5, 0.2, 0.8])
+        # An empty problem (M or N == 0) launches nothing: floor at 1 ns so an ok result has a time.
+        med, p20, p80 = (max(x, 1e-6) for x in stats)
+        return med, p20, p80
+
+    def __call__(self, config: GemmConfig, problem: Problem, device: DeviceInfo, *,
+                 cutoff_ms: float | None = None) -> BenchResult:
+        inp = self._setup(problem, device)
+        if config not in self._verified:
+            failure = self._verify(config, inp, inp.out)
+            if failure is not None:
+                return failure
+        fn = self._call(config, inp, inp.out)
+        err = self._verified[config]
+        if cutoff_ms is not None:
+            med, p20, p80 = self._time(fn, self.quick_rep_ms, 1)
+            if med > cutoff_ms:
+                return BenchResult("ok", med, p20, p80, err,
+                                   note=f"stopped early: quick median {med:.4g} > cutoff {cutoff_ms:.4g} ms")
+        med, p20, p80 = self._time(fn, self.rep_ms, self.warmup_ms)
+        return BenchResult("ok", med, p20, p80, err)
+
+    def baseline(self, problem: Problem, device: DeviceInfo) -> float | None:
+        inp = self._setup(problem, device)
+        fn = self._torch_call(inp.a, inp.b, inp.bias, torch.empty_like(inp.out))
+        return self._time(fn, self.rep_ms, self.warmup_ms)[0]
+
+    def finish(self, problem: Problem) -> None:
+        self._inputs = None
+        self._verified.clear()
