@@ -67,6 +67,8 @@ def _run(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, beta: floa
     info = device_info(a.device)
     config = _config_from_list(config_list)
     if config is None:
+        if m == 0 or n == 0:
+            return  # empty output: nothing to launch, and the heuristic has no tiles to rank
         problem_key = (m, n, k, TORCH_DTYPES[a.dtype], _layout(a, b), _bias_kind(bias, m, n))
         config = dispatch.select_config(problem_key, info, {-1: None, 0: False, 1: True}[family])
     else:
