@@ -8,6 +8,8 @@ than the whole budget for host overhead.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from . import dispatch
@@ -166,7 +168,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     if x.shape[-1] != weight.shape[1]:
         raise ValueError(f"x has {x.shape[-1]} features in its last dimension but weight "
                          f"{tuple(weight.shape)} expects {weight.shape[1]}")
-    x2 = x.reshape(-1, x.shape[-1])
+    # Explicit row count: reshape(-1, 0) of an empty x is ambiguous and raises.
+    x2 = x.reshape(math.prod(x.shape[:-1]), x.shape[-1])
     check_operands(x2, weight.t(), "x", "weight")
     n = weight.shape[0]
     if bias is not None:
