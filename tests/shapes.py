@@ -1,0 +1,291 @@
+"""The test matrix: every shape the kernel/API tests use is listed here, with the configs that force
+each kernel path at a shape and the float64 reference check.
+
+The interpreter runs one tiny-tile launch in ~0.05-0.3 s, so the suites take a pairwise covering set
+of the factors (every pair of factor values appears in some case) rather than their cross product.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from tritonblas import GemmConfig
+from tritonblas.config import INTERPRETER_DEVICE
+from tritonblas.launch import program_count
+
+# Ragged sizes: none is a multiple of a 16/32 block, so every tile edge is partial somewhere.
+RAGGED = (1, 15, 17, 33, 100, 127)
+
+# (M, N, K) for the path x layout x dtype x op matrix.
+SHAPES = [
+    (15, 17, 33),
+    (17, 33, 100),
+    (33, 100, 127),
+    (100, 15, 17),
+    (127, 33, 15),  # K below one 16-block: a single masked K step
+    (1, 127, 100),  # M = 1: every row tile wraps onto row 0
+    (127, 1, 33),  # N = 1: every column tile wraps onto column 0
+    (100, 127, 1),  # K = 1: one masked K step, nothing for Stream-K to split
+]
+
+# Shapes of the bias x beta/alpha matrix: one with room for every Stream-K split, and M = 1, where
+# (M, 1) and (1, N) biases and a scalar all broadcast the same way.
+BIAS_SHAPES = [(33, 17, 100), (1, 33, 100)]
+
+# Degenerate sizes: no K (C = beta * bias, or zeros), empty outputs, and 1x1x1.
+EDGE_SHAPES = [
+    (17, 33, 0),  # K = 0: nothing to accumulate; out = beta * bias or zeros
+    (1, 1, 0),  # K = 0 at the smallest output
+    (0, 17, 33),  # M = 0: empty output, nothing launched
+    (17, 0, 33),  # N = 0: empty output
+    (0, 0, 0),  # everything empty
+    (0, 15, 0),  # empty output and no K
+    (1, 1, 1),  # one product
+]
+
+# Aligned sizes for the tensor-descriptor (TMA) path: leading dims are 16-byte multiples in fp16 and
+# fp32, yet 104, 40 and 72 are not multiples of a 32 block, so descriptors must zero-fill edges.
+TMA_SHAPES = [(104, 40, 72), (8, 136, 200)]
+
+# Real sizes for the GPU suite, including the seed's failing shapes.
+GPU_SHAPES = [
+    (12, 12, 512),  # seed failure: one tile, small M/N, long K
+    (15, 17, 512),  # seed failure: ragged M and N
+    (19, 13, 512),  # seed failure: ragged M and N
+    (127, 4097, 4095),  # seed failure: N and K one past / one short of a power of two
+    (1, 4096, 4096),  # GEMV-like
+    (4096, 1, 4096),  # single output column
+    (513, 1000, 777),  # Stream-K with N and K not multiples of 16
+    (2048, 2048, 2047),  # K not a multiple of 16
+    (1024, 1030, 4096),  # N not a multiple of 16
+    (8192, 8192, 1024),  # large: many full waves
+]
+
+LAYOUTS = ("nn", "nt", "tn", "tt", "strided")
+DTYPES = {"fp16": torch.float16, "fp32": torch.float32}
+PATHS = ("persistent", "sk_shared", "sk_mixed", "sk_idle", "heuristic")
+# bias kinds addmm accepts, including stride-0 expanded views and a transposed (non-contiguous) one.
+BIASES = ("scalar0d", "one", "row", "row2d", "col", "full", "full_t", "expand_row", "expand_col",
+          "expand_scalar")
+# name -> (beta, alpha); "beta0_nan" fills the input with NaN, which beta=0 must ignore like torch.
+SCALES = {"unit": (1, 1), "scaled": (0.5, -2.0), "beta0_nan": (0.0, 1.5), "alpha0": (2, 0.0)}
+SM_COUNT = INTERPRETER_DEVICE.sm_count
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def pairwise(factors: dict[str, Sequence], allowed: Callable[[dict], bool]) -> list[dict]:
+    """A small deterministic set of allowed combinations covering every allowed pair of values."""
+    names = list(factors)
+    combos = [dict(zip(names, vals, strict=True)) for vals in itertools.product(*factors.values())]
+    combos = [c for c in combos if allowed(c)]
+    idx = list(itertools.combinations(range(len(names)), 2))
+    cover = [{(i, c[names[i]], j, c[names[j]]) for i, j in idx} for c in combos]
+    todo = set().union(*cover)
+    chosen = []
+    while todo:
+        best = max(range(len(combos)), key=lambda i: len(cover[i] & todo))
+        chosen.append(combos[best])
+        todo -= cover[best]
+    return chosen
+
+
+@dataclass(frozen=True)
+class StreamKPlan:
+    """How the Stream-K kernel splits a problem, derived independently of the kernel."""
+
+    programs: int
+    tiles: int
+    dp_tiles: int
+    owners: tuple[tuple[int, ...], ...]  # per Stream-K tile: the programs that own part of its K loop
+    idle: int  # programs that own no Stream-K iteration
+    slots: frozenset[int]  # workspace slots that partials of split tiles are written to
+
+    @property
+    def max_sharing(self) -> int:
+        return max((len(o) for o in self.owners), default=0)
+
+
+def sk_plan(config: GemmConfig, m: int, n: int, k: int, sm_count: int = SM_COUNT) -> StreamKPlan:
+    progs = program_count(config, m, n, k, sm_count)
+    tiles = cdiv(m, config.block_m) * cdiv(n, config.block_n)
+    iters = cdiv(k, config.block_k)
+    dp = tiles // progs * progs
+    q, r = divmod((tiles - dp) * iters, progs)
+    starts = [p * q + min(p, r) for p in range(progs + 1)]
+    owner = [p for p in range(progs) for _ in range(starts[p], starts[p + 1])]
+    owners = tuple(tuple(sorted(set(owner[t * iters:(t + 1) * iters]))) for t in range(tiles - dp))
+    slots = frozenset(2 * p + (0 if t == starts[p] // iters else 1)
+                      for t, own in enumerate(owners) if len(own) > 1 for p in own)
+    return StreamKPlan(progs, tiles, dp, owners, sum(starts[p] == starts[p + 1] for p in range(progs)),
+                       slots)
+
+
+SK_GOALS: dict[str, Callable[[StreamKPlan], bool]] = {
+    "sk_shared": lambda p: p.max_sharing >= 3,  # one tile's K loop split over 3+ programs
+    "sk_mixed": lambda p: p.dp_tiles > 0 and p.max_sharing >= 2,  # data-parallel and split tiles
+    "sk_idle": lambda p: p.dp_tiles > 0 and p.idle > 0 and p.max_sharing >= 2,  # fewer iters than programs
+}
+_BLOCKS = [(32, 32, 32), (32, 16, 16), (16, 32, 16), (16, 16, 16)]
+
+
+@functools.cache
+def config_for_path(path: str, m: int, n: int, k: int) -> GemmConfig | None:
+    """The config that runs `path` at (m, n, k); None for the heuristic's own choice.
+
+    Raises LookupError when no small config realizes the path at this shape (e.g. K = 1 has no K loop
+    to split).
+    """
+    if path == "heuristic":
+        return None
+    if path == "persistent":
+        # Fewer programs than tiles, so programs loop; group_m=2 makes several tile groups.
+        bm = 16 if m < 64 else 32
+        return GemmConfig(block_m=bm, block_n=16, block_k=32, group_m=2, grid=3)
+    goal = SK_GOALS[path]
+    for (bm, bn, bk), grid in itertools.product(_BLOCKS, range(2, 25)):
+        config = GemmConfig(block_m=bm, block_n=bn, block_k=bk, group_m=2, grid=grid, streamk=True)
+        if goal(sk_plan(config, m, n, k)):
+            return config
+    raise LookupError(f"no config realizes {path} at {m}x{n}x{k}")
+
+
+def path_feasible(path: str, m: int, n: int, k: int) -> bool:
+    try:
+        config_for_path(path, m, n, k)
+    except LookupError:
+        return False
+    return True
+
+
+def operands(m: int, n: int, k: int, dtype: torch.dtype, layout: str, device: str = "cpu",
+             seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """A (m, k) and B (k, n) as views in `layout`: 't' is a transposed view, 'strided' slices both."""
+    g = torch.Generator().manual_seed(seed)
+
+    def rand(*shape: int) -> torch.Tensor:
+        return torch.randn(shape, generator=g, dtype=torch.float32).to(dtype=dtype, device=device)
+
+    if layout == "strided":  # no unit stride in either dim: the pointer path with general strides
+        return rand(m, 2 * k)[:, ::2], rand(2 * k, 3 * n)[::2, ::3]
+    a = rand(m, k) if layout[0] == "n" else rand(k, m).t()
+    b = rand(k, n) if layout[1] == "n" else rand(n, k).t()
+    return a, b
+
+
+def make_bias(kind: str, m: int, n: int, dtype: torch.dtype, device: str = "cpu", seed: int = 1,
+              nan: bool = False) -> torch.Tensor | None:
+    """The bias (addmm's input) of `kind`; `nan` fills it with NaN (for beta = 0, which must ignore it)."""
+    g = torch.Generator().manual_seed(seed)
+
+    def rand(*shape: int) -> torch.Tensor:
+        t = torch.randn(shape, generator=g, dtype=torch.float32)
+        return (t.fill_(float("nan")) if nan else t).to(dtype=dtype, device=device)
+
+    return {
+        "none": lambda: None,
+        "scalar0d": lambda: rand(),
+        "one": lambda: rand(1),
+        "row": lambda: rand(n),
+        "row2d": lambda: rand(1, n),
+        "col": lambda: rand(m, 1),
+        "full": lambda: rand(m, n),
+        "full_t": lambda: rand(n, m).t(),
+        "expand_row": lambda: rand(n).expand(m, n),
+        "expand_col": lambda: rand(m, 1).expand(m, n),
+        "expand_scalar": lambda: rand(1, 1).expand(m, n),
+        "expand_1d": lambda: rand(1).expand(n),  # a (N,) linear bias with stride 0
+    }[kind]()
+
+
+def reference(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, beta: float = 1.0,
+              alpha: float = 1.0) -> torch.Tensor:
+    """alpha * a @ b + beta * bias in float64 on the CPU; beta == 0 ignores bias (NaN included)."""
+    ref = alpha * (a.double().cpu() @ b.double().cpu())
+    if bias is not None and beta != 0:
+        ref = ref + beta * bias.double().cpu()
+    return ref
+
+
+def rel_error(x: torch.Tensor, ref: torch.Tensor) -> float:
+    diff = (x.double().cpu() - ref).norm().item()
+    scale = ref.norm().item()
+    return diff / scale if scale > 0 else diff
+
+
+def assert_close(ours: torch.Tensor, theirs: torch.Tensor, ref: torch.Tensor, slack: float = 2.0) -> None:
+    """err(ours) <= slack * err(torch) + eps, errors relative to the float64 reference."""
+    assert ours.shape == theirs.shape == ref.shape, (ours.shape, theirs.shape, ref.shape)
+    assert ours.dtype == theirs.dtype
+    eps = torch.finfo(ours.dtype).eps / 2
+    err, err_torch = rel_error(ours, ref), rel_error(theirs, ref)
+    assert err <= slack * err_torch + eps, f"error {err:.3g} vs torch's {err_torch:.3g}"
+
+
+@dataclass
+class Launch:
+    a: torch.Tensor
+    b: torch.Tensor
+    c: torch.Tensor
+    config: GemmConfig
+    precision: str
+
+
+def record_launches(monkeypatch) -> list[Launch]:
+    """Wrap the ops' launcher: record what each launch got (operands, config, precision), then run it."""
+    import tritonblas.ops
+
+    calls: list[Launch] = []
+    real = tritonblas.ops.launch_gemm
+
+    def spy(a, b, c, bias, alpha, beta, config, sm_count, precision):
+        calls.append(Launch(a, b, c, config, precision))
+        return real(a, b, c, bias, alpha, beta, config, sm_count, precision)
+
+    monkeypatch.setattr(tritonblas.ops, "launch_gemm", spy)
+    return calls
+
+
+def run_op(op: str, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, beta: float = 1,
+           alpha: float = 1, **kw) -> tuple[torch.Tensor, torch.Tensor]:
+    """(tritonblas's result, torch's result) of `op` on the same inputs; linear gets weight = b.T."""
+    import torch.nn.functional as F
+
+    import tritonblas
+
+    if op == "matmul":
+        return tritonblas.matmul(a, b, **kw), torch.mm(a, b)
+    if op == "addmm":
+        return (tritonblas.addmm(bias, a, b, beta=beta, alpha=alpha, **kw),
+                torch.addmm(bias, a, b, beta=beta, alpha=alpha))
+    return tritonblas.linear(a, b.t(), bias, **kw), F.linear(a, b.t(), bias)
+
+
+def prime_workspace(config: GemmConfig, plan: StreamKPlan, device: str = "cpu") -> torch.Tensor:
+    """Size the Stream-K scratch as the launch will and fill it with NaN: the launch reuses it, so the
+    slots it wrote partials to can be read back (see `written_slots`)."""
+    from tritonblas import launch
+
+    ws, _ = launch._workspace(torch.device(device), 2 * plan.programs * config.block_m * config.block_n,
+                              plan.tiles - plan.dp_tiles)
+    return ws.fill_(float("nan"))
+
+
+def written_slots(ws: torch.Tensor, config: GemmConfig, plan: StreamKPlan) -> frozenset[int]:
+    size = config.block_m * config.block_n
+    return frozenset(s for s in range(2 * plan.programs) if not ws[s * size:(s + 1) * size].isnan().all())
+
+
+def same_view(x: torch.Tensor, y: torch.Tensor) -> bool:
+    """x and y address the same elements (strides of size-1 dims do not matter)."""
+    def strides(t: torch.Tensor) -> tuple[int, ...]:
+        return tuple(s for s, n in zip(t.stride(), t.shape, strict=True) if n > 1)
+
+    return x.data_ptr() == y.data_ptr() and x.shape == y.shape and strides(x) == strides(y)

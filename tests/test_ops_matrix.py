@@ -1,0 +1,156 @@
+"""matmul/addmm/linear against float64 and torch over every kernel path, layout, dtype, bias and
+beta/alpha, as pairwise covering sets (tests/shapes.py), with each Stream-K split checked to happen."""
+
+import pytest
+import torch
+from shapes import (
+    BIAS_SHAPES,
+    BIASES,
+    DTYPES,
+    EDGE_SHAPES,
+    LAYOUTS,
+    PATHS,
+    SCALES,
+    SHAPES,
+    SK_GOALS,
+    assert_close,
+    config_for_path,
+    make_bias,
+    operands,
+    pairwise,
+    path_feasible,
+    prime_workspace,
+    record_launches,
+    reference,
+    run_op,
+    same_view,
+    sk_plan,
+    written_slots,
+)
+
+from tritonblas import GemmConfig, launch
+
+# op -> (bias kind, scale) used in the path matrix; the bias matrix varies both for addmm.
+OPS = {"matmul": ("none", "unit"), "addmm": ("full", "scaled"), "linear": ("row", "unit"),
+       "linear_nobias": ("none", "unit"), "linear_expand": ("expand_1d", "unit")}
+
+PATH_CASES = pairwise(
+    {"op": list(OPS), "dtype": list(DTYPES), "path": PATHS, "shape": SHAPES, "layout": LAYOUTS},
+    lambda c: path_feasible(c["path"], *c["shape"]))
+
+BIAS_CASES = pairwise(
+    {"bias": BIASES, "scale": list(SCALES), "dtype": list(DTYPES),
+     "path": ("persistent", "sk_shared", "sk_mixed", "heuristic"), "shape": BIAS_SHAPES, "layout": LAYOUTS},
+    lambda c: path_feasible(c["path"], *c["shape"]))
+
+
+def _id(case: dict) -> str:
+    return "-".join("x".join(map(str, v)) if isinstance(v, tuple) else str(v) for v in case.values())
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    return record_launches(monkeypatch)
+
+
+def check_case(op: str, dtype: str, path: str, shape: tuple, layout: str, bias_kind: str, scale: str,
+               launches: list) -> None:
+    m, n, k = shape
+    a, b = operands(m, n, k, DTYPES[dtype], layout)
+    bias = make_bias(bias_kind, m, n, DTYPES[dtype], nan=scale == "beta0_nan")
+    beta, alpha = SCALES[scale]
+    config = config_for_path(path, m, n, k)
+    plan = ws = None
+    if config is not None and config.streamk:
+        plan = sk_plan(config, m, n, k)
+        assert SK_GOALS[path](plan), plan
+        ws = prime_workspace(config, plan)
+    ours, theirs = run_op(op.split("_")[0], a, b, bias, beta, alpha, config=config)
+    assert_close(ours, theirs, reference(a, b, bias, beta, alpha))
+    (call,) = launches
+    # The kernel reads the caller's tensors in place: no copy, whatever the layout.
+    assert same_view(call.a, a) and same_view(call.b, b)
+    if config is not None:
+        assert call.config == config  # config= runs exactly that config
+    if plan is not None:
+        # The split really happened: exactly the planned programs wrote partials, and every tile's
+        # arrival counter is back at zero for the next launch.
+        assert written_slots(ws, config, plan) == plan.slots
+        assert not launch._workspaces[torch.device("cpu")][1].any()
+
+
+@pytest.mark.parametrize("case", PATH_CASES, ids=_id)
+def test_paths_layouts_dtypes(case, launches):
+    bias_kind, scale = OPS[case["op"]]
+    check_case(case["op"], case["dtype"], case["path"], case["shape"], case["layout"], bias_kind, scale,
+               launches)
+
+
+@pytest.mark.parametrize("case", BIAS_CASES, ids=_id)
+def test_addmm_bias_and_scales(case, launches):
+    check_case("addmm", case["dtype"], case["path"], case["shape"], case["layout"], case["bias"],
+               case["scale"], launches)
+
+
+EDGE_CONFIGS = {
+    "heuristic": None,
+    "persistent": GemmConfig(block_m=16, block_n=16, block_k=16, grid=3),
+    "streamk": GemmConfig(block_m=16, block_n=16, block_k=16, grid=3, streamk=True),
+}
+
+
+@pytest.mark.parametrize("family", list(EDGE_CONFIGS))
+@pytest.mark.parametrize("op", ["matmul", "addmm", "linear"])
+@pytest.mark.parametrize("shape", EDGE_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_degenerate_sizes(shape, op, family):
+    m, n, k = shape
+    a, b = operands(m, n, k, torch.float16, "nn")
+    bias = make_bias("row", m, n, torch.float16)
+    ours, theirs = run_op(op, a, b, bias, 0.5, 2.0, config=EDGE_CONFIGS[family])
+    assert_close(ours, theirs, reference(a, b, bias if op != "matmul" else None,
+                                         0.5 if op == "addmm" else 1.0, 2.0 if op == "addmm" else 1.0))
+    if k == 0:
+        # No K: exactly beta * bias (or zeros), as torch gives.
+        assert torch.equal(ours, theirs)
+
+
+@pytest.mark.parametrize("enable_streamk", [None, False, True])
+def test_enable_streamk_picks_family(enable_streamk, launches):
+    a, b = operands(33, 17, 100, torch.float16, "nn")
+    ours, theirs = run_op("matmul", a, b, None, enable_streamk=enable_streamk)
+    assert_close(ours, theirs, reference(a, b))
+    if enable_streamk is not None:
+        assert launches[0].config.streamk is enable_streamk
+
+
+@pytest.mark.parametrize("where", ["a", "b"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+@pytest.mark.parametrize("path", ["persistent", "sk_shared"])
+def test_nan_inf_in_operands_propagate_like_torch(where, value, path):
+    m, n, k = 33, 17, 100
+    a, b = operands(m, n, k, torch.float32, "nn")
+    (a if where == "a" else b)[3, 5] = value
+    ours, theirs = run_op("matmul", a, b, None, config=config_for_path(path, m, n, k))
+    assert torch.equal(ours.isnan(), theirs.isnan())
+    assert torch.equal(ours.isinf(), theirs.isinf())
+    assert ours.isnan().any() or ours.isinf().any()
+    finite = ours.isfinite()
+    assert_close(ours[finite], theirs[finite], reference(a, b)[finite])
+
+
+@pytest.fixture(params=[False, True], ids=["ieee", "tf32"])
+def allow_tf32(request):
+    saved = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = request.param
+    yield request.param
+    torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+def test_fp32_honours_allow_tf32(allow_tf32, launches):
+    a, b = operands(33, 17, 100, torch.float32, "tn")
+    ours, theirs = run_op("matmul", a, b, None)
+    # The interpreter computes tf32 dots in full fp32, so both settings must match torch's accuracy.
+    assert_close(ours, theirs, reference(a, b))
+    assert launches[0].precision == ("tf32" if allow_tf32 else "ieee")
+    ours16, _ = run_op("matmul", a.half(), b.half(), None)
+    assert launches[1].precision == "tf32"  # fp16 inputs are exact in any dot precision
