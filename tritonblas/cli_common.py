@@ -1,0 +1,113 @@
+"""What every command shares: the console, option parsing, device checks, and user-facing exits.
+
+User mistakes (bad dtype, bad shapes file, no GPU) end in one clear line on stderr and exit code 2,
+the code argument errors get from typer; failures of the work itself exit 1.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import NoReturn
+
+import typer
+from rich.console import Console
+
+from .config import Problem
+from .shapes import DTYPES, ShapesError, load_problems
+
+USAGE_ERROR = 2
+console = Console(highlight=False)
+err_console = Console(stderr=True, highlight=False)
+
+NO_GPU_MESSAGE = ("error: tuning and benchmarking need a CUDA or ROCm GPU and none was found; for a "
+                  "functional dry run on CPU set TRITON_INTERPRET=1 (timings are then meaningless)")
+
+
+def fail(message: str, code: int = USAGE_ERROR) -> NoReturn:
+    err_console.print(message, markup=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def interpreter_mode() -> bool:
+    from .device import interpreter_enabled
+
+    return interpreter_enabled()
+
+
+def gpu_count() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def require_device() -> None:
+    """Exit 2 with the one-line hint unless kernels can run here (a GPU, or Triton's interpreter)."""
+    if not interpreter_mode() and gpu_count() == 0:
+        fail(NO_GPU_MESSAGE)
+
+
+def parse_devices(devices: str | None) -> list[int]:
+    """`--devices 0,1,3` -> [0, 1, 3]; None -> [0]. Checked against the GPUs present (any in interpreter)."""
+    require_device()
+    if devices is None:
+        return [0]
+    try:
+        ids = [int(d) for d in devices.split(",") if d.strip()]
+    except ValueError:
+        fail(f"error: --devices must be comma-separated GPU indices like 0,1, got {devices!r}")
+    if not ids:
+        fail("error: --devices names no device")
+    if len(set(ids)) != len(ids):
+        fail(f"error: --devices lists a device twice: {devices!r}")
+    if not interpreter_mode():
+        count = gpu_count()
+        bad = [d for d in ids if not 0 <= d < count]
+        if bad:
+            fail(f"error: --devices {bad[0]} does not exist; this host has GPUs 0..{count - 1}")
+    elif any(d < 0 for d in ids):
+        fail(f"error: --devices must be non-negative, got {devices!r}")
+    return ids
+
+
+def parse_dtypes(dtypes: str | None) -> list[str] | None:
+    """`--dtypes bf16,fp16` -> ["bf16", "fp16"]; an unknown one exits 2 with the valid list."""
+    if dtypes is None:
+        return None
+    items = [d.strip() for d in dtypes.split(",") if d.strip()]
+    for d in items or [dtypes]:
+        check_dtype(d)
+    return list(dict.fromkeys(items))
+
+
+def check_dtype(dtype: str) -> str:
+    if dtype not in DTYPES:
+        fail(f"error: unknown dtype {dtype!r}; valid dtypes: {', '.join(DTYPES)}")
+    return dtype
+
+
+def problems_from(shapes: Path, dtypes: str | None) -> list[Problem]:
+    chosen = parse_dtypes(dtypes)
+    try:
+        return load_problems(shapes, chosen)
+    except ShapesError as e:
+        fail(f"error: {e}")
+
+
+def open_db(url: str | None):
+    """The tuning database at `url` (default: $TRITONBLAS_DB or the user cache file); a database that
+    cannot be opened exits 1, a malformed URL 2."""
+    from tuning_db import TuningDB
+    from tuning_db.errors import TuningDBError
+
+    try:
+        return TuningDB(url)
+    except TuningDBError as e:
+        fail(f"error: {e}", code=1)
+    except ValueError as e:  # a malformed URL
+        fail(f"error: --db: {e}")
+
+
+def problem_label(p: Problem) -> str:
+    extra = "" if p.bias == "none" else f" +{p.bias}"
+    return f"{p.m}x{p.n}x{p.k} {p.dtype} {p.layout}{extra}"
+
