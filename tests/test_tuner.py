@@ -1,0 +1,271 @@
+"""Tuner flow with injected benchmarks (timings fake, rows/winners/statuses real, in a real tuning_db)."""
+
+from __future__ import annotations
+
+import ast
+import math
+import time
+import zlib
+
+import pytest
+from triton.compiler.errors import CompilationError
+from triton.runtime.errors import OutOfResources
+
+from tritonblas import heuristic
+from tritonblas.config import INTERPRETER_DEVICE, Problem, config_supports, device_for_arch
+from tritonblas.tuner import (
+    Benchmark,
+    BenchResult,
+    TuningInterrupted,
+    candidate_space,
+    tune_many,
+    tune_problem,
+)
+from tuning_db import TuningDB
+
+H200 = device_for_arch("sm_90", "NVIDIA H200", 132)
+SMALL_SMEM = device_for_arch("gfx942", "MI300X", 304)  # 64 KiB of shared memory: prunes big tiles
+P = Problem(512, 512, 512, "bf16")
+# Space problems: a large square one (many waves), few tiles with a long K (Stream-K splits), a
+# transposed fp32 one with a bias, and a tiny one.
+SPACE_PROBLEMS = [Problem(8192, 8192, 8192, "bf16"), Problem(256, 256, 16384, "fp16"),
+                  Problem(1000, 3000, 200, "fp32", "tn", "row"), Problem(16, 16, 16, "fp16")]
+SPACE_DEVICES = [H200, INTERPRETER_DEVICE, SMALL_SMEM]
+
+
+def fake_ms(config) -> float:
+    """A deterministic, config-dependent fake time in ms."""
+    return 0.5 + (zlib.crc32(config.short().encode()) % 10_000) / 10_000
+
+
+class FakeBench(Benchmark):
+    """Fake timings; `outcomes` maps a config to a BenchResult to return or an exception to raise."""
+
+    def __init__(self, outcomes=None, sleep_s: float = 0.0, torch_ms: float | None = None) -> None:
+        self.outcomes = outcomes or {}
+        self.sleep_s = sleep_s
+        self.torch_ms = torch_ms
+        self.calls: list = []
+        self.cutoffs: list = []
+
+    def __call__(self, config, problem, device, *, cutoff_ms=None):
+        self.calls.append(config)
+        self.cutoffs.append(cutoff_ms)
+        if self.sleep_s:
+            time.sleep(self.sleep_s)
+        got = self.outcomes.get(config)
+        if isinstance(got, BaseException):
+            raise got
+        if callable(got):
+            return got()
+        return got or BenchResult("ok", fake_ms(config), fake_ms(config) * 0.99, fake_ms(config) * 1.01, 1e-3)
+
+    def baseline(self, problem, device):
+        return self.torch_ms
+
+
+@pytest.fixture
+def db(tmp_path):
+    with TuningDB(str(tmp_path / "tune.sqlite")) as d:
+        yield d
+
+
+def test_picks_the_fastest_and_stores_every_row(db):
+    bench = FakeBench(torch_ms=2.0)
+    out = tune_problem(P, H200, db, bench=bench, budget_s=60, early_stop=False)
+    space = candidate_space(P, H200)
+    assert out.status == "tuned" and out.candidates == len(space)
+    assert bench.calls == space  # every candidate once, in the heuristic's order
+    best = min(space, key=fake_ms)
+    stored = db.get_winner(out.key)
+    assert stored.config == best == out.winner.config
+    assert stored.median_ms == pytest.approx(fake_ms(best))
+    assert stored.torch_ms == 2.0 and stored.speedup == pytest.approx(2.0 / fake_ms(best))
+    rows = db.measurements(out.key)
+    assert len(rows) == len(space) and {r.status for r in rows} == {"ok"}
+    assert rows[0].config == best and rows[0].tflops == pytest.approx(2 * 512**3 / (fake_ms(best) * 1e9))
+
+
+def test_failing_candidates_are_recorded_and_never_chosen(db):
+    space = candidate_space(P, H200)
+    fastest = sorted(space, key=fake_ms)
+    outcomes = {
+        fastest[0]: OutOfResources(300000, 232448, "shared memory"),
+        fastest[1]: CompilationError("src", ast.parse("x").body[0], "bad"),
+        fastest[2]: lambda: BenchResult("wrong_result", rel_error=0.5, note="off"),
+        fastest[3]: RuntimeError("CUDA error: an illegal memory access was encountered"),
+        fastest[4]: lambda: BenchResult("wrong_result", rel_error=math.nan),  # NaN output
+        fastest[5]: lambda: time.sleep(0.3) or BenchResult("ok", 1e-3),  # fastest, but over the limit
+    }
+    out = tune_problem(P, H200, db, bench=FakeBench(outcomes), budget_s=60, early_stop=False,
+                       candidate_timeout_s=0.2)
+    assert out.winner.config == fastest[6]
+    status = {m.config: m for m in db.measurements(out.key)}
+    expected = ["out_of_resources", "compile_error", "wrong_result", "launch_error", "wrong_result",
+                "timeout"]
+    assert [status[c].status for c in fastest[:6]] == expected
+    assert status[fastest[2]].rel_error == 0.5
+    assert status[fastest[4]].rel_error is None and "nan" in status[fastest[4]].note
+    assert "illegal memory access" in status[fastest[3]].note
+    assert all(status[c].median_ms is None for c in fastest[:6])
+
+
+def test_prepare_failures_are_not_timed_and_a_failing_prepare_is_survived(db):
+    space = candidate_space(P, H200)
+
+    class Prepared(FakeBench):
+        def prepare(self, configs, problem, device):
+            return {space[0]: BenchResult("compile_error", note="ptxas died")}
+
+    bench = Prepared()
+    out = tune_problem(P, H200, db, bench=bench, budget_s=60)
+    assert space[0] not in bench.calls and out.winner.config != space[0]
+    assert {m.config: m.status for m in db.measurements(out.key)}[space[0]] == "compile_error"
+
+    class BrokenPrepare(FakeBench):
+        def prepare(self, configs, problem, device):
+            raise RuntimeError("thread pool gone")
+
+    bench = BrokenPrepare()
+    out = tune_problem(P, H200, db, bench=bench, budget_s=60, force=True, early_stop=False)
+    assert bench.calls == space and out.status == "tuned"
+
+
+def test_all_failing_gives_no_winner_but_keeps_the_rows(db):
+    space = candidate_space(P, H200, top_k=2, neighbour_seeds=0)
+    bench = FakeBench({c: RuntimeError("launch failed") for c in space})
+    out = tune_problem(P, H200, db, bench=bench, top_k=2, neighbour_seeds=0)
+    assert out.status == "no_winner" and out.winner is None and db.get_winner(out.key) is None
+    assert [m.status for m in db.measurements(out.key)] == ["launch_error"] * len(space)
+
+
+def test_budget_stops_measuring(db):
+    bench = FakeBench(sleep_s=0.03)
+    out = tune_problem(P, H200, db, bench=bench, budget_s=0.1)
+    assert 1 <= len(bench.calls) <= 0.1 / 0.03 + 2 < out.candidates
+    assert out.winner.config in bench.calls and len(db.measurements(out.key)) == len(bench.calls)
+
+
+def test_budget_waits_for_a_first_working_candidate(db):
+    space = candidate_space(P, H200)
+    bench = FakeBench({c: RuntimeError("no") for c in space[:3]})
+    out = tune_problem(P, H200, db, bench=bench, budget_s=1e-9)
+    assert bench.calls == space[:4] and out.winner.config == space[3]
+
+
+def test_clear_losers_get_a_cutoff_and_exhaustive_gets_none(db):
+    bench = FakeBench()
+    tune_problem(P, H200, db, bench=bench, budget_s=60)
+    best = math.inf
+    for config, cutoff in zip(bench.calls, bench.cutoffs, strict=True):
+        assert cutoff == (None if best == math.inf else pytest.approx(1.5 * best))
+        best = min(best, fake_ms(config))
+    bench = FakeBench()
+    out = tune_problem(P, H200, db, bench=bench, exhaustive=True, force=True, budget_s=1e-9)
+    assert bench.cutoffs == [None] * len(bench.calls)
+    assert bench.calls == candidate_space(P, H200, exhaustive=True) and out.candidates == len(bench.calls)
+
+
+def test_plain_function_benchmark(db):
+    calls = []
+
+    def bench(config, problem, device):
+        calls.append(config)
+        return BenchResult("ok", fake_ms(config))
+
+    out = tune_problem(P, H200, db, bench=bench, budget_s=60, top_k=3, neighbour_seeds=1)
+    assert out.winner.config == min(calls, key=fake_ms) and len(calls) == out.candidates
+
+
+def test_rerun_skips_fresh_winners_unless_forced(db):
+    problems = [P, Problem(64, 128, 256, "fp16", "nt", "column")]
+    first = tune_many(problems, H200, db, bench=FakeBench(), top_k=2, neighbour_seeds=0)
+    assert [o.status for o in first] == ["tuned", "tuned"]
+    unused = FakeBench()
+    again = tune_many(problems, H200, db, bench=unused, top_k=2, neighbour_seeds=0)
+    assert [o.status for o in again] == ["skipped", "skipped"] and unused.calls == []
+    assert [o.winner.config for o in again] == [o.winner.config for o in first]
+    forced = FakeBench()
+    assert tune_many(problems[:1], H200, db, bench=forced, force=True, top_k=2, neighbour_seeds=0)[0].status \
+        == "tuned" and forced.calls
+
+
+def test_ctrl_c_keeps_finished_problems_and_rerun_resumes(db):
+    problems = [Problem(64, 64, 64 * i, "fp16") for i in (1, 2, 3)]
+    seen = []
+
+    class CtrlC(FakeBench):
+        """Ctrl-C in the middle of the third problem, after one of its candidates was measured."""
+
+        def __call__(self, config, problem, device, *, cutoff_ms=None):
+            if problem == problems[2]:
+                self.third = getattr(self, "third", 0) + 1
+                if self.third == 2:
+                    raise KeyboardInterrupt
+            return super().__call__(config, problem, device, cutoff_ms=cutoff_ms)
+
+    with pytest.raises(TuningInterrupted) as info:
+        tune_many(problems, H200, db, bench=CtrlC(), top_k=2, neighbour_seeds=0, progress=seen.append)
+    assert isinstance(info.value, KeyboardInterrupt)
+    assert [o.problem for o in info.value.outcomes] == problems[:2] == [o.problem for o in seen]
+    keys = [o.key for o in info.value.outcomes]
+    assert all(db.get_winner(k) is not None for k in keys)
+    stats = db.stats()  # the interrupted problem wrote nothing, not even its one measured candidate
+    assert stats["winners"] == 2 and stats["measurements"] == sum(len(o.measurements) for o in seen)
+    resumed = tune_many(problems, H200, db, bench=FakeBench(), top_k=2, neighbour_seeds=0)
+    assert [o.status for o in resumed] == ["skipped", "skipped", "tuned"]
+
+
+@pytest.mark.parametrize("kwargs, error", [
+    (dict(budget_s=0), ValueError), (dict(budget_s="5"), ValueError), (dict(top_k=0), ValueError),
+    (dict(bench=42), TypeError)])
+def test_bad_options_are_refused_before_anything_is_written(db, kwargs, error):
+    kwargs.setdefault("bench", FakeBench())
+    with pytest.raises(error, match=next(iter(kwargs)) if error is ValueError else "bench"):
+        tune_problem(P, H200, db, **kwargs)
+    assert db.stats()["measurements"] == 0
+
+
+def test_bad_problems_are_refused(db):
+    with pytest.raises(TypeError, match="problem"):
+        tune_problem((64, 64, 64), H200, db, bench=FakeBench())
+    with pytest.raises(ValueError, match="out_dtype"):
+        tune_many([P, Problem(64, 64, 64, "fp16", out_dtype="fp32")], H200, db, bench=FakeBench())
+    assert db.stats()["measurements"] == 0  # validated up front: not even the good first problem ran
+
+
+@pytest.mark.parametrize("device", SPACE_DEVICES, ids=lambda d: d.arch)
+@pytest.mark.parametrize("problem", SPACE_PROBLEMS, ids=lambda p: f"{p.m}x{p.n}x{p.k}")
+def test_candidate_space_is_feasible_unique_and_deterministic(problem, device):
+    space = candidate_space(problem, device)
+    assert space == candidate_space(problem, device)
+    assert len(space) == len(set(space)) > 0
+    assert all(config_supports(c, problem, device) is None for c in space)
+    assert {c.streamk for c in space} == {False, True}
+    for fam in (False, True):
+        only = candidate_space(problem, device, enable_streamk=fam)
+        assert only and {c.streamk for c in only} == {fam}
+    exhaustive = candidate_space(problem, device, exhaustive=True)
+    assert set(space) <= set(exhaustive)
+    assert set(heuristic.candidates(problem, device)) <= set(exhaustive)
+
+
+def test_candidate_space_has_neighbours_and_grids():
+    long_k = Problem(256, 256, 16384, "bf16")  # 4-16 tiles on 132 SMs: Stream-K splits
+    space = candidate_space(long_k, H200)
+    seed = space[0]
+    assert seed.model_copy(update={"num_warps": 8 if seed.num_warps == 4 else 4}) in space
+    assert {c.group_m for c in space} >= {4, 8, 16} and {c.num_stages for c in space} >= {2, 3, 4}
+    assert any(c.tma for c in space) and any(c.block_k == seed.block_k // 2 for c in space)
+    tiles = (256 // seed.block_m) * (256 // seed.block_n)
+    assert {c.grid for c in space if c.streamk} >= {None, 2 * tiles, 3 * tiles}
+    big = candidate_space(Problem(8192, 8192, 8192, "bf16"), H200)
+    assert any(c.grid == 264 and not c.streamk for c in big)  # two programs per SM
+    # a grid launching as many programs as the default is the default: no duplicate measurements
+    tiny = candidate_space(Problem(16, 16, 16, "fp16"), H200)
+    assert all(c.grid is None for c in tiny if not c.streamk)
+
+
+def test_small_shared_memory_prunes_big_tiles():
+    space = candidate_space(Problem(4096, 4096, 4096, "fp16"), SMALL_SMEM, exhaustive=True)
+    assert space and max(c.block_m * c.block_n for c in space) < 256 * 256
