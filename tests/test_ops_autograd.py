@@ -1,0 +1,167 @@
+"""Backward through matmul/addmm/linear against torch's gradients, and the `out=` contract."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from shapes import assert_close, config_for_path, make_bias, operands
+
+import tritonblas
+from tritonblas import GemmConfig
+
+M, N, K = 33, 17, 100  # ragged in every dim; room for a Stream-K split of the forward GEMM
+
+
+def _run_backward(fn, inputs: list[torch.Tensor | None], grad: torch.Tensor):
+    """fn(*leaves) and the leaves' grads, on fresh leaf copies of `inputs` (None stays None)."""
+    leaves = [None if t is None else t.detach().clone().requires_grad_() for t in inputs]
+    y = fn(*leaves)
+    y.backward(grad)
+    return y, [None if t is None else t.grad for t in leaves]
+
+
+def _check_grads(ours_fn, torch_fn, ref_fn, inputs, grad):
+    y, ours = _run_backward(ours_fn, inputs, grad)
+    y_t, theirs = _run_backward(torch_fn, inputs, grad)
+    refs = ref_fn(*[None if t is None else t.double() for t in inputs], grad.double())
+    assert_close(y.detach(), y_t.detach(), ref_fn.forward(*[None if t is None else t.double()
+                                                                for t in inputs]))
+    for name, o, t, r in zip("abc", ours, theirs, refs, strict=False):
+        if r is not None:
+            assert o is not None and o.dtype == t.dtype, name
+            assert_close(o, t, r)
+
+
+class _AddmmRef:
+    def __init__(self, beta: float, alpha: float):
+        self.beta, self.alpha = beta, alpha
+
+    def forward(self, bias, a, b):
+        out = self.alpha * (a @ b)
+        return out if bias is None else out + self.beta * bias
+
+    def __call__(self, bias, a, b, g):
+        gbias = None if bias is None else self.beta * g.sum_to_size(bias.shape)
+        return gbias, self.alpha * g @ b.t(), self.alpha * a.t() @ g
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+@pytest.mark.parametrize("path, layout", [("heuristic", "nn"), ("sk_shared", "tn"), ("persistent", "nt")])
+def test_matmul_backward(dtype, path, layout):
+    a, b = operands(M, N, K, dtype, layout)
+    grad = torch.randn(M, N).to(dtype)
+    config = config_for_path(path, M, N, K)
+    ref = _AddmmRef(1.0, 1.0)
+    _check_grads(lambda bias, a, b: tritonblas.matmul(a, b, config=config), lambda bias, a, b: a @ b, ref,
+                 [None, a, b], grad)
+
+
+@pytest.mark.parametrize("bias_kind, beta, alpha, dtype", [
+    ("row", 0.5, -2.0, torch.float32),
+    ("col", 1.0, 1.0, torch.float16),
+    ("full", 2.0, 0.25, torch.float16),
+    ("scalar0d", -1.0, 3.0, torch.float32),
+    ("row2d", 0.0, 1.0, torch.float32),  # beta = 0: the input's grad is zeros, as torch gives
+])
+def test_addmm_backward(bias_kind, beta, alpha, dtype):
+    a, b = operands(M, N, K, dtype, "nn")
+    bias = make_bias(bias_kind, M, N, dtype)
+    grad = torch.randn(M, N).to(dtype)
+    _check_grads(lambda c, a, b: tritonblas.addmm(c, a, b, beta=beta, alpha=alpha, enable_streamk=True),
+                 lambda c, a, b: torch.addmm(c, a, b, beta=beta, alpha=alpha), _AddmmRef(beta, alpha),
+                 [bias, a, b], grad)
+
+
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_linear_backward_with_3d_input(with_bias):
+    x = torch.randn(3, 7, K)
+    w = torch.randn(N, K)
+    bias = torch.randn(N) if with_bias else None
+    grad = torch.randn(3, 7, N)
+    (y, (gx, gw, gb)) = _run_backward(lambda x, w, b: tritonblas.linear(x, w, b), [x, w, bias], grad)
+    (y_t, (gx_t, gw_t, gb_t)) = _run_backward(F.linear, [x, w, bias], grad)
+    x64, w64, g64 = x.double(), w.double(), grad.double()
+    ref_y = x64 @ w64.t() + (0 if bias is None else bias.double())
+    assert y.shape == (3, 7, N)
+    assert_close(y.detach(), y_t.detach(), ref_y)
+    assert_close(gx, gx_t, g64 @ w64)
+    assert_close(gw, gw_t, g64.reshape(-1, N).t() @ x64.reshape(-1, K))
+    if with_bias:
+        assert_close(gb, gb_t, g64.sum((0, 1)))
+
+
+def test_only_inputs_that_need_grad_get_one():
+    a, b = operands(M, N, K, torch.float32, "nn")
+    a.requires_grad_()
+    tritonblas.matmul(a, b).sum().backward()
+    assert b.grad is None
+    assert_close(a.grad, torch.ones(M, N) @ b.t(), torch.ones(M, N).double() @ b.double().t())
+
+
+def test_no_grad_skips_autograd_graph():
+    a, b = operands(M, N, K, torch.float32, "nn")
+    a.requires_grad_()
+    with torch.no_grad():
+        y = tritonblas.matmul(a, b)
+    assert not y.requires_grad and y.grad_fn is None
+
+
+@pytest.mark.parametrize("who", ["a", "b", "input", "out"])
+def test_out_refuses_autograd_like_torch(who):
+    a, b = operands(M, N, K, torch.float32, "nn")
+    bias = torch.randn(N)
+    out = torch.full((M, N), 3.0)
+    {"a": a, "b": b, "input": bias, "out": out}[who].requires_grad_()
+    before = out.detach().clone()
+    with pytest.raises(RuntimeError, match=r"addmm\(\): functions with out=\.\.\. arguments don't support "
+                                           "automatic differentiation"):
+        tritonblas.addmm(bias, a, b, out=out)
+    # torch refuses the same call, with the same words
+    with pytest.raises(RuntimeError, match="out=... arguments don't support automatic differentiation"):
+        torch.addmm(bias, a, b, out=out)
+    assert torch.equal(out.detach(), before)
+    with torch.no_grad():  # without autograd recording, out= is fine
+        assert tritonblas.addmm(bias, a, b, out=out) is out
+    assert_close(out.detach(), torch.addmm(bias, a, b).detach(), bias.double() + a.double() @ b.double())
+
+
+def _outs(m: int, n: int, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    return {
+        "contiguous": torch.full((m, n), 9.0, dtype=dtype),
+        "column_major": torch.full((n, m), 9.0, dtype=dtype).t(),
+        "strided_slice": torch.full((m, 3 * n), 9.0, dtype=dtype)[:, 1::3],
+    }
+
+
+@pytest.mark.parametrize("out_kind", ["contiguous", "column_major", "strided_slice"])
+@pytest.mark.parametrize("op, config", [
+    ("matmul", None),
+    ("addmm", GemmConfig(block_m=16, block_n=16, block_k=32, grid=5, streamk=True)),
+    ("addmm", GemmConfig(block_m=32, block_n=16, block_k=16, grid=2)),
+])
+def test_out_is_written_in_place_and_returned(out_kind, op, config):
+    a, b = operands(M, N, K, torch.float16, "tn")
+    bias = torch.randn(M, 1).half()
+    out = _outs(M, N, torch.float16)[out_kind]
+    base = out._base if out._base is not None else out
+    untouched = base.clone()
+    if op == "matmul":
+        result, expect, ref = tritonblas.matmul(a, b, out=out, config=config), a @ b, a.double() @ b.double()
+    else:
+        result = tritonblas.addmm(bias, a, b, beta=0.5, alpha=2.0, out=out, config=config)
+        expect = torch.addmm(bias, a, b, beta=0.5, alpha=2.0)
+        ref = 0.5 * bias.double() + 2.0 * (a.double() @ b.double())
+    assert result is out
+    assert_close(out, expect, ref)
+    # Nothing outside out's elements changed (the gaps of a strided out keep their values).
+    mask = torch.ones_like(base, dtype=torch.bool)
+    mask.as_strided(out.shape, out.stride(), out.storage_offset()).fill_(False)
+    assert torch.equal(base[mask], untouched[mask])
+
+
+def test_out_for_empty_and_k0_problems():
+    out = torch.full((4, 0), 1.0)
+    assert tritonblas.matmul(torch.randn(4, 3), torch.randn(3, 0), out=out) is out
+    out = torch.full((4, 5), 1.0)
+    bias = torch.randn(5)
+    assert tritonblas.addmm(bias, torch.randn(4, 0), torch.randn(0, 5), beta=3.0, out=out) is out
+    assert torch.equal(out, (3.0 * bias).expand(4, 5))
