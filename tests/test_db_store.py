@@ -1,0 +1,312 @@
+"""TuningDB on SQLite and PostgreSQL: schema and migrations, upserts, staleness, lookups, prune."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from datetime import datetime, timedelta
+
+import pytest
+import sqlalchemy as sa
+from pydantic import ValidationError
+from test_db_support import (
+    BACKENDS,
+    BIG,
+    ENV,
+    ENV_NEW_KERNELS,
+    ENV_OLD_TRITON,
+    ENV_OTHER_TORCH,
+    SK,
+    SMALL,
+    T0,
+    empty_db,
+    key,
+    measurement,
+    winner,
+)
+
+from tritonblas.config import Problem, device_for_arch
+from tuning_db import (
+    SCHEMA_VERSION,
+    EnvIdentity,
+    ProblemKey,
+    SchemaTooNewError,
+    TuningDB,
+    TuningDBError,
+    default_url,
+    normalize_url,
+)
+from tuning_db.engine import make_engine, sqlite_path
+from tuning_db.migrations import MIGRATIONS_TABLE, STEPS, migrate
+from tuning_db.models import Base
+
+
+@pytest.fixture(params=BACKENDS)
+def db_url(request, tmp_path):
+    yield from empty_db(request.param, tmp_path)
+
+
+@pytest.fixture
+def db(db_url):
+    with TuningDB(db_url) as opened:
+        yield opened
+
+
+def _schema(url: str) -> dict[str, dict]:
+    """Tables -> columns (name -> nullable), unique constraint names, index names, as the DB reports."""
+    engine = sa.create_engine(normalize_url(url))
+    try:
+        insp = sa.inspect(engine)
+        return {t: {"columns": {c["name"]: c["nullable"] for c in insp.get_columns(t)},
+                    "unique": sorted(u["name"] for u in insp.get_unique_constraints(t)),
+                    "indexes": sorted(i["name"] for i in insp.get_indexes(t) if not i.get("unique"))}
+                for t in insp.get_table_names()}
+    finally:
+        engine.dispose()
+
+
+def _model_schema() -> dict[str, dict]:
+    return {t.name: {"columns": {c.name: c.nullable for c in t.columns},
+                     "unique": sorted(c.name for c in t.constraints if isinstance(c, sa.UniqueConstraint)),
+                     "indexes": sorted(i.name for i in t.indexes)}
+            for t in Base.metadata.sorted_tables}
+
+
+def test_empty_db_is_migrated_to_the_models(db, db_url):
+    assert db.schema_version() == SCHEMA_VERSION == STEPS[-1][0]
+    assert _schema(db_url) == _model_schema()
+    engine = sa.create_engine(normalize_url(db_url))
+    with engine.connect() as conn:
+        recorded = conn.execute(sa.text("SELECT version, name FROM tuning_schema_migrations "
+                                        "ORDER BY version")).all()
+    engine.dispose()
+    assert [tuple(r) for r in recorded] == [(v, name) for v, name, _ in STEPS]
+
+
+def test_old_schema_db_is_upgraded_keeping_its_rows(db_url):
+    # A genuine version-1 database: the migrations stopped at step 1, rows written in v1's shape.
+    engine = make_engine(normalize_url(db_url))
+    assert migrate(engine, db_url, target=1) == 1
+    md = sa.MetaData()
+    md.reflect(engine)
+    assert "note" not in md.tables["measurements"].c  # migration 2 adds it
+    with engine.begin() as conn:
+        conn.execute(md.tables["problems"].insert().values(id=1, **key().model_dump()))
+        conn.execute(md.tables["environments"].insert().values(id=1, **ENV.model_dump()))
+        conn.execute(md.tables["winners"].insert().values(
+            problem_id=1, env_id=1, config_json=SMALL.model_dump_json(), median_ms=0.5, torch_ms=1.0,
+            speedup=2.0, source="tuned", host="old", created_at=T0.replace(tzinfo=None)))
+        conn.execute(md.tables["measurements"].insert().values(
+            problem_id=1, env_id=1, config_json=SMALL.model_dump_json(), status="ok", median_ms=0.5,
+            p20_ms=0.4, p80_ms=0.6, tflops=1.0, rel_error=0.0))
+    engine.dispose()
+    with TuningDB(db_url) as db:
+        assert db.schema_version() == SCHEMA_VERSION
+        w = db.get_winner(key(), ENV)
+        assert (w.config, w.median_ms, w.host, w.created_at) == (SMALL, 0.5, "old", T0)
+        assert [(m.config, m.median_ms, m.note) for m in db.measurements(key(), ENV)] == [(SMALL, 0.5, "")]
+        db.record_measurements(key(), ENV, [measurement(BIG, 0.7, note="after upgrade")])
+        assert [m.note for m in db.measurements(key(), ENV)] == ["", "after upgrade"]
+    assert _schema(db_url) == _model_schema()
+
+
+def test_newer_schema_is_refused_and_left_untouched(db_url):
+    TuningDB(db_url).close()
+    engine = sa.create_engine(normalize_url(db_url))
+    with engine.begin() as conn:
+        conn.execute(sa.text("INSERT INTO tuning_schema_migrations (version, name, applied_at) "
+                             "VALUES (:v, 'from the future', :t)"), {"v": SCHEMA_VERSION + 1, "t": T0})
+    engine.dispose()
+    path = sqlite_path(normalize_url(db_url))
+    before = path.read_bytes() if path else None
+    with pytest.raises(SchemaTooNewError, match=f"schema version {SCHEMA_VERSION + 1}.*newer") as exc:
+        TuningDB(db_url)
+    assert (str(path) if path else "127.0.0.1") in str(exc.value)
+    if path is not None:
+        assert path.read_bytes() == before
+    engine = sa.create_engine(normalize_url(db_url))
+    with engine.connect() as conn:
+        versions = conn.execute(sa.select(sa.column("version")).select_from(sa.table(MIGRATIONS_TABLE)))
+        assert SCHEMA_VERSION + 1 in versions.scalars().all()
+    engine.dispose()
+
+
+def test_foreign_sqlite_file_is_refused(tmp_path):
+    path = tmp_path / "other.sqlite"
+    engine = sa.create_engine(f"sqlite:///{path}")
+    with engine.begin() as conn:
+        conn.execute(sa.text("CREATE TABLE notes (body TEXT)"))
+    engine.dispose()
+    before = path.read_bytes()
+    with pytest.raises(TuningDBError, match=f"{path}.*not a tuning database"):
+        TuningDB(str(path))
+    assert path.read_bytes() == before
+
+
+def test_upsert_keeps_the_faster_winner(db):
+    assert db.upsert_winner(winner(ms=1.0, config=SMALL))
+    assert not db.upsert_winner(winner(ms=1.5, config=BIG))  # slower: kept the stored one
+    assert not db.upsert_winner(winner(ms=1.0, config=BIG))  # a tie is not an improvement
+    assert db.get_winner(key(), ENV).config == SMALL
+    assert db.upsert_winner(winner(ms=0.25, config=SK, host="node-2"))
+    got = db.get_winner(key(), ENV)
+    assert (got.config, got.median_ms, got.host, got.speedup) == (SK, 0.25, "node-2", 8.0)
+    assert len(db.winners()) == 1
+
+
+def test_winner_round_trips_every_field(db):
+    w = winner(ms=0.123456789012345, torch_ms=None, speedup=None, config=SK,
+               at=T0 + timedelta(microseconds=7), host="gpu node #3")
+    db.upsert_winner(w)
+    assert db.get_winner(w.key, ENV) == w
+
+
+def test_stale_entries_are_misses_shown_stale_and_pruned(db):
+    db.upsert_winner(winner(ms=0.5, env=ENV_NEW_KERNELS))  # faster, but for other kernel sources
+    db.upsert_winner(winner(key(m=256), ms=0.5, env=ENV_OLD_TRITON))
+    db.upsert_winner(winner(ms=1.0, env=ENV_OTHER_TORCH))  # torch alone does not make it stale
+    db.record_measurements(key(), ENV_NEW_KERNELS, [measurement(BIG, 0.5)])
+    db.record_measurements(key(), ENV, [measurement(SMALL, 1.0)])
+    assert db.get_winner(key(), ENV).env == ENV_OTHER_TORCH
+    assert db.get_winner(key(m=256), ENV) is None
+    assert not db.has_fresh_winner(key(m=256), ENV)
+    assert [(w.key.m, w.env.kernel_hash, w.stale) for w in db.winners(env=ENV)] == [
+        (128, "k1", False), (128, "k2", True), (256, "k1", True)]
+    assert [w.stale for w in db.winners(env=ENV_NEW_KERNELS)] == [True, False, True]
+    assert len(db.winners(include_stale=False, env=ENV)) == 1
+    assert [m.config for m in db.measurements(key(), ENV)] == [SMALL]
+    assert db.prune(ENV) == 3  # two stale winners and one stale measurement
+    assert [(w.env, w.stale) for w in db.winners(env=ENV)] == [(ENV_OTHER_TORCH, False)]
+    stats = db.stats(ENV)
+    counts = [stats[c] for c in ("winners", "stale_winners", "measurements", "problems")]
+    assert counts == [1, 0, 1, 1]
+    assert db.prune(ENV) == 0
+
+
+def test_get_winner_takes_the_fastest_fresh_environment(db):
+    db.upsert_winner(winner(ms=1.0, env=ENV))
+    db.upsert_winner(winner(ms=0.8, config=BIG, env=ENV_OTHER_TORCH))
+    assert db.get_winner(key(), ENV).config == BIG
+    assert len(db.winners()) == 2
+
+
+def test_lookup_serves_any_device_of_the_arch_preferring_this_one(db):
+    h100 = key(device_name="NVIDIA H100 80GB HBM3")
+    db.upsert_winner(winner(h100, ms=0.5, config=BIG))
+    assert db.get_winner(key(), ENV) is None  # the exact key is per device
+    assert db.lookup(key(), ENV).key == h100
+    db.upsert_winner(winner(key(), ms=0.9, config=SMALL))
+    assert db.lookup(key(), ENV).config == SMALL  # this device's own result, though slower
+    assert db.lookup(key(arch="sm_80", device_name="A100", sm_count=108), ENV) is None
+    assert db.lookup(key(layout="nt"), ENV) is None
+    assert db.lookup(key(bias="row"), ENV) is None
+
+
+def test_measurements_are_replaced_per_config_and_ordered(db):
+    db.record_measurements(key(), ENV, [measurement(SMALL, 1.0), measurement(BIG, None, "compile_error"),
+                                        measurement(SK, 2.0)])
+    db.record_measurements(key(), ENV, [measurement(SMALL, 3.0, note="re-measured")])
+    got = db.measurements(key(), ENV)
+    assert [(m.config, m.status, m.median_ms) for m in got] == [
+        (SK, "ok", 2.0), (SMALL, "ok", 3.0), (BIG, "compile_error", None)]
+    assert got[1].note == "re-measured" and got[0].p20_ms == pytest.approx(1.8)
+    assert db.measurements(key(m=1), ENV) == []
+    assert db.stats(ENV)["measurements_by_status"] == {"compile_error": 1, "ok": 2}
+
+
+def test_winners_are_sorted_and_filtered_by_arch(db):
+    keys = [key(m=64), key(m=16), key(m=16, dtype="bf16"), key(m=32, arch="gfx942", device_name="MI300X",
+                                                              sm_count=304)]
+    for i, k in enumerate(keys):
+        db.upsert_winner(winner(k, ms=1.0 + i))
+    assert [(w.key.arch, w.key.m, w.key.a_dtype) for w in db.winners(env=ENV)] == [
+        ("gfx942", 32, "fp16"), ("sm_90", 16, "bf16"), ("sm_90", 16, "fp16"), ("sm_90", 64, "fp16")]
+    assert [w.key.m for w in db.winners("gfx942", env=ENV)] == [32]
+    assert db.stats(ENV)["winners_by_arch"] == {"gfx942": 1, "sm_90": 3}
+
+
+def test_default_environment_is_the_running_code(db):
+    current = EnvIdentity.current()
+    db.upsert_winner(winner(env=current))
+    assert db.get_winner(key()) is not None and db.winners()[0].stale is False
+
+
+# Each bad key field, with why it is refused.
+BAD_KEYS = [
+    {"m": -1},  # negative size
+    {"k": 2**24 + 1},  # beyond what a key may hold
+    {"a_dtype": "fp64"},  # not a kernel dtype
+    {"layout": "nx"},
+    {"bias": "diagonal"},
+    {"arch": "sm 90; DROP TABLE"},  # arch names are identifiers
+    {"device_name": "H200\x1b[31m"},  # terminal escape in free text
+    {"sm_count": 0},
+    {"extra": 1},  # unknown field
+]
+
+
+@pytest.mark.parametrize("bad", BAD_KEYS, ids=lambda b: next(iter(b)))
+def test_problem_key_validation(bad):
+    fields = key().model_dump()
+    with pytest.raises(ValidationError, match=next(iter(bad))):
+        ProblemKey(**{**fields, **bad})
+
+
+def test_problem_key_from_and_to_problem():
+    device = device_for_arch("sm_90", "NVIDIA H200", 132)
+    p = Problem(33, 17, 100, "fp16", "tn", "row", "fp32")
+    k = ProblemKey.from_problem(p, device)
+    assert (k.a_dtype, k.out_dtype, k.arch, k.sm_count) == ("fp16", "fp32", "sm_90", 132)
+    assert k.to_problem() == p
+    assert ProblemKey.from_problem(Problem(1, 2, 3, "bf16"), device).to_problem() == Problem(1, 2, 3, "bf16")
+    with pytest.raises(ValueError, match="mixed operand dtypes"):
+        key(b_dtype="bf16").to_problem()
+
+
+@pytest.mark.parametrize("field,value", [
+    ("median_ms", float("nan")), ("median_ms", 0.0), ("median_ms", float("inf")), ("torch_ms", -1.0),
+    ("speedup", float("nan")), ("source", "guessed"), ("host", "a\nb"),
+])
+def test_winner_validation(field, value):
+    with pytest.raises(ValidationError, match=field):
+        winner(**{field: value})
+
+
+def test_naive_times_are_taken_as_utc():
+    w = winner(at=datetime(2026, 1, 2, 3, 4, 5))
+    assert w.created_at.utcoffset() == timedelta(0) and w.created_at.hour == 3
+
+
+def test_measurement_validation():
+    with pytest.raises(ValidationError, match="status"):
+        measurement(status="fast")
+    with pytest.raises(ValidationError, match="p20_ms"):
+        measurement(p20_ms=-1.0)
+    with pytest.raises(ValidationError, match="block_m"):
+        measurement(config={"block_m": 48, "block_n": 32, "block_k": 32})
+
+
+def test_default_url_reads_the_environment_at_call_time(monkeypatch, tmp_path):
+    monkeypatch.delenv("TRITONBLAS_DB", raising=False)
+    assert default_url().endswith("/tritonblas/tuning.sqlite")
+    monkeypatch.setenv("TRITONBLAS_DB", str(tmp_path / "x.sqlite"))
+    assert default_url() == f"sqlite:///{tmp_path / 'x.sqlite'}"
+    monkeypatch.setenv("TRITONBLAS_DB", "postgresql+psycopg://u:secret@db.example/tb")
+    assert default_url() == "postgresql+psycopg://u:secret@db.example/tb"
+    with pytest.raises(ValueError, match="not a database URL"):
+        normalize_url("::not a url://")
+
+
+def test_url_error_messages_hide_passwords():
+    with pytest.raises(TuningDBError) as exc:
+        TuningDB("nosuchdialect://user:hunter2@host/db")
+    assert "hunter2" not in str(exc.value) and "nosuchdialect://user:***@host/db" in str(exc.value)
+
+
+def test_import_opens_no_database_and_reads_no_environment(tmp_path):
+    code = ("import os, tuning_db; os.environ['TRITONBLAS_DB'] = 'sqlite:////nonexistent/dir/x.sqlite'; "
+            "print(tuning_db.default_url())")
+    env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "sqlite:////nonexistent/dir/x.sqlite"
+    assert not (tmp_path / "cache").exists()

@@ -1,0 +1,160 @@
+"""Where the database is, how it is opened, and how driver errors become TuningDBErrors.
+
+SQLite files are opened in WAL mode (readers never wait for a writer) with a busy timeout; write
+transactions start with BEGIN IMMEDIATE, so two writers queue on the lock instead of one failing when
+it upgrades a read lock to a write lock halfway through.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import URL, make_url
+
+from .errors import (
+    CorruptDatabaseError,
+    DatabaseLockedError,
+    ReadOnlyDatabaseError,
+    TuningDBError,
+)
+
+ENV_VAR = "TRITONBLAS_DB"
+BUSY_TIMEOUT_S = 30.0
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+# Execution option that marks a write transaction (BEGIN IMMEDIATE on SQLite).
+WRITE_OPTION = "tuning_db_write"
+
+
+def default_path() -> Path:
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("tritonblas")) / "tuning.sqlite"
+
+
+def default_url() -> str:
+    """$TRITONBLAS_DB (a URL or a file path) if set, else an SQLite file in the user cache dir."""
+    chosen = os.environ.get(ENV_VAR, "").strip()
+    return normalize_url(chosen) if chosen else normalize_url(str(default_path()))
+
+
+def normalize_url(url_or_path: str) -> str:
+    """A SQLAlchemy URL; a bare path means an SQLite file."""
+    if "://" not in url_or_path:
+        path = Path(url_or_path).expanduser().absolute()
+        return URL.create("sqlite", database=str(path)).render_as_string()
+    try:
+        return make_url(url_or_path).render_as_string(hide_password=False)
+    except sa_exc.ArgumentError as e:
+        raise ValueError(f"db: not a database URL or path: {url_or_path!r}") from e
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file of an SQLite URL; None for other databases and in-memory SQLite."""
+    u = make_url(url)
+    if u.get_backend_name() != "sqlite" or u.database in (None, "", ":memory:"):
+        return None
+    return Path(u.database)
+
+
+def describe(url: str) -> str:
+    """What error messages call the database: the file for SQLite, the URL without password otherwise."""
+    path = sqlite_path(url)
+    return str(path) if path is not None else make_url(url).render_as_string(hide_password=True)
+
+
+def check_sqlite_file(path: Path) -> None:
+    """Refuse, before SQLite touches it, a path that is not an SQLite database (or cannot become one)."""
+    if path.is_dir():
+        raise TuningDBError(f"{path}: is a directory, not a tuning database file")
+    if path.exists():
+        try:
+            with open(path, "rb") as f:
+                head = f.read(len(_SQLITE_MAGIC))
+        except OSError as e:
+            raise TuningDBError(f"{path}: cannot read tuning database: {e.strerror or e}") from e
+        if head and head != _SQLITE_MAGIC:
+            raise CorruptDatabaseError(f"{path}: not an SQLite database (unknown file header); "
+                                       "the file was left unchanged")
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ReadOnlyDatabaseError(f"{path}: cannot create the tuning database's directory: "
+                                    f"{e.strerror or e}") from e
+
+
+def _sqlite_hooks(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_conn, _record) -> None:
+        # pysqlite's own transaction handling would defer BEGIN; we issue BEGIN ourselves below.
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn) -> None:
+        write = conn.get_execution_options().get(WRITE_OPTION, False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+
+def make_engine(url: str) -> Engine:
+    where = describe(url)
+    backend = make_url(url).get_backend_name()
+    try:
+        if backend == "sqlite":
+            engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_S})
+            _sqlite_hooks(engine)
+            return engine
+        return create_engine(url, pool_pre_ping=True)
+    except (sa_exc.ArgumentError, sa_exc.NoSuchModuleError, ImportError) as e:
+        raise TuningDBError(f"{where}: cannot open database: {e}") from e
+
+
+def enable_wal(engine: Engine, where: str) -> None:
+    """Switch an SQLite file to WAL (persistent in the file). Outside any transaction, as SQLite asks."""
+    with translate_errors(where):
+        raw = engine.raw_connection()
+        try:
+            cur = raw.cursor()
+            mode = cur.execute("PRAGMA journal_mode").fetchone()[0]
+            if str(mode).lower() != "wal":
+                cur.execute("PRAGMA journal_mode=WAL")
+            cur.close()
+        finally:
+            raw.close()
+
+
+def is_retryable(err: sa_exc.DBAPIError) -> bool:
+    """PostgreSQL deadlock or serialization failure: the whole transaction may simply run again."""
+    return getattr(err.orig, "sqlstate", None) in ("40P01", "40001")
+
+
+@contextmanager
+def translate_errors(where: str) -> Iterator[None]:
+    """Driver exceptions -> TuningDBError subclasses whose message names the database."""
+    try:
+        yield
+    except sa_exc.DBAPIError as e:
+        raise as_tuning_error(e, where) from e
+
+
+def as_tuning_error(e: sa_exc.DBAPIError, where: str) -> TuningDBError:
+    detail = str(e.orig).strip().splitlines()[0] if str(e.orig).strip() else type(e.orig).__name__
+    low = detail.lower()
+    if "locked" in low or "busy" in low:
+        return DatabaseLockedError(f"{where}: database is locked: another process held the write lock "
+                                   f"for more than {BUSY_TIMEOUT_S:.0f} s ({detail})")
+    if "readonly" in low or "read-only" in low or "read only" in low:
+        return ReadOnlyDatabaseError(f"{where}: database is read-only ({detail})")
+    if "not a database" in low or "malformed" in low or "corrupt" in low:
+        return CorruptDatabaseError(f"{where}: not a tuning database, or a damaged one ({detail}); "
+                                    "the file was left unchanged")
+    if "unable to open" in low:
+        return TuningDBError(f"{where}: cannot open database file ({detail})")
+    return TuningDBError(f"{where}: database error: {detail}")

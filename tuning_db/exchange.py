@@ -1,0 +1,321 @@
+"""Config files: the tuned winners of one arch and device as a deterministic JSON file.
+
+Export writes keys sorted within every object, one entry per line, entries sorted by problem, so
+exporting twice, or export -> import into an empty database -> export, gives byte-identical files.
+The header's `date` is the date of the newest entry's `created_at`, not today's date: a file that
+depends on the day it was written could not be byte-identical across days, and the newest result's
+date says what a reader wants to know (how old the tuning is).
+
+Import validates the whole file (strict pydantic, no unknown fields, feasible configs via
+`config_supports`, bounded sizes) before it writes anything, then writes every entry in one transaction.
+Files in the package's `configs/` directory are read by dispatch through `load_config_file` as a
+read-only layer under the user's database.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import date as Date
+from datetime import datetime
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from tritonblas.config import BiasKind, DType, GemmConfig, Layout, Problem, config_supports, device_for_arch
+
+from .schemas import (
+    Arch,
+    DeviceName,
+    Dim,
+    EnvIdentity,
+    Host,
+    KernelHash,
+    Label,
+    Millis,
+    ProblemKey,
+    SmCount,
+    Speedup,
+    Winner,
+    utc,
+)
+from .store import ImportPolicy, TuningDB
+
+FILE_SCHEMA_VERSION = 1
+MAX_FILE_BYTES = 64 * 2**20
+MAX_ENTRIES = 100_000
+_ENTRY_KEY = ("m", "n", "k", "a_dtype", "b_dtype", "out_dtype", "layout", "bias")
+
+
+class ConfigFileError(ValueError):
+    """A config file that cannot be read or does not validate; the message names the file and entry."""
+
+
+class FileHeader(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    schema_version: int
+    arch: Arch
+    device_name: DeviceName
+    sm_count: SmCount
+    triton_version: Label
+    kernel_hash: KernelHash
+    date: Date | None
+    count: int = Field(ge=0, le=MAX_ENTRIES)
+
+    @model_validator(mode="after")
+    def _known(self) -> FileHeader:
+        if self.schema_version != FILE_SCHEMA_VERSION:
+            raise ValueError(f"schema_version {self.schema_version} is not supported (this tritonblas "
+                             f"reads version {FILE_SCHEMA_VERSION})")
+        device_for_arch(self.arch)  # an unknown arch is refused with the list of known ones
+        return self
+
+
+class FileEntry(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    m: Dim
+    n: Dim
+    k: Dim
+    a_dtype: DType
+    b_dtype: DType
+    out_dtype: DType
+    layout: Layout
+    bias: BiasKind
+    config: GemmConfig
+    median_ms: Millis
+    torch_ms: Millis | None
+    speedup: Speedup | None
+    host: Host
+    created_at: datetime
+    torch_version: Label
+    timing_protocol: Label
+
+    def key_tuple(self) -> tuple:
+        return tuple(getattr(self, f) for f in _ENTRY_KEY)
+
+
+class ConfigFile(BaseModel):
+    """A validated config file: one arch, one device, one triton version and kernel hash."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    header: FileHeader
+    entries: list[FileEntry] = Field(max_length=MAX_ENTRIES)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ConfigFile:
+        if self.header.count != len(self.entries):
+            raise ValueError(f"header count {self.header.count} != {len(self.entries)} entries")
+        device = device_for_arch(self.header.arch, self.header.device_name, self.header.sm_count)
+        seen: dict[tuple, int] = {}
+        for i, e in enumerate(self.entries):
+            where = f"entries[{i}] ({e.m}x{e.n}x{e.k} {e.a_dtype} {e.layout} bias={e.bias})"
+            if e.key_tuple() in seen:
+                raise ValueError(f"{where}: same problem as entries[{seen[e.key_tuple()]}]")
+            seen[e.key_tuple()] = i
+            if e.a_dtype != e.b_dtype:
+                raise ValueError(f"{where}: mixed operand dtypes {e.a_dtype}/{e.b_dtype} are not supported")
+            problem = Problem(e.m, e.n, e.k, e.a_dtype, e.layout, e.bias, e.out_dtype)
+            reason = config_supports(e.config, problem, device)
+            if reason is not None:
+                raise ValueError(f"{where}: config {e.config.short()} is infeasible on "
+                                 f"{self.header.arch}: {reason}")
+        return self
+
+    def env_for(self, entry: FileEntry) -> EnvIdentity:
+        return EnvIdentity(triton_version=self.header.triton_version, torch_version=entry.torch_version,
+                           kernel_hash=self.header.kernel_hash, timing_protocol=entry.timing_protocol)
+
+    def is_fresh(self, env: EnvIdentity | None = None) -> bool:
+        running = env or EnvIdentity.current()
+        return (self.header.triton_version == running.triton_version
+                and self.header.kernel_hash == running.kernel_hash)
+
+    def winners(self, env: EnvIdentity | None = None) -> list[Winner]:
+        """The entries as Winners (source "imported"), `stale` set against `env` (default: running)."""
+        running = env or EnvIdentity.current()
+        h = self.header
+        return [Winner(key=ProblemKey(**{f: getattr(e, f) for f in _ENTRY_KEY}, arch=h.arch,
+                                      device_name=h.device_name, sm_count=h.sm_count),
+                       config=e.config, median_ms=e.median_ms, torch_ms=e.torch_ms, speedup=e.speedup,
+                       source="imported", host=e.host, created_at=e.created_at, env=self.env_for(e),
+                       stale=not self.is_fresh(running))
+                for e in self.entries]
+
+    @functools.cached_property
+    def _index(self) -> dict[tuple, FileEntry]:
+        return {e.key_tuple(): e for e in self.entries}
+
+    def lookup(self, key: ProblemKey, env: EnvIdentity | None = None) -> GemmConfig | None:
+        """The file's config for `key` on any device of the file's arch; None if absent or stale."""
+        if key.arch != self.header.arch or not self.is_fresh(env):
+            return None
+        entry = self._index.get(tuple(getattr(key, f) for f in _ENTRY_KEY))
+        return entry.config if entry is not None else None
+
+
+def _reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [k for k, _ in pairs]
+    dup = next((k for k in keys if keys.count(k) > 1), None)
+    if dup is not None:
+        raise ValueError(f"duplicate key {dup!r} in one JSON object")
+    return dict(pairs)
+
+
+def _describe_error(raw: Any, err: dict) -> str:
+    loc = list(err["loc"])
+    where = ""
+    if len(loc) >= 2 and loc[0] == "entries" and isinstance(loc[1], int):
+        where = f"entries[{loc[1]}]"
+        entries = raw.get("entries") if isinstance(raw, dict) else None
+        item = entries[loc[1]] if isinstance(entries, list) and loc[1] < len(entries) else None
+        if isinstance(item, dict) and all(isinstance(item.get(d), int) for d in "mnk"):
+            where += f" ({item['m']}x{item['n']}x{item['k']})"
+        loc = loc[2:]
+    field = ".".join(str(p) for p in loc)
+    msg = err["msg"].removeprefix("Value error, ")
+    return ": ".join(p for p in (where, f"field '{field}'" if field else "", msg) if p)
+
+
+def load_config_file(path: str | Path) -> ConfigFile:
+    """Read and validate a config file; ConfigFileError names the file and the first bad entry."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise ConfigFileError(f"{path}: {size} bytes is larger than the {MAX_FILE_BYTES}-byte limit")
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigFileError(f"{path}: cannot read config file: {e.strerror or e}") from e
+    except UnicodeDecodeError as e:
+        raise ConfigFileError(f"{path}: not UTF-8 text: {e.reason}") from e
+    try:
+        raw = json.loads(text, object_pairs_hook=_reject_duplicate_keys)
+    except (ValueError, RecursionError) as e:
+        raise ConfigFileError(f"{path}: invalid JSON: {e}") from None
+    try:
+        return ConfigFile.model_validate_json(text)
+    except ValidationError as e:
+        errors = e.errors()
+        more = f" (and {len(errors) - 1} more problems)" if len(errors) > 1 else ""
+        raise ConfigFileError(f"{path}: {_describe_error(raw, errors[0])}{more}") from None
+
+
+def _time_text(dt: datetime) -> str:
+    return utc(dt).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _entry_json(w: Winner) -> dict[str, Any]:
+    return {**{f: getattr(w.key, f) for f in _ENTRY_KEY}, "config": w.config.model_dump(mode="json"),
+            "median_ms": w.median_ms, "torch_ms": w.torch_ms, "speedup": w.speedup, "host": w.host,
+            "created_at": _time_text(w.created_at), "torch_version": w.env.torch_version,
+            "timing_protocol": w.env.timing_protocol}
+
+
+def render(header: dict[str, Any], entries: list[dict[str, Any]]) -> str:
+    """The canonical text: header first, then one entry per line; keys sorted inside every object."""
+    lines = ",\n".join("    " + json.dumps(e, sort_keys=True, ensure_ascii=True) for e in entries)
+    head = json.dumps(header, sort_keys=True, indent=2, ensure_ascii=True).replace("\n", "\n  ")
+    body = f"[\n{lines}\n  ]" if entries else "[]"
+    return f'{{\n  "header": {head},\n  "entries": {body}\n}}\n'
+
+
+def _pick(winners: Iterable[Winner], arch: str, device_name: str | None) -> list[Winner]:
+    """One winner per problem: several fresh environments (e.g. two torch versions) -> the fastest."""
+    chosen = [w for w in winners if device_name is None or w.key.device_name == device_name]
+    devices = sorted({(w.key.device_name, w.key.sm_count) for w in chosen})
+    if not chosen:
+        what = f"arch {arch}" + (f", device {device_name!r}" if device_name else "")
+        raise ValueError(f"arch: no fresh winners for {what} in the database; nothing to export")
+    if len(devices) > 1:
+        names = "; ".join(f"{n!r} ({s} SMs)" for n, s in devices)
+        raise ValueError(f"device: arch {arch} has winners from several devices ({names}); "
+                         "export one device per file with --device")
+    best: dict[tuple, Winner] = {}
+    for w in sorted(chosen, key=lambda w: (w.median_ms, -w.created_at.timestamp(), w.env.torch_version)):
+        best.setdefault(w.key.arch_key(), w)
+    return [best[k] for k in sorted(best)]
+
+
+def export_file(db: TuningDB, path: str | Path, arch: str, *, device_name: str | None = None,
+                env: EnvIdentity | None = None) -> ConfigFile:
+    """Write the fresh winners of `arch` (one device) to `path`; returns the file as validated."""
+    running = env or EnvIdentity.current()
+    device_for_arch(arch)
+    picked = _pick(db.winners(arch, include_stale=False, env=running), arch, device_name)
+    newest = max(utc(w.created_at) for w in picked)
+    header = {"schema_version": FILE_SCHEMA_VERSION, "arch": arch, "device_name": picked[0].key.device_name,
+              "sm_count": picked[0].key.sm_count, "triton_version": running.triton_version,
+              "kernel_hash": running.kernel_hash, "date": newest.date().isoformat(), "count": len(picked)}
+    text = render(header, [_entry_json(w) for w in picked])
+    validated = ConfigFile.model_validate_json(text)  # never write a file import would refuse
+    _write_atomic(Path(path), text)
+    return validated
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@dataclass(frozen=True)
+class ImportReport:
+    path: Path
+    entries: int
+    written: int
+    kept: int
+    stale: bool  # the file's triton version or kernel hash differs from the running code
+
+
+def import_file(db: TuningDB, path: str | Path, policy: ImportPolicy = "faster",
+                env: EnvIdentity | None = None) -> ImportReport:
+    """Validate all of `path`, then import every entry in one transaction (all or nothing)."""
+    cfg = load_config_file(path)
+    counts = db.import_winners(cfg.winners(env), policy)
+    return ImportReport(Path(path), len(cfg.entries), counts["written"], counts["kept"],
+                        not cfg.is_fresh(env))
+
+
+def shipped_config_files() -> list[Path]:
+    """The config files that ship inside the package (tritonblas/configs/*.json), sorted by name."""
+    folder = resources.files("tritonblas") / "configs"
+    if not folder.is_dir():
+        return []
+    return sorted(Path(str(p)) for p in folder.iterdir() if p.name.endswith(".json"))
+
+
+@dataclass(frozen=True)
+class Gap:
+    problem: Problem
+    reason: str
+
+
+def coverage_gaps(problems: Iterable[Problem], arch: str, winners: Iterable[Winner]) -> list[Gap]:
+    """Problems with no fresh winner on `arch` (any device): the CI gate for shipped configs."""
+    by_key: dict[tuple, list[Winner]] = {}
+    for w in winners:
+        by_key.setdefault(w.key.arch_key(), []).append(w)
+    gaps = []
+    for p in problems:
+        found = by_key.get((arch, p.m, p.n, p.k, p.dtype, p.dtype, p.out, p.layout, p.bias), [])
+        if not found:
+            gaps.append(Gap(p, "no winner"))
+        elif all(w.stale for w in found):
+            envs = sorted({f"triton {w.env.triton_version}, kernels {w.env.kernel_hash}" for w in found})
+            gaps.append(Gap(p, f"only stale winners ({'; '.join(envs)})"))
+    return gaps
