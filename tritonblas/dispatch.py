@@ -66,9 +66,15 @@ class _State:
         self.reset()
 
     def reset(self) -> None:
+        self.warned = False
+        self.forget()
+
+    def forget(self) -> None:
+        """Close the DB and drop what was read from it or from shipped files; the next miss reopens."""
+        if getattr(self, "db", None) is not None:
+            self.db.close()
         self.db = None
         self.db_opened = False
-        self.warned = False
         self.shipped: dict[str, dict[tuple, object]] = {}
         self.db_neighbors: dict[str, list[object]] = {}
 
@@ -125,8 +131,6 @@ def set_database(url: str | None | Literal[False]) -> None:
     """Use the DB at `url` from now on (None: tuning_db.default_url(); False: no user DB at all).
     Clears every cache, so the next dispatch reopens."""
     with _state.lock:
-        if _state.db is not None:
-            _state.db.close()
         _state.url = url or None
         _state.enabled = url is not False
         _state.reset()
@@ -149,17 +153,16 @@ def set_shipped_dir(path: str | Path | None) -> None:
     """Read shipped config files from `path` (None: the package's configs/). For tests and packagers."""
     global SHIPPED_DIR
     SHIPPED_DIR = Path(path) if path is not None else Path(__file__).parent / "configs"
-    with _state.lock:
-        _state.shipped.clear()
     clear_cache()
 
 
 def clear_cache() -> None:
-    """Forget every cached selection (and the neighbour indexes): the next call looks again."""
-    _select_cached.cache_clear()
-    select_config.cache_clear()
+    """Forget every cached selection, close the DB and drop the shipped files read: the next call
+    looks again (e.g. after a tuning run in another process). The one warning stays given."""
     with _state.lock:
-        _state.db_neighbors.clear()
+        _select_cached.cache_clear()
+        select_config.cache_clear()
+        _state.forget()
 
 
 def _arch_key(p: Problem) -> tuple:
@@ -177,8 +180,9 @@ def _shipped(arch: str) -> dict[tuple, object]:
             try:
                 from tuning_db.exchange import load_config_file
 
-                for w in load_config_file(path).entries:
-                    table.setdefault(w.key.arch_key()[1:], w)
+                for w in load_config_file(path).winners():
+                    if w.key.arch == arch:
+                        table.setdefault(w.key.arch_key()[1:], w)
             except Exception as exc:  # a broken shipped file must not break matmul
                 warnings.warn(f"tritonblas: shipped config file {path} cannot be read ({exc}); "
                               "it is ignored", RuntimeWarning, stacklevel=4)
@@ -227,8 +231,10 @@ def _from_shipped(problem: Problem, device: DeviceInfo, enable_streamk: bool | N
         return None
     if config_supports(entry.config, problem, device) is not None:
         return None
+    # A stale entry (tuned under another triton version) still beats a guess: the kernels ship with it.
+    stale = f", stale: triton {entry.env.triton_version}" if entry.stale else ""
     return Selection(entry.config, "shipped", entry.median_ms, True, problem, device,
-                     f"configs/{device.arch}.json")
+                     f"configs/{device.arch}.json, tuned on {entry.key.device_name}{stale}")
 
 
 def _distance(a: Problem, key) -> float:

@@ -1,0 +1,294 @@
+"""Dispatch layers and sources: user DB -> shipped file -> nearest neighbour -> heuristic, plus the
+cache, the lazy DB, family restriction and the fallback (one warning) when the DB cannot be used."""
+
+from __future__ import annotations
+
+import sqlite3
+import warnings
+from datetime import datetime, timezone
+
+import pytest
+
+from tritonblas import dispatch, heuristic
+from tritonblas.config import DeviceInfo, GemmConfig, Problem, device_for_arch
+from tuning_db import DatabaseLockedError, EnvIdentity, Measurement, ProblemKey, TuningDB, Winner
+from tuning_db.exchange import export_file
+from tuning_db.migrations import LATEST, MIGRATIONS_TABLE
+
+H200 = device_for_arch("sm_90", "NVIDIA H200", 132)
+H100 = device_for_arch("sm_90", "NVIDIA H100 80GB HBM3", 132)
+H100_PCIE = device_for_arch("sm_90", "NVIDIA H100 PCIe", 114)
+P = Problem(1024, 1024, 1024, "bf16")
+# Not what the heuristic picks for P on an H200, so a hit is visible.
+TUNED = GemmConfig(block_m=64, block_n=128, block_k=32, group_m=4, num_warps=4, num_stages=5)
+OTHER = GemmConfig(block_m=128, block_n=64, block_k=64, group_m=16, num_warps=8, num_stages=2)
+SK = GemmConfig(block_m=64, block_n=64, block_k=64, num_warps=4, num_stages=4, streamk=True, grid=200)
+
+
+def winner(problem: Problem, device: DeviceInfo, config: GemmConfig, ms: float,
+           env: EnvIdentity | None = None) -> Winner:
+    return Winner(key=ProblemKey.from_problem(problem, device), config=config, median_ms=ms,
+                  created_at=datetime(2026, 11, 29, tzinfo=timezone.utc), env=env or EnvIdentity.current())
+
+
+def stale_env() -> EnvIdentity:
+    return EnvIdentity.current().model_copy(update={"triton_version": "0.0.1"})
+
+
+@pytest.fixture
+def paths(tmp_path):
+    """A user DB url (file created on first TuningDB) and a shipped-config folder, both empty; dispatch
+    points at them for the test and is reset after it."""
+    url = str(tmp_path / "user.sqlite")
+    shipped = tmp_path / "configs"
+    shipped.mkdir()
+    dispatch.set_shipped_dir(shipped)
+    with dispatch.using_database(url):
+        yield url, shipped
+    dispatch.set_shipped_dir(None)
+
+
+def put(url: str, *winners: Winner, measurements: tuple = ()) -> None:
+    with TuningDB(url) as db:
+        for w in winners:
+            db.upsert_winner(w)
+        for key, env, rows in measurements:
+            db.record_measurements(key, env, rows)
+    dispatch.clear_cache()
+
+
+def ship(shipped_dir, device: DeviceInfo, *winners: Winner, env: EnvIdentity | None = None) -> None:
+    with TuningDB(str(shipped_dir.parent / f"ship-{device.sm_count}.sqlite")) as db:
+        for w in winners:
+            db.upsert_winner(w)
+        export_file(db, shipped_dir / f"{device.arch}.json", device.arch, env=env)
+    dispatch.set_shipped_dir(shipped_dir)
+
+
+def sel(problem: Problem = P, device: DeviceInfo = H200, **kw) -> dispatch.Selection:
+    return dispatch.select(problem.m, problem.n, problem.k, problem.dtype, layout=problem.layout,
+                           bias=problem.bias, device=device, **kw)
+
+
+def test_heuristic_when_nothing_is_tuned(paths):
+    s = sel()
+    best = heuristic.rank(P, H200)[0]
+    assert (s.source, s.config, s.measured) == ("heuristic", best.config, False)
+    assert s.time_ms == pytest.approx(best.total_us / 1000) and s.ranked(3)[0] == best
+    assert "heuristic" in s.describe()
+
+
+def test_user_db_winner_is_used(paths):
+    url, _ = paths
+    put(url, winner(P, H200, TUNED, 0.123))
+    s = sel()
+    assert (s.source, s.config, s.time_ms, s.measured) == ("db", TUNED, 0.123, True)
+    assert dispatch.select_config((1024, 1024, 1024, "bf16", "nn", "none"), H200, None) == TUNED
+
+
+def test_db_winner_of_another_device_of_the_arch_serves(paths):
+    url, _ = paths
+    put(url, winner(P, H100_PCIE, TUNED, 0.2))
+    s = sel()
+    assert (s.source, s.config) == ("db", TUNED) and "H100 PCIe" in s.detail
+
+
+def test_stale_db_winner_is_not_used(paths):
+    url, _ = paths
+    put(url, winner(P, H200, TUNED, 0.1, env=stale_env()))
+    assert sel().source == "heuristic"
+
+
+def test_shipped_file_serves_any_device_of_its_arch_below_the_user_db(paths):
+    url, shipped = paths
+    ship(shipped, H100, winner(P, H100, OTHER, 0.3))
+    s = sel()
+    assert (s.source, s.config, s.time_ms) == ("shipped", OTHER, 0.3) and "H100" in s.detail
+    put(url, winner(P, H200, TUNED, 0.5))  # slower than the shipped time, but this machine's own
+    assert (sel().source, sel().config) == ("db", TUNED)
+
+
+def test_stale_shipped_file_is_still_better_than_a_guess(paths):
+    _, shipped = paths
+    ship(shipped, H100, winner(P, H100, OTHER, 0.3, env=stale_env()), env=stale_env())
+    s = sel()
+    assert (s.source, s.config) == ("shipped", OTHER) and "stale" in s.detail
+
+
+def test_broken_shipped_file_warns_and_is_skipped(paths):
+    _, shipped = paths
+    (shipped / "sm_90.json").write_text("{not json")
+    dispatch.set_shipped_dir(shipped)
+    with pytest.warns(RuntimeWarning, match="sm_90.json"):
+        assert sel().source == "heuristic"
+
+
+# (query, expected source): P = 1024^3 bf16 nn is tuned.
+NEIGHBOUR_CASES = [
+    (Problem(1024, 1024, 2048, "bf16"), "neighbor"),
+    (Problem(700, 1500, 1024, "bf16", bias="row"), "neighbor"),  # another bias kind still counts
+    (Problem(1024, 1024, 16384, "bf16"), "heuristic"),  # 16x in K: too far
+    (Problem(1024, 1024, 2048, "fp16"), "heuristic"),  # other dtype
+    (Problem(1024, 1024, 2048, "bf16", "nt"), "heuristic"),  # other layout
+]
+
+
+@pytest.mark.parametrize("query, source", NEIGHBOUR_CASES, ids=lambda x: str(x))
+def test_nearest_neighbour(paths, query, source):
+    url, _ = paths
+    put(url, winner(P, H200, TUNED, 0.1), winner(Problem(64, 64, 64, "bf16"), H200, OTHER, 0.01))
+    s = sel(query)
+    assert s.source == source
+    if source == "neighbor":
+        assert s.config == TUNED and not s.measured and "1024x1024x1024" in s.detail
+        assert s.time_ms == pytest.approx(heuristic.estimate(TUNED, query, H200).total_us / 1000)
+
+
+def test_neighbour_must_be_feasible_for_the_new_shape(paths):
+    url, _ = paths
+    tma = TUNED.model_copy(update={"tma": True})
+    put(url, winner(P, H200, tma, 0.1), winner(Problem(2048, 2048, 2048, "bf16"), H200, OTHER, 0.5))
+    # K = 1001: A's rows are 2002 bytes, not a multiple of 16: tensor descriptors cannot load them, so
+    # the nearer TMA winner is skipped for the farther one.
+    s = sel(Problem(1024, 1024, 1001, "bf16"))
+    assert (s.source, s.config) == ("neighbor", OTHER)
+    assert (sel(Problem(1024, 1024, 1008, "bf16")).config) == tma
+
+
+def test_shipped_entries_are_neighbours_too(paths):
+    _, shipped = paths
+    ship(shipped, H100, winner(P, H100, OTHER, 0.3))
+    assert (sel(Problem(1024, 2048, 1024, "bf16")).source, sel(Problem(1024, 2048, 1024, "bf16")).config) \
+        == ("neighbor", OTHER)
+
+
+def test_family_restriction(paths):
+    url, _ = paths
+    key = ProblemKey.from_problem(P, H200)
+    env = EnvIdentity.current()
+    rows = [Measurement(config=SK, status="ok", median_ms=0.1), Measurement(config=TUNED, status="ok",
+            median_ms=0.2), Measurement(config=OTHER, status="wrong_result", rel_error=1.0)]
+    put(url, winner(P, H200, SK, 0.1), measurements=[(key, env, rows)])
+    assert (sel().config, sel(enable_streamk=True).config) == (SK, SK)
+    s = sel(enable_streamk=False)
+    assert (s.source, s.config, s.time_ms) == ("db", TUNED, 0.2)
+    # no persistent measurement for this shape: the neighbour SK winner is skipped too
+    other = Problem(1024, 1024, 512, "bf16")
+    s = sel(other, enable_streamk=False)
+    assert s.source == "heuristic" and not s.config.streamk
+    assert all(not e.config.streamk for e in s.ranked())
+    assert sel(other, enable_streamk=True).source == "neighbor"
+
+
+def test_db_is_opened_once_lazily_and_cached_keys_never_touch_it(paths, monkeypatch):
+    url, _ = paths
+    put(url, winner(P, H200, TUNED, 0.1))
+    opened, lookups = [], []
+    real_init, real_lookup = TuningDB.__init__, TuningDB.lookup
+    monkeypatch.setattr(TuningDB, "__init__",
+                        lambda self, *a, **k: opened.append(a) or real_init(self, *a, **k))
+    monkeypatch.setattr(TuningDB, "lookup", lambda self, key, env=None: lookups.append(key) or
+                        real_lookup(self, key, env))
+    dispatch.set_database(url)
+    assert opened == [] and lookups == []
+    for _ in range(3):
+        assert sel().config == TUNED
+        assert dispatch.select_config((1024, 1024, 1024, "bf16", "nn", "none"), H200, None) == TUNED
+    sel(Problem(64, 64, 64, "bf16"))
+    assert len(opened) == 1 and len(lookups) == 2
+    dispatch.clear_cache()  # e.g. after tuning in another process: reopen, look again
+    sel()
+    assert len(opened) == 2 and len(lookups) == 3
+
+
+def test_db_location_comes_from_the_env_var_at_first_dispatch(paths, tmp_path, monkeypatch):
+    env_db = str(tmp_path / "from-env.sqlite")
+    put(env_db, winner(P, H200, TUNED, 0.1))
+    dispatch.set_database(None)
+    monkeypatch.setenv("TRITONBLAS_DB", env_db)
+    assert sel().source == "db"
+
+
+def test_missing_db_file_is_not_created(paths, tmp_path):
+    dispatch.set_database(str(tmp_path / "nowhere" / "none.sqlite"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert sel().source == "heuristic"
+    assert not (tmp_path / "nowhere").exists()
+
+
+def _corrupt(path: str) -> None:
+    with open(path, "wb") as f:
+        f.write(b"this is not a database" * 100)
+
+
+def _newer_schema(path: str) -> None:
+    TuningDB(path).close()
+    with sqlite3.connect(path) as conn:
+        conn.execute(f"INSERT INTO {MIGRATIONS_TABLE} (version, name, applied_at) VALUES (?, ?, ?)",
+                     (LATEST + 1, "from the future", "2030-01-01 00:00:00"))
+
+
+@pytest.mark.parametrize("spoil", [_corrupt, _newer_schema], ids=["corrupt", "newer-schema"])
+def test_unusable_db_falls_back_with_one_warning(paths, spoil):
+    url, shipped = paths
+    ship(shipped, H100, winner(P, H100, OTHER, 0.3))
+    spoil(url)
+    dispatch.set_database(url)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        sources = [sel(p).source for p in (P, Problem(64, 64, 64, "fp16"), Problem(99, 99, 99, "fp16"))]
+        dispatch.clear_cache()  # reopens the DB: it fails again, silently this time
+        sources.append(sel().source)
+    assert sources == ["shipped", "heuristic", "heuristic", "shipped"]
+    assert len(caught) == 1 and "user.sqlite" in str(caught[0].message)
+
+
+def test_db_failing_after_open_is_dropped_with_one_warning(paths, monkeypatch):
+    url, _ = paths
+    put(url, winner(P, H200, TUNED, 0.1))
+    calls = []
+
+    def locked(self, key, env=None):
+        calls.append(key)
+        raise DatabaseLockedError(f"{url}: database is locked")
+
+    monkeypatch.setattr(TuningDB, "lookup", locked)
+    dispatch.set_database(url)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert [sel().source, sel(Problem(64, 64, 64, "fp16")).source] == ["heuristic", "heuristic"]
+    assert len(calls) == 1 and len(caught) == 1 and "locked" in str(caught[0].message)
+
+
+def test_user_config(paths):
+    s = sel(config=OTHER)
+    assert (s.source, s.config, s.measured) == ("user", OTHER, False)
+    huge = GemmConfig(block_m=256, block_n=256, block_k=256, num_warps=4, num_stages=4)
+    with pytest.raises(ValueError, match="not feasible"):
+        sel(config=huge)
+    with pytest.raises(TypeError, match="config"):
+        sel(config={"block_m": 64})
+
+
+@pytest.mark.parametrize("args, kwargs, error, match", [
+    ((-1, 8, 8, "fp16"), {}, ValueError, "m must be >= 0"),
+    ((8, True, 8, "fp16"), {}, TypeError, "n must be an int"),
+    ((8, 8, 8.0, "fp16"), {}, TypeError, "k must be an int"),
+    ((8, 8, 8, "fp64"), {}, ValueError, "dtype must be one of"),
+    ((8, 8, 8, "fp16"), {"out_dtype": "fp32"}, ValueError, "out_dtype"),
+    ((8, 8, 8, "fp16"), {"layout": "NN"}, ValueError, "layout"),
+    ((8, 8, 8, "fp16"), {"bias": "vector"}, ValueError, "bias"),
+    ((8, 8, 8, "fp16"), {"enable_streamk": 1}, TypeError, "enable_streamk"),
+    ((8, 8, 8, "fp16"), {"device": "tpu"}, ValueError, "device"),
+])
+def test_select_rejects_bad_arguments(paths, args, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        dispatch.select(*args, **{"device": H200, **kwargs})
+
+
+def test_select_takes_torch_dtypes_and_the_default_device(paths):
+    import torch
+
+    s = dispatch.select(32, 32, 32, torch.float16)
+    assert s.problem.dtype == "fp16" and s.device.arch == "interpreter"  # tests run in the interpreter
