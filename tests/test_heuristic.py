@@ -1,0 +1,103 @@
+"""Properties of the analytical heuristic: feasible, deterministic, ordered, family-restricted, never
+faster than the roofline, monotone in K, and Stream-K for few tiles with a long K."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tritonblas import heuristic
+from tritonblas.config import INTERPRETER_DEVICE, DeviceInfo, Problem, config_supports, device_for_arch
+
+H200 = device_for_arch("sm_90", "NVIDIA H200", 132)
+DEVICES = [H200, device_for_arch("sm_80", "A100", 108), device_for_arch("gfx942", "MI300X", 304),
+           INTERPRETER_DEVICE]
+
+dims = st.integers(min_value=1, max_value=20000)
+problems = st.builds(Problem, dims, dims, dims, st.sampled_from(["fp16", "bf16", "fp32"]),
+                     st.sampled_from(["nn", "nt", "tn", "tt"]),
+                     st.sampled_from(["none", "scalar", "row", "column", "full"]))
+devices = st.sampled_from(DEVICES)
+families = st.sampled_from([None, False, True])
+FAST = settings(max_examples=30, deadline=None)
+
+
+@FAST
+@given(problems, devices, families)
+def test_ranked_candidates_are_feasible_ordered_and_of_the_family(problem, device, family):
+    ranked = heuristic.rank(problem, device, family)
+    assert ranked
+    assert all(config_supports(e.config, problem, device) is None for e in ranked)
+    times = [e.total_us for e in ranked]
+    assert times == sorted(times)
+    if family is not None:
+        assert {e.config.streamk for e in ranked} == {family}
+    assert heuristic.choose(problem, device, family) == ranked[0].config
+    assert ranked[0].config.short() in ranked[0].why()
+
+
+@FAST
+@given(problems, devices)
+def test_deterministic(problem, device):
+    again = DeviceInfo(**vars(device))  # an equal, distinct device object
+    assert heuristic.rank(problem, device) == heuristic.rank(problem, again)
+
+
+@FAST
+@given(problems, devices)
+def test_no_estimate_beats_the_roofline(problem, device):
+    floor = heuristic.roofline_us(problem, device)
+    for e in heuristic.rank(problem, device)[:20]:
+        assert e.total_us >= floor * (1 - 1e-9)
+        assert e.compute_us >= 0 and e.memory_us >= 0 and 0 < e.efficiency <= 1
+        assert 0 <= e.edge_waste < 1
+
+
+@FAST
+@given(problems, devices)
+def test_more_k_never_predicts_faster(problem, device):
+    longer = Problem(problem.m, problem.n, problem.k * 2, problem.dtype, problem.layout, problem.bias)
+    assert heuristic.rank(longer, device)[0].total_us >= heuristic.rank(problem, device)[0].total_us
+
+
+# Few output tiles (far fewer than the H200's 132 SMs) and a long K: Persistent would leave most SMs
+# idle, Stream-K spreads the K iterations over all of them.
+FEW_TILES_LONG_K = [(256, 256, 16384), (128, 128, 65536), (512, 256, 32768), (64, 1024, 16384)]
+
+
+@pytest.mark.parametrize("mnk", FEW_TILES_LONG_K)
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_prefers_streamk_when_tiles_are_few_and_k_is_long(mnk, dtype):
+    problem = Problem(*mnk, dtype)
+    best = heuristic.rank(problem, H200)[0]
+    tiles = -(-mnk[0] // best.config.block_m) * -(-mnk[1] // best.config.block_n)
+    assert best.config.streamk and tiles < H200.sm_count
+    persistent = heuristic.rank(problem, H200, enable_streamk=False)[0]
+    assert persistent.total_us > best.total_us
+
+
+@FAST
+@given(problems)
+def test_full_waves_make_streamk_no_better_than_persistent_with_the_same_tile(problem):
+    for e in heuristic.rank(problem, H200, enable_streamk=False)[:5]:
+        c = e.config
+        tiles = -(-problem.m // c.block_m) * -(-problem.n // c.block_n)
+        if tiles % H200.sm_count == 0:
+            sk = heuristic.estimate(c.model_copy(update={"streamk": True}), problem, H200)
+            assert e.total_us <= sk.total_us
+
+
+def test_no_feasible_config_is_a_clear_error():
+    tiny = DeviceInfo(arch="sm_90", name="no-smem", sm_count=8, smem_per_block=1024)
+    problem = Problem(128, 128, 128, "fp16")
+    assert heuristic.rank(problem, tiny) == []
+    with pytest.raises(RuntimeError, match="no feasible config"):
+        heuristic.choose(problem, tiny)
+
+
+def test_small_shared_memory_prunes_big_pipelines():
+    mi300 = DEVICES[2]
+    for e in heuristic.rank(Problem(4096, 4096, 4096, "fp16"), mi300):
+        c = e.config
+        assert (c.block_m + c.block_n) * c.block_k * 2 * c.num_stages <= mi300.smem_per_block
