@@ -1,0 +1,96 @@
+"""Host overhead of a dispatch hit: tritonblas.matmul vs launching the same kernel directly.
+
+Usage: python scripts/dispatch_overhead.py [--m 64 --n 64 --k 64] [--dtype fp16] [--calls 5000]
+A benchmark, not a test. On a GPU it times, per call (median of --trials loops of --calls calls, host
+wall clock; the problem is tiny so the GPU keeps up and the host is the bottleneck):
+  direct        launch.launch_gemm with the selected config (what any Triton caller pays)
+  matmul(out=)  tritonblas.matmul(a, b, out=out): argument checks + dispatch hit + launch
+  matmul        tritonblas.matmul(a, b): the same plus allocating the output
+  select_config the cached dispatch lookup alone
+and, with the kernel launch replaced by a no-op, the pure Python cost of the public path. The figure
+the issue asks for is "matmul(out=) - direct" (<= 5 us). Without a GPU only the no-op rows are run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+import torch
+
+
+def per_call_us(fn, calls: int, trials: int, sync) -> float:
+    for _ in range(100):
+        fn()
+    sync()
+    runs = []
+    for _ in range(trials):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        sync()
+        runs.append((time.perf_counter() - t0) / calls * 1e6)
+    return statistics.median(runs)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--m", type=int, default=64)
+    ap.add_argument("--n", type=int, default=64)
+    ap.add_argument("--k", type=int, default=64)
+    ap.add_argument("--dtype", choices=["fp16", "bf16", "fp32"], default="fp16")
+    ap.add_argument("--calls", type=int, default=5000)
+    ap.add_argument("--trials", type=int, default=7)
+    args = ap.parse_args()
+    gpu = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") in ("", "0")
+    if not gpu:
+        os.environ["TRITON_INTERPRET"] = "1"  # before triton loads: CPU tensors run in the interpreter
+    import tritonblas
+    from tritonblas import dispatch, launch, ops
+    from tritonblas.device import device_info
+    from tritonblas.validate import TORCH_DTYPES
+
+    dtype = {v: k for k, v in TORCH_DTYPES.items()}[args.dtype]
+    dev = torch.device("cuda" if gpu else "cpu")
+    sync = torch.cuda.synchronize if gpu else (lambda: None)
+    a = torch.randn(args.m, args.k, device=dev, dtype=dtype)
+    b = torch.randn(args.k, args.n, device=dev, dtype=dtype)
+    out = torch.empty(args.m, args.n, device=dev, dtype=dtype)
+    info = device_info(dev)
+    sel = tritonblas.select(args.m, args.n, args.k, args.dtype, device=dev)
+    key = (args.m, args.n, args.k, args.dtype, "nn", "none")
+    precision = "tf32" if dtype != torch.float32 or torch.backends.cuda.matmul.allow_tf32 else "ieee"
+    print(f"{args.m}x{args.n}x{args.k} {args.dtype} on {info.name}: {sel.describe()}")
+    print(f"dispatch db: {dispatch._state.url or 'default (tuning_db.default_url())'}")
+    rows: dict[str, float] = {}
+    if gpu:
+        cfg = sel.config
+        rows["direct"] = per_call_us(lambda: launch.launch_gemm(a, b, out, None, 1.0, 0.0, cfg,
+                                                                info.sm_count, precision),
+                                     args.calls, args.trials, sync)
+        rows["matmul(out=)"] = per_call_us(lambda: tritonblas.matmul(a, b, out=out), args.calls, args.trials,
+                                           sync)
+        rows["matmul"] = per_call_us(lambda: tritonblas.matmul(a, b), args.calls, args.trials, sync)
+    rows["select_config"] = per_call_us(lambda: dispatch.select_config(key, info, None), args.calls,
+                                        args.trials, sync)
+    real = ops.launch_gemm
+    ops.launch_gemm = lambda *x: None  # the pure host cost of the public path, kernel launch excluded
+    try:
+        rows["matmul(out=), no launch"] = per_call_us(lambda: tritonblas.matmul(a, b, out=out), args.calls,
+                                                      args.trials, lambda: None)
+        rows["matmul, no launch"] = per_call_us(lambda: tritonblas.matmul(a, b), args.calls, args.trials,
+                                                lambda: None)
+    finally:
+        ops.launch_gemm = real
+    for name, us in rows.items():
+        print(f"  {name:26s} {us:8.2f} us/call")
+    if gpu:
+        over = rows['matmul(out=)'] - rows['direct']
+        print(f"overhead of matmul(out=) over the direct launch: {over:.2f} us"
+              f"/call; of allocating matmul: {rows['matmul'] - rows['direct']:.2f} us/call")
+
+
+if __name__ == "__main__":
+    main()
