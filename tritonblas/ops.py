@@ -29,19 +29,25 @@ from .validate import (
 _FAMILY = {None: -1, False: 0, True: 1}
 
 
+# The custom op's schema takes the config as list[int]: every GemmConfig field in declaration order
+# (bools as 0/1, grid None as 0), so a field added to GemmConfig cannot be dropped on the way.
+_CONFIG_FIELDS = tuple(GemmConfig.model_fields)
+_BOOL_FIELDS = frozenset(f for f, info in GemmConfig.model_fields.items() if info.annotation is bool)
+
+
 def _config_to_list(config: GemmConfig | None) -> list[int]:
     if config is None:
         return []
-    return [config.block_m, config.block_n, config.block_k, config.group_m, config.num_warps,
-            config.num_stages, int(config.streamk), config.grid or 0, int(config.tma)]
+    return [int(getattr(config, f) or 0) for f in _CONFIG_FIELDS]
 
 
 def _config_from_list(values: list[int]) -> GemmConfig | None:
     if not values:
         return None
-    bm, bn, bk, gm, nw, ns, sk, grid, tma = values
-    return GemmConfig(block_m=bm, block_n=bn, block_k=bk, group_m=gm, num_warps=nw, num_stages=ns,
-                      streamk=bool(sk), grid=grid or None, tma=bool(tma))
+    fields = dict(zip(_CONFIG_FIELDS, values, strict=True))
+    fields = {f: bool(v) if f in _BOOL_FIELDS else v for f, v in fields.items()}
+    fields["grid"] = fields["grid"] or None
+    return GemmConfig(**fields)
 
 
 def _layout(a: torch.Tensor, b: torch.Tensor) -> str:
