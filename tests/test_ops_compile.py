@@ -8,7 +8,7 @@ from torch._dynamo.testing import CompileCounterWithBackend
 
 import tritonblas
 from tritonblas import GemmConfig
-from tritonblas.ops import gemm_op
+from tritonblas.ops import _config_from_list, _config_to_list, gemm_op
 
 M, N, K = 33, 17, 100
 SK = GemmConfig(block_m=16, block_n=16, block_k=32, grid=5, streamk=True)
@@ -77,7 +77,16 @@ def test_inductor_fullgraph():
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
-@pytest.mark.parametrize("with_bias, config", [(True, []), (False, [16, 16, 32, 2, 4, 2, 1, 5, 0])])
+@pytest.mark.parametrize("with_bias, config", [(True, []), (False, _config_to_list(SK))])
 def test_opcheck(dtype, with_bias, config):
     a, b, bias, _ = _inputs(dtype, requires_grad=dtype == torch.float32)
     torch.library.opcheck(gemm_op, (a, b, bias if with_bias else None, 0.5, 2.0, -1, config))
+
+
+def test_every_config_field_survives_the_custom_op_schema():
+    # The op takes the config as list[int]; a field it dropped would silently run another config.
+    flags = {f: True for f, info in GemmConfig.model_fields.items() if info.annotation is bool}
+    for config in (GemmConfig(block_m=16, block_n=32, block_k=64),
+                   GemmConfig(block_m=64, block_n=16, block_k=32, group_m=3, num_warps=8, num_stages=5,
+                              grid=7, **flags)):
+        assert _config_from_list(_config_to_list(config)) == config
