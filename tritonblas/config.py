@@ -38,6 +38,8 @@ class GemmConfig(BaseModel):
     streamk: bool = False
     grid: int | None = Field(default=None, ge=1, le=MAX_GRID)
     tma: bool = False  # load A/B tiles with Hopper tensor descriptors (TMA) instead of pointers
+    flatten: bool = False  # persistent only: one flattened tile x K loop, prefetching across tiles
+    warp_specialize: bool = False  # persistent only: producer/consumer warps (triton's tl.range)
 
     @field_validator("block_m", "block_n", "block_k")
     @classmethod
@@ -56,10 +58,11 @@ class GemmConfig(BaseModel):
     def short(self) -> str:
         fam = "SK" if self.streamk else "P"
         grid = "sms" if self.grid is None else str(self.grid)
-        tma = " tma" if self.tma else ""
+        flags = "".join(f" {name}" for name, on in (("tma", self.tma), ("flat", self.flatten),
+                                                     ("ws", self.warp_specialize)) if on)
         return (
             f"{fam} {self.block_m}x{self.block_n}x{self.block_k} g{self.group_m} "
-            f"w{self.num_warps} s{self.num_stages} grid={grid}{tma}"
+            f"w{self.num_warps} s{self.num_stages} grid={grid}{flags}"
         )
 
 
@@ -139,10 +142,13 @@ def config_supports(config: GemmConfig, problem: Problem, device: DeviceInfo) ->
     if need > device.smem_per_block:
         return (f"needs {need} B of shared memory for {config.num_stages} stages, "
                 f"device {device.name} allows {device.smem_per_block} B")
-    # fp32 accumulators live in registers: above 256 per thread they spill (255 is the hardware cap).
+    # fp32 accumulators live in registers (255 per thread at most, operands and addresses need room too):
+    # 256x256 tiles on 8 warps (256 accumulator registers per thread) ran at 0.15x torch.mm on the H200.
     regs = accumulator_regs_per_thread(config)
-    if regs > 256:
-        return f"accumulator needs {regs} registers per thread with {config.num_warps} warps (max 256)"
+    if regs > 128:
+        return f"accumulator needs {regs} registers per thread with {config.num_warps} warps (max 128)"
+    if config.streamk and (config.flatten or config.warp_specialize):
+        return "flatten and warp_specialize apply to the persistent family only"
     if problem.dtype == "fp32" and config.block_k > 128:
         return "fp32 operands support block_k <= 128"
     if config.tma:

@@ -34,12 +34,24 @@ def _ensure_allocator() -> None:
         _allocation.set_allocator(_descriptor_scratch)
 
 
+def _is_col_major(t: torch.Tensor) -> bool:
+    return t.stride(1) != 1 and t.stride(0) == 1
+
+
+def _lead_divisor(t: torch.Tensor) -> int:
+    """The power of two (at most 16) that divides the operand's leading stride."""
+    lead = t.stride(1) if _is_col_major(t) else t.stride(0)
+    div = 16
+    while div > 1 and lead % div:
+        div //= 2
+    return div
+
+
 def _tma_ready(t: torch.Tensor) -> tuple[bool, bool]:
     """(usable by TMA, column-major): one unit stride, 16-byte aligned base and leading stride."""
+    col = _is_col_major(t)
     s0, s1 = t.stride()
-    col = s1 != 1 and s0 == 1
-    lead = s0 if not col else s1
-    unit = s1 if not col else s0
+    lead, unit = (s1, s0) if col else (s0, s1)
     ok = unit == 1 and (lead * t.element_size()) % 16 == 0 and t.data_ptr() % 16 == 0
     return ok, col
 
@@ -85,17 +97,18 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.T
     has_bias = bias is not None
     bias_arg = bias if has_bias else c
     sbm, sbn = bias.stride() if has_bias else (0, 0)
-    use_tma, a_col, b_col = False, False, False
-    if config.tma:
-        # A strided view the predicate could not see (it checks the dense layout) takes the pointer path.
-        (a_ok, a_col), (b_ok, b_col) = _tma_ready(a), _tma_ready(b)
-        use_tma = a_ok and b_ok
-        if use_tma and a.is_cuda:
-            _ensure_allocator()
+    (a_tma, a_col), (b_tma, b_col) = _tma_ready(a), _tma_ready(b)
+    a_div, b_div = _lead_divisor(a), _lead_divisor(b)
+    # A strided view the predicate could not see (it checks the dense layout) takes the pointer path.
+    use_tma = config.tma and a_tma and b_tma
+    if use_tma and a.is_cuda:
+        _ensure_allocator()
     common = dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
                   GROUP_M=config.group_m, HAS_BIAS=has_bias, EVEN_K=k % config.block_k == 0,
                   PRECISION=precision, USE_TMA=use_tma, A_COL=a_col, B_COL=b_col,
-                  num_warps=config.num_warps, num_stages=config.num_stages)
+                  A_LEAD_DIV=a_div, B_LEAD_DIV=b_div, FLATTEN=config.flatten,
+                  WARP_SPEC=config.warp_specialize, num_warps=config.num_warps,
+                  num_stages=config.num_stages)
     strides = (*a.stride(), *b.stride(), *c.stride(), sbm, sbn)
     # K == 0 has no iterations to split: the persistent kernel writes beta * bias (or zeros).
     if config.streamk and k > 0:

@@ -14,6 +14,7 @@ def persistent_gemm_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, PRECISION: tl.constexpr,
     USE_TMA: tl.constexpr, A_COL: tl.constexpr, B_COL: tl.constexpr,
+    A_LEAD_DIV: tl.constexpr, B_LEAD_DIV: tl.constexpr, FLATTEN: tl.constexpr, WARP_SPEC: tl.constexpr,
 ):
     a_desc, b_desc = a_ptr, b_ptr
     if USE_TMA:
@@ -21,11 +22,13 @@ def persistent_gemm_kernel(
                                             stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, A_COL, B_COL)
     num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     iters = tl.cdiv(K, BLOCK_K)
-    for tile_id in range(tl.program_id(0), num_tiles, NUM_PROGS):
+    # flatten lets the pipeliner prefetch the next tile's first K blocks during this tile's epilogue.
+    for tile_id in tl.range(tl.program_id(0), num_tiles, NUM_PROGS, flatten=FLATTEN,
+                            warp_specialize=WARP_SPEC):
         pid_m, pid_n = tile_coords(tile_id, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         acc = k_loop(acc, a_ptr, b_ptr, a_desc, b_desc, M, N, K, stride_am, stride_ak, stride_bk,
                      stride_bn, pid_m, pid_n, 0, iters, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION,
-                     USE_TMA, A_COL, B_COL)
+                     USE_TMA, A_COL, B_COL, A_LEAD_DIV, B_LEAD_DIV)
         epilogue(acc, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, stride_biasm, stride_biasn,
                  alpha, beta, pid_m, pid_n, BLOCK_M, BLOCK_N, HAS_BIAS)
