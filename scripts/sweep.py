@@ -25,8 +25,12 @@ from tritonblas.device import device_info
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 TILES = [(128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (128, 128, 64, 4, 4), (128, 128, 64, 8, 4),
-         (64, 128, 64, 4, 4), (128, 64, 64, 4, 4), (64, 64, 64, 4, 4), (64, 256, 64, 4, 4),
-         (16, 64, 256, 4, 3), (32, 64, 128, 4, 4), (64, 64, 128, 4, 4), (128, 128, 128, 8, 3)]
+         (64, 128, 64, 4, 4), (64, 64, 128, 4, 4), (32, 64, 128, 4, 4), (16, 64, 256, 4, 3),
+         (64, 64, 256, 4, 3)]
+# (streamk, tma, flatten, warp_specialize, grid multiple of the SM count)
+VARIANTS = [(False, False, False, False, 1), (False, True, False, False, 1), (False, True, True, False, 1),
+            (False, True, False, True, 1), (False, True, True, True, 1), (True, False, False, False, 1),
+            (True, True, False, False, 1), (True, True, False, False, 2)]
 
 
 def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
@@ -42,7 +46,7 @@ def shapes_from(path: str) -> list[tuple[int, int, int]]:
     return [(s["m"], s["n"], s["k"]) for s in spec["shapes"]]
 
 
-def sweep_shape(m, n, k, dtype, info, grids):
+def sweep_shape(m, n, k, dtype, info):
     a = torch.randn(m, k, device="cuda", dtype=DTYPES[dtype])
     b = torch.randn(k, n, device="cuda", dtype=DTYPES[dtype])
     ref = a.double() @ b.double()
@@ -52,17 +56,15 @@ def sweep_shape(m, n, k, dtype, info, grids):
     flops = 2 * m * n * k
     problem = Problem(m, n, k, dtype)
     rows = []
-    for (bm, bn, bk, w, s), sk, tma, grid in itertools.product(TILES, (False, True), (False, True), grids):
-        if not sk and grid != grids[0]:
-            continue
+    for (bm, bn, bk, w, s), (sk, tma, flat, ws, mult) in itertools.product(TILES, VARIANTS):
         cfg = GemmConfig(block_m=bm, block_n=bn, block_k=bk, num_warps=w, num_stages=s, streamk=sk,
-                         tma=tma, grid=grid)
+                         tma=tma, flatten=flat, warp_specialize=ws, grid=mult * info.sm_count)
         if config_supports(cfg, problem, info) is not None:
             continue
         try:
             out = tritonblas.matmul(a, b, config=cfg)
             err = rel_err(out, ref)
-            t = bench(lambda: tritonblas.matmul(a, b, config=cfg)) if err <= tol else float("nan")
+            t = bench(lambda c=cfg: tritonblas.matmul(a, b, config=c)) if err <= tol else float("nan")
         except Exception as e:  # noqa: BLE001 - a sweep records failures and goes on
             err, t = float("nan"), float("nan")
             print(f"  FAIL {cfg.short()}: {type(e).__name__}: {str(e)[:200]}")
@@ -88,14 +90,14 @@ def main() -> None:
     shapes = shapes_from(args.shapes)
     if args.only:
         shapes = [tuple(int(x) for x in s.split("x")) for s in args.only.split(",")]
-    grids = [info.sm_count]
     results = []
     t0 = time.time()
     for m, n, k in shapes:
-        r = sweep_shape(m, n, k, args.dtype, info, grids)
+        r = sweep_shape(m, n, k, args.dtype, info)
         results.append(r)
         print(f"{m}x{n}x{k} {args.dtype}: torch {r['torch_tflops']:.0f} TF/s | best {r['best']['short']} "
-              f"x{r['torch_ms'] / r['best']['ms']:.2f} | heur {r['heuristic']} x{r['torch_ms'] / r['heuristic_ms']:.2f}"
+              f"x{r['torch_ms'] / r['best']['ms']:.2f} | heur {r['heuristic']} "
+              f"x{r['torch_ms'] / r['heuristic_ms']:.2f}"
               f" | wrong {len(r['wrong'])} | {time.time() - t0:.0f}s", flush=True)
     best = [r["torch_ms"] / r["best"]["ms"] for r in results]
     heur = [r["torch_ms"] / r["heuristic_ms"] for r in results]
