@@ -6,6 +6,7 @@ the code argument errors get from typer; failures of the work itself exit 1.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import NoReturn
 
@@ -16,11 +17,20 @@ from .config import Problem
 from .shapes import DTYPES, ShapesError, load_problems
 
 USAGE_ERROR = 2
+PIPE_WIDTH = 160
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)
 
 NO_GPU_MESSAGE = ("error: tuning and benchmarking need a CUDA or ROCm GPU and none was found; for a "
                   "functional dry run on CPU set TRITON_INTERPRET=1 (timings are then meaningless)")
+
+
+def configure_console() -> None:
+    """Output that goes to a file or pipe (CI logs, `| tee`) has no terminal width; rich would assume 80
+    columns and fold tables into unreadable cells, so give it room unless COLUMNS says otherwise."""
+    for c in (console, err_console):
+        if not c.is_terminal and "COLUMNS" not in os.environ:
+            c.width = PIPE_WIDTH
 
 
 def fail(message: str, code: int = USAGE_ERROR) -> NoReturn:
@@ -105,6 +115,37 @@ def open_db(url: str | None):
         fail(f"error: {e}", code=1)
     except ValueError as e:  # a malformed URL
         fail(f"error: --db: {e}")
+
+
+def describe_db(url: str | None) -> str:
+    """The database dispatch will read, for reports. A SQLite file given explicitly must exist:
+    dispatch never creates one and would silently run without it."""
+    from tuning_db import default_url, normalize_url
+    from tuning_db.engine import describe, sqlite_path
+
+    try:
+        full = normalize_url(url) if url else default_url()
+    except ValueError as e:
+        fail(f"error: --db: {e}")
+    path = sqlite_path(full)
+    if url and path is not None and not path.exists():
+        fail(f"error: --db: no database at {path}")
+    return describe(full)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from . import __version__
+        from .identity import torch_version, triton_version
+
+        console.print(f"tritonblas {__version__} (triton {triton_version()}, torch {torch_version()})",
+                      markup=False)
+        raise typer.Exit()
+
+
+def version_option():
+    return typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                        help="Print the versions of tritonblas, triton and torch, and exit.")
 
 
 def problem_label(p: Problem) -> str:

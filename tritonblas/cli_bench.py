@@ -1,0 +1,229 @@
+"""`tritonblas bench`: ours (through dispatch, as users call it) against torch.mm, in one run.
+
+Both sides run on the same inputs with the tuner's timing protocol (benchmark.GpuBenchmark: do_bench
+median with a cold L2 on a GPU; a wall-clock median of a few runs in Triton's interpreter, where the
+numbers only show that the flow works). Our result is also checked against an fp64 reference, so a
+fast wrong answer is reported as such, never as a speedup.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from .cli_common import (
+    console,
+    describe_db,
+    err_console,
+    fail,
+    interpreter_mode,
+    parse_devices,
+    problem_label,
+    problems_from,
+)
+from .config import DeviceInfo, GemmConfig, Problem
+
+# Wall-clock repetitions per side in the interpreter (the median of them is reported).
+CPU_REPS = 3
+
+
+@dataclass(frozen=True)
+class BenchRow:
+    problem: Problem
+    status: str  # "ok" or why ours did not run correctly (wrong_result, launch_error, ...)
+    source: str = ""
+    config: GemmConfig | None = None
+    ms: float | None = None
+    torch_ms: float | None = None
+    rel_error: float | None = None
+    note: str = ""
+
+    def _tflops(self, ms: float | None) -> float | None:
+        p = self.problem
+        return None if not ms else 2.0 * p.m * p.n * p.k / (ms * 1e9)
+
+    @property
+    def tflops(self) -> float | None:
+        return self._tflops(self.ms)
+
+    @property
+    def torch_tflops(self) -> float | None:
+        return self._tflops(self.torch_ms)
+
+    @property
+    def speedup(self) -> float | None:
+        """torch.mm time over ours: above 1 we are faster."""
+        ok = self.status == "ok" and self.ms and self.torch_ms
+        return self.torch_ms / self.ms if ok else None
+
+    def to_json(self) -> dict:
+        p = self.problem
+        return {"m": p.m, "n": p.n, "k": p.k, "dtype": p.dtype, "layout": p.layout, "bias": p.bias,
+                "status": self.status, "source": self.source,
+                "config": None if self.config is None else self.config.model_dump(),
+                "ms": self.ms, "torch_ms": self.torch_ms, "tflops": self.tflops,
+                "torch_tflops": self.torch_tflops, "speedup": self.speedup, "rel_error": self.rel_error,
+                "note": self.note}
+
+
+def geomean(values: list[float]) -> float | None:
+    return statistics.geometric_mean(values) if values else None
+
+
+def bench_problem(problem: Problem, info: DeviceInfo, bench) -> BenchRow:
+    from . import dispatch
+
+    try:
+        sel = dispatch.select(problem.m, problem.n, problem.k, problem.dtype, layout=problem.layout,
+                              bias=problem.bias, device=info)
+        # config=None: the call goes through dispatch, exactly as a user's tritonblas.matmul does.
+        ours = bench(None, problem, info)
+        torch_ms = bench.baseline(problem, info)
+    except Exception as exc:  # one problem failing (out of memory, say) must not lose the others
+        return BenchRow(problem, "error", note=f"{type(exc).__name__}: {exc}"[:300])
+    finally:
+        bench.finish(problem)
+    ms = ours.median_ms if ours.status == "ok" else None
+    return BenchRow(problem, ours.status, sel.source, sel.config, ms, torch_ms, ours.rel_error, ours.note)
+
+
+def run_bench(problems: list[Problem], device: int, db_url: str | None, on_row=lambda row: None
+              ) -> tuple[DeviceInfo, list[BenchRow]]:
+    from . import dispatch
+    from .benchmark import GpuBenchmark
+    from .cli_workers import on_device
+
+    rows = []
+    with dispatch.using_database(db_url), on_device(device, interpreter_mode()) as info:
+        bench = GpuBenchmark(cpu_reps=CPU_REPS)
+        for p in problems:
+            rows.append(bench_problem(p, info, bench))
+            on_row(rows[-1])
+    return info, rows
+
+
+def _num(v: float | None, fmt: str, suffix: str = "") -> str:
+    return "-" if v is None else format(v, fmt) + suffix
+
+
+def bench_table(rows: list[BenchRow], title: str) -> Table:
+    table = Table(title=title)
+    for col in ("problem", "ours TFLOP/s", "torch TFLOP/s", "ratio", "ours ms", "torch ms", "source",
+                "config"):
+        table.add_column(col, justify="left" if col in ("problem", "source", "config") else "right")
+    for r in rows:
+        ratio = _num(r.speedup, ".2f", "x") if r.status == "ok" else f"[red]{r.status}[/red]"
+        table.add_row(problem_label(r.problem), _num(r.tflops, ".1f"), _num(r.torch_tflops, ".1f"), ratio,
+                      _num(r.ms, ".4f"), _num(r.torch_ms, ".4f"), r.source or "-",
+                      "-" if r.config is None else r.config.short())
+    gm = geomean([r.speedup for r in rows if r.speedup])
+    table.caption = f"geomean speedup over torch.mm: {_num(gm, '.3f', 'x')}"
+    return table
+
+
+def write_json(path: Path, rows: list[BenchRow], info: DeviceInfo, db_where: str) -> None:
+    from . import __version__
+    from .identity import torch_version, triton_version
+
+    doc = {"tritonblas": __version__, "triton": triton_version(), "torch": torch_version(),
+           "device": info.name, "arch": info.arch, "interpreter": interpreter_mode(), "db": db_where,
+           "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+           "geomean_speedup": geomean([r.speedup for r in rows if r.speedup]),
+           "rows": [r.to_json() for r in rows]}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+
+
+def require_matplotlib() -> None:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        fail("error: --plot needs matplotlib: pip install 'tritonblas[plot]'")
+
+
+def write_plot(path: Path, rows: list[BenchRow], title: str) -> None:
+    """Horizontal bars of speedup per problem: green where we beat torch.mm, red where we lose."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    shown = [r for r in rows if r.speedup]
+    labels = [problem_label(r.problem) for r in shown]
+    values = [r.speedup for r in shown]
+    fig = Figure(figsize=(9, 1.5 + 0.32 * max(len(shown), 1)), layout="constrained")
+    FigureCanvasAgg(fig)  # no display: render to a file through Agg
+    ax = fig.add_subplot()
+    y = list(range(len(shown)))[::-1]
+    ax.barh(y, values, color=["#2a9d4a" if v >= 1 else "#d1495b" for v in values])
+    ax.axvline(1.0, color="black", linewidth=1)
+    for yi, v in zip(y, values, strict=True):
+        ax.text(v, yi, f" {v:.2f}x", va="center", fontsize=8)
+    ax.set_yticks(y, labels, fontsize=8)
+    ax.set_xlim(0, max([1.2, *values]) * 1.15)
+    ax.set_xlabel("speedup over torch.mm (torch time / tritonblas time; > 1 is faster)")
+    gm = geomean(values)
+    ax.set_title(f"{title}\ngeomean {_num(gm, '.3f', 'x')} over {len(shown)} problems", fontsize=10)
+    if not shown:
+        ax.text(0.5, 0.5, "no problem ran correctly on both sides", ha="center", transform=ax.transAxes)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+
+
+BENCH_HELP = """Benchmark tritonblas (through dispatch, as users call it) against torch.mm, side by side.
+
+Prints TFLOP/s of both, the ratio per problem and the geomean; checks our results against an fp64
+reference. Exit code 1 if any problem gives a wrong result or fails to run.
+
+**Examples**
+
+```
+tritonblas bench --shapes shapes.yaml
+tritonblas bench --shapes shapes.yaml --db tuned.sqlite --json bench.json --plot bench.png
+```
+"""
+
+
+def bench(shapes: Path = typer.Option(..., "--shapes", help="shapes.yaml listing the problems."),
+          db: str = typer.Option(None, "--db", help="Tuning database dispatch reads "
+                                 "(default: $TRITONBLAS_DB, else ~/.cache/tritonblas/tuning.sqlite)."),
+          dtypes: str = typer.Option(None, "--dtypes", help="Replace the file's dtypes, e.g. bf16,fp16."),
+          device: int = typer.Option(0, "--device", help="GPU index to run on."),
+          json_out: Path = typer.Option(None, "--json", help="Write every number to this JSON file."),
+          plot: Path = typer.Option(None, "--plot", help="Write a PNG bar chart of speedup per problem."),
+          ) -> None:
+    problems = problems_from(shapes, dtypes)
+    parse_devices(str(device))
+    if plot is not None:
+        require_matplotlib()
+    db_where = describe_db(db)
+
+    def show(row: BenchRow) -> None:
+        ratio = _num(row.speedup, ".2f", "x") if row.status == "ok" else row.status
+        console.print(f"{problem_label(row.problem):28} {ratio}", markup=False)
+
+    info, rows = run_bench(problems, device, db, show)
+    title = f"tritonblas vs torch.mm on {info.name}" + (" (interpreter)" if interpreter_mode() else "")
+    console.print(bench_table(rows, title))
+    try:
+        if json_out is not None:
+            write_json(json_out, rows, info, db_where)
+            console.print(f"wrote {json_out}", markup=False)
+        if plot is not None:
+            write_plot(plot, rows, title)
+            console.print(f"wrote {plot}", markup=False)
+    except OSError as e:
+        fail(f"error: cannot write {e.filename}: {e.strerror}", code=1)
+    bad = [r for r in rows if r.status != "ok"]
+    for r in bad:
+        err_console.print(f"failed: {problem_label(r.problem)}: {r.status} {r.note}".rstrip(), markup=False)
+    if bad:
+        fail(f"{len(bad)} of {len(rows)} problems did not run correctly", code=1)
+
+
+bench.__doc__ = BENCH_HELP
+

@@ -1,0 +1,190 @@
+"""`tritonblas-tune` (also `tritonblas tune`): tune a shapes file into the database, with live progress."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from .cli_common import (
+    configure_console,
+    console,
+    err_console,
+    fail,
+    interpreter_mode,
+    open_db,
+    parse_devices,
+    problem_label,
+    problems_from,
+    version_option,
+)
+from .cli_workers import Event, Interrupted, TuneRow, device_arch, run_tuning
+
+TUNE_HELP = """Tune every problem of a shapes file and store the winners in the tuning database.
+
+Each problem's candidates are compiled, checked against an fp64 reference and timed next to torch.mm;
+the fastest correct one is stored. Problems that already have a fresh winner are skipped, so an
+interrupted run resumes where it stopped. Exit code 1 if any problem ends without a verified winner.
+
+**Examples**
+
+```
+tritonblas-tune --shapes shapes.yaml
+tritonblas-tune --shapes shapes.yaml --dtypes bf16 --devices 0,1 --budget-s 20
+tritonblas-tune --shapes shapes.yaml --db postgresql://tuner@db/tb --export configs/{arch}.json
+TRITON_INTERPRET=1 tritonblas-tune --shapes tiny.yaml --db /tmp/t.sqlite  # CPU dry run
+```
+"""
+
+
+def winner_text(row: TuneRow) -> str:
+    return "-" if row.config is None else row.config.short()
+
+
+def _num(v: float | None, fmt: str) -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def summary_table(rows: list[TuneRow]) -> Table:
+    table = Table(title=f"{len(rows)} problems")
+    for col in ("problem", "status", "winner", "TFLOP/s", "vs torch.mm", "previous", "device", "time"):
+        table.add_column(col, justify="right" if col in ("TFLOP/s", "vs torch.mm", "time") else "left")
+    for r in rows:
+        status = r.status if r.ok else f"[red]{r.status}[/red]"
+        table.add_row(problem_label(r.problem), status, winner_text(r), _num(r.tflops, ".1f"),
+                      _num(r.speedup, ".2f") + ("x" if r.speedup else ""), r.previous or "-", r.device,
+                      f"{r.elapsed_s:.1f}s")
+    return table
+
+
+class _Display:
+    """Overall bar with ETA, one live line per device with the problem it is on, a log line per result."""
+
+    def __init__(self, progress: Progress, total: int) -> None:
+        self.progress = progress
+        self.overall = progress.add_task("tuning", total=total)
+        self.lines: dict[str, int] = {}
+        self.problems: list = []
+
+    def __call__(self, ev: Event) -> None:
+        if ev.device not in self.lines and ev.kind != "exit":
+            self.lines[ev.device] = self.progress.add_task("", total=None)
+        line = self.lines.get(ev.device)
+        if ev.kind == "start" and line is not None:
+            label = problem_label(self.problems[ev.index])
+            self.progress.reset(line, description=f"  {ev.device}: {label}", total=None)
+        elif ev.kind == "done" and ev.row is not None:
+            self.progress.advance(self.overall)
+            if line is not None:
+                self.progress.update(line, description=f"  {ev.device}: idle")
+            self.progress.console.print(_log_line(ev.row), markup=False, highlight=False)
+        elif ev.kind == "exit" and line is not None:
+            note = f" ({ev.message})" if ev.message else ""
+            self.progress.update(line, description=f"  {ev.device}: done{note}", total=1, completed=1)
+
+
+    def finish(self) -> None:
+        """Only the overall bar stays on screen once every problem is done."""
+        for line in self.lines.values():
+            self.progress.remove_task(line)
+        self.lines.clear()
+
+
+def _log_line(r: TuneRow) -> str:
+    head = f"{r.status:9} {problem_label(r.problem):28} [{r.device}]"
+    if not r.ok:
+        return f"{head} {r.reason}"
+    speed = f", {r.speedup:.2f}x torch.mm" if r.speedup else ""
+    return f"{head} {winner_text(r)} {_num(r.tflops, '.1f')} TFLOP/s{speed}"
+
+
+def _progress() -> Progress:
+    return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console,
+                    transient=False)
+
+
+def _export(db_url: str, pattern: Path, device: int) -> None:
+    from tuning_db import TuningDBError
+    from tuning_db.exchange import export_file
+
+    arch = device_arch(device, interpreter_mode())
+    path = Path(str(pattern).replace("{arch}", arch))
+    with open_db(db_url) as db:
+        try:
+            cfg = export_file(db, path, arch)
+        except (TuningDBError, ValueError, OSError) as e:
+            fail(f"error: --export {path}: {e}", code=1)
+    console.print(f"exported {cfg.header.count} winners for {arch} to {path}", markup=False)
+
+
+def _check_options(budget_s: float, export: Path | None) -> None:
+    if not budget_s > 0:
+        fail(f"error: --budget-s must be a positive number of seconds, got {budget_s}")
+    if export is not None and export.is_dir():
+        fail(f"error: --export {export} is a directory; give a file such as configs/{{arch}}.json")
+
+
+def tune(shapes: Path = typer.Option(..., "--shapes", help="shapes.yaml listing the problems to tune."),
+         db: str = typer.Option(None, "--db", help="Database URL or SQLite file "
+                                "(default: $TRITONBLAS_DB, else ~/.cache/tritonblas/tuning.sqlite)."),
+         dtypes: str = typer.Option(None, "--dtypes", help="Replace the file's dtypes, e.g. bf16,fp16."),
+         devices: str = typer.Option(None, "--devices", help="GPUs to use, e.g. 0,1: one worker process "
+                                     "each, all writing the same database (default: GPU 0)."),
+         budget_s: float = typer.Option(10.0, "--budget-s", help="Timing budget per problem, seconds."),
+         force: bool = typer.Option(False, "--force",
+                                    help="Retune problems that already have a fresh winner."),
+         export: Path = typer.Option(None, "--export", help="Afterwards write the arch's winners to this "
+                                     "file; {arch} in it becomes the arch, e.g. configs/{arch}.json."),
+         version: bool = version_option()) -> None:
+    configure_console()
+    problems = problems_from(shapes, dtypes)
+    device_ids = parse_devices(devices)
+    _check_options(budget_s, export)
+    with open_db(db) as opened:  # created and migrated once here, before workers race to do it
+        url = opened.url
+    options = {"budget_s": budget_s, "force": force}
+    console.print(f"tuning {len(problems)} problems from {shapes} on {len(device_ids)} device(s) into "
+                  f"{opened.where}" + (" (Triton interpreter: timings are meaningless)"
+                                       if interpreter_mode() else ""), markup=False)
+    progress = _progress()
+    display = _Display(progress, len(problems))
+    display.problems = problems
+    try:
+        with progress:
+            try:
+                rows = run_tuning(problems, device_ids, url, interpreter=interpreter_mode(),
+                                  options=options, on_event=display)
+            finally:
+                display.finish()
+    except Interrupted as stop:
+        console.print(summary_table(stop.rows))
+        fail(f"interrupted: {len(stop.rows)} of {len(problems)} problems finished and saved; run the same "
+             "command again to resume", code=130)
+    console.print(summary_table(rows))
+    if export is not None:
+        _export(url, export, device_ids[0])
+    _report_failures(rows)
+
+
+tune.__doc__ = TUNE_HELP
+
+
+def _report_failures(rows: list[TuneRow]) -> None:
+    bad = [r for r in rows if not r.ok]
+    for r in bad:
+        err_console.print(f"failed: {problem_label(r.problem)}: {r.reason or r.status}", markup=False)
+    if bad:
+        fail(f"{len(bad)} of {len(rows)} problems have no verified winner", code=1)
+    tuned = sum(r.status == "tuned" for r in rows)
+    console.print(f"done: {tuned} tuned, {len(rows) - tuned} already had a fresh winner", markup=False)

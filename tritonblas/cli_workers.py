@@ -1,0 +1,281 @@
+"""Tuning over several GPUs: one worker process per device, problems handed out from a shared queue.
+
+Every worker opens the same database URL and commits each problem as it finishes (the DB serialises
+writers), so rows from all devices land in one place and an interrupted run keeps what is done. The
+parent only hands out work and collects one small, picklable `TuneRow` per problem for the display.
+
+Workers start with the spawn method: a forked child would inherit the parent's CUDA state, which CUDA
+does not allow. A spawned child inherits the parent's environment, TRITON_INTERPRET included, so CPU
+"devices" run in Triton's interpreter (how the orchestration is tested without a GPU).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import queue
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from .config import DeviceInfo, GemmConfig, Problem
+
+RowStatus = Literal["tuned", "skipped", "no_winner", "failed"]
+# How long the parent waits for a result before checking that its workers are still alive.
+_POLL_S = 0.5
+
+
+@dataclass(frozen=True)
+class TuneRow:
+    """One problem's result as the CLI shows it; crosses process boundaries, so plain data only."""
+
+    index: int
+    problem: Problem
+    status: RowStatus
+    device: str
+    config: GemmConfig | None = None
+    median_ms: float | None = None
+    torch_ms: float | None = None
+    previous: str = ""  # where dispatch's choice came from before this run: db, shipped, neighbor, ...
+    reason: str = ""
+    elapsed_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("tuned", "skipped") and self.config is not None
+
+    @property
+    def tflops(self) -> float | None:
+        p = self.problem
+        return None if not self.median_ms else 2.0 * p.m * p.n * p.k / (self.median_ms * 1e9)
+
+    @property
+    def speedup(self) -> float | None:
+        return None if not (self.median_ms and self.torch_ms) else self.torch_ms / self.median_ms
+
+
+@dataclass(frozen=True)
+class Event:
+    """start: `device` began problem `index`; done: `row` is its result; exit: the worker is finished
+    (`message` says why when it could not work at all)."""
+
+    kind: Literal["start", "done", "exit"]
+    device: str
+    index: int = -1
+    row: TuneRow | None = None
+    message: str = ""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C: `rows` are the problems finished (and committed) before it."""
+
+    def __init__(self, rows: list[TuneRow]) -> None:
+        super().__init__(f"interrupted after {len(rows)} finished problem(s)")
+        self.rows = rows
+
+
+def device_label(index: int, interpreter: bool) -> str:
+    return f"cpu{index}" if interpreter else f"cuda:{index}"
+
+
+@contextlib.contextmanager
+def on_device(index: int, interpreter: bool):
+    """Make GPU `index` current (inputs built on "cuda" land there) and yield its DeviceInfo."""
+    import torch
+
+    from .device import device_info
+
+    if interpreter:
+        yield device_info(torch.device("cpu"))
+        return
+    with torch.cuda.device(index):
+        yield device_info(torch.device("cuda", index))
+
+
+def device_arch(index: int, interpreter: bool) -> str:
+    with on_device(index, interpreter) as info:
+        return info.arch
+
+
+def _previous_source(problem: Problem, info: DeviceInfo) -> str:
+    from . import dispatch
+
+    dispatch.clear_cache()  # problems tuned earlier in this run are neighbours now
+    try:
+        return dispatch.select(problem.m, problem.n, problem.k, problem.dtype, layout=problem.layout,
+                               bias=problem.bias, device=info).source
+    except (RuntimeError, ValueError) as exc:
+        return f"none ({exc})"
+
+
+def tune_one(index: int, problem: Problem, info: DeviceInfo, db, label: str,
+             options: dict[str, Any]) -> TuneRow:
+    """Tune one problem; any failure becomes a row with the reason, never a lost worker."""
+    from .tuner import tune_problem
+
+    start = time.monotonic()
+    previous = _previous_source(problem, info)
+    try:
+        out = tune_problem(problem, info, db, **options)
+    except Exception as exc:  # the tuner records candidate failures itself; this is the problem failing
+        return TuneRow(index, problem, "failed", label, previous=previous,
+                       reason=f"{type(exc).__name__}: {exc}", elapsed_s=time.monotonic() - start)
+    w = out.winner
+    torch_ms = w.torch_ms if w is not None and out.torch_ms is None else out.torch_ms
+    return TuneRow(index, problem, out.status, label, None if w is None else w.config,
+                   None if w is None else w.median_ms, torch_ms, previous, out.reason,
+                   time.monotonic() - start)
+
+
+def work_loop(next_task: Callable[[], tuple[int, Problem] | None], emit: Callable[[Event], None],
+              device: int, interpreter: bool, db_url: str | None, options: dict[str, Any]) -> None:
+    """Take problems until `next_task` gives None, tuning each on `device` into the DB at `db_url`."""
+    from tuning_db import TuningDB
+
+    from . import dispatch
+
+    label = device_label(device, interpreter)
+    with dispatch.using_database(db_url), TuningDB(db_url) as db, on_device(device, interpreter) as info:
+        while (task := next_task()) is not None:
+            index, problem = task
+            emit(Event("start", label, index))
+            emit(Event("done", label, index, row=tune_one(index, problem, info, db, label, options)))
+
+
+def _worker_main(device: int, interpreter: bool, db_url: str | None, options: dict[str, Any],
+                 tasks: mp.Queue, results: mp.Queue) -> None:
+    label = device_label(device, interpreter)
+    message = ""
+    try:
+        work_loop(lambda: tasks.get(), results.put, device, interpreter, db_url, options)
+    except KeyboardInterrupt:
+        message = "interrupted"
+    except Exception as exc:  # reported to the parent, which marks this worker's problem failed
+        message = f"worker on {label} stopped: {type(exc).__name__}: {exc}"
+    results.put(Event("exit", label, message=message))
+
+
+class _Pool:
+    """The parent's view of the workers: who works on what, and who has gone."""
+
+    def __init__(self, problems: list[Problem], devices: list[int], interpreter: bool,
+                 db_url: str | None, options: dict[str, Any]) -> None:
+        ctx = mp.get_context("spawn")
+        self.tasks, self.results = ctx.Queue(), ctx.Queue()
+        for task in enumerate(problems):
+            self.tasks.put(task)
+        for _ in devices:
+            self.tasks.put(None)
+        self.problems = problems
+        self.procs = {device_label(d, interpreter): ctx.Process(
+            target=_worker_main, args=(d, interpreter, db_url, options, self.tasks, self.results),
+            daemon=True, name=f"tritonblas-tune-{d}") for d in devices}
+        self.current: dict[str, int] = {}
+        self.exited: dict[str, str] = {}
+        self.rows: dict[int, TuneRow] = {}
+
+    def start(self) -> None:
+        for proc in self.procs.values():
+            proc.start()
+
+    def handle(self, ev: Event, on_event: Callable[[Event], None]) -> None:
+        if ev.kind == "start":
+            self.current[ev.device] = ev.index
+        elif ev.kind == "done" and ev.row is not None:
+            self.current.pop(ev.device, None)
+            self.rows[ev.index] = ev.row
+        elif ev.kind == "exit":
+            self.exited[ev.device] = ev.message
+            self._fail_current(ev.device, ev.message or "worker exited", on_event)
+        on_event(ev)
+
+    def _fail_current(self, label: str, reason: str, on_event: Callable[[Event], None]) -> None:
+        index = self.current.pop(label, None)
+        if index is not None and index not in self.rows:
+            row = TuneRow(index, self.problems[index], "failed", label, reason=reason)
+            self.rows[index] = row
+            on_event(Event("done", label, index, row=row))
+
+    def reap_dead(self, on_event: Callable[[Event], None]) -> None:
+        """A worker that died without its exit event (killed, crashed in CUDA) fails its problem."""
+        for label, proc in self.procs.items():
+            if label not in self.exited and proc.exitcode is not None:
+                self.exited[label] = f"worker on {label} died with exit code {proc.exitcode}"
+                self._fail_current(label, self.exited[label], on_event)
+
+    def fail_unclaimed(self, on_event: Callable[[Event], None]) -> None:
+        reasons = "; ".join(m for m in self.exited.values() if m) or "every worker exited"
+        for index, problem in enumerate(self.problems):
+            if index not in self.rows:
+                row = TuneRow(index, problem, "failed", "-", reason=f"not tuned: {reasons}")
+                self.rows[index] = row
+                on_event(Event("done", "-", index, row=row))
+
+    def stop(self, grace_s: float) -> None:
+        """Let finished workers close their DB connections, then end any still running."""
+        deadline = time.monotonic() + grace_s
+        for proc in self.procs.values():
+            proc.join(timeout=max(0.0, deadline - time.monotonic()))
+        for proc in self.procs.values():
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(timeout=10)
+
+    def ordered(self) -> list[TuneRow]:
+        return [self.rows[i] for i in sorted(self.rows)]
+
+
+def _run_pool(pool: _Pool, on_event: Callable[[Event], None]) -> None:
+    while len(pool.rows) < len(pool.problems) and len(pool.exited) < len(pool.procs):
+        try:
+            pool.handle(pool.results.get(timeout=_POLL_S), on_event)
+        except queue.Empty:
+            pool.reap_dead(on_event)
+    # Every worker has gone: whatever is left in the queue was never claimed.
+    if len(pool.rows) < len(pool.problems):
+        with contextlib.suppress(queue.Empty):
+            while True:
+                pool.handle(pool.results.get(timeout=_POLL_S), on_event)
+        pool.fail_unclaimed(on_event)
+
+
+def run_tuning(problems: list[Problem], devices: list[int], db_url: str | None, *, interpreter: bool,
+               options: dict[str, Any], on_event: Callable[[Event], None] = lambda ev: None
+               ) -> list[TuneRow]:
+    """Tune `problems` on `devices` into the DB at `db_url`; one row per problem, in input order.
+
+    One device runs in this process; several get one spawned worker each. `options` go to
+    tuner.tune_problem (budget_s, force, bench, ...); with several devices they must pickle.
+    Ctrl-C raises Interrupted with the rows finished so far.
+    """
+    if len(devices) == 1:
+        return _run_here(problems, devices[0], interpreter, db_url, options, on_event)
+    pool = _Pool(problems, devices, interpreter, db_url, options)
+    grace_s = 10.0
+    try:
+        pool.start()
+        _run_pool(pool, on_event)
+    except KeyboardInterrupt:
+        grace_s = 0.0
+        raise Interrupted([r for r in pool.ordered() if r.status != "failed"]) from None
+    finally:
+        pool.stop(grace_s)
+    return pool.ordered()
+
+
+def _run_here(problems: list[Problem], device: int, interpreter: bool, db_url: str | None,
+              options: dict[str, Any], on_event: Callable[[Event], None]) -> list[TuneRow]:
+    pending = list(enumerate(problems))
+    rows: list[TuneRow] = []
+
+    def emit(ev: Event) -> None:
+        if ev.row is not None:
+            rows.append(ev.row)
+        on_event(ev)
+
+    try:
+        work_loop(lambda: pending.pop(0) if pending else None, emit, device, interpreter, db_url, options)
+    except KeyboardInterrupt:
+        raise Interrupted(rows) from None
+    return rows
