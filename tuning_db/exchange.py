@@ -201,6 +201,9 @@ def load_config_file(path: str | Path) -> ConfigFile:
         raw = json.loads(text, object_pairs_hook=_reject_duplicate_keys)
     except (ValueError, RecursionError) as e:
         raise ConfigFileError(f"{path}: invalid JSON: {e}") from None
+    if not isinstance(raw, dict):
+        raise ConfigFileError(f"{path}: expected a JSON object with 'header' and 'entries', "
+                              f"got {type(raw).__name__}")
     try:
         return ConfigFile.model_validate_json(text)
     except ValidationError as e:
