@@ -67,8 +67,11 @@ GPU_SHAPES = [
 ]
 
 LAYOUTS = ("nn", "nt", "tn", "tt", "strided")
-DTYPES = {"fp16": torch.float16, "fp32": torch.float32}
-PATHS = ("persistent", "sk_shared", "sk_mixed", "sk_idle", "heuristic")
+DTYPES = {"fp16": torch.float16, "fp32": torch.float32}  # the interpreter's tl.dot on bf16 is garbage
+GPU_DTYPES = {"bf16": torch.bfloat16, **DTYPES}
+# Kernel paths: Persistent (plain, flattened tile x K loop, warp-specialized), Stream-K with one tile
+# split over 3+ programs / data-parallel plus split tiles / idle programs, and the heuristic's choice.
+PATHS = ("persistent", "persistent_flat", "persistent_ws", "sk_shared", "sk_mixed", "sk_idle", "heuristic")
 # bias kinds addmm accepts, including stride-0 expanded views and a transposed (non-contiguous) one.
 BIASES = ("scalar0d", "one", "row", "row2d", "col", "full", "full_t", "expand_row", "expand_col",
           "expand_scalar")
@@ -133,33 +136,43 @@ SK_GOALS: dict[str, Callable[[StreamKPlan], bool]] = {
     "sk_mixed": lambda p: p.dp_tiles > 0 and p.max_sharing >= 2,  # data-parallel and split tiles
     "sk_idle": lambda p: p.dp_tiles > 0 and p.idle > 0 and p.max_sharing >= 2,  # fewer iters than programs
 }
+# Tiny tiles and grids keep interpreter launches short; the GPU suite uses real tiles and grids
+# around the H200's 132 SMs.
 _BLOCKS = [(32, 32, 32), (32, 16, 16), (16, 32, 16), (16, 16, 16)]
+_GPU_BLOCKS = [(128, 128, 64), (128, 64, 64), (64, 64, 64), (64, 64, 32)]
 
 
 @functools.cache
-def config_for_path(path: str, m: int, n: int, k: int) -> GemmConfig | None:
+def config_for_path(path: str, m: int, n: int, k: int, gpu: bool = False) -> GemmConfig | None:
     """The config that runs `path` at (m, n, k); None for the heuristic's own choice.
 
-    Raises LookupError when no small config realizes the path at this shape (e.g. K = 1 has no K loop
-    to split).
+    Raises LookupError when no config realizes the path at this shape (e.g. K = 1 has no K loop to
+    split).
     """
     if path == "heuristic":
         return None
-    if path == "persistent":
+    if path.startswith("persistent"):
+        flags = {"flatten": path.endswith("_flat"), "warp_specialize": path.endswith("_ws")}
+        if gpu:
+            return GemmConfig(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3, grid=132,
+                              **flags)
         # Fewer programs than tiles, so programs loop; group_m=2 makes several tile groups.
         bm = 16 if m < 64 else 32
-        return GemmConfig(block_m=bm, block_n=16, block_k=32, group_m=2, grid=3)
+        return GemmConfig(block_m=bm, block_n=16, block_k=32, group_m=2, grid=3, **flags)
     goal = SK_GOALS[path]
-    for (bm, bn, bk), grid in itertools.product(_BLOCKS, range(2, 25)):
-        config = GemmConfig(block_m=bm, block_n=bn, block_k=bk, group_m=2, grid=grid, streamk=True)
+    blocks, grids = (_GPU_BLOCKS, range(100, 265)) if gpu else (_BLOCKS, range(2, 25))
+    for (bm, bn, bk), grid in itertools.product(blocks, grids):
+        config = GemmConfig(block_m=bm, block_n=bn, block_k=bk, group_m=2 if not gpu else 8, grid=grid,
+                            streamk=True, num_warps=8 if gpu and bm * bn >= 128 * 128 else 4,
+                            num_stages=3 if gpu else 2)
         if goal(sk_plan(config, m, n, k)):
             return config
     raise LookupError(f"no config realizes {path} at {m}x{n}x{k}")
 
 
-def path_feasible(path: str, m: int, n: int, k: int) -> bool:
+def path_feasible(path: str, m: int, n: int, k: int, gpu: bool = False) -> bool:
     try:
-        config_for_path(path, m, n, k)
+        config_for_path(path, m, n, k, gpu)
     except LookupError:
         return False
     return True
@@ -268,12 +281,12 @@ def run_op(op: str, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
     return tritonblas.linear(a, b.t(), bias, **kw), F.linear(a, b.t(), bias)
 
 
-def prime_workspace(config: GemmConfig, plan: StreamKPlan, device: str = "cpu") -> torch.Tensor:
+def prime_workspace(config: GemmConfig, plan: StreamKPlan, device: torch.device) -> torch.Tensor:
     """Size the Stream-K scratch as the launch will and fill it with NaN: the launch reuses it, so the
     slots it wrote partials to can be read back (see `written_slots`)."""
     from tritonblas import launch
 
-    ws, _ = launch._workspace(torch.device(device), 2 * plan.programs * config.block_m * config.block_n,
+    ws, _ = launch._workspace(device, 2 * plan.programs * config.block_m * config.block_n,
                               plan.tiles - plan.dp_tiles)
     return ws.fill_(float("nan"))
 
@@ -289,3 +302,33 @@ def same_view(x: torch.Tensor, y: torch.Tensor) -> bool:
         return tuple(s for s, n in zip(t.stride(), t.shape, strict=True) if n > 1)
 
     return x.data_ptr() == y.data_ptr() and x.shape == y.shape and strides(x) == strides(y)
+
+
+def check_case(op: str, dtype: str, path: str, shape: tuple[int, int, int], layout: str, bias_kind: str,
+               scale: str, launches: list[Launch], device: str = "cpu") -> None:
+    """Run one matrix case and check it: accuracy vs float64 and torch, operands read in place, the
+    exact config run, and for Stream-K the planned split (partials written, counters reset)."""
+    from tritonblas import launch
+
+    m, n, k = shape
+    a, b = operands(m, n, k, GPU_DTYPES[dtype], layout, device)
+    bias = make_bias(bias_kind, m, n, GPU_DTYPES[dtype], device, nan=scale == "beta0_nan")
+    beta, alpha = SCALES[scale]
+    config = config_for_path(path, m, n, k, device != "cpu")
+    plan = ws = None
+    if config is not None and config.streamk:
+        plan = sk_plan(config, m, n, k)
+        assert SK_GOALS[path](plan), plan
+        ws = prime_workspace(config, plan, a.device)
+    ours, theirs = run_op(op, a, b, bias, beta, alpha, config=config)
+    assert_close(ours, theirs, reference(a, b, bias, beta, alpha))
+    (call,) = launches
+    # The kernel reads the caller's tensors in place: no copy, whatever the layout.
+    assert same_view(call.a, a) and same_view(call.b, b)
+    if config is not None:
+        assert call.config == config  # config= runs exactly that config
+    if plan is not None:
+        # The split really happened: exactly the planned programs wrote partials, and every tile's
+        # arrival counter is back at zero for the next launch.
+        assert written_slots(ws, config, plan) == plan.slots
+        assert not launch._workspaces[a.device][1].any()

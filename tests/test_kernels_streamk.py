@@ -46,7 +46,7 @@ def test_kernel_runs_the_planned_split(shape, config, programs, dp, owners, idle
         programs, dp, owners, idle, slots)
     a, b = torch.randn(m, k), torch.randn(k, n)
     bias = torch.randn(n)
-    ws = prime_workspace(config, plan)
+    ws = prime_workspace(config, plan, CPU)
     out = tritonblas.addmm(bias, a, b, beta=0.5, alpha=2.0, config=config)
     # Exactly the planned programs wrote partials (the rest of the NaN-filled scratch is untouched
     # and never read), the result is right, and the counters are back at zero.
