@@ -26,15 +26,20 @@ class Policy(str, enum.Enum):
     db = "db"
 
 
-def _open(url: str | None):
+def _open(url: str | None, create: bool = False):
+    """The database; only `import` may create it: a typo in --db must not leave an empty file behind."""
     from tuning_db import TuningDB, TuningDBError
 
     try:
-        return TuningDB(url)
+        return TuningDB(url, create=create)
     except TuningDBError as e:
         fail(f"error: {e}", code=1)
     except ValueError as e:
         fail(f"error: {e}")
+
+
+def _say(message: str) -> None:
+    console.print(message, markup=False, soft_wrap=True, highlight=False)
 
 
 def _guard(fn, *args, **kwargs):
@@ -69,8 +74,8 @@ def export_cmd(output: Path = typer.Option(..., "-o", "--output", help="File to 
 
     with _open(db_url) as db:
         cfg = _guard(export_file, db, output, _single_arch(db, arch), device_name=device)
-    console.print(f"wrote {cfg.header.count} winners for {cfg.header.arch} ({cfg.header.device_name}) "
-                  f"to {output}", markup=False)
+    _say(f"wrote {cfg.header.count} winners for {cfg.header.arch} ({cfg.header.device_name}) "
+                  f"to {output}")
 
 
 @app.command("import")
@@ -79,14 +84,15 @@ def import_cmd(file: Path = typer.Argument(..., help="Config file written by `tr
                                              help="On a clash: keep the faster, the file's, or the DB's."),
                db_url: str = DbOption) -> None:
     """Validate a config file, then import all of it in one transaction (nothing if any entry is bad)."""
-    from tuning_db.exchange import import_file
+    from tuning_db.exchange import import_config, load_config_file
 
-    with _open(db_url) as db:
-        report = _guard(import_file, db, file, policy.value)
+    cfg = _guard(load_config_file, file)  # before the database is opened, let alone created
+    with _open(db_url, create=True) as db:
+        report = _guard(import_config, db, cfg, file, policy.value)
     note = (" (stale: another triton version or kernel hash; dispatch will not use them)"
             if report.stale else "")
-    console.print(f"imported {report.written} of {report.entries} entries from {file}; "
-                  f"{report.kept} kept as they were{note}", markup=False)
+    _say(f"imported {report.written} of {report.entries} entries from {file}; "
+                  f"{report.kept} kept as they were{note}")
 
 
 def _winner_table(winners, title: str) -> Table:
@@ -113,7 +119,7 @@ def list_cmd(arch: str = typer.Option(None, "--arch", help="Only this arch."),
         winners = _guard(db.winners, arch, include_stale=not fresh)
     winners = [w for w in winners if w.stale or not stale]
     if not winners:
-        console.print("no winners", markup=False)
+        _say("no winners")
         return
     console.print(_winner_table(winners, f"{len(winners)} winners"))
 
@@ -127,10 +133,14 @@ def show_cmd(m: int = typer.Argument(..., min=0), n: int = typer.Argument(..., m
              arch: str = typer.Option(None, "--arch", help="Only this arch."),
              db_url: str = DbOption) -> None:
     """Show the winners and the measured candidates of one problem."""
-    from tritonblas.config import Problem
-
     from .cli_common import check_dtype
+    from .config import Problem
+    from .shapes import BIAS_KINDS, LAYOUTS
 
+    if layout not in LAYOUTS:
+        fail(f"error: --layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+    if bias not in BIAS_KINDS:
+        fail(f"error: --bias must be one of {', '.join(BIAS_KINDS)}, got {bias!r}")
     p = Problem(m, n, k, check_dtype(dtype), layout, bias)
     with _open(db_url) as db:
         winners = [w for w in _guard(db.winners, arch) if w.key.arch_key()[1:] == (
@@ -161,7 +171,7 @@ def stats_cmd(db_url: str = DbOption) -> None:
     for name, value in stats.items():
         if isinstance(value, dict):
             value = ", ".join(f"{k}={v}" for k, v in value.items()) or "-"
-        console.print(f"{name}: {value}", markup=False)
+        _say(f"{name}: {value}")
 
 
 @app.command("prune")
@@ -171,11 +181,11 @@ def prune_cmd(dry_run: bool = typer.Option(False, "--dry-run", help="Only count 
     with _open(db_url) as db:
         if dry_run:
             stats = _guard(db.stats)
-            console.print(f"would remove {stats['stale_winners']} stale winners (and their "
-                          "environments' measurements)", markup=False)
+            _say(f"would remove {stats['stale_winners']} stale winners (and their "
+                          "environments' measurements)")
             return
         removed = _guard(db.prune)
-    console.print(f"removed {removed} stale rows", markup=False)
+    _say(f"removed {removed} stale rows")
 
 
 @app.command("check")
@@ -205,6 +215,6 @@ def check_cmd(shapes: Path = typer.Option(..., "--shapes", help="shapes.yaml lis
     gaps = coverage_gaps(problems, arch, winners)
     if gaps:
         for g in gaps:
-            console.print(f"missing: {problem_label(g.problem)} on {arch}: {g.reason}", markup=False)
+            _say(f"missing: {problem_label(g.problem)} on {arch}: {g.reason}")
         fail(f"{len(gaps)} of {len(problems)} problems have no fresh winner in {source}", code=1)
-    console.print(f"all {len(problems)} problems have a fresh winner for {arch} in {source}", markup=False)
+    _say(f"all {len(problems)} problems have a fresh winner for {arch} in {source}")

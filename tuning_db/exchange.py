@@ -288,10 +288,14 @@ class ImportReport:
 def import_file(db: TuningDB, path: str | Path, policy: ImportPolicy = "faster",
                 env: EnvIdentity | None = None) -> ImportReport:
     """Validate all of `path`, then import every entry in one transaction (all or nothing)."""
-    cfg = load_config_file(path)
+    return import_config(db, load_config_file(path), Path(path), policy, env)
+
+
+def import_config(db: TuningDB, cfg: ConfigFile, path: Path, policy: ImportPolicy = "faster",
+                  env: EnvIdentity | None = None) -> ImportReport:
+    """Import an already validated file in one transaction."""
     counts = db.import_winners(cfg.winners(env), policy)
-    return ImportReport(Path(path), len(cfg.entries), counts["written"], counts["kept"],
-                        not cfg.is_fresh(env))
+    return ImportReport(path, len(cfg.entries), counts["written"], counts["kept"], not cfg.is_fresh(env))
 
 
 def shipped_config_files() -> list[Path]:

@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from . import engine as eng
 from . import rows
+from .errors import TuningDBError
 from .migrations import LATEST, current_version, migrate, refuse_newer
 from .models import EnvRow, MeasurementRow, ProblemRow, WinnerRow
 from .schemas import EnvIdentity, Measurement, ProblemKey, Winner
@@ -28,13 +29,17 @@ _WRITE_ATTEMPTS = 5
 
 class TuningDB:
     """A tuning database at `url` (SQLAlchemy URL or SQLite file path; None: $TRITONBLAS_DB, else the
-    SQLite file in the user cache dir). Readers see only committed data and never wait for writers."""
+    SQLite file in the user cache dir). Readers see only committed data and never wait for writers.
+    create=False refuses a missing SQLite file instead of creating it (for commands that only read)."""
 
-    def __init__(self, url: str | None = None) -> None:
+    def __init__(self, url: str | None = None, *, create: bool = True) -> None:
         self.url = eng.normalize_url(url) if url else eng.default_url()
         self.where = eng.describe(self.url)
         path = eng.sqlite_path(self.url)
         if path is not None:
+            if not create and not path.exists():
+                raise TuningDBError(f"{path}: no tuning database here (tritonblas-tune creates one; "
+                                    "--db or $TRITONBLAS_DB chooses another)")
             eng.check_sqlite_file(path)
         self._engine = eng.make_engine(self.url)
         try:
