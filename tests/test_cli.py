@@ -1,0 +1,207 @@
+"""The `tritonblas` and `tritonblas-tune` commands through typer's CliRunner: help, version, and every
+user mistake ending in one clear line and exit code 2. No kernel runs here (see test_cli_e2e.py)."""
+
+from pathlib import Path
+
+import pytest
+from typer.main import get_command
+from typer.testing import CliRunner
+
+import tritonblas
+from tritonblas import cli_common
+from tritonblas.cli import app, tune_app
+
+DATA = Path(__file__).parent / "data"
+TINY = str(DATA / "tiny.yaml")
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def private_default_db(monkeypatch, tmp_path):
+    """Commands run without --db use $TRITONBLAS_DB: point it away from the user's own database."""
+    monkeypatch.setenv("TRITONBLAS_DB", str(tmp_path / "default.sqlite"))
+
+
+def _commands(group, path=()):
+    for name, cmd in group.commands.items():
+        yield (*path, name), cmd
+        if hasattr(cmd, "commands"):
+            yield from _commands(cmd, (*path, name))
+
+
+ALL_COMMANDS = list(_commands(get_command(app)))
+
+
+def test_command_tree_is_complete():
+    names = {" ".join(p) for p, _ in ALL_COMMANDS}
+    assert {"tune", "bench", "explain", "db", "db export", "db import", "db check", "db list"} <= names
+
+
+@pytest.mark.parametrize("path", [p for p, _ in ALL_COMMANDS], ids=" ".join)
+def test_every_command_has_help(path):
+    cmd = dict(ALL_COMMANDS)[path]
+    assert (cmd.help or "").strip(), f"{' '.join(path)} has no help text"
+    result = runner.invoke(app, [*path, "--help"])
+    assert result.exit_code == 0, result.output
+    assert "Usage: tritonblas " + " ".join(path) in " ".join(result.output.split())
+    for param in cmd.params:
+        if param.name != "help" and getattr(param, "param_type_name", "") == "option":
+            assert (param.help or "").strip(), f"{' '.join(path)} {param.opts} has no help"
+
+
+@pytest.mark.parametrize("path", [("tune",), ("bench",), ("explain",), ()])
+def test_main_commands_show_examples(path):
+    result = runner.invoke(app, [*path, "--help"])
+    assert "Examples" in result.output
+    assert "tritonblas" in result.output.split("Examples", 1)[1]
+
+
+def test_tune_app_help_and_version():
+    result = runner.invoke(tune_app, ["--help"])
+    assert result.exit_code == 0 and "--shapes" in result.output and "--devices" in result.output
+    result = runner.invoke(tune_app, ["--version"])
+    assert result.exit_code == 0 and result.output.startswith(f"tritonblas {tritonblas.__version__}")
+
+
+def test_version():
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0
+    assert result.output.startswith(f"tritonblas {tritonblas.__version__} (triton ")
+
+
+def test_no_arguments_shows_help():
+    result = runner.invoke(app, [])
+    assert "Usage" in result.output and "explain" in result.output
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    """A CPU box with the interpreter off (the GPU count is faked so this holds on a GPU host too)."""
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    monkeypatch.setattr(cli_common, "gpu_count", lambda: 0)
+
+
+@pytest.mark.parametrize("args", [
+    ["tune", "--shapes", TINY],
+    ["bench", "--shapes", TINY],
+])
+def test_no_gpu_is_one_line_and_exit_2(no_gpu, tmp_path, args):
+    result = runner.invoke(app, [*args, "--db", str(tmp_path / "t.sqlite")])
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert lines == [cli_common.NO_GPU_MESSAGE]
+    assert "CUDA or ROCm GPU" in lines[0] and "TRITON_INTERPRET=1" in lines[0]
+    assert not (tmp_path / "t.sqlite").exists()  # nothing written
+
+
+def test_tune_app_no_gpu(no_gpu):
+    result = runner.invoke(tune_app, ["--shapes", TINY])
+    assert result.exit_code == 2 and result.stderr.strip() == cli_common.NO_GPU_MESSAGE
+
+
+def test_explain_without_gpu_asks_for_arch(no_gpu):
+    result = runner.invoke(app, ["explain", "64", "64", "64"])
+    assert result.exit_code == 2 and "--arch sm_90" in result.stderr
+
+
+@pytest.mark.parametrize("args", [
+    ["tune", "--shapes", TINY, "--dtypes", "fp8"],
+    ["bench", "--shapes", TINY, "--dtypes", "fp16,int8"],
+    ["explain", "64", "64", "64", "--dtype", "float16"],
+    ["db", "check", "--shapes", TINY, "--dtypes", "f32"],
+])
+def test_unknown_dtype_lists_valid_ones(args):
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2
+    assert "unknown dtype" in result.stderr and "valid dtypes: fp16, bf16, fp32" in result.stderr
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("shapes:\n  - {m: 1, n: 2, k: 3, layout: xn}\n", ":2: shapes entry 1: field 'layout'"),
+    ("shapes: [\n", "invalid YAML"),
+])
+def test_bad_shapes_file_names_file_entry_field(tmp_path, text, fragment):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    for cmd in (["tune"], ["bench"], ["db", "check"]):
+        result = runner.invoke(app, [*cmd, "--shapes", str(bad), "--db", str(tmp_path / "t.sqlite")])
+        assert result.exit_code == 2, (cmd, result.output)
+        assert str(bad) in result.stderr and fragment in result.stderr
+        assert "Traceback" not in result.output
+    assert not (tmp_path / "t.sqlite").exists()
+
+
+def test_missing_shapes_file(tmp_path):
+    result = runner.invoke(app, ["tune", "--shapes", str(tmp_path / "none.yaml")])
+    assert result.exit_code == 2 and "none.yaml: cannot read shapes file" in result.stderr
+
+
+@pytest.mark.parametrize("devices, fragment", [
+    ("a,b", "comma-separated GPU indices"),
+    ("0,0", "lists a device twice"),
+    (",", "names no device"),
+    ("-1", "non-negative"),
+])
+def test_bad_devices(tmp_path, devices, fragment):
+    result = runner.invoke(app, ["tune", "--shapes", TINY, "--devices", devices,
+                                 "--db", str(tmp_path / "t.sqlite")])
+    assert result.exit_code == 2 and fragment in result.stderr
+    assert not (tmp_path / "t.sqlite").exists()
+
+
+def test_device_beyond_the_gpus_present(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    monkeypatch.setattr(cli_common, "gpu_count", lambda: 2)
+    result = runner.invoke(app, ["tune", "--shapes", TINY, "--devices", "0,2"])
+    assert result.exit_code == 2 and "--devices 2 does not exist; this host has GPUs 0..1" in result.stderr
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--budget-s", "0"], "--budget-s must be a positive number"),
+    (["--budget-s", "nan"], "--budget-s must be a positive number"),
+])
+def test_bad_tune_options(tmp_path, args, fragment):
+    result = runner.invoke(app, ["tune", "--shapes", TINY, "--db", str(tmp_path / "t.sqlite"), *args])
+    assert result.exit_code == 2 and fragment in result.stderr
+
+
+def test_export_to_a_directory_is_refused(tmp_path):
+    result = runner.invoke(app, ["tune", "--shapes", TINY, "--db", str(tmp_path / "t.sqlite"),
+                                 "--export", str(tmp_path)])
+    assert result.exit_code == 2 and "is a directory" in result.stderr
+
+
+def test_bench_with_missing_db_file(tmp_path):
+    result = runner.invoke(app, ["bench", "--shapes", TINY, "--db", str(tmp_path / "nope.sqlite")])
+    assert result.exit_code == 2 and "no database at" in result.stderr
+
+
+def test_explain_for_an_arch_without_gpu(no_gpu, tmp_path):
+    from tuning_db import TuningDB
+
+    TuningDB(str(tmp_path / "empty.sqlite")).close()
+    result = runner.invoke(app, ["explain", "4096", "4096", "4096", "--dtype", "bf16", "--arch", "sm_90",
+                                 "--top", "3", "--db", str(tmp_path / "empty.sqlite")])
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "4096x4096x4096 bf16, layout nn, bias none, on sm_90, 132 SMs" in out
+    assert "source:   heuristic" in out
+    assert "top 3 of" in out and "*1" in out  # with no tuned data the heuristic's first is selected
+
+
+@pytest.mark.parametrize("flag, family", [("--streamk", "SK "), ("--no-streamk", "P ")])
+def test_explain_family_restriction(no_gpu, flag, family):
+    result = runner.invoke(app, ["explain", "256", "256", "65536", "--arch", "sm_90", flag])
+    assert result.exit_code == 0, result.output
+    selected = next(line for line in result.output.splitlines() if line.startswith("selected:"))
+    assert selected.split(":", 1)[1].strip().startswith(family)
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--arch", "sm_1"], "unknown arch 'sm_1'"),
+    (["--layout", "xx"], "'xx' is not one of"),
+    (["--bias", "diag"], "'diag' is not one of"),
+])
+def test_explain_bad_arguments(no_gpu, args, fragment):
+    result = runner.invoke(app, ["explain", "64", "64", "64", *args])
+    assert result.exit_code == 2 and fragment in result.output
