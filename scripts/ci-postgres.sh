@@ -11,9 +11,10 @@ _ci_pg_bin=""
 _ci_pg_user=""
 
 _ci_pg_as() {
-  # initdb and postgres refuse to run as root: run them as the cluster's owner.
+  # initdb and postgres refuse to run as root: run them as the cluster's owner, from a directory that
+  # user can enter (CI's checkout may sit under root's private home).
   if [ "$(id -u)" = 0 ]; then
-    runuser -u "$_ci_pg_user" -- "$@"
+    (cd "$_ci_pg_dir" && runuser -u "$_ci_pg_user" -- "$@")
   else
     "$@"
   fi

@@ -81,13 +81,14 @@ def test_export_takes_fresh_winners_of_one_device(db, tmp_path):
     assert not (tmp_path / "z.json").exists()
 
 
-@pytest.fixture
-def good_file(tmp_path) -> Path:
-    """A valid three-entry file from a scratch database."""
-    with TuningDB(str(tmp_path / "src.sqlite")) as src:
+@pytest.fixture(scope="module")
+def good_file(tmp_path_factory) -> Path:
+    """A valid three-entry file from a scratch database (tests only read it)."""
+    folder = tmp_path_factory.mktemp("good")
+    with TuningDB(str(folder / "src.sqlite")) as src:
         src.import_winners(grid_winners(3))
-        ex.export_file(src, tmp_path / "good.json", "sm_90", env=ENV)
-    return tmp_path / "good.json"
+        ex.export_file(src, folder / "good.json", "sm_90", env=ENV)
+    return folder / "good.json"
 
 
 def _edit(data: dict, path: tuple, value) -> dict:

@@ -6,6 +6,9 @@ The header's `date` is the date of the newest entry's `created_at`, not today's 
 depends on the day it was written could not be byte-identical across days, and the newest result's
 date says what a reader wants to know (how old the tuning is).
 
+The header's `schema_version` is the version of this file format, not of the database schema: a
+database migration does not invalidate shipped files.
+
 Import validates the whole file (strict pydantic, no unknown fields, feasible configs via
 `config_supports`, bounded sizes) before it writes anything, then writes every entry in one transaction.
 Files in the package's `configs/` directory are read by dispatch through `load_config_file` as a
