@@ -2,4 +2,5 @@
 
 from .cli import app
 
-app(prog_name="tritonblas")
+if __name__ == "__main__":  # spawned tuning workers import this module too; they must not rerun the CLI
+    app(prog_name="tritonblas")

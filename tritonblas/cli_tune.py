@@ -29,6 +29,7 @@ from .cli_common import (
     version_option,
 )
 from .cli_workers import Event, Interrupted, TuneRow, device_arch, run_tuning
+from .config import Problem
 
 TUNE_HELP = """Tune every problem of a shapes file and store the winners in the tuning database.
 
@@ -70,11 +71,11 @@ def summary_table(rows: list[TuneRow]) -> Table:
 class _Display:
     """Overall bar with ETA, one live line per device with the problem it is on, a log line per result."""
 
-    def __init__(self, progress: Progress, total: int) -> None:
+    def __init__(self, progress: Progress, problems: list[Problem]) -> None:
         self.progress = progress
-        self.overall = progress.add_task("tuning", total=total)
+        self.overall = progress.add_task("tuning", total=len(problems))
         self.lines: dict[str, int] = {}
-        self.problems: list = []
+        self.problems = problems
 
     def __call__(self, ev: Event) -> None:
         if ev.device not in self.lines and ev.kind != "exit":
@@ -157,34 +158,42 @@ def tune(shapes: Path = typer.Option(..., "--shapes", help="shapes.yaml listing 
     console.print(f"tuning {len(problems)} problems from {shapes} on {len(device_ids)} device(s) into "
                   f"{opened.where}" + (" (Triton interpreter: timings are meaningless)"
                                        if interpreter_mode() else ""), markup=False)
-    progress = _progress()
-    display = _Display(progress, len(problems))
-    display.problems = problems
     try:
-        with progress:
-            try:
-                rows = run_tuning(problems, device_ids, url, interpreter=interpreter_mode(),
-                                  options=options, on_event=display)
-            finally:
-                display.finish()
+        rows = _run_with_progress(problems, device_ids, url, options)
     except Interrupted as stop:
         console.print(summary_table(stop.rows))
         fail(f"interrupted: {len(stop.rows)} of {len(problems)} problems finished and saved; run the same "
              "command again to resume", code=130)
     console.print(summary_table(rows))
+    bad = _report_failures(rows)
     if export is not None:
         _export(url, export, device_ids[0])
-    _report_failures(rows)
+    if bad:
+        fail(f"{bad} of {len(rows)} problems have no verified winner", code=1)
 
 
 tune.__doc__ = TUNE_HELP
 
 
-def _report_failures(rows: list[TuneRow]) -> None:
+def _run_with_progress(problems: list[Problem], device_ids: list[int], url: str, options: dict
+                       ) -> list[TuneRow]:
+    progress = _progress()
+    display = _Display(progress, problems)
+    with progress:
+        try:
+            return run_tuning(problems, device_ids, url, interpreter=interpreter_mode(), options=options,
+                              on_event=display)
+        finally:
+            display.finish()
+
+
+def _report_failures(rows: list[TuneRow]) -> int:
+    """Print the outcome; the number of problems without a verified winner."""
     bad = [r for r in rows if not r.ok]
     for r in bad:
         err_console.print(f"failed: {problem_label(r.problem)}: {r.reason or r.status}", markup=False)
-    if bad:
-        fail(f"{len(bad)} of {len(rows)} problems have no verified winner", code=1)
     tuned = sum(r.status == "tuned" for r in rows)
-    console.print(f"done: {tuned} tuned, {len(rows) - tuned} already had a fresh winner", markup=False)
+    skipped = sum(r.status == "skipped" for r in rows)
+    console.print(f"done: {tuned} tuned, {skipped} already had a fresh winner"
+                  + (f", {len(bad)} failed" if bad else ""), markup=False)
+    return len(bad)
