@@ -282,6 +282,10 @@ def test_measurement_validation():
         measurement(status="fast")
     with pytest.raises(ValidationError, match="p20_ms"):
         measurement(p20_ms=-1.0)
+    with pytest.raises(ValidationError, match="needs median_ms"):
+        measurement(ms=None)
+    with pytest.raises(ValidationError, match="tflops"):
+        measurement(tflops=float("inf"))
     with pytest.raises(ValidationError, match="block_m"):
         measurement(config={"block_m": 48, "block_n": 32, "block_k": 32})
 

@@ -7,11 +7,10 @@ stored as their canonical JSON and read back through GemmConfig's validation, ne
 from __future__ import annotations
 
 import json
-import math
 from datetime import datetime, timezone
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from tritonblas.config import BiasKind, DeviceInfo, DType, GemmConfig, Layout, Problem
 
@@ -23,6 +22,9 @@ MAX_MS = 600_000.0
 _NAME = r"^[^\x00-\x1f\x7f]*$"
 Dim = Annotated[int, Field(ge=0, le=MAX_DIM)]
 Millis = Annotated[float, Field(gt=0.0, le=MAX_MS)]
+# Constraints reject NaN and infinity too: NaN fails every comparison, infinity the upper bounds.
+MeasuredMs = Annotated[float, Field(ge=0.0, le=MAX_MS)]
+NonNegative = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
 Speedup = Annotated[float, Field(gt=0.0, le=1e6)]
 Arch = Annotated[str, Field(min_length=1, max_length=32, pattern=r"^[A-Za-z0-9_.\-]+$")]
 Label = Annotated[str, Field(min_length=1, max_length=64, pattern=_NAME)]
@@ -32,14 +34,6 @@ Host = Annotated[str, Field(max_length=255, pattern=_NAME)]
 SmCount = Annotated[int, Field(ge=1, le=4096)]
 Status = Literal["ok", "compile_error", "out_of_resources", "wrong_result", "timeout", "launch_error"]
 Source = Literal["tuned", "imported"]
-
-
-def _finite(v: float | None, lo: float = 0.0, hi: float = math.inf) -> float | None:
-    if v is None:
-        return v
-    if not math.isfinite(v) or not lo <= v <= hi:
-        raise ValueError(f"must be a finite number in [{lo}, {hi}], got {v}")
-    return v
 
 
 def config_json(config: GemmConfig) -> str:
@@ -125,22 +119,18 @@ class Measurement(BaseModel):
 
     config: GemmConfig
     status: Status
-    median_ms: float | None = None
-    p20_ms: float | None = None
-    p80_ms: float | None = None
-    tflops: float | None = None
-    rel_error: float | None = None
+    median_ms: MeasuredMs | None = None
+    p20_ms: MeasuredMs | None = None
+    p80_ms: MeasuredMs | None = None
+    tflops: NonNegative | None = None
+    rel_error: NonNegative | None = None
     note: str = Field(default="", max_length=512)
 
-    @field_validator("median_ms", "p20_ms", "p80_ms")
-    @classmethod
-    def _times(cls, v: float | None) -> float | None:
-        return _finite(v, 0.0, MAX_MS)
-
-    @field_validator("tflops", "rel_error")
-    @classmethod
-    def _non_negative(cls, v: float | None) -> float | None:
-        return _finite(v)
+    @model_validator(mode="after")
+    def _ok_has_a_time(self) -> Measurement:
+        if self.status == "ok" and self.median_ms is None:
+            raise ValueError("an 'ok' measurement needs median_ms")
+        return self
 
 
 def utc(dt: datetime) -> datetime:
@@ -163,11 +153,6 @@ class Winner(BaseModel):
     created_at: datetime
     env: EnvIdentity
     stale: bool = False
-
-    @field_validator("median_ms", "torch_ms", "speedup")
-    @classmethod
-    def _finite_times(cls, v: float | None) -> float | None:
-        return _finite(v)
 
     @field_validator("created_at")
     @classmethod

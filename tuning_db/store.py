@@ -74,15 +74,15 @@ class TuningDB:
 
     def _write(self, fn: Callable[[Connection], T]) -> T:
         writer = self._engine.execution_options(**{eng.WRITE_OPTION: True})
-        for attempt in range(_WRITE_ATTEMPTS):
+        attempts = 0
+        while True:
             try:
                 with writer.begin() as conn:
                     return fn(conn)
             except sa_exc.DBAPIError as e:
-                if eng.is_retryable(e) and attempt + 1 < _WRITE_ATTEMPTS:
-                    continue
-                raise eng.as_tuning_error(e, self.where) from e
-        raise AssertionError("unreachable")  # the last attempt returns or raises
+                attempts += 1
+                if not (eng.is_retryable(e) and attempts < _WRITE_ATTEMPTS):
+                    raise eng.as_tuning_error(e, self.where) from e
 
     def schema_version(self) -> int:
         return self._read(lambda conn: current_version(conn, self.where))
