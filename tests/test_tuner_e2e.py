@@ -89,3 +89,16 @@ def test_matmul_survives_a_corrupt_db(url):
     with pytest.warns(RuntimeWarning, match="tuning database cannot be used"):
         got = tritonblas.matmul(a, b)
     torch.testing.assert_close(got.double(), a.double() @ b.double(), rtol=2e-2, atol=2e-2)
+
+
+def test_benchmark_times_dispatch_choice_and_stops_clear_losers_early(url):
+    p = E2E[0]
+    bench = GpuBenchmark()
+    through_dispatch = bench(None, p, INTERPRETER_DEVICE)  # config=None: what matmul itself runs
+    assert through_dispatch.status == "ok" and through_dispatch.rel_error < 1e-2
+    config = candidate_space(p, INTERPRETER_DEVICE, top_k=1, neighbour_seeds=0)[0]
+    quick = bench(config, p, INTERPRETER_DEVICE, cutoff_ms=1e-9)
+    assert quick.status == "ok" and quick.note.startswith("stopped early")
+    assert bench(config, p, INTERPRETER_DEVICE).note == ""
+    assert bench.baseline(p, INTERPRETER_DEVICE) > 0
+    bench.finish(p)
