@@ -16,9 +16,9 @@ from .errors import (
     TuningDBError,
 )
 from .migrations import LATEST as SCHEMA_VERSION
-from .schemas import EnvIdentity, Measurement, ProblemKey, Winner, config_json
+from .schemas import EnvIdentity, GemmShape, Measurement, ProblemKey, Winner, config_json
 from .store import ImportPolicy, TuningDB
 
-__all__ = ["TuningDB", "ProblemKey", "EnvIdentity", "Measurement", "Winner", "ImportPolicy",
+__all__ = ["TuningDB", "ProblemKey", "GemmShape", "EnvIdentity", "Measurement", "Winner", "ImportPolicy",
            "default_url", "normalize_url", "config_json", "SCHEMA_VERSION", "TuningDBError",
            "CorruptDatabaseError", "SchemaTooNewError", "DatabaseLockedError", "ReadOnlyDatabaseError"]

@@ -31,13 +31,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from tritonblas.config import BiasKind, DType, GemmConfig, Layout, Problem, config_supports, device_for_arch
+from tritonblas.config import GemmConfig, Problem, config_supports, device_for_arch
 
 from .schemas import (
     Arch,
     DeviceName,
-    Dim,
     EnvIdentity,
+    GemmShape,
     Host,
     KernelHash,
     Label,
@@ -53,7 +53,7 @@ from .store import ImportPolicy, TuningDB
 FILE_SCHEMA_VERSION = 1
 MAX_FILE_BYTES = 64 * 2**20
 MAX_ENTRIES = 100_000
-_ENTRY_KEY = ("m", "n", "k", "a_dtype", "b_dtype", "out_dtype", "layout", "bias")
+_ENTRY_KEY = tuple(GemmShape.model_fields)
 
 
 class ConfigFileError(ValueError):
@@ -81,17 +81,9 @@ class FileHeader(BaseModel):
         return self
 
 
-class FileEntry(BaseModel):
+class FileEntry(GemmShape):
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
-    m: Dim
-    n: Dim
-    k: Dim
-    a_dtype: DType
-    b_dtype: DType
-    out_dtype: DType
-    layout: Layout
-    bias: BiasKind
     config: GemmConfig
     median_ms: Millis
     torch_ms: Millis | None
@@ -100,9 +92,6 @@ class FileEntry(BaseModel):
     created_at: datetime
     torch_version: Label
     timing_protocol: Label
-
-    def key_tuple(self) -> tuple:
-        return tuple(getattr(self, f) for f in _ENTRY_KEY)
 
 
 class ConfigFile(BaseModel):
@@ -121,9 +110,9 @@ class ConfigFile(BaseModel):
         seen: dict[tuple, int] = {}
         for i, e in enumerate(self.entries):
             where = f"entries[{i}] ({e.m}x{e.n}x{e.k} {e.a_dtype} {e.layout} bias={e.bias})"
-            if e.key_tuple() in seen:
-                raise ValueError(f"{where}: same problem as entries[{seen[e.key_tuple()]}]")
-            seen[e.key_tuple()] = i
+            if e.shape_key() in seen:
+                raise ValueError(f"{where}: same problem as entries[{seen[e.shape_key()]}]")
+            seen[e.shape_key()] = i
             if e.a_dtype != e.b_dtype:
                 raise ValueError(f"{where}: mixed operand dtypes {e.a_dtype}/{e.b_dtype} are not supported")
             problem = Problem(e.m, e.n, e.k, e.a_dtype, e.layout, e.bias, e.out_dtype)
@@ -155,13 +144,13 @@ class ConfigFile(BaseModel):
 
     @functools.cached_property
     def _index(self) -> dict[tuple, FileEntry]:
-        return {e.key_tuple(): e for e in self.entries}
+        return {e.shape_key(): e for e in self.entries}
 
     def lookup(self, key: ProblemKey, env: EnvIdentity | None = None) -> GemmConfig | None:
         """The file's config for `key` on any device of the file's arch; None if absent or stale."""
         if key.arch != self.header.arch or not self.is_fresh(env):
             return None
-        entry = self._index.get(tuple(getattr(key, f) for f in _ENTRY_KEY))
+        entry = self._index.get(key.shape_key())
         return entry.config if entry is not None else None
 
 

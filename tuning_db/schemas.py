@@ -45,8 +45,8 @@ def config_from_json(text: str) -> GemmConfig:
     return GemmConfig.model_validate_json(text)
 
 
-class ProblemKey(BaseModel):
-    """The full key of a tuned problem: what was multiplied, and on which device."""
+class GemmShape(BaseModel):
+    """What is multiplied: the device-independent part of a key (a config file entry's key)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -58,6 +58,14 @@ class ProblemKey(BaseModel):
     out_dtype: DType
     layout: Layout = "nn"
     bias: BiasKind = "none"
+
+    def shape_key(self) -> tuple:
+        return tuple(getattr(self, f) for f in GemmShape.model_fields)
+
+
+class ProblemKey(GemmShape):
+    """The full key of a tuned problem: what was multiplied, and on which device."""
+
     arch: Arch
     device_name: DeviceName
     sm_count: SmCount
@@ -77,8 +85,7 @@ class ProblemKey(BaseModel):
 
     def arch_key(self) -> tuple:
         """The key without the device: a winner tuned on one sm_90 device serves every sm_90 device."""
-        return (self.arch, self.m, self.n, self.k, self.a_dtype, self.b_dtype, self.out_dtype, self.layout,
-                self.bias)
+        return (self.arch, *self.shape_key())
 
     def sort_key(self) -> tuple:
         return (*self.arch_key(), self.device_name, self.sm_count)
