@@ -81,6 +81,10 @@ def test_empty_db_is_migrated_to_the_models(db, db_url):
                                         "ORDER BY version")).all()
     engine.dispose()
     assert [tuple(r) for r in recorded] == [(v, name) for v, name, _ in STEPS]
+    if sqlite_path(db.url) is not None:  # WAL, so that readers never wait for a writer
+        with db._engine.connect() as conn:
+            assert conn.execute(sa.text("PRAGMA journal_mode")).scalar() == "wal"
+            assert conn.execute(sa.text("PRAGMA busy_timeout")).scalar() >= 1000
 
 
 def test_old_schema_db_is_upgraded_keeping_its_rows(db_url):
