@@ -8,7 +8,9 @@ import itertools
 import torch
 
 import tritonblas
-from tritonblas.config import GemmConfig
+from tritonblas.config import GemmConfig, Problem, config_supports
+from tritonblas.device import device_info
+from tritonblas.validate import TORCH_DTYPES
 
 SHAPES = [(12, 12, 512), (15, 17, 512), (19, 13, 512), (127, 4097, 4095), (1000, 1000, 1000),
           (33, 4097, 1000)]
@@ -25,11 +27,15 @@ def main() -> None:
         ref = torch.addmm(bias.double(), a.double(), b.double(), beta=0.5, alpha=2.0)
         err_t = ((torch.addmm(bias, a, b, beta=0.5, alpha=2.0).double() - ref).norm() / ref.norm()).item()
         cfg = GemmConfig(block_m=64, block_n=64, block_k=64, streamk=sk, tma=tma, grid=None)
+        if config_supports(cfg, Problem(m, n, k, TORCH_DTYPES[dtype]), device_info(a.device)):
+            continue
+        # Twice: the first call compiles through triton's launcher, the second takes the cached fast path.
         out = tritonblas.addmm(bias, a, b, beta=0.5, alpha=2.0, config=cfg)
+        again = tritonblas.addmm(bias, a, b, beta=0.5, alpha=2.0, config=cfg)
         torch.cuda.synchronize()
         err = ((out.double() - ref).norm() / ref.norm()).item()
         cases += 1
-        if not err <= 2 * err_t + 1e-5:
+        if not err <= 2 * err_t + 1e-5 or not torch.equal(out, again):
             failures += 1
             print(f"WRONG {m}x{n}x{k} {dtype} sk={sk} tma={tma}: err {err:.2e} torch {err_t:.2e}")
     print(f"gpu_smoke: {cases - failures} passed, {failures} failed")
