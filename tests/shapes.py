@@ -102,18 +102,44 @@ def pairwise(factors: dict[str, Sequence], allowed: Callable[[dict], bool]) -> l
 
 @dataclass(frozen=True)
 class StreamKPlan:
-    """How the Stream-K kernel splits a problem, derived independently of the kernel."""
+    """How the Stream-K kernel splits a problem, derived independently of the kernel: program p owns
+    Stream-K iterations [p*q + min(p, r), (p+1)*q + min(p+1, r))."""
 
     programs: int
     tiles: int
     dp_tiles: int
-    owners: tuple[tuple[int, ...], ...]  # per Stream-K tile: the programs that own part of its K loop
-    idle: int  # programs that own no Stream-K iteration
-    slots: frozenset[int]  # workspace slots that partials of split tiles are written to
+    iters: int  # K iterations per tile
+    q: int
+    r: int
+
+    def start(self, p: int) -> int:
+        return p * self.q + min(p, self.r)
+
+    def owner(self, i: int) -> int:
+        q, r = self.q, self.r
+        return i // (q + 1) if i < r * (q + 1) else r + (i - r * (q + 1)) // q
+
+    @property
+    def owners(self) -> tuple[tuple[int, ...], ...]:
+        """Per Stream-K tile: the programs that own part of its K loop."""
+        it = self.iters
+        return tuple(tuple(range(self.owner(t * it), self.owner((t + 1) * it - 1) + 1))
+                     for t in range(self.tiles - self.dp_tiles))
 
     @property
     def max_sharing(self) -> int:
         return max((len(o) for o in self.owners), default=0)
+
+    @property
+    def idle(self) -> int:
+        """Programs that own no Stream-K iteration."""
+        return self.programs - self.r if self.q == 0 else 0
+
+    @property
+    def slots(self) -> frozenset[int]:
+        """Workspace slots the partials of split tiles go to: 2p for p's first tile, 2p+1 for its next."""
+        return frozenset(2 * p + (0 if t == self.start(p) // self.iters else 1)
+                         for t, own in enumerate(self.owners) if len(own) > 1 for p in own)
 
 
 def sk_plan(config: GemmConfig, m: int, n: int, k: int, sm_count: int = SM_COUNT) -> StreamKPlan:
@@ -122,19 +148,14 @@ def sk_plan(config: GemmConfig, m: int, n: int, k: int, sm_count: int = SM_COUNT
     iters = cdiv(k, config.block_k)
     dp = tiles // progs * progs
     q, r = divmod((tiles - dp) * iters, progs)
-    starts = [p * q + min(p, r) for p in range(progs + 1)]
-    owner = [p for p in range(progs) for _ in range(starts[p], starts[p + 1])]
-    owners = tuple(tuple(sorted(set(owner[t * iters:(t + 1) * iters]))) for t in range(tiles - dp))
-    slots = frozenset(2 * p + (0 if t == starts[p] // iters else 1)
-                      for t, own in enumerate(owners) if len(own) > 1 for p in own)
-    return StreamKPlan(progs, tiles, dp, owners, sum(starts[p] == starts[p + 1] for p in range(progs)),
-                       slots)
+    return StreamKPlan(progs, tiles, dp, iters, q, r)
 
 
 SK_GOALS: dict[str, Callable[[StreamKPlan], bool]] = {
     "sk_shared": lambda p: p.max_sharing >= 3,  # one tile's K loop split over 3+ programs
     "sk_mixed": lambda p: p.dp_tiles > 0 and p.max_sharing >= 2,  # data-parallel and split tiles
     "sk_idle": lambda p: p.dp_tiles > 0 and p.idle > 0 and p.max_sharing >= 2,  # fewer iters than programs
+    "sk_tma": lambda p: p.max_sharing >= 2,  # a split tile, its K loop on tensor descriptors
 }
 # Tiny tiles and grids keep interpreter launches short; the GPU suite uses real tiles and grids
 # around the H200's 132 SMs.
@@ -151,25 +172,28 @@ def config_for_path(path: str, m: int, n: int, k: int, gpu: bool = False) -> Gem
     """
     if path == "heuristic":
         return None
+    tma = path.endswith("_tma")
     if path.startswith("persistent"):
-        flags = {"flatten": path.endswith("_flat"), "warp_specialize": path.endswith("_ws")}
+        flags = {"flatten": path.endswith("_flat"), "warp_specialize": path.endswith("_ws"), "tma": tma}
         if gpu:
             return GemmConfig(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3, grid=132,
                               **flags)
         # Fewer programs than tiles, so programs loop; group_m=2 makes several tile groups.
         bm = 16 if m < 64 else 32
-        return GemmConfig(block_m=bm, block_n=16, block_k=32, group_m=2, grid=3, **flags)
+        return GemmConfig(block_m=bm, block_n=16, block_k=32, group_m=2, grid=3,
+                          num_warps=8 if flags["warp_specialize"] else 4, **flags)
     goal = SK_GOALS[path]
     blocks, grids = (_GPU_BLOCKS, range(100, 265)) if gpu else (_BLOCKS, range(2, 25))
     for (bm, bn, bk), grid in itertools.product(blocks, grids):
         config = GemmConfig(block_m=bm, block_n=bn, block_k=bk, group_m=2 if not gpu else 8, grid=grid,
                             streamk=True, num_warps=8 if gpu and bm * bn >= 128 * 128 else 4,
-                            num_stages=3 if gpu else 2)
+                            num_stages=3 if gpu else 2, tma=tma)
         if goal(sk_plan(config, m, n, k)):
             return config
     raise LookupError(f"no config realizes {path} at {m}x{n}x{k}")
 
 
+@functools.cache
 def path_feasible(path: str, m: int, n: int, k: int, gpu: bool = False) -> bool:
     try:
         config_for_path(path, m, n, k, gpu)
@@ -220,15 +244,23 @@ def make_bias(kind: str, m: int, n: int, dtype: torch.dtype, device: str = "cpu"
 
 def reference(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, beta: float = 1.0,
               alpha: float = 1.0) -> torch.Tensor:
-    """alpha * a @ b + beta * bias in float64 on the CPU; beta == 0 ignores bias (NaN included)."""
-    ref = alpha * (a.double().cpu() @ b.double().cpu())
+    """alpha * a @ b + beta * bias in float64 (on a's device); beta == 0 ignores bias (NaN included)."""
+    ref = alpha * (a.double() @ b.double())
     if bias is not None and beta != 0:
-        ref = ref + beta * bias.double().cpu()
+        ref = ref + beta * bias.double()
     return ref
 
 
+def op_reference(op: str, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, beta: float = 1,
+                 alpha: float = 1) -> torch.Tensor:
+    """`reference` with `run_op`'s meaning of the arguments: matmul ignores bias, linear beta/alpha."""
+    if op == "matmul":
+        return reference(a, b)
+    return reference(a, b, bias, beta, alpha) if op == "addmm" else reference(a, b, bias)
+
+
 def rel_error(x: torch.Tensor, ref: torch.Tensor) -> float:
-    diff = (x.double().cpu() - ref).norm().item()
+    diff = (x.double().to(ref.device) - ref).norm().item()
     scale = ref.norm().item()
     return diff / scale if scale > 0 else diff
 
@@ -321,7 +353,7 @@ def check_case(op: str, dtype: str, path: str, shape: tuple[int, int, int], layo
         assert SK_GOALS[path](plan), plan
         ws = prime_workspace(config, plan, a.device)
     ours, theirs = run_op(op, a, b, bias, beta, alpha, config=config)
-    assert_close(ours, theirs, reference(a, b, bias, beta, alpha))
+    assert_close(ours, theirs, op_reference(op, a, b, bias, beta, alpha))
     (call,) = launches
     # The kernel reads the caller's tensors in place: no copy, whatever the layout.
     assert same_view(call.a, a) and same_view(call.b, b)

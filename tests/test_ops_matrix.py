@@ -16,6 +16,7 @@ from shapes import (
     check_case,
     config_for_path,
     make_bias,
+    op_reference,
     operands,
     pairwise,
     path_feasible,
@@ -77,8 +78,7 @@ def test_degenerate_sizes(shape, op, family):
     a, b = operands(m, n, k, torch.float16, "nn")
     bias = make_bias("row", m, n, torch.float16)
     ours, theirs = run_op(op, a, b, bias, 0.5, 2.0, config=EDGE_CONFIGS[family])
-    assert_close(ours, theirs, reference(a, b, bias if op != "matmul" else None,
-                                         0.5 if op == "addmm" else 1.0, 2.0 if op == "addmm" else 1.0))
+    assert_close(ours, theirs, op_reference(op, a, b, bias, 0.5, 2.0))
     if k == 0:
         # No K: exactly beta * bias (or zeros), as torch gives.
         assert torch.equal(ours, theirs)
