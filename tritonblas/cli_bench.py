@@ -197,7 +197,7 @@ def bench(shapes: Path = typer.Option(..., "--shapes", help="shapes.yaml listing
           plot: Path = typer.Option(None, "--plot", help="Write a PNG bar chart of speedup per problem."),
           ) -> None:
     problems = problems_from(shapes, dtypes)
-    parse_devices(str(device))
+    parse_devices(str(device), "--device")
     if plot is not None:
         require_matplotlib()
     db_where = describe_db(db)

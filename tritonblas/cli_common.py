@@ -56,7 +56,7 @@ def require_device() -> None:
         fail(NO_GPU_MESSAGE)
 
 
-def parse_devices(devices: str | None) -> list[int]:
+def parse_devices(devices: str | None, option: str = "--devices") -> list[int]:
     """`--devices 0,1,3` -> [0, 1, 3]; None -> [0]. Checked against the GPUs present (any in interpreter)."""
     require_device()
     if devices is None:
@@ -64,18 +64,18 @@ def parse_devices(devices: str | None) -> list[int]:
     try:
         ids = [int(d) for d in devices.split(",") if d.strip()]
     except ValueError:
-        fail(f"error: --devices must be comma-separated GPU indices like 0,1, got {devices!r}")
+        fail(f"error: {option} must be comma-separated GPU indices like 0,1, got {devices!r}")
     if not ids:
-        fail("error: --devices names no device")
+        fail(f"error: {option} names no device")
     if len(set(ids)) != len(ids):
-        fail(f"error: --devices lists a device twice: {devices!r}")
+        fail(f"error: {option} lists a device twice: {devices!r}")
     if not interpreter_mode():
         count = gpu_count()
         bad = [d for d in ids if not 0 <= d < count]
         if bad:
-            fail(f"error: --devices {bad[0]} does not exist; this host has GPUs 0..{count - 1}")
+            fail(f"error: {option} {bad[0]} does not exist; this host has GPUs 0..{count - 1}")
     elif any(d < 0 for d in ids):
-        fail(f"error: --devices must be non-negative, got {devices!r}")
+        fail(f"error: {option} must be non-negative, got {devices!r}")
     return ids
 
 

@@ -5,16 +5,20 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.console import RenderableType
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    ProgressColumn,
     SpinnerColumn,
+    Task,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
 from rich.table import Table
+from rich.text import Text
 
 from .cli_common import (
     configure_console,
@@ -59,7 +63,8 @@ def _num(v: float | None, fmt: str) -> str:
 def summary_table(rows: list[TuneRow]) -> Table:
     table = Table(title=f"{len(rows)} problems")
     for col in ("problem", "status", "winner", "TFLOP/s", "vs torch.mm", "previous", "device", "time"):
-        table.add_column(col, justify="right" if col in ("TFLOP/s", "vs torch.mm", "time") else "left")
+        table.add_column(col, justify="right" if col in ("TFLOP/s", "vs torch.mm", "time") else "left",
+                         no_wrap=col in ("problem", "winner"))
     for r in rows:
         status = r.status if r.ok else f"[red]{r.status}[/red]"
         table.add_row(problem_label(r.problem), status, winner_text(r), _num(r.tflops, ".1f"),
@@ -79,7 +84,7 @@ class _Display:
 
     def __call__(self, ev: Event) -> None:
         if ev.device not in self.lines and ev.kind != "exit":
-            self.lines[ev.device] = self.progress.add_task("", total=None)
+            self.lines[ev.device] = self.progress.add_task("", total=None, device=True)
         line = self.lines.get(ev.device)
         if ev.kind == "start" and line is not None:
             label = problem_label(self.problems[ev.index])
@@ -109,10 +114,22 @@ def _log_line(r: TuneRow) -> str:
     return f"{head} {winner_text(r)} {_num(r.tflops, '.1f')} TFLOP/s{speed}"
 
 
+class _OverallOnly(ProgressColumn):
+    """A column shown on the overall bar only: a device line has no count or ETA of its own."""
+
+    def __init__(self, inner: ProgressColumn) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def render(self, task: Task) -> RenderableType:
+        return Text("") if task.fields.get("device") else self.inner.render(task)
+
+
 def _progress() -> Progress:
-    return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console,
-                    transient=False)
+    overall = [BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("ETA"),
+               TimeRemainingColumn()]
+    return Progress(SpinnerColumn(), TextColumn("{task.description}"), *map(_OverallOnly, overall),
+                    console=console, transient=False)
 
 
 def _export(db_url: str, pattern: Path, device: int) -> None:

@@ -1,0 +1,110 @@
+"""`tritonblas bench` with a fake benchmark: the numbers, the JSON, the plot and the exit code are checked
+against timings we chose (the interpreter run in test_cli_e2e.py shows the real flow works)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tritonblas import benchmark as benchmark_module
+from tritonblas.cli import app
+from tritonblas.cli_bench import BenchRow, geomean, write_plot
+from tritonblas.config import Problem
+from tritonblas.tuner import Benchmark, BenchResult
+
+runner = CliRunner()
+TINY = Path(__file__).parent / "data" / "tiny.yaml"
+# m -> (our ms, torch ms); m = 19 gives a wrong result. Speedups 2.0 and 0.5: geomean exactly 1.0.
+TIMES = {16: (1.0, 2.0), 17: (4.0, 2.0)}
+WRONG_M = 19
+
+
+class TimedBench(Benchmark):
+    """Our side (config None: through dispatch) and torch's side take the times in TIMES."""
+
+    def __init__(self) -> None:
+        self.configs = []
+
+    def __call__(self, config, problem, device, *, cutoff_ms=None):
+        self.configs.append(config)
+        if problem.m == WRONG_M:
+            return BenchResult("wrong_result", rel_error=0.5, note="fake: wrong")
+        return BenchResult("ok", TIMES[problem.m][0], rel_error=1e-4)
+
+    def baseline(self, problem, device):
+        return TIMES.get(problem.m, (0, 3.0))[1]
+
+
+@pytest.fixture
+def timed(monkeypatch, tmp_path):
+    bench = TimedBench()
+    monkeypatch.setattr(benchmark_module, "GpuBenchmark", lambda **kw: bench)
+    monkeypatch.setenv("TRITONBLAS_DB", str(tmp_path / "absent.sqlite"))  # dispatch: no user DB
+    return bench
+
+
+def _shapes(tmp_path, ms) -> str:
+    path = tmp_path / "shapes.yaml"
+    path.write_text(f"dtypes: [fp16]\nshapes:\n  - {{m: {list(ms)}, n: 32, k: 32}}\n")
+    return str(path)
+
+
+def test_bench_table_json_and_geomean(timed, tmp_path):
+    js = tmp_path / "b.json"
+    result = runner.invoke(app, ["bench", "--shapes", _shapes(tmp_path, [16, 17]), "--json", str(js)])
+    assert result.exit_code == 0, result.output
+    assert timed.configs == [None, None]  # our side went through dispatch, no pinned config
+    assert "geomean speedup over torch.mm: 1.000x" in result.output
+    doc = json.loads(js.read_text())
+    assert [r["speedup"] for r in doc["rows"]] == [2.0, 0.5]
+    assert doc["rows"][0]["tflops"] == pytest.approx(2 * 16 * 32 * 32 / 1e9)
+    assert doc["rows"][0]["torch_tflops"] == pytest.approx(2 * 16 * 32 * 32 / 2e9)
+    assert all(r["source"] == "heuristic" and r["config"]["block_m"] >= 16 for r in doc["rows"])
+    assert doc["geomean_speedup"] == pytest.approx(1.0)
+
+
+def test_a_wrong_result_is_reported_and_exits_1(timed, tmp_path):
+    js, png = tmp_path / "b.json", tmp_path / "b.png"
+    result = runner.invoke(app, ["bench", "--shapes", _shapes(tmp_path, [16, WRONG_M]), "--json", str(js),
+                                 "--plot", str(png)])
+    assert result.exit_code == 1
+    assert f"failed: {WRONG_M}x32x32 fp16 nn: wrong_result fake: wrong" in result.stderr
+    assert "1 of 2 problems did not run correctly" in result.stderr
+    rows = json.loads(js.read_text())["rows"]  # outputs are still written: they show what failed
+    assert rows[1]["status"] == "wrong_result" and rows[1]["speedup"] is None and rows[1]["ms"] is None
+    assert png.stat().st_size > 0
+
+
+def test_bad_device_for_bench(monkeypatch):
+    from tritonblas import cli_common
+
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    monkeypatch.setattr(cli_common, "gpu_count", lambda: 1)
+    result = runner.invoke(app, ["bench", "--shapes", str(TINY), "--device", "1"])
+    assert result.exit_code == 2 and "--device 1 does not exist; this host has GPUs 0..0" in result.stderr
+
+
+def test_plot_with_nothing_to_show_is_still_a_png(tmp_path):
+    rows = [BenchRow(Problem(16, 16, 16, "fp16"), "wrong_result")]
+    write_plot(tmp_path / "p.png", rows, "title")
+    assert (tmp_path / "p.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_plot_renders_through_agg_without_pyplot(tmp_path, monkeypatch):
+    """pyplot would pick a GUI backend from the environment (and need a display); Agg never does."""
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.setenv("MPLBACKEND", "TkAgg")
+    had_pyplot = "matplotlib.pyplot" in sys.modules
+    rows = [BenchRow(Problem(16, 16, 16, "fp16"), "ok", ms=1.0, torch_ms=1.5)]
+    write_plot(tmp_path / "p.png", rows, "title")
+    assert (tmp_path / "p.png").stat().st_size > 1000
+    assert had_pyplot or "matplotlib.pyplot" not in sys.modules
+
+
+@pytest.mark.parametrize("values, expected", [([2.0, 0.5], 1.0), ([4.0], 4.0), ([], None)])
+def test_geomean(values, expected):
+    assert geomean(values) == (None if expected is None else pytest.approx(expected))
