@@ -48,6 +48,8 @@ BAD_FILES = [
     ("shapes:\n  - {m: 16, n: 16, k: 16\n", [":3", "invalid YAML", "expected ','"]),
     ("shapes:\n\t- {m: 1, n: 1, k: 1}\n", [":2", "invalid YAML"]),              # tab indentation
     ("- {m: 1, n: 1, k: 1}\n", ["expected a mapping"]),                         # top level is a list
+    ("# only a comment\n", ["the file is empty"]),
+    ("shapes:\n  - {m: 1, n: 2, k: 3}\n  - {m: 1, m: 2, n: 2, k: 3}\n", [":3", "key 'm' is given twice"]),
     ("dtypes: [fp16]\n", ["field 'shapes'", "Field required"]),                 # no shapes at all
     ("shapes: []\n", ["field 'shapes'"]),                                       # empty suite
     ("shapes:\n  - {m: 1, n: 2}\n", [":2", "entry 1", "field 'k'", "Field required"]),

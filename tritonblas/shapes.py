@@ -132,8 +132,6 @@ def _line_of(root: yaml.Node | None, loc: tuple) -> int | None:
 
 def _describe(path: Path, err: dict, root: yaml.Node | None) -> str:
     loc = tuple(err["loc"])
-    # Drop pydantic's union-branch labels ("int", "list[int]") so the location reads like the file.
-    loc = tuple(p for p in loc if not (isinstance(p, str) and ("[" in p or p in ("int",))))
     where = f"{path}"
     line = _line_of(root, loc)
     if line is not None:
@@ -147,18 +145,34 @@ def _describe(path: Path, err: dict, root: yaml.Node | None) -> str:
     return f"{where}: field '{field}': {msg}"
 
 
+def _check_duplicate_keys(path: Path, node: yaml.Node | None) -> None:
+    """YAML keeps the last of two equal keys without a word; `{m: 16, m: 32}` is a typo to report."""
+    if isinstance(node, yaml.MappingNode):
+        seen: set = set()
+        for key, value in node.value:
+            if getattr(key, "value", None) in seen:
+                raise ShapesError(f"{path}:{key.start_mark.line + 1}: key '{key.value}' is given twice")
+            seen.add(getattr(key, "value", None))
+            _check_duplicate_keys(path, value)
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            _check_duplicate_keys(path, item)
+
+
 def _parse(path: Path) -> tuple[object, yaml.Node | None]:
     try:
         text = path.read_text()
     except OSError as e:
         raise ShapesError(f"{path}: cannot read shapes file: {e.strerror or e}") from e
     try:
-        return yaml.safe_load(text), yaml.compose(text, Loader=yaml.SafeLoader)
+        data, root = yaml.safe_load(text), yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
         problem = getattr(e, "problem", None) or str(e)
         raise ShapesError(f"{where}: invalid YAML: {problem}") from e
+    _check_duplicate_keys(path, root)
+    return data, root
 
 
 def load_shapes(path: str | Path, dtypes: list[str] | None = None) -> list[ShapeSpec]:
@@ -170,6 +184,8 @@ def load_shapes(path: str | Path, dtypes: list[str] | None = None) -> list[Shape
         except ValueError as e:
             raise ShapesError(f"dtypes: {e}") from None
     data, root = _parse(path)
+    if data is None:
+        raise ShapesError(f"{path}: the file is empty; it needs a 'shapes' list")
     if not isinstance(data, dict):
         raise ShapesError(f"{path}: expected a mapping with 'dtypes' and 'shapes' at the top level, "
                           f"got {type(data).__name__}")
