@@ -197,11 +197,22 @@ class _Pool:
             self.rows[index] = row
             on_event(Event("done", label, index, row=row))
 
+    def drain(self, on_event: Callable[[Event], None]) -> None:
+        """Handle every event already sent. A process flushes its queue before it exits, so after
+        this, an exited worker's events are all in."""
+        with contextlib.suppress(queue.Empty):
+            while True:
+                self.handle(self.results.get(timeout=_POLL_S), on_event)
+
     def reap_dead(self, on_event: Callable[[Event], None]) -> None:
         """A worker that died without its exit event (killed, crashed in CUDA) fails its problem."""
-        for label, proc in self.procs.items():
-            if label not in self.exited and proc.exitcode is not None:
-                self.exited[label] = f"worker on {label} died with exit code {proc.exitcode}"
+        dead = [label for label, proc in self.procs.items()
+                if label not in self.exited and proc.exitcode is not None]
+        if dead:
+            self.drain(on_event)
+        for label in dead:
+            if label not in self.exited:
+                self.exited[label] = f"worker on {label} died with exit code {self.procs[label].exitcode}"
                 self._fail_current(label, self.exited[label], on_event)
 
     def fail_unclaimed(self, on_event: Callable[[Event], None]) -> None:
@@ -234,9 +245,7 @@ def _run_pool(pool: _Pool, on_event: Callable[[Event], None]) -> None:
             pool.reap_dead(on_event)
     # Every worker has gone: whatever is left in the queue was never claimed.
     if len(pool.rows) < len(pool.problems):
-        with contextlib.suppress(queue.Empty):
-            while True:
-                pool.handle(pool.results.get(timeout=_POLL_S), on_event)
+        pool.drain(on_event)
         pool.fail_unclaimed(on_event)
 
 
