@@ -48,9 +48,29 @@ EDGE_SHAPES = [
     (1, 1, 1),  # one product
 ]
 
+# One mid-size ragged problem for the autograd, compile and out= tests: ragged in every dim, with room
+# for a Stream-K split of the forward GEMM.
+MID_SHAPE = (33, 17, 100)
+
+# The error tests: M != 2 so a (2, N) bias cannot broadcast; K >= N so out can be a view of a.
+ERROR_SHAPE = (5, 4, 6)
+
+# x shapes for linear (K = 33 features last): every rank torch accepts, and empty leading dims.
+LINEAR_X_SHAPES = [
+    (33,),  # 1-D x: a single row, result (N,)
+    (3, 5, 33),
+    (2, 3, 4, 33),
+    (0, 33),  # no rows
+    (3, 0, 33),  # no rows in a middle dim
+    "transposed",  # a non-contiguous (3, 5, 33) x: reshape must copy, the result must not care
+]
+
 # Aligned sizes for the tensor-descriptor (TMA) path: leading dims are 16-byte multiples in fp16 and
 # fp32, yet 104, 40 and 72 are not multiples of a 32 block, so descriptors must zero-fill edges.
 TMA_SHAPES = [(104, 40, 72), (8, 136, 200)]
+
+# The GPU bias x beta/alpha matrix: Stream-K room with ragged N/K, and M = 1.
+GPU_BIAS_SHAPES = [(513, 1000, 777), (1, 4096, 4096)]
 
 # Real sizes for the GPU suite, including the seed's failing shapes.
 GPU_SHAPES = [
@@ -157,6 +177,34 @@ SK_GOALS: dict[str, Callable[[StreamKPlan], bool]] = {
     "sk_idle": lambda p: p.dp_tiles > 0 and p.idle > 0 and p.max_sharing >= 2,  # fewer iters than programs
     "sk_tma": lambda p: p.max_sharing >= 2,  # a split tile, its K loop on tensor descriptors
 }
+
+
+def sk_config(bm: int, bn: int, bk: int, grid: int) -> GemmConfig:
+    return GemmConfig(block_m=bm, block_n=bn, block_k=bk, grid=grid, streamk=True)
+
+
+# (id, shape, config, programs, dp tiles, owners of each Stream-K tile, idle programs, partial slots),
+# worked out by hand from the kernel's docstring: program p owns iterations [p*q + min(p, r), ...).
+STREAMK_SPLITS = [
+    # 1 tile, 8 K iterations over 4 programs: every program holds a quarter of the one tile.
+    ("one_tile_four_programs", (15, 17, 127), sk_config(32, 32, 16, 4), 4, 0, ((0, 1, 2, 3),), 0,
+     {0, 2, 4, 6}),
+    # grid 64 is capped at the 3 K iterations there are.
+    ("grid_capped_by_iterations", (15, 17, 33), sk_config(32, 32, 16, 64), 3, 0, ((0, 1, 2),), 0, {0, 2, 4}),
+    # 8 tiles on 3 programs: 6 data-parallel, 2 split (program 1 ends tile 0 and starts tile 1).
+    ("dp_and_sk", (100, 33, 100), sk_config(32, 32, 32, 3), 3, 6, ((0, 1), (1, 2)), 0, {0, 2, 3, 4}),
+    # 2 leftover tiles x 2 iterations on 6 programs: 4 programs take one iteration, 2 take none.
+    ("idle_programs", (100, 33, 40), sk_config(32, 32, 32, 6), 6, 6, ((0, 1), (2, 3)), 2, {0, 2, 4, 6}),
+    # tiles a multiple of the grid: all data-parallel, no Stream-K iteration, nothing to fix up.
+    ("all_data_parallel", (64, 64, 100), sk_config(32, 32, 32, 2), 2, 4, (), 2, set()),
+    # one program: every tile is its own, in the data-parallel loop.
+    ("single_program", (33, 17, 100), sk_config(16, 16, 16, 1), 1, 6, (), 1, set()),
+    # 3 leftover tiles of 7 iterations on 5 programs: tile 1 is shared by programs 1, 2 and 3.
+    ("tile_shared_by_three", (63, 17, 100), sk_config(16, 16, 16, 5), 5, 5, ((0, 1), (1, 2, 3), (3, 4)), 0,
+     {0, 2, 3, 4, 6, 7, 8}),
+]
+
+
 # Tiny tiles and grids keep interpreter launches short; the GPU suite uses real tiles and grids
 # around the H200's 132 SMs.
 _BLOCKS = [(32, 32, 32), (32, 16, 16), (16, 32, 16), (16, 16, 16)]

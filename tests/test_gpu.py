@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from shapes import (
     BIASES,
     EDGE_SHAPES,
+    GPU_BIAS_SHAPES,
     GPU_DTYPES,
     GPU_SHAPES,
     LAYOUTS,
@@ -69,7 +70,7 @@ PATH_CASES = pairwise({"op": list(OPS), "dtype": list(GPU_DTYPES), "path": GPU_P
                        "shape": GPU_SHAPES, "layout": LAYOUTS}, _allowed) if GPU else []
 BIAS_CASES = pairwise({"bias": BIASES, "scale": list(SCALES), "dtype": list(GPU_DTYPES),
                        "path": ("persistent", "sk_shared", "sk_mixed", "heuristic"),
-                       "shape": [(513, 1000, 777), (1, 4096, 4096)], "layout": LAYOUTS},
+                       "shape": GPU_BIAS_SHAPES, "layout": LAYOUTS},
                       _allowed) if GPU else []
 
 

@@ -3,42 +3,16 @@ runs and workspace reuse, and every launch leaves the tile counters at zero."""
 
 import pytest
 import torch
-from shapes import prime_workspace, reference, rel_error, sk_plan, written_slots
+from shapes import STREAMK_SPLITS, prime_workspace, reference, rel_error, sk_config, sk_plan, written_slots
 
 import tritonblas
-from tritonblas import GemmConfig, launch
+from tritonblas import launch
 
 CPU = torch.device("cpu")
 
 
-def _sk(bm, bn, bk, grid):
-    return GemmConfig(block_m=bm, block_n=bn, block_k=bk, grid=grid, streamk=True)
-
-
-# (id, shape, config, programs, dp tiles, owners of each Stream-K tile, idle programs, partial slots),
-# worked out by hand from the kernel's docstring: program p owns iterations [p*q + min(p, r), ...).
-SPLITS = [
-    # 1 tile, 8 K iterations over 4 programs: every program holds a quarter of the one tile.
-    ("one_tile_four_programs", (15, 17, 127), _sk(32, 32, 16, 4), 4, 0, ((0, 1, 2, 3),), 0,
-     {0, 2, 4, 6}),
-    # grid 64 is capped at the 3 K iterations there are.
-    ("grid_capped_by_iterations", (15, 17, 33), _sk(32, 32, 16, 64), 3, 0, ((0, 1, 2),), 0, {0, 2, 4}),
-    # 8 tiles on 3 programs: 6 data-parallel, 2 split (program 1 ends tile 0 and starts tile 1).
-    ("dp_and_sk", (100, 33, 100), _sk(32, 32, 32, 3), 3, 6, ((0, 1), (1, 2)), 0, {0, 2, 3, 4}),
-    # 2 leftover tiles x 2 iterations on 6 programs: 4 programs take one iteration, 2 take none.
-    ("idle_programs", (100, 33, 40), _sk(32, 32, 32, 6), 6, 6, ((0, 1), (2, 3)), 2, {0, 2, 4, 6}),
-    # tiles a multiple of the grid: all data-parallel, no Stream-K iteration, nothing to fix up.
-    ("all_data_parallel", (64, 64, 100), _sk(32, 32, 32, 2), 2, 4, (), 2, set()),
-    # one program: every tile is its own, in the data-parallel loop.
-    ("single_program", (33, 17, 100), _sk(16, 16, 16, 1), 1, 6, (), 1, set()),
-    # 3 leftover tiles of 7 iterations on 5 programs: tile 1 is shared by programs 1, 2 and 3.
-    ("tile_shared_by_three", (63, 17, 100), _sk(16, 16, 16, 5), 5, 5, ((0, 1), (1, 2, 3), (3, 4)), 0,
-     {0, 2, 3, 4, 6, 7, 8}),
-]
-
-
-@pytest.mark.parametrize("shape, config, programs, dp, owners, idle, slots", [s[1:] for s in SPLITS],
-                         ids=[s[0] for s in SPLITS])
+@pytest.mark.parametrize("shape, config, programs, dp, owners, idle, slots", [s[1:] for s in STREAMK_SPLITS],
+                         ids=[s[0] for s in STREAMK_SPLITS])
 def test_kernel_runs_the_planned_split(shape, config, programs, dp, owners, idle, slots):
     m, n, k = shape
     plan = sk_plan(config, m, n, k)
@@ -63,12 +37,12 @@ def _problem(m, n, k, dtype=torch.float32, seed=0):
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
 def test_bitwise_reproducible_across_runs_and_workspace_reuse(dtype):
-    config = _sk(16, 16, 16, 5)
+    config = sk_config(16, 16, 16, 5)
     a, b = _problem(48, 17, 100, dtype)
     first = tritonblas.matmul(a, b, config=config)
-    others = [(_problem(127, 127, 127, dtype, 1), _sk(32, 32, 16, 7)),  # grows the workspace
-              (_problem(15, 17, 127, dtype, 2), _sk(32, 32, 16, 4)),  # leaves other partials behind
-              (_problem(100, 33, 40, dtype, 3), _sk(32, 32, 32, 6))]
+    others = [(_problem(127, 127, 127, dtype, 1), sk_config(32, 32, 16, 7)),  # grows the workspace
+              (_problem(15, 17, 127, dtype, 2), sk_config(32, 32, 16, 4)),  # leaves other partials behind
+              (_problem(100, 33, 40, dtype, 3), sk_config(32, 32, 32, 6))]
     for (x, y), other in others:
         tritonblas.matmul(x, y, config=other)
         assert not launch._workspaces[CPU][1].any()
@@ -78,17 +52,17 @@ def test_bitwise_reproducible_across_runs_and_workspace_reuse(dtype):
 
 
 def test_workspace_grows_and_is_reused():
-    tritonblas.matmul(*_problem(127, 127, 127), config=_sk(32, 32, 32, 7))
+    tritonblas.matmul(*_problem(127, 127, 127), config=sk_config(32, 32, 32, 7))
     ws, cnt = launch._workspaces[CPU]
     assert ws.numel() >= 2 * 7 * 32 * 32
-    tritonblas.matmul(*_problem(15, 17, 127), config=_sk(16, 16, 16, 3))
+    tritonblas.matmul(*_problem(15, 17, 127), config=sk_config(16, 16, 16, 3))
     assert launch._workspaces[CPU][0] is ws and launch._workspaces[CPU][1] is cnt  # big enough: reused
-    tritonblas.matmul(*_problem(127, 127, 127), config=_sk(32, 32, 32, 20))
+    tritonblas.matmul(*_problem(127, 127, 127), config=sk_config(32, 32, 32, 20))
     assert launch._workspaces[CPU][0].numel() >= 2 * 20 * 32 * 32
     assert not launch._workspaces[CPU][1].any()
 
 
 def test_k0_with_streamk_config_runs_persistent_and_needs_no_workspace():
     out = tritonblas.addmm(torch.ones(5), torch.randn(3, 0), torch.randn(0, 5), beta=2.0,
-                           config=_sk(16, 16, 16, 4))
+                           config=sk_config(16, 16, 16, 4))
     assert torch.equal(out, torch.full((3, 5), 2.0))

@@ -3,12 +3,12 @@
 import pytest
 import torch
 import torch.nn.functional as F
-from shapes import assert_close, config_for_path, make_bias, operands
+from shapes import MID_SHAPE, assert_close, config_for_path, make_bias, operands
 
 import tritonblas
 from tritonblas import GemmConfig
 
-M, N, K = 33, 17, 100  # ragged in every dim; room for a Stream-K split of the forward GEMM
+M, N, K = MID_SHAPE
 
 
 def _run_backward(fn, inputs: list[torch.Tensor | None], grad: torch.Tensor):

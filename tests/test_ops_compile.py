@@ -3,14 +3,14 @@ break), and torch.library.opcheck accepts the `tritonblas::gemm` registration.""
 
 import pytest
 import torch
-from shapes import assert_close, operands
+from shapes import MID_SHAPE, assert_close, operands
 from torch._dynamo.testing import CompileCounterWithBackend
 
 import tritonblas
 from tritonblas import GemmConfig
 from tritonblas.ops import _config_from_list, _config_to_list, gemm_op
 
-M, N, K = 33, 17, 100
+M, N, K = MID_SHAPE
 SK = GemmConfig(block_m=16, block_n=16, block_k=32, grid=5, streamk=True)
 
 

@@ -6,11 +6,12 @@ from types import SimpleNamespace
 import pydantic
 import pytest
 import torch
+from shapes import ERROR_SHAPE
 
 import tritonblas
 from tritonblas import GemmConfig
 
-M, N, K = 5, 4, 6  # M != 2 so a (2, N) bias cannot broadcast; K >= N so out can be a view of a
+M, N, K = ERROR_SHAPE
 f16 = torch.float16
 
 

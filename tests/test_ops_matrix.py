@@ -9,6 +9,7 @@ from shapes import (
     DTYPES,
     EDGE_SHAPES,
     LAYOUTS,
+    LINEAR_X_SHAPES,
     PATHS,
     SCALES,
     SHAPES,
@@ -25,6 +26,7 @@ from shapes import (
     run_op,
 )
 
+import tritonblas
 from tritonblas import GemmConfig
 
 # op -> (bias kind, scale) used in the path matrix; the bias matrix varies both for addmm.
@@ -124,3 +126,18 @@ def test_fp32_honours_allow_tf32(allow_tf32, launches):
     assert launches[0].precision == ("tf32" if allow_tf32 else "ieee")
     ours16, _ = run_op("matmul", a.half(), b.half(), None)
     assert launches[1].precision == "tf32"  # fp16 inputs are exact in any dot precision
+
+
+@pytest.mark.parametrize("x_shape", LINEAR_X_SHAPES, ids=str)
+def test_linear_input_ranks(x_shape):
+    import torch.nn.functional as F
+
+    w, bias = torch.randn(17, 33).half(), torch.randn(17).half()
+    if x_shape == "transposed":
+        x = torch.randn(5, 3, 33).half().transpose(0, 1)
+    else:
+        x = torch.randn(x_shape).half()
+    ours, theirs = tritonblas.linear(x, w, bias), F.linear(x, w, bias)
+    assert ours.shape == theirs.shape
+    ref = x.double() @ w.double().t() + bias.double()
+    assert_close(ours.reshape(-1, 17), theirs.reshape(-1, 17), ref.reshape(-1, 17))
