@@ -8,6 +8,7 @@ it upgrades a read lock to a write lock halfway through.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -120,17 +121,27 @@ def make_engine(url: str) -> Engine:
 
 
 def enable_wal(engine: Engine, where: str) -> None:
-    """Switch an SQLite file to WAL (persistent in the file). Outside any transaction, as SQLite asks."""
-    with translate_errors(where):
-        raw = engine.raw_connection()
+    """Switch an SQLite file to WAL (persistent in the file). Outside any transaction, as SQLite asks.
+
+    The switch needs the file to itself and SQLite does not wait for that on its own (no busy handler
+    here), so processes that open a new file together retry until the busy timeout."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    delay = 0.002
+    while True:
+        with translate_errors(where):
+            raw = engine.raw_connection()
         try:
             cur = raw.cursor()
-            mode = cur.execute("PRAGMA journal_mode").fetchone()[0]
-            if str(mode).lower() != "wal":
+            if str(cur.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
                 cur.execute("PRAGMA journal_mode=WAL")
-            cur.close()
+            return
+        except engine.dialect.loaded_dbapi.Error as e:
+            if "locked" not in str(e).lower() or time.monotonic() > deadline:
+                raise as_tuning_error(e, where) from e
         finally:
             raw.close()
+        time.sleep(delay)
+        delay = min(2 * delay, 0.05)
 
 
 def is_retryable(err: sa_exc.DBAPIError) -> bool:
@@ -144,11 +155,12 @@ def translate_errors(where: str) -> Iterator[None]:
     try:
         yield
     except sa_exc.DBAPIError as e:
-        raise as_tuning_error(e, where) from e
+        raise as_tuning_error(e.orig, where) from e
 
 
-def as_tuning_error(e: sa_exc.DBAPIError, where: str) -> TuningDBError:
-    detail = str(e.orig).strip().splitlines()[0] if str(e.orig).strip() else type(e.orig).__name__
+def as_tuning_error(orig: BaseException, where: str) -> TuningDBError:
+    """The TuningDBError for a driver exception (the DBAPI's own, not SQLAlchemy's wrapper)."""
+    detail = str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
     low = detail.lower()
     if "locked" in low or "busy" in low:
         return DatabaseLockedError(f"{where}: database is locked: another process held the write lock "

@@ -82,7 +82,7 @@ class TuningDB:
             except sa_exc.DBAPIError as e:
                 attempts += 1
                 if not (eng.is_retryable(e) and attempts < _WRITE_ATTEMPTS):
-                    raise eng.as_tuning_error(e, self.where) from e
+                    raise eng.as_tuning_error(e.orig, self.where) from e
 
     def schema_version(self) -> int:
         return self._read(lambda conn: current_version(conn, self.where))
