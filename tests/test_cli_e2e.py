@@ -20,8 +20,8 @@ DATA = Path(__file__).parent / "data"
 TINY = DATA / "tiny.yaml"
 BIN = Path(sys.executable).parent
 runner = CliRunner()
-pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
-                                reason="the CPU end-to-end run needs Triton's interpreter")
+interpreter_only = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
+                                      reason="the CPU end-to-end run needs Triton's interpreter")
 
 
 def _ok(result) -> str:
@@ -39,6 +39,7 @@ def tuned(tmp_path_factory):
     return tmp, db, out
 
 
+@interpreter_only
 def test_tune_fills_the_db_and_exports(tuned):
     tmp, db, out = tuned
     problems = load_problems(TINY)
@@ -55,6 +56,7 @@ def test_tune_fills_the_db_and_exports(tuned):
     assert exported["header"]["arch"] == "interpreter" and exported["header"]["count"] == 2
 
 
+@interpreter_only
 def test_rerun_skips_fresh_winners(tuned):
     _, db, _ = tuned
     out = _ok(runner.invoke(app, ["tune", "--shapes", str(TINY), "--db", db, "--budget-s", "0.3"]))
@@ -62,6 +64,7 @@ def test_rerun_skips_fresh_winners(tuned):
     assert out.count("skipped") >= 2 and " db " in out
 
 
+@interpreter_only
 def test_check_passes_on_the_export_and_fails_on_a_bigger_suite(tuned, tmp_path):
     tmp, _, _ = tuned
     exported = str(tmp / "configs" / "interpreter.json")
@@ -73,6 +76,7 @@ def test_check_passes_on_the_export_and_fails_on_a_bigger_suite(tuned, tmp_path)
     assert result.exit_code == 1 and "missing: 64x64x64 fp16 nn" in result.output
 
 
+@interpreter_only
 def test_bench_writes_json_and_png(tuned, tmp_path):
     _, db, _ = tuned
     js, png = tmp_path / "out" / "bench.json", tmp_path / "out" / "bench.png"
@@ -114,6 +118,7 @@ def test_console_script_no_gpu_message():
     assert "need a CUDA or ROCm GPU" in proc.stderr and "TRITON_INTERPRET=1" in proc.stderr
 
 
+@interpreter_only
 def test_console_scripts_two_workers_in_the_interpreter(tmp_path):
     """Real kernels in two spawned workers (the parent's TRITON_INTERPRET reaches them), then the
     other console script checks the database they both wrote."""

@@ -98,7 +98,6 @@ class _Display:
             note = f" ({ev.message})" if ev.message else ""
             self.progress.update(line, description=f"  {ev.device}: done{note}", total=1, completed=1)
 
-
     def finish(self) -> None:
         """Only the overall bar stays on screen once every problem is done."""
         for line in self.lines.values():
@@ -126,9 +125,10 @@ class _OverallOnly(ProgressColumn):
 
 
 def _progress() -> Progress:
-    overall = [BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("ETA"),
-               TimeRemainingColumn()]
-    return Progress(SpinnerColumn(), TextColumn("{task.description}"), *map(_OverallOnly, overall),
+    bar = [_OverallOnly(c) for c in (BarColumn(), MofNCompleteColumn())]
+    eta = [_OverallOnly(c) for c in (TextColumn("ETA"), TimeRemainingColumn())]
+    # Elapsed on every line: the whole run on the bar, the current problem on a device line.
+    return Progress(SpinnerColumn(), TextColumn("{task.description}"), *bar, TimeElapsedColumn(), *eta,
                     console=console, transient=False)
 
 
