@@ -412,3 +412,36 @@ def check_case(op: str, dtype: str, path: str, shape: tuple[int, int, int], layo
         # arrival counter is back at zero for the next launch.
         assert written_slots(ws, config, plan) == plan.slots
         assert not launch._workspaces[a.device][1].any()
+
+
+# Op variants of the path matrix -> (op, bias kind, scale); the bias matrix varies both for addmm.
+MATRIX_OPS = {"matmul": ("matmul", "none", "unit"), "addmm": ("addmm", "full", "scaled"),
+              "linear": ("linear", "row", "unit"), "linear_nobias": ("linear", "none", "unit"),
+              "linear_expand": ("linear", "expand_1d", "unit")}
+BIAS_PATHS = ("persistent", "sk_shared", "sk_mixed", "heuristic")
+
+
+def matrix_cases(dtypes: Sequence[str], paths: Sequence[str], shapes: Sequence[tuple],
+                 allowed: Callable[[dict], bool]) -> list[dict]:
+    """Pairwise cover of op variant x dtype x path x shape x layout."""
+    return pairwise({"op": list(MATRIX_OPS), "dtype": dtypes, "path": paths, "shape": shapes,
+                     "layout": LAYOUTS}, allowed)
+
+
+def bias_cases(dtypes: Sequence[str], shapes: Sequence[tuple], allowed: Callable[[dict], bool]) -> list[dict]:
+    """Pairwise cover of addmm's bias kind x beta/alpha x dtype x path x shape x layout."""
+    return pairwise({"bias": BIASES, "scale": list(SCALES), "dtype": dtypes, "path": BIAS_PATHS,
+                     "shape": shapes, "layout": LAYOUTS}, allowed)
+
+
+def case_id(case: dict) -> str:
+    return "-".join("x".join(map(str, v)) if isinstance(v, tuple) else str(v) for v in case.values())
+
+
+def check_matrix_case(case: dict, launches: list[Launch], device: str = "cpu") -> None:
+    if "op" in case:
+        op, bias_kind, scale = MATRIX_OPS[case["op"]]
+    else:
+        op, bias_kind, scale = "addmm", case["bias"], case["scale"]
+    check_case(op, case["dtype"], case["path"], case["shape"], case["layout"], bias_kind, scale, launches,
+               device)

@@ -10,21 +10,21 @@ import pytest
 import torch
 import torch.nn.functional as F
 from shapes import (
-    BIASES,
     EDGE_SHAPES,
     GPU_BIAS_SHAPES,
     GPU_DTYPES,
     GPU_SHAPES,
-    LAYOUTS,
     PATHS,
-    SCALES,
     assert_close,
+    bias_cases,
+    case_id,
     check_case,
+    check_matrix_case,
     config_for_path,
     make_bias,
+    matrix_cases,
     op_reference,
     operands,
-    pairwise,
     path_feasible,
     prime_workspace,
     record_launches,
@@ -47,8 +47,6 @@ GPU_PATHS = (*PATHS, "persistent_tma", "sk_tma")
 SEED_SHAPES = GPU_SHAPES[:4]  # the seed's failing shapes
 RAGGED_NK = [s for s in GPU_SHAPES if s[1] % 16 or s[2] % 16]  # N or K not a multiple of 16
 H200 = device_for_arch("sm_90", sm_count=132)
-OPS = {"matmul": ("none", "unit"), "addmm": ("full", "scaled"), "linear": ("row", "unit"),
-       "linear_nobias": ("none", "unit"), "linear_expand": ("expand_1d", "unit")}
 
 
 def _allowed(c: dict) -> bool:
@@ -66,16 +64,8 @@ def _allowed(c: dict) -> bool:
 
 
 # Built only where they run: the greedy covering over real sizes takes seconds.
-PATH_CASES = pairwise({"op": list(OPS), "dtype": list(GPU_DTYPES), "path": GPU_PATHS,
-                       "shape": GPU_SHAPES, "layout": LAYOUTS}, _allowed) if GPU else []
-BIAS_CASES = pairwise({"bias": BIASES, "scale": list(SCALES), "dtype": list(GPU_DTYPES),
-                       "path": ("persistent", "sk_shared", "sk_mixed", "heuristic"),
-                       "shape": GPU_BIAS_SHAPES, "layout": LAYOUTS},
-                      _allowed) if GPU else []
-
-
-def _id(case: dict) -> str:
-    return "-".join("x".join(map(str, v)) if isinstance(v, tuple) else str(v) for v in case.values())
+PATH_CASES = matrix_cases(list(GPU_DTYPES), GPU_PATHS, GPU_SHAPES, _allowed) if GPU else []
+BIAS_CASES = bias_cases(list(GPU_DTYPES), GPU_BIAS_SHAPES, _allowed) if GPU else []
 
 
 @pytest.fixture
@@ -83,17 +73,14 @@ def launches(monkeypatch):
     return record_launches(monkeypatch)
 
 
-@pytest.mark.parametrize("case", PATH_CASES, ids=_id)
+@pytest.mark.parametrize("case", PATH_CASES, ids=case_id)
 def test_gpu_paths_layouts_dtypes(case, launches):
-    bias_kind, scale = OPS[case["op"]]
-    check_case(case["op"].split("_")[0], case["dtype"], case["path"], case["shape"], case["layout"],
-               bias_kind, scale, launches, device="cuda")
+    check_matrix_case(case, launches, "cuda")
 
 
-@pytest.mark.parametrize("case", BIAS_CASES, ids=_id)
+@pytest.mark.parametrize("case", BIAS_CASES, ids=case_id)
 def test_gpu_addmm_bias_and_scales(case, launches):
-    check_case("addmm", case["dtype"], case["path"], case["shape"], case["layout"], case["bias"],
-               case["scale"], launches, device="cuda")
+    check_matrix_case(case, launches, "cuda")
 
 
 @pytest.mark.parametrize("dtype", list(GPU_DTYPES))

@@ -5,21 +5,20 @@ import pytest
 import torch
 from shapes import (
     BIAS_SHAPES,
-    BIASES,
     DTYPES,
     EDGE_SHAPES,
-    LAYOUTS,
     LINEAR_X_SHAPES,
     PATHS,
-    SCALES,
     SHAPES,
     assert_close,
-    check_case,
+    bias_cases,
+    case_id,
+    check_matrix_case,
     config_for_path,
     make_bias,
+    matrix_cases,
     op_reference,
     operands,
-    pairwise,
     path_feasible,
     record_launches,
     reference,
@@ -29,22 +28,8 @@ from shapes import (
 import tritonblas
 from tritonblas import GemmConfig
 
-# op -> (bias kind, scale) used in the path matrix; the bias matrix varies both for addmm.
-OPS = {"matmul": ("none", "unit"), "addmm": ("full", "scaled"), "linear": ("row", "unit"),
-       "linear_nobias": ("none", "unit"), "linear_expand": ("expand_1d", "unit")}
-
-PATH_CASES = pairwise(
-    {"op": list(OPS), "dtype": list(DTYPES), "path": PATHS, "shape": SHAPES, "layout": LAYOUTS},
-    lambda c: path_feasible(c["path"], *c["shape"]))
-
-BIAS_CASES = pairwise(
-    {"bias": BIASES, "scale": list(SCALES), "dtype": list(DTYPES),
-     "path": ("persistent", "sk_shared", "sk_mixed", "heuristic"), "shape": BIAS_SHAPES, "layout": LAYOUTS},
-    lambda c: path_feasible(c["path"], *c["shape"]))
-
-
-def _id(case: dict) -> str:
-    return "-".join("x".join(map(str, v)) if isinstance(v, tuple) else str(v) for v in case.values())
+PATH_CASES = matrix_cases(list(DTYPES), PATHS, SHAPES, lambda c: path_feasible(c["path"], *c["shape"]))
+BIAS_CASES = bias_cases(list(DTYPES), BIAS_SHAPES, lambda c: path_feasible(c["path"], *c["shape"]))
 
 
 @pytest.fixture
@@ -52,17 +37,14 @@ def launches(monkeypatch):
     return record_launches(monkeypatch)
 
 
-@pytest.mark.parametrize("case", PATH_CASES, ids=_id)
+@pytest.mark.parametrize("case", PATH_CASES, ids=case_id)
 def test_paths_layouts_dtypes(case, launches):
-    bias_kind, scale = OPS[case["op"]]
-    check_case(case["op"].split("_")[0], case["dtype"], case["path"], case["shape"], case["layout"],
-               bias_kind, scale, launches)
+    check_matrix_case(case, launches)
 
 
-@pytest.mark.parametrize("case", BIAS_CASES, ids=_id)
+@pytest.mark.parametrize("case", BIAS_CASES, ids=case_id)
 def test_addmm_bias_and_scales(case, launches):
-    check_case("addmm", case["dtype"], case["path"], case["shape"], case["layout"], case["bias"],
-               case["scale"], launches)
+    check_matrix_case(case, launches)
 
 
 EDGE_CONFIGS = {
