@@ -54,6 +54,9 @@ def test_tune_fills_the_db_and_exports(tuned):
     assert stored == set(problems)
     exported = json.loads((tmp / "configs" / "interpreter.json").read_text())
     assert exported["header"]["arch"] == "interpreter" and exported["header"]["count"] == 2
+    again = tmp / "again.json"  # `db export` writes the same bytes as `tune --export`
+    _ok(runner.invoke(app, ["db", "export", "--db", db, "--arch", "interpreter", "-o", str(again)]))
+    assert again.read_bytes() == (tmp / "configs" / "interpreter.json").read_bytes()
 
 
 @interpreter_only
