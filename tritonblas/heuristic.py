@@ -19,15 +19,15 @@ from dataclasses import dataclass
 from .config import DTYPE_BYTES, DeviceInfo, GemmConfig, Problem, config_supports
 
 # Peak dense rates (TFLOP/s) and bandwidth (TB/s) per arch; unknown archs fall back to "default".
-# H200: torch.mm bf16 8192^3 measured 660-740 TFLOP/s on 2026-11-29; device copy ~4.3 TB/s.
-_PEAK_TFLOPS = {"sm_90": {"fp16": 720.0, "bf16": 720.0, "fp32": 50.0, "tf32": 360.0},
+# H200: torch.mm bf16 8192^3 measured 660-800 TFLOP/s on 2026-11-29, our best tile 760; copy ~4.3 TB/s.
+_PEAK_TFLOPS = {"sm_90": {"fp16": 800.0, "bf16": 800.0, "fp32": 50.0, "tf32": 400.0},
                 "default": {"fp16": 300.0, "bf16": 300.0, "fp32": 20.0, "tf32": 150.0}}
 _BANDWIDTH_TBS = {"sm_90": 4.3, "default": 2.0}
 _LAUNCH_US = 4.0
-_FIXUP_US_PER_TILE = 0.6
+_SPLIT_LOOP_EFFICIENCY = 0.45
 
-BLOCK_MN = (64, 128, 256)
-BLOCK_K = (32, 64, 128)
+BLOCK_MN = (16, 32, 64, 128, 256)
+BLOCK_K = (32, 64, 128, 256)
 WARPS = (4, 8)
 STAGES = (3, 4, 5)
 
@@ -54,23 +54,31 @@ def _cdiv(a: int, b: int) -> int:
 
 
 def tile_efficiency(config: GemmConfig, dtype: str) -> float:
-    """Fraction of peak a tile reaches in steady state: operand reuse grows with the tile's harmonic size.
+    """Fraction of peak one tile shape sustains in steady state, fitted to an H200 sweep (bf16, 4096^3
+    to 8192^3, scripts/sweep.py, 2026-11-29): 128x256x64 760 TFLOP/s, 128x128x64 675, 64x128x64 440,
+    64x64x128 382, 64x64x64 264, 32x64x128 177, 16x64x256 119.
 
-    128x256 with 8 warps is the Hopper sweet spot (wgmma on 2 warpgroups); 64x64 tiles reach about
-    a third of it because each K step loads as many bytes per FLOP as 4x larger tiles do twice over.
+    - operand reuse: FLOPs per loaded element grow with the tile's harmonic size h = 2*BM*BN/(BM+BN),
+      saturating as h / (h + 100);
+    - K depth: small tiles need long K steps to hide load latency: min(1, h*BK/8192) ** 0.5;
+    - MMA shape: Hopper's wgmma works on 64 rows; BM 16/32 tiles ran at ~0.6 of the reuse model.
     """
     bm, bn, bk = config.block_m, config.block_n, config.block_k
-    reuse = 2 * bm * bn / (bm + bn)  # FLOPs per operand element loaded, per K step
-    eff = reuse / (reuse + 40.0)
-    eff *= min(1.0, bk / 64) ** 0.3
-    warps_ideal = 8 if bm * bn >= 128 * 256 else 4
-    if config.num_warps != warps_ideal:
-        eff *= 0.85
+    h = 2 * bm * bn / (bm + bn)
+    eff = 1.5 * h / (h + 100.0) * min(1.0, h * bk / 8192) ** 0.5
+    if bm < 64:
+        eff *= 0.6
+    if bm * bn <= 64 * 64 and config.num_warps == 8:
+        eff *= 0.85  # 8 warps on a 64x64 tile split the MMA too thin
     if config.num_stages < 3:
         eff *= 0.8
+    if config.tma and config.flatten and bm * bn >= 128 * 128:
+        # 4096^3 128x256: 0.99x torch.mm vs 0.94x for the plain loop; on 64x64 tiles (512x1024x32768)
+        # flattening lost 25%, so the bonus is for big tiles only (2026-11-29 sweeps).
+        eff *= 1.02
     if dtype == "fp32" and bk > 64:
         eff *= 0.9
-    return eff
+    return min(eff, 1.0)
 
 
 def estimate(config: GemmConfig, problem: Problem, device: DeviceInfo) -> Estimate:
@@ -86,10 +94,17 @@ def estimate(config: GemmConfig, problem: Problem, device: DeviceInfo) -> Estima
     fixup = 0.0
     if config.streamk:
         full_waves, rest = divmod(tiles, programs)
-        waves = full_waves + rest / programs
+        # The split K loop runs at ~0.45 of the data-parallel one: 1920x1920x8192 with 128x256 tiles
+        # (120 tiles, each program 0.9 of a tile) took 190 us as Stream-K vs 91 us Persistent.
+        waves = full_waves + rest / programs / _SPLIT_LOOP_EFFICIENCY
         if rest:
-            split = programs / rest  # programs sharing one leftover tile
-            fixup = _FIXUP_US_PER_TILE * min(split, iters) * (config.block_m * config.block_n / 16384)
+            # Each leftover tile is shared by ~programs/rest programs; its last arriver reads the
+            # others' fp32 partials at about twice one SM's fair share of bandwidth. 4096^3 with
+            # 128x256 tiles (3.9 waves) measured Stream-K 25% slower than Persistent: the fix-up is
+            # not free.
+            split = min(programs / rest, iters)
+            per_sm_bytes_us = _BANDWIDTH_TBS[arch] * 1e6 / device.sm_count * 2
+            fixup = split * config.block_m * config.block_n * 4 / per_sm_bytes_us
     else:
         waves = _cdiv(tiles, min(programs, tiles))
     compute_us = waves * tile_us + fixup
@@ -111,10 +126,13 @@ def candidates(problem: Problem, device: DeviceInfo, enable_streamk: bool | None
     out = []
     for bm, bn, bk, warps, stages, sk in itertools.product(BLOCK_MN, BLOCK_MN, BLOCK_K, WARPS, STAGES,
                                                            families):
-        cfg = GemmConfig(block_m=bm, block_n=bn, block_k=bk, num_warps=warps, num_stages=stages,
-                         streamk=sk)
-        if config_supports(cfg, problem, device) is None:
-            out.append(cfg)
+        if bn < 32:
+            continue  # N is the contiguous output dim: 16-wide tiles only ever lost in the sweep
+        for tma in (False, True):
+            cfg = GemmConfig(block_m=bm, block_n=bn, block_k=bk, num_warps=warps, num_stages=stages,
+                             streamk=sk, tma=tma, flatten=tma and not sk)
+            if config_supports(cfg, problem, device) is None:
+                out.append(cfg)
     return out
 
 
