@@ -92,6 +92,10 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.T
     n = b.shape[1]
     if m == 0 or n == 0:
         return
+    if a.dtype == torch.bfloat16 and not a.is_cuda:
+        # Triton's interpreter computes tl.dot on bf16 wrongly (numpy has no bf16): hand it the exact
+        # fp32 copies; the kernel still accumulates in fp32 and stores bf16.
+        a, b = a.float(), b.float()
     persistent, streamk = _kernels()
     progs = program_count(config, m, n, k, sm_count)
     has_bias = bias is not None
