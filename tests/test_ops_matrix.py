@@ -8,6 +8,7 @@ from shapes import (
     DTYPES,
     EDGE_SHAPES,
     LINEAR_X_SHAPES,
+    MID_SHAPE,
     PATHS,
     SHAPES,
     assert_close,
@@ -123,3 +124,14 @@ def test_linear_input_ranks(x_shape):
     assert ours.shape == theirs.shape
     ref = x.double() @ w.double().t() + bias.double()
     assert_close(ours.reshape(-1, 17), theirs.reshape(-1, 17), ref.reshape(-1, 17))
+
+
+@pytest.mark.parametrize("path", ["persistent", "sk_shared", "heuristic"])
+@pytest.mark.parametrize("op", ["matmul", "addmm", "linear"])
+def test_bf16_in_the_interpreter(op, path):
+    # Triton's interpreter computes tl.dot on bf16 operands wrongly; results must still be right.
+    m, n, k = MID_SHAPE
+    a, b = operands(m, n, k, torch.bfloat16, "tn")
+    bias = make_bias("row", m, n, torch.bfloat16)
+    ours, theirs = run_op(op, a, b, bias, 0.5, 2.0, config=config_for_path(path, m, n, k))
+    assert_close(ours, theirs, op_reference(op, a, b, bias, 0.5, 2.0))
