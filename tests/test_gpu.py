@@ -189,3 +189,15 @@ def test_gpu_inductor_fullgraph(dtype):
     bias, w = make_bias("row", 513, 1000, dtype, "cuda"), torch.randn(1000, 777).to("cuda", dtype)
     for got, want in zip(compiled(a, b, bias, w), f(a, b, bias, w), strict=True):
         assert torch.equal(got, want)  # the same kernels on the same inputs
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+@pytest.mark.parametrize("enable_streamk", [False, True], ids=["persistent", "streamk"])
+def test_gpu_tensors_on_a_device_other_than_the_current_one(enable_streamk):
+    # As torch.mm: no device guard needed; the same specialization on both devices, both orders.
+    torch.cuda.set_device(0)
+    for dev in ("cuda:1", "cuda:0", "cuda:1"):
+        a, b = operands(513, 1000, 777, torch.bfloat16, "nn", dev)
+        ours, theirs = run_op("matmul", a, b, None, enable_streamk=enable_streamk)
+        assert ours.device == a.device
+        assert_close(ours, theirs, reference(a, b))
