@@ -118,47 +118,44 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.T
     if config.streamk and k > 0:
         tiles = _cdiv(m, config.block_m) * _cdiv(n, config.block_n)
         ws, cnt = _workspace(c.device, 2 * progs * config.block_m * config.block_n, tiles % progs)
-        args = (a, b, c, bias_arg, ws, cnt, m, n, k, progs, *strides, alpha, beta)
-        _launch(streamk, progs, args, constexprs, options)
+        _launch(streamk, progs, (a, b, c, bias_arg, ws, cnt), (m, n, k, progs, *strides), (alpha, beta),
+                constexprs, options)
     else:
-        args = (a, b, c, bias_arg, m, n, k, progs, *strides, alpha, beta)
-        _launch(persistent, progs, args, constexprs, options)
+        _launch(persistent, progs, (a, b, c, bias_arg), (m, n, k, progs, *strides), (alpha, beta),
+                constexprs, options)
 
 
 _compiled: dict[tuple, object] = {}
+_COMPILED_CAP = 4096
 
 
-def _arg_key(x: object) -> object:
-    """What triton specializes a runtime argument on, or more: tensors on dtype and 16-byte alignment,
-    integers on ==1, divisibility by 16 and 32-bit range; floats not at all."""
-    if isinstance(x, torch.Tensor):
-        return (x.dtype, x.data_ptr() % 16 == 0)
-    if isinstance(x, int):
-        return (x == 1, x % 16 == 0, -(2**31) <= x < 2**31)
-    return None
-
-
-def _launch(kernel, progs: int, args: tuple, constexprs: dict, options: tuple[int, int]) -> None:
-    """Launch through triton's C launcher once the kernel is compiled for this specialization.
+def _launch(kernel, progs: int, tensors: tuple, ints: tuple, floats: tuple, constexprs: dict,
+            options: tuple[int, int]) -> None:
+    """Launch through triton's C launcher once the kernel is compiled for these arguments.
 
     `kernel[grid](...)` re-binds and re-hashes ~30 arguments on every call: ~45 us of host time per
     launch on the H200 (scripts/dispatch_overhead.py), more than a 1024^3 GEMM takes on the GPU. The
-    cache key here covers everything triton specializes on (and more), so a hit runs exactly the
-    binary triton would have picked.
+    key here is stricter than triton's specialization (exact integers, operand dtype, 16-byte
+    alignment of every pointer), so a hit runs exactly the binary triton would have picked; building
+    it is one tuple, not a Python loop over the arguments.
     """
     num_warps, num_stages = options
-    if not args[0].is_cuda:  # the interpreter has no compiled kernel to reuse
+    args = (*tensors, *ints, *floats)
+    if not tensors[0].is_cuda:  # the interpreter has no compiled kernel to reuse
         kernel[(progs,)](*args, **constexprs, num_warps=num_warps, num_stages=num_stages)
         return
-    key = (id(kernel), options, *constexprs.values(), *map(_arg_key, args))
+    key = (id(kernel), options, tensors[0].dtype, *[t.data_ptr() % 16 == 0 for t in tensors], *ints,
+           *constexprs.values())
     compiled = _compiled.get(key)
     if compiled is None:
         compiled = kernel[(progs,)](*args, **constexprs, num_warps=num_warps, num_stages=num_stages)
         # The fast path passes constexprs positionally: only cache when their order is the kernel's.
         if list(kernel.arg_names[len(args):]) == list(constexprs):
+            if len(_compiled) >= _COMPILED_CAP:
+                _compiled.clear()
             compiled._init_handles()
             _compiled[key] = compiled
         return
-    stream = torch._C._cuda_getCurrentRawStream(args[0].device.index)
+    stream = torch._C._cuda_getCurrentRawStream(tensors[0].device.index)
     compiled.run(progs, 1, 1, stream, compiled.function, compiled.packed_metadata, None, None, None,
                  *args, *constexprs.values())

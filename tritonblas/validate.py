@@ -94,11 +94,14 @@ def check_out(out: object, m: int, n: int, a: torch.Tensor, inputs: dict[str, to
         return out
     if _has_internal_overlap(out):
         raise ValueError("out has internal overlap (an expanded view): each element must be distinct")
-    lo, hi = _span(out)
+    if out.numel() == 0:
+        return out
+    storage = out.untyped_storage().data_ptr()
     for name, t in inputs.items():
-        if t is None or t.numel() == 0 or out.numel() == 0:
+        # Tensors on different storages cannot share memory; only aliases need the byte ranges.
+        if t is None or t.numel() == 0 or t.untyped_storage().data_ptr() != storage:
             continue
-        t_lo, t_hi = _span(t)
+        (lo, hi), (t_lo, t_hi) = _span(out), _span(t)
         if lo < t_hi and t_lo < hi:
             raise ValueError(f"out overlaps {name} in memory; pass a separate output tensor")
     return out
