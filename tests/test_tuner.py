@@ -114,16 +114,20 @@ def test_prepare_failures_are_not_timed_and_a_failing_prepare_is_survived(db):
     space = candidate_space(P, H200)
 
     class Prepared(FakeBench):
-        def prepare(self, configs, problem, device):
+        def prepare(self, configs, problem, device, deadline=None):
+            self.deadline = deadline
             return {space[0]: BenchResult("compile_error", note="ptxas died")}
 
     bench = Prepared()
+    before = time.monotonic()
     out = tune_problem(P, H200, db, bench=bench, budget_s=60)
+    # prepare may take its share of the budget, the rest is left for timing
+    assert before + 0.6 * 60 <= bench.deadline <= time.monotonic() + 0.6 * 60
     assert space[0] not in bench.calls and out.winner.config != space[0]
     assert {m.config: m.status for m in db.measurements(out.key)}[space[0]] == "compile_error"
 
     class BrokenPrepare(FakeBench):
-        def prepare(self, configs, problem, device):
+        def prepare(self, configs, problem, device, deadline=None):
             raise RuntimeError("thread pool gone")
 
     bench = BrokenPrepare()

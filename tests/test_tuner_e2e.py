@@ -102,3 +102,12 @@ def test_benchmark_times_dispatch_choice_and_stops_clear_losers_early(url):
     assert bench(config, p, INTERPRETER_DEVICE).note == ""
     assert bench.baseline(p, INTERPRETER_DEVICE) > 0
     bench.finish(p)
+
+
+def test_prepare_stops_at_its_deadline(url):
+    p = E2E[0]
+    bench = GpuBenchmark()
+    space = candidate_space(p, INTERPRETER_DEVICE, top_k=2, neighbour_seeds=0)
+    assert bench.prepare(space, p, INTERPRETER_DEVICE, deadline=0.0) == {} and not bench._verified
+    assert bench.prepare(space[:1], p, INTERPRETER_DEVICE) == {} and list(bench._verified) == space[:1]
+    bench.finish(p)

@@ -67,7 +67,7 @@ def rel_error(x: torch.Tensor, ref: torch.Tensor, ref_norm: float) -> float:
 class GpuBenchmark(Benchmark):
     """Times candidates through tritonblas.matmul/addmm(config=...) and torch.mm on the same inputs."""
 
-    def __init__(self, *, warmup_ms: float = 10, rep_ms: float = 40, quick_rep_ms: float = 5,
+    def __init__(self, *, warmup_ms: float = 5, rep_ms: float = 20, quick_rep_ms: float = 3,
                  seed: int = 0, compile_workers: int | None = None, compile_timeout_s: float = 300,
                  cpu_reps: int = 1, torch_device: str | torch.device | None = None) -> None:
         self.warmup_ms, self.rep_ms, self.quick_rep_ms = warmup_ms, rep_ms, quick_rep_ms
@@ -131,15 +131,21 @@ class GpuBenchmark(Benchmark):
         self._verified[config] = err
         return None
 
-    def prepare(self, configs: list[GemmConfig], problem: Problem,
-                device: DeviceInfo) -> dict[GemmConfig, BenchResult]:
-        """Compile and verify every candidate; compiles run in parallel threads on a GPU (triton's
-        compiler releases the GIL in its passes and in ptxas). The interpreter patches triton.language
-        globally while it runs, so there it goes one at a time."""
+    def prepare(self, configs: list[GemmConfig], problem: Problem, device: DeviceInfo,
+                deadline: float | None = None) -> dict[GemmConfig, BenchResult]:
+        """Compile and verify candidates in order until `deadline`; compiles run in parallel threads on
+        a GPU (triton's compiler releases the GIL in its passes and in ptxas). The interpreter patches
+        triton.language globally while it runs, so there it goes one at a time."""
         inp = self._setup(problem, device)
         todo = [c for c in configs if c not in self._verified]
         if inp.a.device.type == "cpu" or self.compile_workers <= 1:
-            return {c: r for c in todo if (r := self._verify(c, inp, inp.out)) is not None}
+            failures = {}
+            for c in todo:
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
+                if (r := self._verify(c, inp, inp.out)) is not None:
+                    failures[c] = r
+            return failures
         dev = inp.a.device
 
         def job(config: GemmConfig) -> BenchResult | None:
@@ -148,9 +154,15 @@ class GpuBenchmark(Benchmark):
 
         pool = cf.ThreadPoolExecutor(max_workers=min(self.compile_workers, len(todo) or 1))
         futures = {pool.submit(job, c): c for c in todo}
+        until = self.compile_timeout_s if deadline is None else max(0.0, deadline - time.monotonic())
+        cf.wait(futures, timeout=until)
+        # Past the deadline: drop what has not started, and let the running compiles finish, so that no
+        # verification launch overlaps the timing that follows. The rest compile on demand.
+        for f in futures:
+            f.cancel()
         done, pending = cf.wait(futures, timeout=self.compile_timeout_s)
         pool.shutdown(wait=not pending, cancel_futures=True)
-        failures = {futures[f]: r for f in done if (r := f.result()) is not None}
+        failures = {futures[f]: r for f in done if not f.cancelled() and (r := f.result()) is not None}
         for f in pending:
             failures[futures[f]] = BenchResult(
                 "timeout", note=f"compile and first run took over {self.compile_timeout_s:.0f} s")

@@ -31,6 +31,8 @@ Status = Literal["ok", "compile_error", "out_of_resources", "wrong_result", "tim
 FAILURES = ("compile_error", "out_of_resources", "wrong_result", "timeout", "launch_error")
 # A candidate whose quick timing is this much slower than the best so far is a clear loser.
 LOSER_FACTOR = 1.5
+# Share of the budget that ahead-of-time compilation may take; the rest is for timing.
+PREPARE_SHARE = 0.6
 
 
 # How many of the heuristic's best configs get neighbours and grid variants added.
@@ -47,7 +49,8 @@ def _with(cfg: GemmConfig, **changes) -> GemmConfig:
 
 
 def _neighbours(cfg: GemmConfig) -> Iterable[GemmConfig]:
-    """One lever moved at a time: halve/double a block, other warp count, stages +-1, group, tma."""
+    """One lever moved at a time: halve/double a block, other warp count, stages +-1, group, tma,
+    flatten, warp specialization."""
     for name in ("block_m", "block_n", "block_k"):
         for v in (getattr(cfg, name) // 2, getattr(cfg, name) * 2):
             if 16 <= v <= 256:
@@ -59,6 +62,9 @@ def _neighbours(cfg: GemmConfig) -> Iterable[GemmConfig]:
     for g in (4, 8, 16):
         yield _with(cfg, group_m=g)
     yield _with(cfg, tma=not cfg.tma)
+    if not cfg.streamk:  # persistent-only levers; warp specialization runs on 8 warps only
+        yield _with(cfg, flatten=not cfg.flatten)
+        yield _with(cfg, warp_specialize=not cfg.warp_specialize, num_warps=8)
 
 
 def _grids(cfg: GemmConfig, problem: Problem, device: DeviceInfo) -> Iterable[GemmConfig]:
@@ -150,8 +156,10 @@ class Benchmark:
     `baseline` times torch.mm on the same inputs (None when it has no such notion).
     """
 
-    def prepare(self, configs: list[GemmConfig], problem: Problem,
-                device: DeviceInfo) -> dict[GemmConfig, BenchResult]:
+    def prepare(self, configs: list[GemmConfig], problem: Problem, device: DeviceInfo,
+                deadline: float | None = None) -> dict[GemmConfig, BenchResult]:
+        """Optional: compile/verify ahead of timing (until `deadline`, a time.monotonic() value);
+        returns the candidates that failed."""
         return {}
 
     def __call__(self, config: GemmConfig, problem: Problem, device: DeviceInfo, *,
@@ -284,8 +292,11 @@ def _run_one(bench: Benchmark, config: GemmConfig, problem: Problem, device: Dev
 
 def _measure_all(bench: Benchmark, space: list[GemmConfig], problem: Problem, device: DeviceInfo,
                  deadline: float, early_stop: bool, timeout_s: float) -> dict[GemmConfig, BenchResult]:
+    start = time.monotonic()
+    prepare_by = deadline if math.isinf(deadline) else start + PREPARE_SHARE * (deadline - start)
     try:
-        results = dict(bench.prepare(space, problem, device))
+        results = dict(bench.prepare(space, problem, device, deadline=None if math.isinf(prepare_by)
+                                     else prepare_by))
     except Exception as exc:  # prepare is an optimisation: on failure each candidate compiles on its own
         results = {}
         prepare_note = f"prepare failed ({type(exc).__name__}: {exc})"[:200]
