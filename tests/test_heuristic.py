@@ -30,7 +30,8 @@ def test_ranked_candidates_are_feasible_ordered_and_of_the_family(problem, devic
     assert ranked
     assert all(config_supports(e.config, problem, device) is None for e in ranked)
     times = [e.total_us for e in ranked]
-    assert times == sorted(times)
+    # ties (to 1e-6 us) are broken by the config's text, for determinism
+    assert all(b >= a - 1e-5 for a, b in zip(times, times[1:], strict=False))
     if family is not None:
         assert {e.config.streamk for e in ranked} == {family}
     assert heuristic.choose(problem, device, family) == ranked[0].config
