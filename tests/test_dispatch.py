@@ -292,3 +292,12 @@ def test_select_takes_torch_dtypes_and_the_default_device(paths):
 
     s = dispatch.select(32, 32, 32, torch.float16)
     assert s.problem.dtype == "fp16" and s.device.arch == "interpreter"  # tests run in the interpreter
+
+
+def test_user_config_is_checked_against_the_operands_layout():
+    tma = GemmConfig(block_m=64, block_n=64, block_k=32, num_warps=4, num_stages=3, tma=True)
+    # M = 104, K = 33 fp16: a column-major A has 208-byte rows (TMA can load them), a row-major one
+    # 66-byte rows (it cannot).
+    dispatch.check_user_config(tma, 104, 40, 33, "fp16", H200, "tn")
+    with pytest.raises(ValueError, match="multiples of 16 bytes"):
+        dispatch.check_user_config(tma, 104, 40, 33, "fp16", H200)

@@ -290,8 +290,10 @@ def select_config(key: tuple, device: DeviceInfo, enable_streamk: bool | None) -
     return _select_cached(Problem(*key), device, enable_streamk).config
 
 
-def check_user_config(config: GemmConfig, m: int, n: int, k: int, dtype: str, device: DeviceInfo) -> None:
-    require_supported(config, Problem(m, n, k, dtype), device)
+def check_user_config(config: GemmConfig, m: int, n: int, k: int, dtype: str, device: DeviceInfo,
+                      layout: str = "nn", bias: str = "none") -> None:
+    """ValueError unless `config` can run this problem; the layout matters (TMA's leading dims)."""
+    require_supported(config, Problem(m, n, k, dtype, layout, bias), device)
 
 
 def _check_int(name: str, v: object) -> int:
