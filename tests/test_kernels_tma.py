@@ -58,8 +58,6 @@ def test_tma_config_refused_for_unaligned_leading_dims():
         run_op("matmul", a, b, None, config=_config(False))
 
 
-@pytest.mark.xfail(strict=True, reason="dispatch.check_user_config checks a user config against the "
-                                       "'nn' layout, not the operands' own layout")
 def test_tma_config_checked_against_the_actual_layout():
     # A is column-major with M = 104 (208-byte leading dim: aligned); K = 33 would only matter if A
     # were row-major. The problem is feasible for TMA, so the config must be accepted.

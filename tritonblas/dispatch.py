@@ -181,7 +181,8 @@ def _shipped(arch: str) -> dict[tuple, object]:
                 from tuning_db.exchange import load_config_file
 
                 for w in load_config_file(path).winners():
-                    if w.key.arch == arch:
+                    # Stale entries (another triton version or kernel hash) are a miss, as in the DB.
+                    if w.key.arch == arch and not w.stale:
                         table.setdefault(w.key.arch_key()[1:], w)
             except Exception as exc:  # a broken shipped file must not break matmul
                 warnings.warn(f"tritonblas: shipped config file {path} cannot be read ({exc}); "
@@ -231,10 +232,8 @@ def _from_shipped(problem: Problem, device: DeviceInfo, enable_streamk: bool | N
         return None
     if config_supports(entry.config, problem, device) is not None:
         return None
-    # A stale entry (tuned under another triton version) still beats a guess: the kernels ship with it.
-    stale = f", stale: triton {entry.env.triton_version}" if entry.stale else ""
     return Selection(entry.config, "shipped", entry.median_ms, True, problem, device,
-                     f"configs/{device.arch}.json, tuned on {entry.key.device_name}{stale}")
+                     f"configs/{device.arch}.json, tuned on {entry.key.device_name}")
 
 
 def _distance(a: Problem, key) -> float:

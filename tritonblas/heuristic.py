@@ -106,10 +106,10 @@ def estimate(config: GemmConfig, problem: Problem, device: DeviceInfo) -> Estima
             per_sm_bytes_us = _BANDWIDTH_TBS[arch] * 1e6 / device.sm_count * 2
             fixup = split * config.block_m * config.block_n * 4 / per_sm_bytes_us
     else:
-        waves = _cdiv(tiles, min(programs, tiles))
+        waves = _cdiv(tiles, max(1, min(programs, tiles)))
     compute_us = waves * tile_us + fixup
     useful = m * n
-    edge_waste = 1.0 - useful / (tiles * config.block_m * config.block_n)
+    edge_waste = 1.0 - useful / (tiles * config.block_m * config.block_n) if tiles else 0.0
     elt = DTYPE_BYTES[problem.dtype]
     # A is re-read once per column of tiles in a group sweep, B once per row-group (grouped order).
     a_reads = max(1, _cdiv(n, config.block_n) / max(1, min(config.group_m, _cdiv(m, config.block_m))))

@@ -80,7 +80,7 @@ def _run(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, beta: floa
         problem_key = (m, n, k, TORCH_DTYPES[a.dtype], _layout(a, b), _bias_kind(bias, m, n))
         config = dispatch.select_config(problem_key, info, {-1: None, 0: False, 1: True}[family])
     else:
-        dispatch.check_user_config(config, m, n, k, TORCH_DTYPES[a.dtype], info)
+        dispatch.check_user_config(config, m, n, k, TORCH_DTYPES[a.dtype], info, _layout(a, b))
     bias2d = None if bias is None else torch.broadcast_to(bias, (m, n))
     precision = "tf32" if a.dtype != torch.float32 or torch.backends.cuda.matmul.allow_tf32 else "ieee"
     launch_gemm(a, b, out, bias2d, alpha, beta, config, info.sm_count, precision)
