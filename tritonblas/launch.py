@@ -23,7 +23,8 @@ def _kernels():
 
 
 def _descriptor_scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
-    return torch.empty(size, dtype=torch.int8, device="cuda")
+    # Called inside the launch, with the tensors' device current (see _launch).
+    return torch.empty(size, dtype=torch.int8, device=torch.cuda.current_device())
 
 
 def _ensure_allocator() -> None:
@@ -144,8 +145,14 @@ def _launch(kernel, progs: int, tensors: tuple, ints: tuple, floats: tuple, cons
     if not tensors[0].is_cuda:  # the interpreter has no compiled kernel to reuse
         kernel[(progs,)](*args, **constexprs, num_warps=num_warps, num_stages=num_stages)
         return
-    key = (id(kernel), options, tensors[0].dtype, *[t.data_ptr() % 16 == 0 for t in tensors], *ints,
-           *constexprs.values())
+    index = tensors[0].device.index
+    if index != torch.cuda.current_device():
+        # Triton launches on (and loads modules into) the current device: switch to the tensors' one.
+        with torch.cuda.device(index):
+            _launch(kernel, progs, tensors, ints, floats, constexprs, options)
+        return
+    key = (id(kernel), index, options, tensors[0].dtype, *[t.data_ptr() % 16 == 0 for t in tensors],
+           *ints, *constexprs.values())
     compiled = _compiled.get(key)
     if compiled is None:
         compiled = kernel[(progs,)](*args, **constexprs, num_warps=num_warps, num_stages=num_stages)
@@ -156,6 +163,6 @@ def _launch(kernel, progs: int, tensors: tuple, ints: tuple, floats: tuple, cons
             compiled._init_handles()
             _compiled[key] = compiled
         return
-    stream = torch._C._cuda_getCurrentRawStream(tensors[0].device.index)
+    stream = torch._C._cuda_getCurrentRawStream(index)
     compiled.run(progs, 1, 1, stream, compiled.function, compiled.packed_metadata, None, None, None,
                  *args, *constexprs.values())
