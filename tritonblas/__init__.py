@@ -1,12 +1,31 @@
 """tritonblas: Triton GEMM kernels behind an autotuning dispatcher.
 
-Importing does no device work and reads no environment: kernels (and triton) load on first use.
+Importing does no device work, opens no database and reads no environment. The public names load on
+first use (PEP 562), so `import tritonblas` costs about a millisecond; torch, pydantic and the custom
+op registration come with the first `tritonblas.matmul` (or any other name), triton with the first
+launch.
 """
 
-from .config import DeviceInfo, GemmConfig, Problem, config_supports
-from .dispatch import Selection, select
-from .ops import addmm, linear, matmul
+import importlib
 
 __version__ = "0.1.0"
-__all__ = ["GemmConfig", "DeviceInfo", "Problem", "config_supports", "matmul", "addmm", "linear",
-           "select", "Selection", "__version__"]
+
+_WHERE = {
+    "GemmConfig": "config", "DeviceInfo": "config", "Problem": "config", "config_supports": "config",
+    "matmul": "ops", "addmm": "ops", "linear": "ops",
+    "select": "dispatch", "Selection": "dispatch",
+}
+__all__ = [*_WHERE, "__version__"]
+
+
+def __getattr__(name: str):
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tritonblas' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
