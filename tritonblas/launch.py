@@ -6,6 +6,7 @@ Kernels (and so triton) are imported on first launch, not when `tritonblas` is i
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import torch
 
@@ -86,9 +87,32 @@ def program_count(config: GemmConfig, m: int, n: int, k: int, sm_count: int) -> 
     return max(1, min(grid, tiles))
 
 
+@dataclass
+class _Plan:
+    """Everything a launch needs that depends only on the plan key (see launch_gemm)."""
+
+    kernel: object
+    progs: int
+    ints: tuple
+    constexprs: dict
+    num_warps: int
+    num_stages: int
+    workspace: tuple[int, int] | None  # (partial floats, counters) for Stream-K
+    compiled: object = None  # triton's CompiledKernel once launched through the C launcher
+
+
+_plans: dict[tuple, _Plan] = {}
+_PLANS_CAP = 4096
+
+
 def launch_gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None,
                 alpha: float, beta: float, config: GemmConfig, sm_count: int, precision: str) -> None:
-    """c = alpha * a @ b + beta * bias, with bias already broadcast to a 2-D view of c's shape."""
+    """c = alpha * a @ b + beta * bias, with bias already broadcast to a 2-D view of c's shape.
+
+    The launch plan (kernel, grid, integer arguments, constexprs) is cached on everything it depends
+    on: config, shapes, strides, dtype, device, precision and the 16-byte alignment of every pointer.
+    Rebuilding it cost ~6 us of Python per call on this project's CPU; a hit costs one tuple hash.
+    """
     m, k = a.shape
     n = b.shape[1]
     if m == 0 or n == 0:
@@ -97,13 +121,30 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.T
         # Triton's interpreter computes tl.dot on bf16 wrongly (numpy has no bf16): hand it the exact
         # fp32 copies; the kernel still accumulates in fp32 and stores bf16.
         a, b = a.float(), b.float()
+    has_bias = bias is not None
+    key = (config, a.shape, n, a.stride(), b.stride(), c.stride(), bias.stride() if has_bias else None,
+           a.dtype, c.dtype, a.device, precision, sm_count, a.data_ptr() % 16 == 0,
+           b.data_ptr() % 16 == 0, c.data_ptr() % 16 == 0, has_bias and bias.data_ptr() % 16 == 0)
+    plan = _plans.get(key)
+    if plan is None:
+        if len(_plans) >= _PLANS_CAP:
+            _plans.clear()
+        plan = _plans[key] = _make_plan(a, b, c, bias, config, sm_count, precision)
+    tensors = (a, b, c, bias if has_bias else c)
+    if plan.workspace is not None:
+        tensors = (*tensors, *_workspace(c.device, *plan.workspace))
+    _launch(plan, tensors, (alpha, beta))
+
+
+def _make_plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None,
+               config: GemmConfig, sm_count: int, precision: str) -> _Plan:
+    m, k = a.shape
+    n = b.shape[1]
     persistent, streamk = _kernels()
     progs = program_count(config, m, n, k, sm_count)
     has_bias = bias is not None
-    bias_arg = bias if has_bias else c
     sbm, sbn = bias.stride() if has_bias else (0, 0)
     (a_tma, a_col), (b_tma, b_col) = _tma_ready(a), _tma_ready(b)
-    a_div, b_div = _lead_divisor(a), _lead_divisor(b)
     # A strided view the predicate could not see (it checks the dense layout) takes the pointer path.
     use_tma = config.tma and a_tma and b_tma
     if use_tma and a.is_cuda:
@@ -111,58 +152,45 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.T
     constexprs = dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
                       GROUP_M=config.group_m, HAS_BIAS=has_bias, EVEN_K=k % config.block_k == 0,
                       PRECISION=precision, USE_TMA=use_tma, A_COL=a_col, B_COL=b_col,
-                      A_LEAD_DIV=a_div, B_LEAD_DIV=b_div, FLATTEN=config.flatten,
+                      A_LEAD_DIV=_lead_divisor(a), B_LEAD_DIV=_lead_divisor(b), FLATTEN=config.flatten,
                       WARP_SPEC=config.warp_specialize)
-    options = (config.num_warps, config.num_stages)
-    strides = (*a.stride(), *b.stride(), *c.stride(), sbm, sbn)
+    ints = (m, n, k, progs, *a.stride(), *b.stride(), *c.stride(), sbm, sbn)
     # K == 0 has no iterations to split: the persistent kernel writes beta * bias (or zeros).
     if config.streamk and k > 0:
         tiles = _cdiv(m, config.block_m) * _cdiv(n, config.block_n)
-        ws, cnt = _workspace(c.device, 2 * progs * config.block_m * config.block_n, tiles % progs)
-        _launch(streamk, progs, (a, b, c, bias_arg, ws, cnt), (m, n, k, progs, *strides), (alpha, beta),
-                constexprs, options)
-    else:
-        _launch(persistent, progs, (a, b, c, bias_arg), (m, n, k, progs, *strides), (alpha, beta),
-                constexprs, options)
+        workspace = (2 * progs * config.block_m * config.block_n, tiles % progs)
+        return _Plan(streamk, progs, ints, constexprs, config.num_warps, config.num_stages, workspace)
+    return _Plan(persistent, progs, ints, constexprs, config.num_warps, config.num_stages, None)
 
 
-_compiled: dict[tuple, object] = {}
-_COMPILED_CAP = 4096
-
-
-def _launch(kernel, progs: int, tensors: tuple, ints: tuple, floats: tuple, constexprs: dict,
-            options: tuple[int, int]) -> None:
-    """Launch through triton's C launcher once the kernel is compiled for these arguments.
+def _launch(plan: _Plan, tensors: tuple, floats: tuple) -> None:
+    """Launch through triton's C launcher once the plan's kernel is compiled.
 
     `kernel[grid](...)` re-binds and re-hashes ~30 arguments on every call: ~45 us of host time per
     launch on the H200 (scripts/dispatch_overhead.py), more than a 1024^3 GEMM takes on the GPU. The
-    key here is stricter than triton's specialization (exact integers, operand dtype, 16-byte
-    alignment of every pointer), so a hit runs exactly the binary triton would have picked; building
-    it is one tuple, not a Python loop over the arguments.
+    plan key is stricter than triton's specialization (exact integers, dtypes, 16-byte alignment of
+    every pointer, device), so the cached binary is exactly the one triton would have picked.
     """
-    num_warps, num_stages = options
-    args = (*tensors, *ints, *floats)
+    args = (*tensors, *plan.ints, *floats)
     if not tensors[0].is_cuda:  # the interpreter has no compiled kernel to reuse
-        kernel[(progs,)](*args, **constexprs, num_warps=num_warps, num_stages=num_stages)
+        plan.kernel[(plan.progs,)](*args, **plan.constexprs, num_warps=plan.num_warps,
+                                   num_stages=plan.num_stages)
         return
     index = tensors[0].device.index
     if index != torch.cuda.current_device():
         # Triton launches on (and loads modules into) the current device: switch to the tensors' one.
         with torch.cuda.device(index):
-            _launch(kernel, progs, tensors, ints, floats, constexprs, options)
+            _launch(plan, tensors, floats)
         return
-    key = (id(kernel), index, options, tensors[0].dtype, *[t.data_ptr() % 16 == 0 for t in tensors],
-           *ints, *constexprs.values())
-    compiled = _compiled.get(key)
+    compiled = plan.compiled
     if compiled is None:
-        compiled = kernel[(progs,)](*args, **constexprs, num_warps=num_warps, num_stages=num_stages)
-        # The fast path passes constexprs positionally: only cache when their order is the kernel's.
-        if list(kernel.arg_names[len(args):]) == list(constexprs):
-            if len(_compiled) >= _COMPILED_CAP:
-                _compiled.clear()
+        compiled = plan.kernel[(plan.progs,)](*args, **plan.constexprs, num_warps=plan.num_warps,
+                                              num_stages=plan.num_stages)
+        # The fast path passes constexprs positionally: only keep it when their order is the kernel's.
+        if list(plan.kernel.arg_names[len(args):]) == list(plan.constexprs):
             compiled._init_handles()
-            _compiled[key] = compiled
+            plan.compiled = compiled
         return
     stream = torch._C._cuda_getCurrentRawStream(index)
-    compiled.run(progs, 1, 1, stream, compiled.function, compiled.packed_metadata, None, None, None,
-                 *args, *constexprs.values())
+    compiled.run(plan.progs, 1, 1, stream, compiled.function, compiled.packed_metadata, None, None, None,
+                 *args, *plan.constexprs.values())
