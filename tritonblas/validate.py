@@ -14,6 +14,11 @@ TORCH_DTYPES: dict[torch.dtype, str] = {torch.float16: "fp16", torch.bfloat16: "
 def check_tensor(name: str, t: object, rank: int | None = None) -> torch.Tensor:
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    # Sparse and nested tensors have no strides to hand a kernel: refuse them here by name rather than
+    # fail later inside torch with a message about its internals.
+    if t.layout != torch.strided or t.is_nested:
+        kind = "nested" if t.is_nested else str(t.layout).removeprefix("torch.")
+        raise TypeError(f"{name} must be a dense (strided) tensor, got a {kind} tensor")
     if rank is not None and t.dim() != rank:
         raise ValueError(f"{name} must be {rank}-D, got shape {tuple(t.shape)}")
     if t.dtype not in TORCH_DTYPES:
@@ -60,6 +65,11 @@ def check_options(enable_streamk: object, config: object) -> None:
         raise TypeError(f"enable_streamk must be None, True or False, got {enable_streamk!r}")
     if config is not None and not isinstance(config, GemmConfig):
         raise TypeError(f"config must be a tritonblas.GemmConfig, got {type(config).__name__}")
+    # config= runs exactly that config: a family restriction it breaks cannot be honoured silently.
+    if config is not None and enable_streamk is not None and config.streamk != enable_streamk:
+        fam = "Stream-K" if config.streamk else "persistent"
+        raise ValueError(f"enable_streamk={enable_streamk} conflicts with config, a {fam} config; "
+                         "pass one or the other")
 
 
 def _span(t: torch.Tensor) -> tuple[int, int]:
