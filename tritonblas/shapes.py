@@ -12,6 +12,7 @@ and the YAML line, so a typo in a 200-line suite is found at once.
 from __future__ import annotations
 
 import itertools
+import math
 from pathlib import Path
 from typing import get_args
 
@@ -25,6 +26,10 @@ LAYOUTS: tuple[str, ...] = get_args(Layout)
 BIAS_KINDS: tuple[str, ...] = get_args(BiasKind)
 # The tuning database's key bound (ProblemKey): larger dims cannot be stored.
 MAX_DIM = 2**24
+# A shapes file is a short list written by hand; these bounds keep a hostile or mistaken one (a 300 x
+# 300 x 300 grid is three short lines) from exhausting memory before anything is reported.
+MAX_FILE_BYTES = 4 * 2**20
+MAX_PROBLEMS = 100_000
 
 Dim = int | list[int]
 
@@ -159,12 +164,28 @@ def _check_duplicate_keys(path: Path, node: yaml.Node | None) -> None:
             _check_duplicate_keys(path, item)
 
 
+def _refuse_aliases(path: Path, text: str) -> None:
+    """A shapes file needs no YAML aliases, and nested ones expand exponentially (a "billion laughs"
+    file of ten lines would hang validation): refuse the first one, by line."""
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.AliasEvent):
+            raise ShapesError(f"{path}:{event.start_mark.line + 1}: YAML aliases (*{event.anchor}) are "
+                              "not supported in a shapes file")
+
+
 def _parse(path: Path) -> tuple[object, yaml.Node | None]:
     try:
-        text = path.read_text()
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise ShapesError(f"{path}: {size} bytes is larger than the {MAX_FILE_BYTES}-byte limit "
+                              "for a shapes file")
+        text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise ShapesError(f"{path}: cannot read shapes file: {e.strerror or e}") from e
+    except UnicodeDecodeError as e:
+        raise ShapesError(f"{path}: not UTF-8 text: {e.reason}") from None
     try:
+        _refuse_aliases(path, text)
         data, root = yaml.safe_load(text), yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
@@ -194,8 +215,13 @@ def load_shapes(path: str | Path, dtypes: list[str] | None = None) -> list[Shape
     except ValidationError as e:
         raise ShapesError("\n".join(_describe(path, err, root) for err in e.errors())) from None
     specs = []
+    total = 0
     for i, entry in enumerate(parsed.shapes):
         chosen = dtypes or entry.dtypes or parsed.dtypes
+        total += math.prod(len(_as_tuple(d)) for d in (entry.m, entry.n, entry.k)) * len(set(chosen))
+        if total > MAX_PROBLEMS:
+            raise ShapesError(f"{path}: shapes entry {i + 1}: the file expands to more than "
+                              f"{MAX_PROBLEMS} problems")
         specs.append(ShapeSpec(ms=_as_tuple(entry.m), ns=_as_tuple(entry.n), ks=_as_tuple(entry.k),
                                dtypes=tuple(dict.fromkeys(chosen)), layout=entry.layout, bias=entry.bias,
                                source=f"{path} entry {i + 1}"))
