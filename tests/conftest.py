@@ -15,3 +15,19 @@ import torch  # noqa: E402
 @pytest.fixture(scope="session")
 def device() -> str:
     return "cuda" if os.environ.get("TRITON_INTERPRET") != "1" and torch.cuda.is_available() else "cpu"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request, tmp_path):
+    """An empty tuning database: an SQLite file, or the CI PostgreSQL server (skipped without one)."""
+    from test_db_support import empty_db
+
+    yield from empty_db(request.param, tmp_path)
+
+
+@pytest.fixture
+def db(db_url):
+    from tuning_db import TuningDB
+
+    with TuningDB(db_url) as opened:
+        yield opened

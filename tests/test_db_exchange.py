@@ -7,14 +7,12 @@ from pathlib import Path
 
 import pytest
 from test_db_support import (
-    BACKENDS,
     BIG,
     ENV,
     ENV_NEW_KERNELS,
     ENV_OTHER_TORCH,
     SMALL,
     T0,
-    empty_db,
     grid_winners,
     key,
     winner,
@@ -23,17 +21,6 @@ from test_db_support import (
 from tritonblas.config import Problem
 from tuning_db import TuningDB
 from tuning_db import exchange as ex
-
-
-@pytest.fixture(params=BACKENDS)
-def db_url(request, tmp_path):
-    yield from empty_db(request.param, tmp_path)
-
-
-@pytest.fixture
-def db(db_url):
-    with TuningDB(db_url) as opened:
-        yield opened
 
 
 def test_export_twice_and_round_trip_are_byte_identical(db, tmp_path):

@@ -10,7 +10,6 @@ import pytest
 import sqlalchemy as sa
 from pydantic import ValidationError
 from test_db_support import (
-    BACKENDS,
     BIG,
     ENV,
     ENV_NEW_KERNELS,
@@ -19,7 +18,6 @@ from test_db_support import (
     SK,
     SMALL,
     T0,
-    empty_db,
     key,
     measurement,
     winner,
@@ -39,17 +37,6 @@ from tuning_db import (
 from tuning_db.engine import make_engine, sqlite_path
 from tuning_db.migrations import MIGRATIONS_TABLE, STEPS, migrate
 from tuning_db.models import Base
-
-
-@pytest.fixture(params=BACKENDS)
-def db_url(request, tmp_path):
-    yield from empty_db(request.param, tmp_path)
-
-
-@pytest.fixture
-def db(db_url):
-    with TuningDB(db_url) as opened:
-        yield opened
 
 
 def _schema(url: str) -> dict[str, dict]:

@@ -20,6 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .config import BiasKind, DType, Layout, Problem
+from .textfile import read_bounded_text
 
 DTYPES: tuple[str, ...] = get_args(DType)
 LAYOUTS: tuple[str, ...] = get_args(Layout)
@@ -174,16 +175,7 @@ def _refuse_aliases(path: Path, text: str) -> None:
 
 
 def _parse(path: Path) -> tuple[object, yaml.Node | None]:
-    try:
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise ShapesError(f"{path}: {size} bytes is larger than the {MAX_FILE_BYTES}-byte limit "
-                              "for a shapes file")
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ShapesError(f"{path}: cannot read shapes file: {e.strerror or e}") from e
-    except UnicodeDecodeError as e:
-        raise ShapesError(f"{path}: not UTF-8 text: {e.reason}") from None
+    text = read_bounded_text(path, MAX_FILE_BYTES, "shapes file", ShapesError)
     try:
         _refuse_aliases(path, text)
         data, root = yaml.safe_load(text), yaml.compose(text, Loader=yaml.SafeLoader)

@@ -32,6 +32,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from tritonblas.config import GemmConfig, Problem, config_supports, device_for_arch
+from tritonblas.textfile import read_bounded_text
 
 from .schemas import (
     Arch,
@@ -180,15 +181,7 @@ def _describe_error(raw: Any, err: dict) -> str:
 def load_config_file(path: str | Path) -> ConfigFile:
     """Read and validate a config file; ConfigFileError names the file and the first bad entry."""
     path = Path(path)
-    try:
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise ConfigFileError(f"{path}: {size} bytes is larger than the {MAX_FILE_BYTES}-byte limit")
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ConfigFileError(f"{path}: cannot read config file: {e.strerror or e}") from e
-    except UnicodeDecodeError as e:
-        raise ConfigFileError(f"{path}: not UTF-8 text: {e.reason}") from e
+    text = read_bounded_text(path, MAX_FILE_BYTES, "config file", ConfigFileError)
     try:
         raw = json.loads(text, object_pairs_hook=_reject_duplicate_keys)
     except (ValueError, RecursionError) as e:
