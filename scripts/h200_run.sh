@@ -9,9 +9,13 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-  .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+SHAPES=${SHAPES:-scripts/shapes.yaml} UNTUNED=${UNTUNED:-scripts/untuned_shapes.yaml}
+if [ -z "${NO_WHEELS:-}" ]; then  # NO_WHEELS=1: a machine with the project installed (a dry run on CPU)
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site:$PWD
+fi
+export PYTHONUNBUFFERED=1
 empty_db() { rm -f "$1"; python3 -c "import sys; from tuning_db import TuningDB; TuningDB(sys.argv[1]).close()" "$1"; }
 bench() {  # bench SHAPES NAME: through dispatch with an empty user DB (shipped file, neighbours, heuristic)
   empty_db /tmp/empty.sqlite
@@ -26,14 +30,14 @@ case "${1:-}" in
     timeout 60 python3 scripts/gpu_smoke.py 2>&1 | tail -5
     TRITONBLAS_DB=/tmp/none.sqlite timeout 60 python3 scripts/dispatch_overhead.py 2>&1 | tail -9 \
       | tee "$OUT/overhead.txt"
-    rm -f configs/sm_90.json   # heuristic only: no shipped file
-    bench scripts/shapes.yaml bench_heuristic ;;
+    rm -f "configs/${ARCH:-sm_90}.json"   # heuristic only: no shipped file
+    bench "$SHAPES" bench_heuristic ;;
   tune)
     empty_db /tmp/tune.sqlite
-    timeout 420 python3 -m tritonblas tune --shapes scripts/shapes.yaml --db /tmp/tune.sqlite --budget-s 3 \
+    timeout 420 python3 -m tritonblas tune --shapes "$SHAPES" --db /tmp/tune.sqlite --budget-s 3 \
       --export "$OUT/sm_90.json" 2>&1 | tail -60 > "$OUT/tune.txt"; tail -4 "$OUT/tune.txt"
-    cp "$OUT/sm_90.json" configs/sm_90.json && cp /tmp/tune.sqlite "$OUT/tune.sqlite"
-    bench scripts/shapes.yaml bench_shipped
-    bench scripts/untuned_shapes.yaml bench_untuned ;;
+    cp "$OUT/sm_90.json" "configs/${ARCH:-sm_90}.json" && cp /tmp/tune.sqlite "$OUT/tune.sqlite"
+    bench "$SHAPES" bench_shipped
+    bench "$UNTUNED" bench_untuned ;;
   *) echo "usage: bash scripts/h200_run.sh check|tune" >&2; exit 2 ;;
 esac
