@@ -1,0 +1,197 @@
+"""Property-based tests in Triton's interpreter: random problems, layouts, bias shapes, scales, both
+kernel families and random configs, against a float64 reference under the suite's tolerance rule
+(`shapes.assert_close`: error at most twice torch's own error on the same inputs, plus half an ulp).
+
+Examples are derandomized (the same ones on every run, so CI is reproducible) and few: an interpreter
+launch costs 0.05-0.5 s, so sizes are bounded by the work they make (tiles x K steps), not only by
+the dimensions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import threading
+from collections.abc import Iterator
+
+import pytest
+import torch
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+from shapes import DTYPES, LAYOUTS, assert_close, make_bias, op_reference, operands, run_op
+
+from tritonblas import GemmConfig, launch
+from tritonblas.config import INTERPRETER_DEVICE, Problem, config_supports
+
+CPU = torch.device("cpu")
+# Tiles x K steps an example may launch: keeps one example well under a second in the interpreter.
+MAX_STEPS = 160
+PROPERTY = settings(deadline=None, derandomize=True, database=None,
+                    suppress_health_check=[HealthCheck.too_slow])
+# Mostly small sizes (most bugs live at tile edges), sometimes up to 130 (several tiles per dim).
+dims = st.one_of(st.integers(1, 40), st.integers(1, 130))
+# beta/alpha: torch's defaults, exact scales, zeros (beta = 0 must ignore a NaN input), and any
+# moderate float.
+scales = st.one_of(st.sampled_from([1.0, 0.0, 0.5, -2.0]), st.floats(-3, 3, allow_nan=False, width=32))
+BIAS_KINDS = {"matmul": ["none"], "linear": ["none", "row", "expand_1d"],
+              "addmm": ["scalar0d", "one", "row", "row2d", "col", "full", "full_t", "expand_row",
+                        "expand_col", "expand_scalar"]}
+
+
+def _steps(config: GemmConfig, m: int, n: int, k: int) -> int:
+    tiles = math.ceil(m / config.block_m) * math.ceil(n / config.block_n)
+    return tiles * max(1, math.ceil(k / config.block_k))
+
+
+@st.composite
+def gemm_configs(draw, m: int, n: int, k: int, streamk: bool) -> GemmConfig:
+    """Any valid GemmConfig of the family with tiles that keep the example cheap; feasibility is the
+    test's business (config_supports decides, and an infeasible one must be refused)."""
+    bm, bn, bk = (draw(st.sampled_from([16, 32, 64])) for _ in range(3))
+    while _steps(GemmConfig(block_m=bm, block_n=bn, block_k=bk), m, n, k) > MAX_STEPS and bk < 64:
+        bk *= 2
+    flatten = not streamk and draw(st.booleans())
+    ws = not streamk and draw(st.booleans())
+    return GemmConfig(block_m=bm, block_n=bn, block_k=bk, group_m=draw(st.sampled_from([1, 2, 4, 8])),
+                      num_warps=8 if ws else draw(st.sampled_from([1, 2, 4, 8])),
+                      num_stages=draw(st.integers(1, 4)), streamk=streamk,
+                      grid=draw(st.none() | st.integers(1, 24)), tma=draw(st.booleans()), flatten=flatten,
+                      warp_specialize=ws)
+
+
+@st.composite
+def problems(draw) -> dict:
+    op = draw(st.sampled_from(["matmul", "addmm", "linear"]))
+    m, n, k = draw(dims), draw(dims), draw(dims)
+    family = draw(st.sampled_from(["persistent", "persistent", "streamk", "streamk", "heuristic"]))
+    config = None if family == "heuristic" else draw(gemm_configs(m, n, k, family == "streamk"))
+    if config is not None and _steps(config, m, n, k) > MAX_STEPS:
+        # big blocks could not bring the work down: shrink the problem instead
+        m, n = min(m, 2 * config.block_m), min(n, 2 * config.block_n)
+    return dict(op=op, m=m, n=n, k=k, dtype=draw(st.sampled_from(sorted(DTYPES))),
+                layout=draw(st.sampled_from(LAYOUTS)), bias=draw(st.sampled_from(BIAS_KINDS[op])),
+                beta=draw(scales) if op == "addmm" else 1.0, alpha=draw(scales) if op == "addmm" else 1.0,
+                config=config, enable_streamk=draw(st.sampled_from([None, False, True])) if config is None
+                else None, seed=draw(st.integers(0, 2**16)))
+
+
+def _feasible(config: GemmConfig, p: dict) -> list[bool]:
+    """config_supports for the operands' real layout and for the dense "nn" one (the check may use
+    either): a config both accept must run; one both refuse must be refused."""
+    layout = "nn" if p["layout"] == "strided" else p["layout"]
+    return [config_supports(config, Problem(p["m"], p["n"], p["k"], p["dtype"], lay), INTERPRETER_DEVICE)
+            is None for lay in {layout, "nn"}]
+
+
+@settings(PROPERTY, max_examples=60)
+@given(problems())
+def test_random_problems_match_float64(p):
+    dtype = DTYPES[p["dtype"]]
+    a, b = operands(p["m"], p["n"], p["k"], dtype, p["layout"], seed=p["seed"])
+    bias = make_bias(p["bias"], p["m"], p["n"], dtype, seed=p["seed"] + 1,
+                     nan=p["beta"] == 0.0 and p["op"] == "addmm")
+    kw = {"config": p["config"]} if p["config"] is not None else {"enable_streamk": p["enable_streamk"]}
+    before = [t.clone() for t in (a, b, bias) if t is not None]
+    feasible = [True] if p["config"] is None else _feasible(p["config"], p)
+    try:
+        ours, theirs = run_op(p["op"], a, b, bias, p["beta"], p["alpha"], **kw)
+    except ValueError as e:
+        assert not all(feasible) and "not feasible" in str(e), e
+        event("refused: infeasible config")
+        return
+    event(f"size {'<= 40' if max(p['m'], p['n'], p['k']) <= 40 else '41-130'}")
+    event(f"ran {p['op']} {'heuristic' if p['config'] is None else 'SK' if p['config'].streamk else 'P'}")
+    assert any(feasible), "an infeasible config ran"
+    assert_close(ours, theirs, op_reference(p["op"], a, b, bias, p["beta"], p["alpha"]))
+    after = [t for t in (a, b, bias) if t is not None]
+    assert all(torch.equal(x, y) for x, y in zip(before, after, strict=True) if not x.isnan().any())
+
+
+# --- Stream-K: determinism, and no program ever waits on another ---
+
+def _sk_config(draw, m: int, n: int, k: int) -> GemmConfig:
+    config = draw(gemm_configs(m, n, k, streamk=True)).model_copy(update={"tma": False})
+    return config.model_copy(update={"grid": draw(st.integers(2, 24))})
+
+
+@st.composite
+def streamk_cases(draw) -> tuple:
+    m, n, k = draw(st.integers(1, 70)), draw(st.integers(1, 70)), draw(st.integers(2, 130))
+    config = _sk_config(draw, m, n, k)
+    return m, n, k, config, draw(st.sampled_from(sorted(DTYPES))), draw(st.permutations(range(24)))
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.view(torch.int16 if t.element_size() == 2 else torch.int32)
+
+
+@contextlib.contextmanager
+def program_order(order: list[int]) -> Iterator[list[int]]:
+    """Run the interpreter's programs in `order` (restricted to the launched ones) instead of 0, 1, ...:
+    the interpreter runs one program at a time to completion, so a program that waited on another
+    one still to come would never return. Yields the program ids in the order they ran."""
+    from triton.runtime import interpreter
+
+    builder = interpreter.interpreter_builder
+    set_dim, set_idx = builder.set_grid_dim, builder.set_grid_idx
+    state: dict = {"perm": []}
+    ran: list[int] = []
+
+    def dim(nx, ny, nz):
+        state["perm"] = [p for p in order if p < nx] + list(range(len(order), nx))
+        return set_dim(nx, ny, nz)
+
+    builder.set_grid_dim = dim
+    builder.set_grid_idx = lambda x, y, z: ran.append(state["perm"][x]) or set_idx(state["perm"][x], y, z)
+    try:
+        yield ran
+    finally:
+        del builder.set_grid_dim, builder.set_grid_idx
+
+
+def _run_with_timeout(fn, timeout_s: float = 60.0):
+    """fn() in a daemon thread: a hang fails the test instead of stopping the suite."""
+    box: dict = {}
+    thread = threading.Thread(target=lambda: box.update(out=fn()), daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    assert not thread.is_alive(), f"launch did not finish in {timeout_s} s: a program waits on another"
+    return box["out"]
+
+
+@settings(PROPERTY, max_examples=25)
+@given(streamk_cases(), st.integers(1, 60), st.integers(1, 60), st.integers(1, 130))
+def test_streamk_is_bitwise_reproducible_in_any_program_order(case, m2, n2, k2):
+    """Same bits on a rerun, after another launch reused (and dirtied) the workspace, and with the
+    programs run in a random order one at a time: the last arriver, whoever it is, sums the partials in
+    program order, and no program waits for another."""
+    m, n, k, config, dtype, order = case
+    a, b = operands(m, n, k, DTYPES[dtype], "nn", seed=m * n + k)
+    import tritonblas
+
+    first = tritonblas.matmul(a, b, config=config)
+    assert_close(first, a @ b, op_reference("matmul", a, b, None))
+    x, y = operands(m2, n2, k2, DTYPES[dtype], "nn", seed=1)
+    tritonblas.matmul(x, y, config=config.model_copy(update={"grid": 24 - config.grid % 7}))
+    again = tritonblas.matmul(a, b, config=config)
+    with program_order(list(order)):
+        shuffled = _run_with_timeout(lambda: tritonblas.matmul(a, b, config=config))
+    assert torch.equal(_bits(again), _bits(first)) and torch.equal(_bits(shuffled), _bits(first))
+    assert not launch._workspaces[CPU][1].any()  # every tile counter back at zero
+
+
+@pytest.mark.parametrize("order", ["reversed", "odd_first"])
+def test_streamk_split_tile_finishes_whoever_arrives_last(order):
+    """A tile shared by 3 programs (and idle programs) with its owners run last-first or interleaved."""
+    from shapes import STREAMK_SPLITS
+
+    import tritonblas
+
+    _, (m, n, k), config, programs, *_ = next(s for s in STREAMK_SPLITS if s[0] == "tile_shared_by_three")
+    perm = list(range(programs))[::-1] if order == "reversed" else [1, 3, 0, 2, 4]
+    a, b = operands(m, n, k, torch.float32, "nn", seed=3)
+    first = tritonblas.matmul(a, b, config=config)
+    with program_order(perm) as ran:
+        shuffled = _run_with_timeout(lambda: tritonblas.matmul(a, b, config=config))
+    assert ran == perm
+    assert torch.equal(shuffled, first)
