@@ -22,7 +22,6 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 import torch
-from test_db_faults import _report
 from test_db_support import BACKENDS, empty_db
 from triton.compiler.errors import CompilationError
 from triton.runtime.errors import OutOfResources
@@ -195,31 +194,23 @@ def db_url(request, tmp_path):
     yield from empty_db(request.param, tmp_path)
 
 
-def _tuner(url: str, go, seed: int, log: Path) -> None:
+def _tuner(url: str, seed: int, log: Path) -> None:
     """One tuning process: all the problems, the first one first and the rest in its own order, against
     the same database; logs the problems it tuned (rather than found tuned)."""
     rest = CONCURRENT[1:]
     random.Random(seed).shuffle(rest)
-    go.wait(30)
     with TuningDB(url) as db:
         outcomes = tune_many([CONCURRENT[0], *rest], INTERPRETER_DEVICE, db, budget_s=60, top_k=4,
                              neighbour_seeds=1, bench=_DeterministicBench(slow=(CONCURRENT[0],)))
-    log.write_text("\n".join(o.problem.__repr__() for o in outcomes if o.status == "tuned"))
+    log.write_text("\n".join(repr(o.problem) for o in outcomes if o.status == "tuned"))
 
 
 def test_concurrent_tuners_lose_and_duplicate_no_winner(db_url, tmp_path):
     TuningDB(db_url).close()  # created and migrated first, as `tritonblas tune` does before its workers
-    go, results = FORK.Event(), FORK.Queue()
     logs = [tmp_path / f"tuner-{s}.log" for s in range(TUNERS)]
-    children = [FORK.Process(target=_report, args=(results, _tuner, db_url, go, s, logs[s]))
-                for s in range(TUNERS)]
-    for c in children:
-        c.start()
-    go.set()
-    outcomes = [results.get(timeout=120) for _ in children]
-    for c in children:
-        c.join(30)
-    assert outcomes == ["ok"] * TUNERS, next(o for o in outcomes if o != "ok")
+    # Forked workers start at once; a failure in one comes back here with its traceback.
+    with FORK.Pool(TUNERS) as pool:
+        pool.starmap(_tuner, [(db_url, s, logs[s]) for s in range(TUNERS)])
     tuned = [line for log in logs for line in log.read_text().splitlines()]
     # they met: several tuned the first problem at once (each found no winner yet), and all their
     # writes for it landed in one winner row
