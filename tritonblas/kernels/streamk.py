@@ -7,8 +7,8 @@ remaining tiles are split evenly over the NUM_PROGS programs: program p owns glo
 A program that owns only part of a tile writes its fp32 partial to the workspace slot
 2*p + (0 if the tile is the first one it touches else 1), then bumps the tile's counter. The program
 whose bump completes the count (the last to arrive, whoever it is) sums the partials of all
-contributors in program order, so the result is bitwise the same run to run, runs the shared epilogue
-and resets the counter to 0 for the next launch.
+contributors (its own read back too) in program order, so the result is bitwise the same run to run,
+runs the shared epilogue and resets the counter to 0 for the next launch.
 """
 
 import triton
@@ -93,14 +93,13 @@ def streamk_gemm_kernel(
             tl.debug_barrier()
             arrived = tl.atomic_add(counter_ptr + sk_tile, 1, sem="acq_rel", scope="gpu")
             if arrived == last - first:
+                # Every partial, this program's own included, is read back from the workspace: its
+                # registers are then free, so the fix-up never holds two BLOCK_M x BLOCK_N fp32 tiles
+                # (256 registers per thread for 128x256 on 8 warps, a sure spill).
                 total_acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
                 for p in range(first, last + 1):
-                    if p == pid:
-                        total_acc += acc
-                    else:
-                        slot = _slot(p, sk_tile, q, r, iters_per_tile)
-                        total_acc += tl.load(ws_ptr + slot * BLOCK_M * BLOCK_N + tile_offs,
-                                             cache_modifier=".cg")
+                    slot = _slot(p, sk_tile, q, r, iters_per_tile)
+                    total_acc += tl.load(ws_ptr + slot * BLOCK_M * BLOCK_N + tile_offs, cache_modifier=".cg")
                 epilogue(total_acc, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, stride_biasm,
                          stride_biasn, alpha, beta, pid_m, pid_n, BLOCK_M, BLOCK_N, HAS_BIAS)
                 tl.atomic_xchg(counter_ptr + sk_tile, 0, sem="relaxed", scope="gpu")
