@@ -4,11 +4,18 @@ faster than the roofline, monotone in K, and Stream-K for few tiles with a long 
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from tritonblas import heuristic
-from tritonblas.config import INTERPRETER_DEVICE, DeviceInfo, Problem, config_supports, device_for_arch
+from tritonblas.config import (
+    INTERPRETER_DEVICE,
+    DeviceInfo,
+    Problem,
+    config_supports,
+    device_for_arch,
+    operands_aligned,
+)
 
 H200 = device_for_arch("sm_90", "NVIDIA H200", 132)
 DEVICES = [H200, device_for_arch("sm_80", "A100", 108), device_for_arch("gfx942", "MI300X", 304),
@@ -59,6 +66,8 @@ def test_no_estimate_beats_the_roofline(problem, device):
 @given(problems, devices)
 def test_more_k_never_predicts_faster(problem, device):
     longer = Problem(problem.m, problem.n, problem.k * 2, problem.dtype, problem.layout, problem.bias)
+    # Doubling K can make a misaligned leading dim aligned (K = 4 -> 8 in fp16), which really is faster.
+    assume(operands_aligned(longer) == operands_aligned(problem))
     assert heuristic.rank(longer, device)[0].total_us >= heuristic.rank(problem, device)[0].total_us
 
 

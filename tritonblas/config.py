@@ -40,6 +40,7 @@ class GemmConfig(BaseModel):
     tma: bool = False  # load A/B tiles with Hopper tensor descriptors (TMA) instead of pointers
     flatten: bool = False  # persistent only: one flattened tile x K loop, prefetching across tiles
     warp_specialize: bool = False  # persistent only: producer/consumer warps (triton's tl.range)
+    aligned_copy: bool = False  # copy operands whose leading dim is not 16-byte aligned into padded ones
 
     @field_validator("block_m", "block_n", "block_k")
     @classmethod
@@ -59,7 +60,8 @@ class GemmConfig(BaseModel):
         fam = "SK" if self.streamk else "P"
         grid = "sms" if self.grid is None else str(self.grid)
         flags = "".join(f" {name}" for name, on in (("tma", self.tma), ("flat", self.flatten),
-                                                     ("ws", self.warp_specialize)) if on)
+                                                     ("ws", self.warp_specialize),
+                                                     ("copy", self.aligned_copy)) if on)
         return (
             f"{fam} {self.block_m}x{self.block_n}x{self.block_k} g{self.group_m} "
             f"w{self.num_warps} s{self.num_stages} grid={grid}{flags}"
@@ -155,13 +157,21 @@ def config_supports(config: GemmConfig, problem: Problem, device: DeviceInfo) ->
         return "warp_specialize needs num_warps=8 (4-warp variants gave wrong results on triton 3.6)"
     if problem.dtype == "fp32" and config.block_k > 128:
         return "fp32 operands support block_k <= 128"
+    aligned = operands_aligned(problem)
+    if config.aligned_copy and aligned:
+        return "aligned_copy applies only when a leading dimension is not a multiple of 16 bytes"
     if config.tma:
         if device.arch not in TMA_ARCHS:
             return f"tensor descriptors (tma) need sm_90 or newer, device is {device.arch}"
-        elt = DTYPE_BYTES[problem.dtype]
-        if any(lead * elt % 16 for lead in operand_leading_dims(problem)):
+        if not (aligned or config.aligned_copy):
             return "tensor descriptors (tma) need leading dimensions that are multiples of 16 bytes"
     return None
+
+
+def operands_aligned(problem: Problem) -> bool:
+    """Whether dense A and B in the problem's layout have 16-byte aligned leading dimensions."""
+    elt = DTYPE_BYTES[problem.dtype]
+    return all(lead * elt % 16 == 0 for lead in operand_leading_dims(problem))
 
 
 def require_supported(config: GemmConfig, problem: Problem, device: DeviceInfo) -> None:

@@ -16,7 +16,15 @@ import itertools
 import math
 from dataclasses import dataclass
 
-from .config import DTYPE_BYTES, DeviceInfo, GemmConfig, Problem, config_supports
+from .config import (
+    DTYPE_BYTES,
+    DeviceInfo,
+    GemmConfig,
+    Problem,
+    config_supports,
+    operand_leading_dims,
+    operands_aligned,
+)
 
 # Peak dense rates (TFLOP/s) and bandwidth (TB/s) per arch; unknown archs fall back to "default".
 # H200: torch.mm bf16 8192^3 measured 660-800 TFLOP/s on 2026-11-29, our best tile 760; copy ~4.3 TB/s.
@@ -25,6 +33,9 @@ _PEAK_TFLOPS = {"sm_90": {"fp16": 800.0, "bf16": 800.0, "fp32": 50.0, "tf32": 40
 _BANDWIDTH_TBS = {"sm_90": 4.3, "default": 2.0}
 _LAUNCH_US = 4.0
 _SPLIT_LOOP_EFFICIENCY = 0.45
+# Odd leading dims (not 16-byte rows) load element by element and cannot use TMA: 127x4097x4095 bf16
+# took 89 us at best (sweep 1) where the model predicts ~20 us for aligned operands.
+_MISALIGNED_EFFICIENCY = 0.25
 
 BLOCK_MN = (16, 32, 64, 128, 256)
 BLOCK_K = (32, 64, 128, 256)
@@ -42,11 +53,13 @@ class Estimate:
     efficiency: float
     edge_waste: float
     fixup_us: float
+    copy_us: float = 0.0
 
     def why(self) -> str:
         return (f"{self.config.short()}: {self.total_us:.1f} us (compute {self.compute_us:.1f}, memory "
                 f"{self.memory_us:.1f}, waves {self.waves:.2f}, tile efficiency {self.efficiency:.2f}, "
-                f"edge waste {self.edge_waste:.0%}, fix-up {self.fixup_us:.1f})")
+                f"edge waste {self.edge_waste:.0%}, fix-up {self.fixup_us:.1f}"
+                + (f", aligned copy {self.copy_us:.1f}" if self.copy_us else "") + ")")
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -87,6 +100,12 @@ def estimate(config: GemmConfig, problem: Problem, device: DeviceInfo) -> Estima
     dtype_rate = "tf32" if problem.dtype == "fp32" else problem.dtype
     per_sm_flops_us = _PEAK_TFLOPS[arch][dtype_rate] * 1e6 / device.sm_count  # FLOP per us per SM
     eff = tile_efficiency(config, problem.dtype)
+    copy_us = 0.0
+    if not operands_aligned(problem):
+        if config.aligned_copy:
+            copy_us = _aligned_copy_us(problem, arch)
+        else:
+            eff *= _MISALIGNED_EFFICIENCY
     tiles = _cdiv(m, config.block_m) * _cdiv(n, config.block_n)
     iters = max(_cdiv(k, config.block_k), 1)
     tile_us = 2 * config.block_m * config.block_n * iters * config.block_k / (per_sm_flops_us * eff)
@@ -116,21 +135,31 @@ def estimate(config: GemmConfig, problem: Problem, device: DeviceInfo) -> Estima
     b_reads = max(1, _cdiv(m, config.block_m * config.group_m))
     bytes_moved = elt * (m * k * min(a_reads, 4) + k * n * min(b_reads, 4)) + DTYPE_BYTES[problem.out] * m * n
     memory_us = bytes_moved / (_BANDWIDTH_TBS[arch] * 1e6)
-    total = max(compute_us, memory_us) + _LAUNCH_US
-    return Estimate(config, total, compute_us, memory_us, waves, eff, edge_waste, fixup)
+    total = max(compute_us, memory_us) + _LAUNCH_US + copy_us
+    return Estimate(config, total, compute_us, memory_us, waves, eff, edge_waste, fixup, copy_us)
+
+
+def _aligned_copy_us(problem: Problem, arch: str) -> float:
+    """Read and write each misaligned operand once at the device bandwidth, plus a launch per copy."""
+    elt = DTYPE_BYTES[problem.dtype]
+    lead_a, lead_b = operand_leading_dims(problem)
+    sizes = [(lead_a, problem.m * problem.k), (lead_b, problem.k * problem.n)]
+    copied = [numel for lead, numel in sizes if lead * elt % 16]
+    return sum(2 * elt * numel / (_BANDWIDTH_TBS[arch] * 1e6) + _LAUNCH_US for numel in copied)
 
 
 def candidates(problem: Problem, device: DeviceInfo, enable_streamk: bool | None = None) -> list[GemmConfig]:
     """Every feasible config of the heuristic's space for this problem."""
     families = (False, True) if enable_streamk is None else (enable_streamk,)
+    copies = (False,) if operands_aligned(problem) else (False, True)
     out = []
     for bm, bn, bk, warps, stages, sk in itertools.product(BLOCK_MN, BLOCK_MN, BLOCK_K, WARPS, STAGES,
                                                            families):
         if bn < 32:
             continue  # N is the contiguous output dim: 16-wide tiles only ever lost in the sweep
-        for tma in (False, True):
+        for tma, copy in itertools.product((False, True), copies):
             cfg = GemmConfig(block_m=bm, block_n=bn, block_k=bk, num_warps=warps, num_stages=stages,
-                             streamk=sk, tma=tma, flatten=tma and not sk)
+                             streamk=sk, tma=tma, flatten=tma and not sk, aligned_copy=copy)
             if config_supports(cfg, problem, device) is None:
                 out.append(cfg)
     return out

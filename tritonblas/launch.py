@@ -78,6 +78,23 @@ def _workspace(device: torch.device, partial_floats: int, counters: int) -> tupl
     return ws, cnt
 
 
+def _aligned(t: torch.Tensor) -> torch.Tensor:
+    """`t` itself when TMA can read it, else a copy in the same order with a 16-byte aligned leading dim.
+
+    An odd leading dimension (4095, 4097) defeats both vectorized loads and TMA; one copy at memory
+    speed can cost less than a GEMM that loads one element at a time. The tuner decides per problem.
+    """
+    ok, col = _tma_ready(t)
+    if ok:
+        return t
+    per16 = 16 // t.element_size()
+    rows, cols = (t.shape[1], t.shape[0]) if col else t.shape
+    buf = torch.empty((rows, _cdiv(cols, per16) * per16), dtype=t.dtype, device=t.device)
+    view = buf[:, :cols]
+    view.copy_(t.t() if col else t)
+    return view.t() if col else view
+
+
 def program_count(config: GemmConfig, m: int, n: int, k: int, sm_count: int) -> int:
     """Programs launched for `config` on an (m, n, k) problem."""
     tiles = _cdiv(m, config.block_m) * _cdiv(n, config.block_n)
@@ -121,6 +138,8 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.T
         # Triton's interpreter computes tl.dot on bf16 wrongly (numpy has no bf16): hand it the exact
         # fp32 copies; the kernel still accumulates in fp32 and stores bf16.
         a, b = a.float(), b.float()
+    if config.aligned_copy:
+        a, b = _aligned(a), _aligned(b)
     has_bias = bias is not None
     key = (config, a.shape, n, a.stride(), b.stride(), c.stride(), bias.stride() if has_bias else None,
            a.dtype, c.dtype, a.device, precision, sm_count, a.data_ptr() % 16 == 0,

@@ -50,7 +50,7 @@ def _with(cfg: GemmConfig, **changes) -> GemmConfig:
 
 def _neighbours(cfg: GemmConfig) -> Iterable[GemmConfig]:
     """One lever moved at a time: halve/double a block, other warp count, stages +-1, group, tma,
-    flatten, warp specialization."""
+    an aligned copy of misaligned operands, flatten, warp specialization."""
     for name in ("block_m", "block_n", "block_k"):
         for v in (getattr(cfg, name) // 2, getattr(cfg, name) * 2):
             if 16 <= v <= 256:
@@ -62,6 +62,7 @@ def _neighbours(cfg: GemmConfig) -> Iterable[GemmConfig]:
     for g in (4, 8, 16):
         yield _with(cfg, group_m=g)
     yield _with(cfg, tma=not cfg.tma)
+    yield _with(cfg, aligned_copy=not cfg.aligned_copy, tma=True)  # a padded copy is TMA-ready
     if not cfg.streamk:  # persistent-only levers; warp specialization runs on 8 warps only
         yield _with(cfg, flatten=not cfg.flatten)
         yield _with(cfg, warp_specialize=not cfg.warp_specialize, num_warps=8)
