@@ -33,6 +33,8 @@ dims = st.one_of(st.integers(1, 40), st.integers(1, 130))
 # beta/alpha: torch's defaults, exact scales, zeros (beta = 0 must ignore a NaN input), and any
 # moderate float.
 scales = st.one_of(st.sampled_from([1.0, 0.0, 0.5, -2.0]), st.floats(-3, 3, allow_nan=False, width=32))
+# GemmConfig's on/off options besides the family (tma, flatten, ...), whatever they are now.
+FLAGS = tuple(f for f, info in GemmConfig.model_fields.items() if info.annotation is bool and f != "streamk")
 BIAS_KINDS = {"matmul": ["none"], "linear": ["none", "row", "expand_1d"],
               "addmm": ["scalar0d", "one", "row", "row2d", "col", "full", "full_t", "expand_row",
                         "expand_col", "expand_scalar"]}
@@ -50,13 +52,15 @@ def gemm_configs(draw, m: int, n: int, k: int, streamk: bool) -> GemmConfig:
     bm, bn, bk = (draw(st.sampled_from([16, 32, 64])) for _ in range(3))
     while _steps(GemmConfig(block_m=bm, block_n=bn, block_k=bk), m, n, k) > MAX_STEPS and bk < 64:
         bk *= 2
-    flatten = not streamk and draw(st.booleans())
-    ws = not streamk and draw(st.booleans())
+    # every flag GemmConfig has (present and future) at random; Stream-K keeps the persistent-only
+    # ones off, or nearly all its examples would be refusals
+    flags = {f: draw(st.booleans()) for f in FLAGS}
+    if streamk:
+        flags.update(flatten=False, warp_specialize=False)
     return GemmConfig(block_m=bm, block_n=bn, block_k=bk, group_m=draw(st.sampled_from([1, 2, 4, 8])),
-                      num_warps=8 if ws else draw(st.sampled_from([1, 2, 4, 8])),
+                      num_warps=8 if flags.get("warp_specialize") else draw(st.sampled_from([1, 2, 4, 8])),
                       num_stages=draw(st.integers(1, 4)), streamk=streamk,
-                      grid=draw(st.none() | st.integers(1, 24)), tma=draw(st.booleans()), flatten=flatten,
-                      warp_specialize=ws)
+                      grid=draw(st.none() | st.integers(1, 24)), **flags)
 
 
 @st.composite
@@ -76,11 +80,11 @@ def problems(draw) -> dict:
 
 
 def _feasible(config: GemmConfig, p: dict) -> list[bool]:
-    """config_supports for the operands' real layout and for the dense "nn" one (the check may use
-    either): a config both accept must run; one both refuse must be refused."""
-    layout = "nn" if p["layout"] == "strided" else p["layout"]
+    """config_supports under each layout: how the op reads the operands' strides (a size-1 dim has
+    any stride) is its business. A config every layout accepts must run; one none accepts (a rule
+    that does not depend on the layout) must be refused."""
     return [config_supports(config, Problem(p["m"], p["n"], p["k"], p["dtype"], lay), INTERPRETER_DEVICE)
-            is None for lay in {layout, "nn"}]
+            is None for lay in ("nn", "nt", "tn", "tt")]
 
 
 @settings(PROPERTY, max_examples=60)
@@ -110,8 +114,8 @@ def test_random_problems_match_float64(p):
 # --- Stream-K: determinism, and no program ever waits on another ---
 
 def _sk_config(draw, m: int, n: int, k: int) -> GemmConfig:
-    config = draw(gemm_configs(m, n, k, streamk=True)).model_copy(update={"tma": False})
-    return config.model_copy(update={"grid": draw(st.integers(2, 24))})
+    config = draw(gemm_configs(m, n, k, streamk=True))
+    return config.model_copy(update={**dict.fromkeys(FLAGS, False), "grid": draw(st.integers(2, 24))})
 
 
 @st.composite
