@@ -24,12 +24,25 @@ def device_info(device: torch.device) -> DeviceInfo:
         return INTERPRETER_DEVICE
     if device.type != "cuda":
         raise RuntimeError(f"tritonblas does not run on device type {device.type!r}")
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    return _cuda_device_info(index)
+    if device.index is None:
+        _require_cuda(device)
+        return _cuda_device_info(torch.cuda.current_device())
+    return _cuda_device_info(device.index)
+
+
+def _require_cuda(device: torch.device) -> None:
+    """torch answers a CUDA call on a machine without one with an AssertionError; say which device."""
+    if not torch.cuda.is_available():
+        raise RuntimeError(f"device {device}: no CUDA/ROCm device is available to this torch "
+                           f"({torch.__version__})")
 
 
 @functools.cache
 def _cuda_device_info(index: int) -> DeviceInfo:
+    # Cached, so the checks cost nothing per matmul; an exception is not cached.
+    _require_cuda(torch.device("cuda", index))
+    if not 0 <= index < torch.cuda.device_count():
+        raise ValueError(f"device cuda:{index} does not exist: {torch.cuda.device_count()} device(s) visible")
     props = torch.cuda.get_device_properties(index)
     if torch.version.hip is not None:
         arch = props.gcnArchName.split(":")[0]
