@@ -47,7 +47,7 @@ class Case:
     id: str
     what: str
     run: Callable
-    error: type[BaseException] | int  # an exception type (library calls) or an exit code (CLI)
+    error: type[BaseException] | tuple | int  # exception type(s) (library calls) or exit code (CLI)
     match: str  # regex the message must contain: it names the argument, file, entry or field
 
 
@@ -94,6 +94,11 @@ OP_CASES = [
         x.a, x.b, out=o.to("meta")), ValueError, r"\bout is on meta"),
     Case("linear_weight_meta", "linear weight on the meta device", lambda x, o: tritonblas.linear(
         x.a, x.w.to("meta")), ValueError, r"\bweight is on meta"),
+    # no such GPU here: a RuntimeError without CUDA, a ValueError with fewer than 100 GPUs
+    Case("select_device_missing", "dispatch.select on device cuda:99", lambda x, o: dispatch.select(
+        8, 8, 8, "fp16", device="cuda:99"), (RuntimeError, ValueError), r"\bdevice cuda:99"),
+    Case("select_device_int", "dispatch.select with device=3", lambda x, o: dispatch.select(
+        8, 8, 8, "fp16", device=3), ValueError, r"\bdevice must be a torch.device"),
     # strides and overlapping out
     Case("out_overlaps_a_offset", "out a reshaped view of A's storage at an offset", lambda x, o:
          tritonblas.matmul(x.a, x.b, out=x.a.view(-1)[2:2 + M * N].view(M, N)), ValueError,

@@ -171,14 +171,14 @@ def test_killed_tuner_leaves_a_consistent_database_and_a_rerun_resumes(tmp_path,
 
 class _DeterministicBench(Benchmark):
     """Every process agrees on every time: the fastest config of a problem is the same for all.
-    `slow`: problems whose candidates take 20 ms each, so that tuners meet on them."""
+    `slow`: problems whose candidates take 50 ms each, so that tuners meet on them."""
 
     def __init__(self, slow: tuple[Problem, ...] = ()) -> None:
         self.slow = slow
 
     def __call__(self, config, problem, device, *, cutoff_ms=None):
         if problem in self.slow:
-            time.sleep(0.02)
+            time.sleep(0.05)
         ms = 0.5 + zlib.crc32(config.short().encode()) % 1000 / 1000
         return BenchResult("ok", ms, ms, ms, 1e-3)
 
