@@ -44,6 +44,7 @@ from tuning_db import (
     Winner,
 )
 from tuning_db import engine as eng
+from tuning_db.exchange import export_file
 from tuning_db.migrations import migrate
 
 # The problem the user multiplies; the DB's winner for it is not the heuristic's pick, so a read
@@ -51,6 +52,8 @@ from tuning_db.migrations import migrate
 P = Problem(40, 24, 56, "fp32")
 TUNED = GemmConfig(block_m=16, block_n=32, block_k=16, group_m=1, num_warps=2, num_stages=1, grid=3)
 OTHER = Problem(24, 40, 32, "fp32")  # tuned after the fault: the write that must fail
+FAR = Problem(128, 8, 8, "fp32")  # no tuned neighbour within reach: the heuristic's
+SHIPPED = GemmConfig(block_m=32, block_n=16, block_k=16, group_m=2, num_warps=1, num_stages=2, grid=2)
 
 
 def _winner(problem: Problem) -> Winner:
@@ -170,22 +173,26 @@ def _fault(fault: Fault, path: Path, monkeypatch) -> Iterator[None]:
 
 @pytest.fixture
 def user_db(tmp_path):
-    """A SQLite file dispatch reads (no shipped configs), reset afterwards."""
+    """A SQLite file dispatch reads, and a shipped configs/interpreter.json with P tuned to SHIPPED;
+    dispatch is reset afterwards."""
+    with TuningDB(str(tmp_path / "ship.sqlite")) as ship:
+        ship.upsert_winner(_winner(P).model_copy(update={"config": SHIPPED}))
+        export_file(ship, tmp_path / "configs" / "interpreter.json", "interpreter")
     path = tmp_path / "tuning.sqlite"
     TuningDB(str(path)).close()
-    dispatch.set_shipped_dir(tmp_path / "no-configs")
+    dispatch.set_shipped_dir(tmp_path / "configs")
     with dispatch.using_database(str(path)):
         yield path
     dispatch.set_shipped_dir(None)
 
 
 def _matmuls() -> tuple[list[str], int]:
-    """Three user matmuls (two problems, one twice): the sources dispatch chose, and the warnings."""
+    """Four user matmuls (three problems, one twice): the sources dispatch chose, and the warnings."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("ignore")  # numpy's deprecation notes from the interpreter
         warnings.simplefilter("always", RuntimeWarning)
         sources = []
-        for p in (P, OTHER, P):
+        for p in (P, OTHER, FAR, P):
             a, b = torch.randn(p.m, p.k), torch.randn(p.k, p.n)
             torch.testing.assert_close(tritonblas.matmul(a, b), a @ b)
             sources.append(dispatch.select(p.m, p.n, p.k, "fp32").source)
@@ -204,11 +211,11 @@ def test_write_fails_clearly_file_unchanged_and_matmul_falls_back(user_db, monke
                 tune_problem(OTHER, INTERPRETER_DEVICE, db, bench=FakeBench())
         dispatch.clear_cache()
         sources, warned = _matmuls()
-        # Readable: P's own winner, and for OTHER P's winner as the nearest neighbour.
-        assert sources == (["db", "neighbor", "db"] if fault.readable else ["heuristic"] * 3)
+        # Readable: P's winner in the DB; else the shipped one. OTHER: P's as the nearest neighbour.
+        first = "db" if fault.readable else "shipped"
+        assert sources == [first, "neighbor", "heuristic", first]
         assert warned == (0 if fault.readable else 1)
-        if fault.readable:
-            assert dispatch.select(P.m, P.n, P.k, "fp32").config == TUNED
+        assert dispatch.select(P.m, P.n, P.k, "fp32").config == (TUNED if fault.readable else SHIPPED)
         assert path.read_bytes() == before_bytes
         if before is not None:
             assert _dump(path) == before
