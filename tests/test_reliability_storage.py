@@ -126,8 +126,7 @@ class Fault:
     readable: bool  # dispatch can still read the winners (a read needs no write lock, no free page)
 
 
-# Each fault is set up (`spoil`) on a checkpointed file holding P's winner, or a patch is applied while
-# it lasts (`during`), see `_fault`.
+# `_fault` makes each one on a file holding P's winner (the older-schema file holds none).
 FAULTS = [
     Fault("locked", "another process holds the write lock longer than the busy timeout",
           DatabaseLockedError, "database is locked", True),
