@@ -12,8 +12,9 @@ import pytest
 from tritonblas import dispatch, heuristic
 from tritonblas.config import DeviceInfo, GemmConfig, Problem, device_for_arch
 from tuning_db import DatabaseLockedError, EnvIdentity, Measurement, ProblemKey, TuningDB, Winner
+from tuning_db.engine import make_engine, normalize_url
 from tuning_db.exchange import export_file
-from tuning_db.migrations import LATEST, MIGRATIONS_TABLE
+from tuning_db.migrations import LATEST, MIGRATIONS_TABLE, migrate
 
 H200 = device_for_arch("sm_90", "NVIDIA H200", 132)
 H100 = device_for_arch("sm_90", "NVIDIA H100 80GB HBM3", 132)
@@ -228,6 +229,24 @@ def _newer_schema(path: str) -> None:
     with sqlite3.connect(path) as conn:
         conn.execute(f"INSERT INTO {MIGRATIONS_TABLE} (version, name, applied_at) VALUES (?, ?, ?)",
                      (LATEST + 1, "from the future", "2030-01-01 00:00:00"))
+
+
+def _older_schema(path: str) -> None:
+    engine = make_engine(normalize_url(path))
+    migrate(engine, path, target=1)
+    engine.dispose()
+
+
+def test_older_schema_is_not_migrated_by_a_reader(paths):
+    # Upgrading writes (and could wait a busy timeout on a tuner); dispatch only reads: one warning,
+    # the file left as it was, and tritonblas-tune upgrades it later.
+    url, _ = paths
+    _older_schema(url)
+    before = open(url, "rb").read()
+    dispatch.set_database(url)
+    with pytest.warns(RuntimeWarning, match="older than"):
+        assert sel().source == "heuristic"
+    assert open(url, "rb").read() == before
 
 
 @pytest.mark.parametrize("spoil", [_corrupt, _newer_schema], ids=["corrupt", "newer-schema"])

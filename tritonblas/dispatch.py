@@ -105,7 +105,7 @@ def _open_db():
             path = sqlite_path(url)
             if path is not None and not path.exists():
                 return None
-            _state.db = TuningDB(url)
+            _state.db = TuningDB(url, create=False, migrate=False)  # a reader never writes or waits
         except Exception as exc:  # any failure to open (even a missing driver) must not fail a matmul
             _warn(exc)
         return _state.db

@@ -32,7 +32,7 @@ class TuningDB:
     SQLite file in the user cache dir). Readers see only committed data and never wait for writers.
     create=False refuses a missing SQLite file instead of creating it (for commands that only read)."""
 
-    def __init__(self, url: str | None = None, *, create: bool = True) -> None:
+    def __init__(self, url: str | None = None, *, create: bool = True, migrate: bool = True) -> None:
         self.url = eng.normalize_url(url) if url else eng.default_url()
         self.where = eng.describe(self.url)
         path = eng.sqlite_path(self.url)
@@ -42,6 +42,7 @@ class TuningDB:
                                     "--db or $TRITONBLAS_DB chooses another)")
             eng.check_sqlite_file(path)
         self._engine = eng.make_engine(self.url)
+        self._may_migrate = migrate
         try:
             self._open(path is not None)
         except BaseException:
@@ -51,6 +52,13 @@ class TuningDB:
     def _open(self, is_sqlite: bool) -> None:
         version = self._read(lambda conn: current_version(conn, self.where))
         refuse_newer(version, self.where)
+        if not self._may_migrate:
+            # A reader (dispatch) never writes: switching to WAL or upgrading takes the write lock and
+            # could wait out the busy timeout behind a tuner. Files this package creates are WAL already.
+            if version < LATEST:
+                raise TuningDBError(f"{self.where}: schema version {version} is older than {LATEST}; "
+                                    "opening it with tritonblas-tune or `tritonblas db stats` upgrades it")
+            return
         if is_sqlite:
             eng.enable_wal(self._engine, self.where)
         if version < LATEST:
