@@ -344,13 +344,12 @@ def select(m: int, n: int, k: int, dtype: object, *, out_dtype: object = None, l
     the interpreter), a torch device or a DeviceInfo. `config` pins a config (source "user") after
     checking that it can run the problem.
     """
+    from .validate import check_options
+
     problem = _problem(m, n, k, dtype, out_dtype, layout, bias)
-    if enable_streamk is not None and not isinstance(enable_streamk, bool):
-        raise TypeError(f"enable_streamk must be None, True or False, got {enable_streamk!r}")
+    check_options(enable_streamk, config)  # the same checks as matmul's, conflicts included
     info = _device_info(device)
     if config is not None:
-        if not isinstance(config, GemmConfig):
-            raise TypeError(f"config must be a tritonblas.GemmConfig, got {type(config).__name__}")
         require_supported(config, problem, info)
         est = heuristic.estimate(config, problem, info).total_us / 1000
         return Selection(config, "user", est, False, problem, info, "given by the caller")
