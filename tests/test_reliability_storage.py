@@ -243,3 +243,26 @@ def test_tune_cli_reports_the_fault_and_exits_1(user_db, tmp_path, monkeypatch, 
         assert isinstance(result.exception, SystemExit), result.exception
         assert str(path) in result.output and fault.match.split(" .*")[0] in result.output, result.output
         assert path.read_bytes() == before
+
+
+def test_tune_stops_benchmarking_once_the_database_cannot_take_results(user_db, tmp_path, monkeypatch):
+    """The first problem's write fails (read-only file): the remaining problems fail with the same reason
+    without being benchmarked, instead of spending the GPU on results that cannot be stored."""
+    from test_cli_workers import WorkerBench
+
+    seen: list[int] = []
+
+    class Counting(WorkerBench):
+        def __call__(self, config, problem, device, *, cutoff_ms=None):
+            seen.append(problem.m)
+            return super().__call__(config, problem, device, cutoff_ms=cutoff_ms)
+
+    monkeypatch.setattr(benchmark_module, "GpuBenchmark", lambda **kw: Counting())
+    shapes = tmp_path / "shapes.yaml"
+    shapes.write_text("dtypes: [fp32]\nshapes:\n  - {m: [24, 40, 56], n: 40, k: 32}\n")
+    read_only = next(f for f in FAULTS if f.id == "read_only")
+    with _fault(read_only, user_db, monkeypatch):
+        result = runner.invoke(app, ["tune", "--shapes", str(shapes), "--db", str(user_db)])
+    assert result.exit_code == 1, result.output
+    assert set(seen) == {24}, seen
+    assert result.output.count("database is read-only") >= 3, result.output

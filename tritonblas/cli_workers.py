@@ -116,8 +116,12 @@ def tune_one(index: int, problem: Problem, info: DeviceInfo, db, label: str,
 
     start = time.monotonic()
     previous = _previous_source(problem, info)
+    from tuning_db import TuningDBError
+
     try:
         out = tune_problem(problem, info, db, **options)
+    except TuningDBError:
+        raise  # the database cannot take results: stop this worker rather than benchmark for nothing
     except Exception as exc:  # the tuner records candidate failures itself; this is the problem failing
         return TuneRow(index, problem, "failed", label, previous=previous,
                        reason=f"{type(exc).__name__}: {exc}", elapsed_s=time.monotonic() - start)
@@ -283,8 +287,15 @@ def _run_here(problems: list[Problem], device: int, interpreter: bool, db_url: s
             rows.append(ev.row)
         on_event(ev)
 
+    from tuning_db import TuningDBError
+
     try:
         work_loop(lambda: pending.pop(0) if pending else None, emit, device, interpreter, db_url, options)
     except KeyboardInterrupt:
         raise Interrupted(rows) from None
+    except TuningDBError as exc:  # results cannot be stored: the rest fail with the reason, untried
+        done = {r.index for r in rows}
+        label = device_label(device, interpreter)
+        rows += [TuneRow(i, p, "failed", label, reason=f"{type(exc).__name__}: {exc}")
+                 for i, p in enumerate(problems) if i not in done]
     return rows
