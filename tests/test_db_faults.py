@@ -49,9 +49,11 @@ def _report(results, fn, *args) -> None:
         os._exit(0)
 
 
-def _writer(url: str, go, w: int) -> None:
+def _writer(url: str, go, reading, w: int) -> None:
     """Opens the (maybe not yet created) database at the go signal, so all writers race on creation,
-    migration and the same problem and environment rows; then one transaction per call."""
+    migration and the same problem and environment rows; then one transaction per call. After the
+    first key it waits until the reader has read once, so the reader surely reads during the writes
+    (on a loaded machine the writers could otherwise finish before the reader starts)."""
     go.wait(30)
     config = GemmConfig(block_m=32, block_n=32, block_k=32, group_m=w + 1)
     with TuningDB(url) as db:
@@ -59,11 +61,14 @@ def _writer(url: str, go, w: int) -> None:
             k = key(m=16 * (i + 1))
             db.record_measurements(k, ENV, [measurement(config, _time(w, i))])
             db.upsert_winner(winner(k, ms=_time(w, i), config=config, host=f"writer-{w}"))
+            if i == 0:
+                reading.wait(30)
 
 
 def test_parallel_writers_lose_nothing(db_url):
-    go, results = FORK.Event(), FORK.Queue()
-    children = [FORK.Process(target=_report, args=(results, _writer, db_url, go, w)) for w in range(WRITERS)]
+    go, reading, results = FORK.Event(), FORK.Event(), FORK.Queue()
+    children = [FORK.Process(target=_report, args=(results, _writer, db_url, go, reading, w))
+                for w in range(WRITERS)]
     for c in children:
         c.start()
     go.set()
@@ -72,6 +77,7 @@ def test_parallel_writers_lose_nothing(db_url):
         while any(c.is_alive() for c in children):
             db.winners(env=ENV)  # a reader during the writes: never an error, never a wait
             reads += 1
+            reading.set()
         for c in children:
             c.join(60)
         assert [results.get(timeout=10) for _ in children] == ["ok"] * WRITERS
