@@ -292,7 +292,15 @@ def select_config(key: tuple, device: DeviceInfo, enable_streamk: bool | None) -
 def check_user_config(config: GemmConfig, m: int, n: int, k: int, dtype: str, device: DeviceInfo,
                       layout: str = "nn", bias: str = "none") -> None:
     """ValueError unless `config` can run this problem; the layout matters (TMA's leading dims)."""
-    require_supported(config, Problem(m, n, k, dtype, layout, bias), device)
+    if not _user_config_ok(config, m, n, k, dtype, device, layout, bias):
+        require_supported(config, Problem(m, n, k, dtype, layout, bias), device)
+
+
+@functools.lru_cache(maxsize=4096)
+def _user_config_ok(config: GemmConfig, m: int, n: int, k: int, dtype: str, device: DeviceInfo,
+                    layout: str, bias: str) -> bool:
+    """Cached feasibility for config= calls (the tuner times candidates through them: keep them cheap)."""
+    return config_supports(config, Problem(m, n, k, dtype, layout, bias), device) is None
 
 
 def _check_int(name: str, v: object) -> int:

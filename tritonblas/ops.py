@@ -8,6 +8,7 @@ than the whole budget for host overhead.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -42,8 +43,12 @@ def _config_to_list(config: GemmConfig | None) -> list[int]:
 
 
 def _config_from_list(values: list[int]) -> GemmConfig | None:
-    if not values:
-        return None
+    return _config_from_tuple(tuple(values)) if values else None
+
+
+@functools.lru_cache(maxsize=1024)
+def _config_from_tuple(values: tuple[int, ...]) -> GemmConfig:
+    """Cached: validating a GemmConfig costs ~5 us, paid once per distinct config."""
     fields = dict(zip(_CONFIG_FIELDS, values, strict=True))
     fields = {f: bool(v) if f in _BOOL_FIELDS else v for f, v in fields.items()}
     fields["grid"] = fields["grid"] or None
@@ -67,13 +72,12 @@ def _bias_kind(bias: torch.Tensor | None, m: int, n: int) -> str:
 
 
 def _run(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, beta: float, alpha: float,
-         family: int, config_list: list[int], out: torch.Tensor) -> None:
+         family: int, config: GemmConfig | None, out: torch.Tensor) -> None:
     m, k = a.shape
     n = b.shape[1]
     if beta == 0.0:
         bias = None  # as torch.addmm: with beta == 0 the input is ignored, NaN/inf in it included
     info = device_info(a.device)
-    config = _config_from_list(config_list)
     if config is None:
         if m == 0 or n == 0:
             return  # empty output: nothing to launch, and the heuristic has no tiles to rank
@@ -89,12 +93,12 @@ def _run(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, beta: floa
 @torch.library.custom_op("tritonblas::gemm", mutates_args=())
 def gemm_op(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, beta: float, alpha: float,
             family: int, config: list[int]) -> torch.Tensor:
-    return _gemm_new(a, b, bias, beta, alpha, family, config)
+    return _gemm_new(a, b, bias, beta, alpha, family, _config_from_list(config))
 
 
-def _gemm_new(a, b, bias, beta, alpha, family, config_list) -> torch.Tensor:
+def _gemm_new(a, b, bias, beta, alpha, family, config: GemmConfig | None) -> torch.Tensor:
     out = torch.empty((a.shape[0], b.shape[1]), dtype=a.dtype, device=a.device)
-    _run(a, b, bias, beta, alpha, family, config_list, out)
+    _run(a, b, bias, beta, alpha, family, config, out)
     return out
 
 
@@ -133,16 +137,16 @@ def _needs_custom_op(*tensors: torch.Tensor | None) -> bool:
 
 def _gemm(a, b, bias, beta, alpha, out, enable_streamk, config, op: str) -> torch.Tensor:
     family = _FAMILY[enable_streamk]
-    config_list = _config_to_list(config)
+    # The config travels as list[int] only through the custom op (its schema); eager calls keep the object.
     if out is not None:
         check_out(out, a.shape[0], b.shape[1], a, {"a": a, "b": b, "input": bias}, op)
         if torch.compiler.is_compiling():
-            return out.copy_(gemm_op(a, b, bias, beta, alpha, family, config_list))
-        _run(a, b, bias, beta, alpha, family, config_list, out)
+            return out.copy_(gemm_op(a, b, bias, beta, alpha, family, _config_to_list(config)))
+        _run(a, b, bias, beta, alpha, family, config, out)
         return out
     if _needs_custom_op(a, b, bias):
-        return gemm_op(a, b, bias, beta, alpha, family, config_list)
-    return _gemm_new(a, b, bias, beta, alpha, family, config_list)
+        return gemm_op(a, b, bias, beta, alpha, family, _config_to_list(config))
+    return _gemm_new(a, b, bias, beta, alpha, family, config)
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
