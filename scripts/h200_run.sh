@@ -4,6 +4,7 @@
 #   on the GPU: bash scripts/h200_run.sh check    GPU test suite, smoke, host overhead, heuristic bench
 #               bash scripts/h200_run.sh tune     tune scripts/shapes.yaml -> $OUT/sm_90.json, then bench
 #                                                 it as the shipped file, and the untuned shapes
+#               bash scripts/h200_run.sh quality  tuned vs exhaustive search on 4 problems, tuning time
 # Then here: copy sm_90.json to configs/, `tritonblas db check --shapes scripts/shapes.yaml --file
 # configs/sm_90.json`, commit, and fill docs/benchmarks/h200.md from the JSON files.
 set -uo pipefail
@@ -39,5 +40,9 @@ case "${1:-}" in
     cp "$OUT/sm_90.json" "configs/${ARCH:-sm_90}.json" && cp /tmp/tune.sqlite "$OUT/tune.sqlite"
     bench "$SHAPES" bench_shipped
     bench "$UNTUNED" bench_untuned ;;
-  *) echo "usage: bash scripts/h200_run.sh check|tune" >&2; exit 2 ;;
+  quality)  # issue 4: tuned winner vs an exhaustive search of the same space, and tuning time
+    TRITONBLAS_DB=/tmp/none.sqlite timeout 560 python3 scripts/tune_quality.py \
+      --shapes 1024x1024x1024,256x256x16384,4096x1024x512,127x4096x4096 --json "$OUT/quality.json" 2>&1 \
+      | tail -20 | tee "$OUT/quality.txt" ;;
+  *) echo "usage: bash scripts/h200_run.sh check|tune|quality" >&2; exit 2 ;;
 esac
