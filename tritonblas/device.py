@@ -30,6 +30,17 @@ def device_info(device: torch.device) -> DeviceInfo:
     return _cuda_device_info(device.index)
 
 
+def tensor_device_info(t: torch.Tensor) -> DeviceInfo:
+    """device_info(t.device), for the per-call hot path: t.is_cuda and t.get_device() are plain reads,
+    where t.device.type builds a device object and a string (device_info 0.74 -> 0.35 us on the CPU
+    interpreter path, of which the env read is 0.28; the CUDA path is a cached lookup by index)."""
+    if t.is_cuda:
+        return _cuda_device_info(t.get_device())
+    if t.is_cpu and interpreter_enabled():
+        return INTERPRETER_DEVICE
+    return device_info(t.device)  # raises the detailed error
+
+
 def _require_cuda(device: torch.device) -> None:
     """torch answers a CUDA call on a machine without one with an AssertionError; say which device."""
     if not torch.cuda.is_available():

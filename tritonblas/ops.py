@@ -15,7 +15,7 @@ import torch
 
 from . import dispatch
 from .config import GemmConfig
-from .device import device_info
+from .device import tensor_device_info
 from .launch import launch_gemm
 from .validate import (
     TORCH_DTYPES,
@@ -27,7 +27,10 @@ from .validate import (
     check_tensor,
 )
 
+# enable_streamk <-> the custom op's `family` int (its schema has no Optional[bool]).
 _FAMILY = {None: -1, False: 0, True: 1}
+_STREAMK = {-1: None, 0: False, 1: True}
+_BIAS_KINDS = {(False, False): "scalar", (False, True): "row", (True, False): "column", (True, True): "full"}
 
 
 # The custom op's schema takes the config as list[int]: every GemmConfig field in declaration order
@@ -57,32 +60,33 @@ def _config_from_tuple(values: tuple[int, ...]) -> GemmConfig:
 
 def _layout(a: torch.Tensor, b: torch.Tensor) -> str:
     """'n' for a row-major operand (unit stride along K for A, along N for B), 't' for column-major."""
-    la = "t" if a.stride(1) != 1 and a.stride(0) == 1 else "n"
-    lb = "t" if b.stride(1) != 1 and b.stride(0) == 1 else "n"
-    return la + lb
+    a0, a1 = a.stride()  # one stride() each: 0.43 -> 0.25 us
+    b0, b1 = b.stride()
+    return ("t" if a1 != 1 and a0 == 1 else "n") + ("t" if b1 != 1 and b0 == 1 else "n")
 
 
 def _bias_kind(bias: torch.Tensor | None, m: int, n: int) -> str:
     if bias is None:
         return "none"
-    shape = (1,) * (2 - bias.dim()) + tuple(bias.shape)
-    rows, cols = shape[0] == m and m != 1, shape[1] == n and n != 1
-    return {(False, False): "scalar", (False, True): "row", (True, False): "column"}.get(
-        (rows, cols), "full")
+    shape = bias.shape
+    if len(shape) == 1:  # the common (N,) bias without building a padded shape: 0.55 -> 0.25 us
+        return "row" if shape[0] == n and n != 1 else "scalar"
+    shape = (1,) * (2 - len(shape)) + tuple(shape)
+    return _BIAS_KINDS[shape[0] == m and m != 1, shape[1] == n and n != 1]
 
 
 def _run(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, beta: float, alpha: float,
-         family: int, config: GemmConfig | None, out: torch.Tensor) -> None:
+         enable_streamk: bool | None, config: GemmConfig | None, out: torch.Tensor) -> None:
     m, k = a.shape
     n = b.shape[1]
     if beta == 0.0:
         bias = None  # as torch.addmm: with beta == 0 the input is ignored, NaN/inf in it included
-    info = device_info(a.device)
+    info = tensor_device_info(a)
     if config is None:
         if m == 0 or n == 0:
             return  # empty output: nothing to launch, and the heuristic has no tiles to rank
         problem_key = (m, n, k, TORCH_DTYPES[a.dtype], _layout(a, b), _bias_kind(bias, m, n))
-        config = dispatch.select_config(problem_key, info, {-1: None, 0: False, 1: True}[family])
+        config = dispatch.select_config(problem_key, info, enable_streamk)
     else:
         dispatch.check_user_config(config, m, n, k, TORCH_DTYPES[a.dtype], info, _layout(a, b))
     bias2d = None if bias is None else torch.broadcast_to(bias, (m, n))
@@ -93,12 +97,13 @@ def _run(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, beta: floa
 @torch.library.custom_op("tritonblas::gemm", mutates_args=())
 def gemm_op(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, beta: float, alpha: float,
             family: int, config: list[int]) -> torch.Tensor:
-    return _gemm_new(a, b, bias, beta, alpha, family, _config_from_list(config))
+    return _gemm_new(a, b, bias, beta, alpha, _STREAMK[family], _config_from_list(config))
 
 
-def _gemm_new(a, b, bias, beta, alpha, family, config: GemmConfig | None) -> torch.Tensor:
-    out = torch.empty((a.shape[0], b.shape[1]), dtype=a.dtype, device=a.device)
-    _run(a, b, bias, beta, alpha, family, config, out)
+def _gemm_new(a, b, bias, beta, alpha, enable_streamk, config: GemmConfig | None) -> torch.Tensor:
+    # new_empty with int sizes: 0.85 us, torch.empty((m, n), dtype=, device=) 1.8 us (keyword parsing).
+    out = a.new_empty(a.shape[0], b.shape[1])
+    _run(a, b, bias, beta, alpha, enable_streamk, config, out)
     return out
 
 
@@ -129,31 +134,29 @@ def _backward(ctx, grad):
 gemm_op.register_autograd(_backward, setup_context=_setup_context)
 
 
-def _needs_custom_op(*tensors: torch.Tensor | None) -> bool:
-    if torch.compiler.is_compiling():
-        return True
-    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
-
-
 def _gemm(a, b, bias, beta, alpha, out, enable_streamk, config, op: str) -> torch.Tensor:
-    family = _FAMILY[enable_streamk]
     # The config travels as list[int] only through the custom op (its schema); eager calls keep the object.
     if out is not None:
-        check_out(out, a.shape[0], b.shape[1], a, {"a": a, "b": b, "input": bias}, op)
+        check_out(out, a.shape[0], b.shape[1], a, b, bias, op)
         if torch.compiler.is_compiling():
-            return out.copy_(gemm_op(a, b, bias, beta, alpha, family, _config_to_list(config)))
-        _run(a, b, bias, beta, alpha, family, config, out)
+            return out.copy_(gemm_op(a, b, bias, beta, alpha, _FAMILY[enable_streamk],
+                                     _config_to_list(config)))
+        _run(a, b, bias, beta, alpha, enable_streamk, config, out)
         return out
-    if _needs_custom_op(a, b, bias):
-        return gemm_op(a, b, bias, beta, alpha, family, _config_to_list(config))
-    return _gemm_new(a, b, bias, beta, alpha, family, config)
+    # Autograd or torch.compile need the custom op. Spelled out rather than any() over a generator:
+    # 0.6 -> 0.25 us.
+    if torch.compiler.is_compiling() or (torch.is_grad_enabled() and (
+            a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad))):
+        return gemm_op(a, b, bias, beta, alpha, _FAMILY[enable_streamk], _config_to_list(config))
+    return _gemm_new(a, b, bias, beta, alpha, enable_streamk, config)
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
            enable_streamk: bool | None = None, config: GemmConfig | None = None) -> torch.Tensor:
     """a @ b for 2-D a (M, K) and b (K, N), as torch.mm."""
     check_operands(a, b)
-    check_options(enable_streamk, config)
+    if enable_streamk is not None or config is not None:
+        check_options(enable_streamk, config)
     return _gemm(a, b, None, 1.0, 1.0, out, enable_streamk, config, "matmul")
 
 
@@ -161,8 +164,8 @@ def addmm(input: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta: float 
           out: torch.Tensor | None = None, enable_streamk: bool | None = None,
           config: GemmConfig | None = None) -> torch.Tensor:
     """beta * input + alpha * (a @ b), with input broadcast as torch.addmm broadcasts it."""
-    m, n, _ = check_operands(a, b)
-    check_bias("input", input, a, m, n)
+    check_operands(a, b)
+    check_bias("input", input, a, a.shape[0], b.shape[1])
     beta_f, alpha_f = check_scalar("beta", beta), check_scalar("alpha", alpha)
     check_options(enable_streamk, config)
     return _gemm(a, b, input, beta_f, alpha_f, out, enable_streamk, config, "addmm")

@@ -9,6 +9,13 @@ import torch
 from .config import GemmConfig
 
 TORCH_DTYPES: dict[torch.dtype, str] = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
+_STRIDED = torch.strided
+
+# Hot path: each public call first tries one fused expression for the common case and runs the detailed
+# checks (which raise with the argument's name, in their order) only when it fails. The fused tests are
+# strictly narrower than the detailed ones, so an unusual but valid input (a 2-D bias, a 0-d bias) just
+# takes the detailed path. Measured with the launch stubbed out (TRITON_INTERPRET, 64^3 fp16, this 2-core
+# box): check_operands 1.5 -> 0.7 us, check_out 2.7 -> 1.3 us, check_bias 1.0 -> 0.5 us.
 
 
 def check_tensor(name: str, t: object, rank: int | None = None) -> torch.Tensor:
@@ -33,17 +40,26 @@ def check_same(name: str, t: torch.Tensor, ref_name: str, ref: torch.Tensor) -> 
         raise ValueError(f"{name} is on {t.device} but {ref_name} is on {ref.device}; they must match")
 
 
-def check_operands(a: object, b: object, a_name: str = "a", b_name: str = "b") -> tuple[int, int, int]:
+def check_operands(a: object, b: object, a_name: str = "a", b_name: str = "b") -> None:
+    if (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.ndim == 2 and b.ndim == 2
+            and a.dtype is b.dtype and a.dtype in TORCH_DTYPES and a.layout is _STRIDED
+            and b.layout is _STRIDED and not a.is_nested and not b.is_nested and a.shape[1] == b.shape[0]
+            and a.device == b.device):
+        return
     check_tensor(a_name, a, 2)
     check_tensor(b_name, b, 2)
     check_same(b_name, b, a_name, a)
     if a.shape[1] != b.shape[0]:
         raise ValueError(f"inner dimensions differ: {a_name} is {tuple(a.shape)} and {b_name} is "
                          f"{tuple(b.shape)} ({a.shape[1]} != {b.shape[0]})")
-    return a.shape[0], b.shape[1], a.shape[1]
 
 
 def check_bias(name: str, bias: object, a: torch.Tensor, m: int, n: int) -> torch.Tensor:
+    # The common bias, one value per output column (as nn.Linear's).
+    if (isinstance(bias, torch.Tensor) and bias.ndim == 1 and bias.dtype is a.dtype
+            and bias.layout is _STRIDED and not bias.is_nested and bias.shape[0] == n
+            and bias.device == a.device):
+        return bias
     check_tensor(name, bias)
     check_same(name, bias, "a", a)
     if bias.dim() > 2:
@@ -55,6 +71,8 @@ def check_bias(name: str, bias: object, a: torch.Tensor, m: int, n: int) -> torc
 
 
 def check_scalar(name: str, v: object) -> float:
+    if type(v) is float or type(v) is int:  # the usual Python numbers skip the ABC check (0.2 us)
+        return float(v)
     if isinstance(v, bool) or not isinstance(v, numbers.Real):
         raise TypeError(f"{name} must be a real number, got {type(v).__name__}")
     return float(v)
@@ -90,14 +108,14 @@ def _has_internal_overlap(t: torch.Tensor) -> bool:
     return False
 
 
-def check_out(out: object, m: int, n: int, a: torch.Tensor, inputs: dict[str, torch.Tensor | None],
+def check_out(out: object, m: int, n: int, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
               op: str) -> torch.Tensor:
-    check_tensor("out", out)
-    if tuple(out.shape) != (m, n):
-        raise ValueError(f"out has shape {tuple(out.shape)}, expected ({m}, {n})")
-    check_same("out", out, "a", a)
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad
-                                       for t in (out, *inputs.values())):
+    """out= of an (m, n) result of a @ b (+ bias, addmm's `input`); raises before anything is written."""
+    if not (isinstance(out, torch.Tensor) and out.dtype is a.dtype and out.layout is _STRIDED
+            and not out.is_nested and out.shape == (m, n) and out.device == a.device):
+        _check_out_tensor(out, m, n, a)
+    if torch.is_grad_enabled() and (out.requires_grad or a.requires_grad or b.requires_grad
+                                    or (bias is not None and bias.requires_grad)):
         raise RuntimeError(f"{op}(): functions with out=... arguments don't support automatic "
                            "differentiation, but one of the arguments requires grad")
     if torch.compiler.is_compiling():
@@ -106,12 +124,28 @@ def check_out(out: object, m: int, n: int, a: torch.Tensor, inputs: dict[str, to
         raise ValueError("out has internal overlap (an expanded view): each element must be distinct")
     if out.numel() == 0:
         return out
+    # Tensors on different storages cannot share memory; only aliases need the byte ranges. Unrolled
+    # rather than a loop over (name, tensor) pairs: 0.51 -> 0.35 us.
     storage = out.untyped_storage().data_ptr()
-    for name, t in inputs.items():
-        # Tensors on different storages cannot share memory; only aliases need the byte ranges.
-        if t is None or t.numel() == 0 or t.untyped_storage().data_ptr() != storage:
-            continue
-        (lo, hi), (t_lo, t_hi) = _span(out), _span(t)
-        if lo < t_hi and t_lo < hi:
-            raise ValueError(f"out overlaps {name} in memory; pass a separate output tensor")
+    if a.untyped_storage().data_ptr() == storage:
+        _check_disjoint(out, "a", a)
+    if b.untyped_storage().data_ptr() == storage:
+        _check_disjoint(out, "b", b)
+    if bias is not None and bias.untyped_storage().data_ptr() == storage:
+        _check_disjoint(out, "input", bias)
     return out
+
+
+def _check_disjoint(out: torch.Tensor, name: str, t: torch.Tensor) -> None:
+    if t.numel() == 0:
+        return
+    (lo, hi), (t_lo, t_hi) = _span(out), _span(t)
+    if lo < t_hi and t_lo < hi:
+        raise ValueError(f"out overlaps {name} in memory; pass a separate output tensor")
+
+
+def _check_out_tensor(out: object, m: int, n: int, a: torch.Tensor) -> None:
+    check_tensor("out", out)
+    if tuple(out.shape) != (m, n):
+        raise ValueError(f"out has shape {tuple(out.shape)}, expected ({m}, {n})")
+    check_same("out", out, "a", a)
