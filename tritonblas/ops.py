@@ -141,8 +141,9 @@ def _gemm(a, b, bias, beta, alpha, out, enable_streamk, config, op: str) -> torc
     m, k = a.shape
     n = b.shape[1]
     if out is not None:
-        check_out(out, m, n, a, b, bias, op)
-        if torch.compiler.is_compiling():
+        compiling = torch.compiler.is_compiling()
+        check_out(out, m, n, a, b, bias, op, compiling)
+        if compiling:
             return out.copy_(gemm_op(a, b, bias, beta, alpha, _FAMILY[enable_streamk],
                                      _config_to_list(config)))
         _run(a, b, m, n, k, bias, beta, alpha, enable_streamk, config, out)
