@@ -9,13 +9,12 @@ from hypothesis import strategies as st
 
 from tritonblas import heuristic
 from tritonblas.config import (
-    DTYPE_BYTES,
     INTERPRETER_DEVICE,
     DeviceInfo,
     Problem,
     config_supports,
     device_for_arch,
-    operand_leading_dims,
+    operand_alignment,
 )
 
 H200 = device_for_arch("sm_90", "NVIDIA H200", 132)
@@ -65,17 +64,13 @@ def test_no_estimate_beats_the_roofline(problem, device):
         assert 0 <= e.edge_waste < 1
 
 
-def _aligned_operands(p: Problem) -> tuple[bool, ...]:
-    return tuple(lead * DTYPE_BYTES[p.dtype] % 16 == 0 for lead in operand_leading_dims(p))
-
-
 @FAST
 @given(problems, devices)
 def test_more_k_never_predicts_faster(problem, device):
     longer = Problem(problem.m, problem.n, problem.k * 2, problem.dtype, problem.layout, problem.bias)
     # Doubling K can make a misaligned leading dim aligned (K = 4 -> 8 in fp16), which really is faster
     # (no padded copy of that operand, or vectorized loads): compare only problems aligned alike.
-    assume(_aligned_operands(longer) == _aligned_operands(problem))
+    assume(operand_alignment(longer) == operand_alignment(problem))
     assert heuristic.rank(longer, device)[0].total_us >= heuristic.rank(problem, device)[0].total_us
 
 

@@ -168,10 +168,15 @@ def config_supports(config: GemmConfig, problem: Problem, device: DeviceInfo) ->
     return None
 
 
-def operands_aligned(problem: Problem) -> bool:
-    """Whether dense A and B in the problem's layout have 16-byte aligned leading dimensions."""
+def operand_alignment(problem: Problem) -> tuple[bool, bool]:
+    """Whether dense A and B, each, in the problem's layout have a 16-byte aligned leading dimension."""
     elt = DTYPE_BYTES[problem.dtype]
-    return all(lead * elt % 16 == 0 for lead in operand_leading_dims(problem))
+    lead_a, lead_b = operand_leading_dims(problem)
+    return lead_a * elt % 16 == 0, lead_b * elt % 16 == 0
+
+
+def operands_aligned(problem: Problem) -> bool:
+    return all(operand_alignment(problem))
 
 
 def require_supported(config: GemmConfig, problem: Problem, device: DeviceInfo) -> None:

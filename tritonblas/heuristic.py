@@ -22,7 +22,7 @@ from .config import (
     GemmConfig,
     Problem,
     config_supports,
-    operand_leading_dims,
+    operand_alignment,
     operands_aligned,
 )
 
@@ -142,9 +142,8 @@ def estimate(config: GemmConfig, problem: Problem, device: DeviceInfo) -> Estima
 def _aligned_copy_us(problem: Problem, arch: str) -> float:
     """Read and write each misaligned operand once at the device bandwidth, plus a launch per copy."""
     elt = DTYPE_BYTES[problem.dtype]
-    lead_a, lead_b = operand_leading_dims(problem)
-    sizes = [(lead_a, problem.m * problem.k), (lead_b, problem.k * problem.n)]
-    copied = [numel for lead, numel in sizes if lead * elt % 16]
+    sizes = (problem.m * problem.k, problem.k * problem.n)
+    copied = [numel for numel, aligned in zip(sizes, operand_alignment(problem), strict=True) if not aligned]
     return sum(2 * elt * numel / (_BANDWIDTH_TBS[arch] * 1e6) + _LAUNCH_US for numel in copied)
 
 
