@@ -4,10 +4,12 @@
 # one per GPU, each timing ours and torch.mm in one process); on one GPU set DEVICES=0.
 #   here:       bash ../shared/device/prepare-wheels.sh platformdirs      (once; carry [".whl"])
 #   on the GPU: bash scripts/h200_run.sh check    GPU test suite, smoke, host overhead
+#               bash scripts/h200_run.sh probe    ragged-size probe, a TMA launch from another thread
+#               bash scripts/h200_run.sh overhead host overhead of a dispatch hit
+#               bash scripts/h200_run.sh quality  tuned vs exhaustive search, tuning time (issue 4)
 #               bash scripts/h200_run.sh tune     tune scripts/shapes.yaml -> $OUT/sm_90.json, then bench
-#                                                 it as the shipped file, and the untuned shapes
-#               bash scripts/h200_run.sh quality  tuned vs exhaustive search, tuning time; and the
-#                                                 heuristic alone (no shipped file) on the shapes file
+#                                                 it as the shipped file, the untuned shapes, and the
+#                                                 heuristic alone (a copy of the tree without the file)
 # Then here: copy sm_90.json to configs/, `tritonblas db check --shapes scripts/shapes.yaml --file
 # configs/sm_90.json`, commit, and fill docs/benchmarks/h200.md from the JSON files.
 set -uo pipefail
@@ -25,9 +27,10 @@ empty_db() { rm -f "$1"; python3 -c "import sys; from tuning_db import TuningDB;
 bench() {  # bench GPU SHAPES NAME: through dispatch with an empty user DB (shipped file, neighbours,
   empty_db "/tmp/empty$1.sqlite"  # heuristic)
   CUDA_VISIBLE_DEVICES=$1 timeout 300 python3 -m tritonblas bench --shapes "$2" --db "/tmp/empty$1.sqlite" \
-    --json "$OUT/$3.json" > "$OUT/$3.txt" 2>&1
-  echo "== $3"; tail -3 "$OUT/$3.txt"
-}
+    --json "$OUT/$3.json" > "/tmp/$3.txt" 2>&1
+  { echo "== $3"; tail -60 "/tmp/$3.txt"; } >> "$OUT/benches.txt"; echo "== $3"; tail -2 "/tmp/$3.txt"
+}  # (at most 8 files come back from $OUT: the tables share one)
+FIRST=${DEVICES%%,*}
 case "${1:-}" in
   check)
     TRITONBLAS_TEST_GPU=1 timeout 300 python3 -m pytest -q -p no:cacheprovider -n 8 tests/test_gpu.py \
@@ -35,21 +38,34 @@ case "${1:-}" in
     timeout 90 python3 scripts/gpu_smoke.py 2>&1 | tail -5
     TRITONBLAS_DB=/tmp/none.sqlite timeout 90 python3 scripts/dispatch_overhead.py 2>&1 | tail -9 \
       | tee "$OUT/overhead.txt" ;;
-  tune)
+  probe)  # what makes ragged sizes slow; TMA plans launched from a fresh thread
+    CUDA_VISIBLE_DEVICES=$FIRST TRITONBLAS_TEST_GPU=1 timeout 90 python3 -m pytest -q -p no:cacheprovider \
+      tests/test_gpu.py -k thread 2>&1 | tail -2
+    CUDA_VISIBLE_DEVICES=$FIRST timeout 150 python3 scripts/ragged_probe.py --json "$OUT/ragged.json" ;;
+  overhead)  # host overhead of a dispatch hit (run alone: it is host-bound)
+    CUDA_VISIBLE_DEVICES=$FIRST TRITONBLAS_DB=/tmp/none.sqlite timeout 90 python3 scripts/dispatch_overhead.py \
+      2>&1 | tail -9 | tee "$OUT/overhead.txt" ;;
+  tune)  # tune on every GPU; then the shipped file, the untuned shapes and the heuristic alone
     empty_db /tmp/tune.sqlite
-    timeout 330 python3 -m tritonblas tune --shapes "$SHAPES" --db /tmp/tune.sqlite --budget-s 3 \
-      --devices "$DEVICES" --export "$OUT/sm_90.json" > "$OUT/tune.txt" 2>&1; tail -4 "$OUT/tune.txt"
+    timeout "${TUNE_TIMEOUT:-360}" python3 -m tritonblas tune --shapes "$SHAPES" --db /tmp/tune.sqlite \
+      --budget-s "${BUDGET:-10}" --devices "$DEVICES" --export "$OUT/sm_90.json" > "$OUT/tune.txt" 2>&1
+    tail -4 "$OUT/tune.txt"
     cp "$OUT/sm_90.json" "configs/${ARCH:-sm_90}.json" && cp /tmp/tune.sqlite "$OUT/tune.sqlite"
-    bench "${DEVICES%%,*}" "$SHAPES" bench_shipped &
-    [ "$LAST" != "${DEVICES%%,*}" ] || wait
-    bench "$LAST" "$UNTUNED" bench_untuned; wait ;;
-  quality)  # issue 4: tuned winner vs an exhaustive search of the same space, and tuning time
-    rm -f "configs/${ARCH:-sm_90}.json"   # heuristic only: no shipped file
-    bench "$LAST" "$SHAPES" bench_heuristic > "$OUT/bench_heuristic.log" 2>&1 &
-    [ "$LAST" != "${DEVICES%%,*}" ] || wait
-    CUDA_VISIBLE_DEVICES=${DEVICES%%,*} TRITONBLAS_DB=/tmp/none.sqlite timeout 480 \
-      python3 scripts/tune_quality.py --shapes "${QUALITY:-1024x1024x1024,256x256x16384,4096x1024x512,127x4096x4096}" \
-      --json "$OUT/quality.json" > "$OUT/quality.txt" 2>&1; tail -20 "$OUT/quality.txt"
-    wait; cat "$OUT/bench_heuristic.log" ;;
-  *) echo "usage: bash scripts/h200_run.sh check|tune|quality" >&2; exit 2 ;;
+    rm -rf /tmp/noship && cp -r "$PWD" /tmp/noship && rm -f "/tmp/noship/configs/${ARCH:-sm_90}.json"
+    bench "$FIRST" "$SHAPES" bench_shipped &
+    [ "$LAST" != "$FIRST" ] || wait
+    bench "$LAST" "$UNTUNED" bench_untuned
+    (cd /tmp/noship && PYTHONPATH=/tmp/site:/tmp/noship bench "$LAST" "$SHAPES" bench_heuristic)
+    wait ;;
+  quality)  # issue 4: tuned winner vs an exhaustive search of the same space, and tuning time; the
+    # QUALITY shapes are dealt round-robin to the DEVICES, one tune_quality.py process per GPU
+    IFS=, read -ra gpus <<< "$DEVICES"; IFS=, read -ra qshapes <<< "${QUALITY:-1024x1024x1024,256x256x16384,4096x1024x512,127x4096x4096}"
+    for i in "${!gpus[@]}"; do
+      mine=""; for j in "${!qshapes[@]}"; do (( j % ${#gpus[@]} == i )) && mine+="${qshapes[j]},"; done
+      [ -n "$mine" ] || continue
+      ( CUDA_VISIBLE_DEVICES=${gpus[i]} TRITONBLAS_DB=/tmp/none.sqlite timeout "${QUALITY_TIMEOUT:-480}" \
+        python3 scripts/tune_quality.py --shapes "${mine%,}" --json "$OUT/quality${gpus[i]}.json" \
+        > "$OUT/quality${gpus[i]}.txt" 2>&1; tail -12 "$OUT/quality${gpus[i]}.txt" ) &
+    done; wait ;;
+  *) echo "usage: bash scripts/h200_run.sh check|probe|overhead|quality|tune" >&2; exit 2 ;;
 esac

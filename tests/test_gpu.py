@@ -211,3 +211,17 @@ def test_gpu_tensors_on_a_device_other_than_the_current_one(enable_streamk):
         ours, theirs = run_op("matmul", a, b, None, enable_streamk=enable_streamk)
         assert ours.device == a.device
         assert_close(ours, theirs, reference(a, b), k=a.shape[-1])
+
+
+def test_gpu_tma_plan_launched_from_another_thread():
+    # triton's allocator (descriptor scratch) is a ContextVar: a plan cached by one thread's launch and
+    # launched from a fresh thread found it unset ("no allocator was set"), as in the tuner's compile pool.
+    from concurrent.futures import ThreadPoolExecutor
+
+    a, b = operands(512, 512, 512, torch.bfloat16, "nn", "cuda")
+    config = GemmConfig(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3, tma=True)
+    first = tritonblas.matmul(a, b, config=config)
+    for _ in range(2):  # a fresh thread each time, launching the cached plan
+        with ThreadPoolExecutor(1) as pool:
+            again = pool.submit(tritonblas.matmul, a, b, config=config).result()
+        assert torch.equal(again, first)

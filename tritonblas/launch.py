@@ -28,12 +28,24 @@ def _descriptor_scratch(size: int, alignment: int, stream: int | None) -> torch.
     return torch.empty(size, dtype=torch.int8, device=torch.cuda.current_device())
 
 
-def _ensure_allocator() -> None:
-    """Device-side tensor descriptors need global scratch; triton asks its allocator at launch."""
+@functools.cache
+def _allocator_var():
     from triton.runtime import _allocation
 
-    if _allocation._allocator.get() is _allocation._NULL_ALLOCATOR:
-        _allocation.set_allocator(_descriptor_scratch)
+    return _allocation._allocator, _allocation._NULL_ALLOCATOR
+
+
+def _ensure_allocator() -> None:
+    """Device-side tensor descriptors need global scratch, which triton asks its allocator for at every
+    launch. The allocator is a ContextVar: set in one thread, unset in the next. So it is checked at
+    each TMA launch, not once per plan: a plan built in the tuner's compile threads (or a user's
+    thread) and launched from another failed with "no allocator was set" (311 TMA candidates lost in
+    the first two-GPU tuning run)."""
+    var, null = _allocator_var()
+    if var.get() is null:
+        import triton
+
+        triton.set_allocator(_descriptor_scratch)
 
 
 def _is_col_major(t: torch.Tensor) -> bool:
@@ -115,6 +127,7 @@ class _Plan:
     num_warps: int
     num_stages: int
     workspace: tuple[int, int] | None  # (partial floats, counters) for Stream-K
+    tma: bool = False  # device-side descriptors: needs triton's allocator in the launching thread
     compiled: object = None  # triton's CompiledKernel once launched through the C launcher
 
 
@@ -166,8 +179,6 @@ def _make_plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Te
     (a_tma, a_col), (b_tma, b_col) = _tma_ready(a), _tma_ready(b)
     # A strided view the predicate could not see (it checks the dense layout) takes the pointer path.
     use_tma = config.tma and a_tma and b_tma
-    if use_tma and a.is_cuda:
-        _ensure_allocator()
     constexprs = dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
                       GROUP_M=config.group_m, HAS_BIAS=has_bias, EVEN_K=k % config.block_k == 0,
                       PRECISION=precision, USE_TMA=use_tma, A_COL=a_col, B_COL=b_col,
@@ -178,8 +189,9 @@ def _make_plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Te
     if config.streamk and k > 0:
         tiles = _cdiv(m, config.block_m) * _cdiv(n, config.block_n)
         workspace = (2 * progs * config.block_m * config.block_n, tiles % progs)
-        return _Plan(streamk, progs, ints, constexprs, config.num_warps, config.num_stages, workspace)
-    return _Plan(persistent, progs, ints, constexprs, config.num_warps, config.num_stages, None)
+        return _Plan(streamk, progs, ints, constexprs, config.num_warps, config.num_stages, workspace,
+                     tma=use_tma)
+    return _Plan(persistent, progs, ints, constexprs, config.num_warps, config.num_stages, None, tma=use_tma)
 
 
 def _launch(plan: _Plan, tensors: tuple, floats: tuple) -> None:
@@ -201,6 +213,8 @@ def _launch(plan: _Plan, tensors: tuple, floats: tuple) -> None:
         with torch.cuda.device(index):
             _launch(plan, tensors, floats)
         return
+    if plan.tma:
+        _ensure_allocator()
     compiled = plan.compiled
     if compiled is None:
         compiled = plan.kernel[(plan.progs,)](*args, **plan.constexprs, num_warps=plan.num_warps,
