@@ -21,18 +21,22 @@ import time
 import torch
 
 
-def per_call_us(fn, calls: int, trials: int, sync) -> float:
-    for _ in range(100):
-        fn()
-    sync()
-    runs = []
-    for _ in range(trials):
-        t0 = time.perf_counter()
-        for _ in range(calls):
+def per_call_us(fns: dict, calls: int, trials: int, sync) -> dict[str, float]:
+    """Median per-call time of each fn; trials alternate between the fns, so slow drift of the host
+    (clock, other load) lands on all of them alike rather than on the difference."""
+    for fn in fns.values():
+        for _ in range(100):
             fn()
-        sync()
-        runs.append((time.perf_counter() - t0) / calls * 1e6)
-    return statistics.median(runs)
+    sync()
+    runs: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(trials):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            sync()
+            runs[name].append((time.perf_counter() - t0) / calls * 1e6)
+    return {name: statistics.median(r) for name, r in runs.items()}
 
 
 def main() -> None:
@@ -42,7 +46,7 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=64)
     ap.add_argument("--dtype", choices=["fp16", "bf16", "fp32"], default="fp16")
     ap.add_argument("--calls", type=int, default=5000)
-    ap.add_argument("--trials", type=int, default=7)
+    ap.add_argument("--trials", type=int, default=15)
     args = ap.parse_args()
     gpu = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") in ("", "0")
     if not gpu:
@@ -67,21 +71,20 @@ def main() -> None:
     rows: dict[str, float] = {}
     if gpu:
         cfg = sel.config
-        rows["direct"] = per_call_us(lambda: launch.launch_gemm(a, b, out, None, 1.0, 0.0, cfg,
-                                                                info.sm_count, precision),
-                                     args.calls, args.trials, sync)
-        rows["matmul(out=)"] = per_call_us(lambda: tritonblas.matmul(a, b, out=out), args.calls, args.trials,
-                                           sync)
-        rows["matmul"] = per_call_us(lambda: tritonblas.matmul(a, b), args.calls, args.trials, sync)
-    rows["select_config"] = per_call_us(lambda: dispatch.select_config(key, info, None), args.calls,
-                                        args.trials, sync)
+        rows.update(per_call_us({
+            "direct": lambda: launch.launch_gemm(a, b, out, None, 1.0, 0.0, cfg, info.sm_count, precision),
+            "matmul(out=)": lambda: tritonblas.matmul(a, b, out=out),
+            "matmul": lambda: tritonblas.matmul(a, b),
+        }, args.calls, args.trials, sync))
+    rows.update(per_call_us({"select_config": lambda: dispatch.select_config(key, info, None)},
+                            args.calls, args.trials, sync))
     real = ops.launch_gemm
     ops.launch_gemm = lambda *x: None  # the pure host cost of the public path, kernel launch excluded
     try:
-        rows["matmul(out=), no launch"] = per_call_us(lambda: tritonblas.matmul(a, b, out=out), args.calls,
-                                                      args.trials, lambda: None)
-        rows["matmul, no launch"] = per_call_us(lambda: tritonblas.matmul(a, b), args.calls, args.trials,
-                                                lambda: None)
+        rows.update(per_call_us({
+            "matmul(out=), no launch": lambda: tritonblas.matmul(a, b, out=out),
+            "matmul, no launch": lambda: tritonblas.matmul(a, b),
+        }, args.calls, args.trials, lambda: None))
     finally:
         ops.launch_gemm = real
     for name, us in rows.items():

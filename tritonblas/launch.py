@@ -52,12 +52,21 @@ def _is_col_major(t: torch.Tensor) -> bool:
     return t.stride(1) != 1 and t.stride(0) == 1
 
 
-def _lead_divisor(t: torch.Tensor) -> int:
-    """The power of two (at most 16) that divides the operand's leading stride."""
-    lead = t.stride(1) if _is_col_major(t) else t.stride(0)
+def _pow2_divisor(x: int) -> int:
+    """The largest power of two, at most 16, that divides x."""
     div = 16
-    while div > 1 and lead % div:
+    while div > 1 and x % div:
         div //= 2
+    return div
+
+
+def _vector_divisor(t: torch.Tensor, wrapped_dim: int) -> int:
+    """The kernel's A_DIV/B_DIV: a power of two dividing the leading stride and, when the contiguous axis
+    is the one the kernel wraps at the edge (M of A: dim 0, N of B: dim 1), that axis' size too."""
+    col = _is_col_major(t)
+    div = _pow2_divisor(t.stride(1) if col else t.stride(0))
+    if (0 if col else 1) == wrapped_dim:
+        div = min(div, _pow2_divisor(t.shape[wrapped_dim]))
     return div
 
 
@@ -182,7 +191,7 @@ def _make_plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Te
     constexprs = dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
                       GROUP_M=config.group_m, HAS_BIAS=has_bias, EVEN_K=k % config.block_k == 0,
                       PRECISION=precision, USE_TMA=use_tma, A_COL=a_col, B_COL=b_col,
-                      A_LEAD_DIV=_lead_divisor(a), B_LEAD_DIV=_lead_divisor(b), FLATTEN=config.flatten,
+                      A_DIV=_vector_divisor(a, 0), B_DIV=_vector_divisor(b, 1), FLATTEN=config.flatten,
                       WARP_SPEC=config.warp_specialize)
     ints = (m, n, k, progs, *a.stride(), *b.stride(), *c.stride(), sbm, sbn)
     # K == 0 has no iterations to split: the persistent kernel writes beta * bias (or zeros).

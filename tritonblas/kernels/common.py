@@ -60,37 +60,57 @@ def k_loop_tma(acc, a_desc, b_desc, pid_m, pid_n, iter_start, iter_end,
 
 
 @triton.jit
+def hinted_offsets(idx, stride, DIV: tl.constexpr):
+    """idx * stride, declared a multiple of DIV. The hint goes on this tensor, not on the scalar stride:
+    a hint on a kernel argument is silently dropped, which left 1024x1024x1000 bf16 at 178 us against
+    12 us for 1024^3 (scripts/ragged_probe.py, 2026-11-30)."""
+    offs = idx * stride
+    if DIV > 1:
+        offs = tl.multiple_of(offs, DIV)
+    return offs
+
+
+@triton.jit
+def wrapped_index(pid, extent, BLOCK: tl.constexpr, DIV: tl.constexpr):
+    """(pid * BLOCK + arange(BLOCK)) % extent: rows/columns past the edge wrap to valid memory.
+
+    When DIV (a power of two, <= 16 <= BLOCK) divides `extent`, every aligned run of DIV indices is
+    still contiguous and starts at a multiple of DIV after wrapping, so the hint is true and loads
+    along this axis vectorize; without it 1024x1000x1024 ran 4x slower than 1024^3."""
+    idx = (pid * BLOCK + tl.arange(0, BLOCK)) % extent
+    if DIV > 1:
+        idx = tl.max_contiguous(tl.multiple_of(idx, DIV), DIV)
+    return idx
+
+
+@triton.jit
 def k_loop_ptr(acc, a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                pid_m, pid_n, iter_start, iter_end,
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                EVEN_K: tl.constexpr, PRECISION: tl.constexpr, A_COL: tl.constexpr, B_COL: tl.constexpr,
-               A_LEAD_DIV: tl.constexpr, B_LEAD_DIV: tl.constexpr):
+               A_DIV: tl.constexpr, B_DIV: tl.constexpr):
     """acc += A[tile_m, k] @ B[k, tile_n] over K iterations [iter_start, iter_end), by pointers.
 
     Rows/columns past M/N are wrapped (modulo) instead of masked: they read valid memory and the
     epilogue's masked store drops them. Only the ragged last K block is masked, outside the main loop.
-    No contiguity hints on the wrapped indices: they are not contiguous at a ragged edge, and a false
-    hint is how vectorized loads read the wrong address.
 
-    A_LEAD_DIV / B_LEAD_DIV: the host-verified power of two dividing each operand's leading stride.
-    Triton only specializes integers divisible by 16, so a leading dim of 1000 (16-byte rows in bf16)
-    would otherwise load one element at a time: 1000^3 bf16 ran at 0.18x torch.mm without the hint.
+    A_DIV / B_DIV: the host-verified power of two (<= 16) that divides the operand's leading stride
+    and, where its contiguous axis is M (column-major A) or N (row-major B), that size too; so loads
+    of A_DIV elements along the contiguous axis are aligned and contiguous. Triton itself only
+    specializes integers divisible by 16, so a dimension of 1000 would load one element at a time.
     """
-    if A_LEAD_DIV > 1:  # a stride of 1 reaches the compiler as constexpr 1, which takes no hint
-        if A_COL:
-            stride_ak = tl.multiple_of(stride_ak, A_LEAD_DIV)
-        else:
-            stride_am = tl.multiple_of(stride_am, A_LEAD_DIV)
-    if B_LEAD_DIV > 1:
-        if B_COL:
-            stride_bn = tl.multiple_of(stride_bn, B_LEAD_DIV)
-        else:
-            stride_bk = tl.multiple_of(stride_bk, B_LEAD_DIV)
-    rm = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
-    rn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
-    rk = tl.arange(0, BLOCK_K)
-    a_ptrs = a_ptr + rm[:, None] * stride_am + (iter_start * BLOCK_K + rk)[None, :] * stride_ak
-    b_ptrs = b_ptr + (iter_start * BLOCK_K + rk)[:, None] * stride_bk + rn[None, :] * stride_bn
+    rm = wrapped_index(pid_m, M, BLOCK_M, A_DIV if A_COL else 1)
+    rn = wrapped_index(pid_n, N, BLOCK_N, 1 if B_COL else B_DIV)
+    kk = tl.arange(0, BLOCK_K)
+    rk = iter_start * BLOCK_K + kk
+    if A_COL:
+        a_ptrs = a_ptr + rm[:, None] * stride_am + hinted_offsets(rk, stride_ak, A_DIV)[None, :]
+    else:
+        a_ptrs = a_ptr + hinted_offsets(rm, stride_am, A_DIV)[:, None] + rk[None, :] * stride_ak
+    if B_COL:
+        b_ptrs = b_ptr + rk[:, None] * stride_bk + hinted_offsets(rn, stride_bn, B_DIV)[None, :]
+    else:
+        b_ptrs = b_ptr + hinted_offsets(rk, stride_bk, B_DIV)[:, None] + rn[None, :] * stride_bn
     full_end = iter_end
     if not EVEN_K:
         full_end = min(iter_end, K // BLOCK_K)
@@ -103,8 +123,8 @@ def k_loop_ptr(acc, a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stri
     if not EVEN_K:
         if iter_end > full_end:
             k_left = K - full_end * BLOCK_K
-            a = tl.load(a_ptrs, mask=rk[None, :] < k_left, other=0.0)
-            b = tl.load(b_ptrs, mask=rk[:, None] < k_left, other=0.0)
+            a = tl.load(a_ptrs, mask=kk[None, :] < k_left, other=0.0)
+            b = tl.load(b_ptrs, mask=kk[:, None] < k_left, other=0.0)
             acc = tl.dot(a, b, acc, input_precision=PRECISION)
     return acc
 
@@ -114,7 +134,7 @@ def k_loop(acc, a_ptr, b_ptr, a_desc, b_desc, M, N, K, stride_am, stride_ak, str
            pid_m, pid_n, iter_start, iter_end,
            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
            PRECISION: tl.constexpr, USE_TMA: tl.constexpr, A_COL: tl.constexpr, B_COL: tl.constexpr,
-           A_LEAD_DIV: tl.constexpr, B_LEAD_DIV: tl.constexpr):
+           A_DIV: tl.constexpr, B_DIV: tl.constexpr):
     """The K loop of one tile (or one Stream-K segment of it), by TMA or by pointers."""
     if USE_TMA:
         acc = k_loop_tma(acc, a_desc, b_desc, pid_m, pid_n, iter_start, iter_end,
@@ -122,7 +142,7 @@ def k_loop(acc, a_ptr, b_ptr, a_desc, b_desc, M, N, K, stride_am, stride_ak, str
     else:
         acc = k_loop_ptr(acc, a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                          pid_m, pid_n, iter_start, iter_end, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION,
-                         A_COL, B_COL, A_LEAD_DIV, B_LEAD_DIV)
+                         A_COL, B_COL, A_DIV, B_DIV)
     return acc
 
 

@@ -14,7 +14,7 @@ def persistent_gemm_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, PRECISION: tl.constexpr,
     USE_TMA: tl.constexpr, A_COL: tl.constexpr, B_COL: tl.constexpr,
-    A_LEAD_DIV: tl.constexpr, B_LEAD_DIV: tl.constexpr, FLATTEN: tl.constexpr, WARP_SPEC: tl.constexpr,
+    A_DIV: tl.constexpr, B_DIV: tl.constexpr, FLATTEN: tl.constexpr, WARP_SPEC: tl.constexpr,
 ):
     a_desc, b_desc = a_ptr, b_ptr
     if USE_TMA:
@@ -29,6 +29,6 @@ def persistent_gemm_kernel(
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         acc = k_loop(acc, a_ptr, b_ptr, a_desc, b_desc, M, N, K, stride_am, stride_ak, stride_bk,
                      stride_bn, pid_m, pid_n, 0, iters, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION,
-                     USE_TMA, A_COL, B_COL, A_LEAD_DIV, B_LEAD_DIV)
+                     USE_TMA, A_COL, B_COL, A_DIV, B_DIV)
         epilogue(acc, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, stride_biasm, stride_biasn,
                  alpha, beta, pid_m, pid_n, BLOCK_M, BLOCK_N, HAS_BIAS)
