@@ -7,6 +7,7 @@
 #               bash scripts/h200_run.sh probe    ragged-size probe, a TMA launch from another thread
 #               bash scripts/h200_run.sh overhead host overhead of a dispatch hit
 #               bash scripts/h200_run.sh quality  tuned vs exhaustive search, tuning time (issue 4)
+#               bash scripts/h200_run.sh heuristic the heuristic alone, untuned shapes, a tuning run's rows
 #               bash scripts/h200_run.sh tune     tune scripts/shapes.yaml -> $OUT/sm_90.json, then bench
 #                                                 it as the shipped file, the untuned shapes, and the
 #                                                 heuristic alone (a copy of the tree without the file)
@@ -33,7 +34,7 @@ bench() {  # bench GPU SHAPES NAME: through dispatch with an empty user DB (ship
 FIRST=${DEVICES%%,*}
 case "${1:-}" in
   check)
-    TRITONBLAS_TEST_GPU=1 timeout 300 python3 -m pytest -q -p no:cacheprovider -n 8 tests/test_gpu.py \
+    TRITONBLAS_TEST_GPU=1 timeout 300 python3 -m pytest -p no:cacheprovider -n 8 tests/test_gpu.py \
       > "$OUT/gpu_tests.txt" 2>&1; tail -25 "$OUT/gpu_tests.txt"
     timeout 90 python3 scripts/gpu_smoke.py 2>&1 | tail -5
     TRITONBLAS_DB=/tmp/none.sqlite timeout 90 python3 scripts/dispatch_overhead.py 2>&1 | tail -9 \
@@ -57,6 +58,16 @@ case "${1:-}" in
     bench "$LAST" "$UNTUNED" bench_untuned
     (cd /tmp/noship && PYTHONPATH=/tmp/site:/tmp/noship bench "$LAST" "$SHAPES" bench_heuristic)
     wait ;;
+  heuristic)  # the heuristic alone (a copy of the tree without the shipped file) and the untuned shapes,
+    # side by side; then a tuning run kept for its measurements (no export), for fitting the model
+    rm -rf /tmp/noship && cp -r "$PWD" /tmp/noship && rm -f "/tmp/noship/configs/${ARCH:-sm_90}.json"
+    (cd /tmp/noship && PYTHONPATH=/tmp/site:/tmp/noship bench "$FIRST" "$SHAPES" bench_heuristic) &
+    [ "$LAST" != "$FIRST" ] || wait
+    bench "$LAST" "$UNTUNED" bench_untuned; wait
+    empty_db /tmp/tune.sqlite
+    timeout "${TUNE_TIMEOUT:-360}" python3 -m tritonblas tune --shapes "$SHAPES" --db /tmp/tune.sqlite \
+      --budget-s "${BUDGET:-10}" --devices "$DEVICES" > "$OUT/tune.txt" 2>&1
+    tail -4 "$OUT/tune.txt"; cp /tmp/tune.sqlite "$OUT/tune.sqlite" ;;
   quality)  # issue 4: tuned winner vs an exhaustive search of the same space, and tuning time; the
     # QUALITY shapes are dealt round-robin to the DEVICES, one tune_quality.py process per GPU
     IFS=, read -ra gpus <<< "$DEVICES"; IFS=, read -ra qshapes <<< "${QUALITY:-1024x1024x1024,256x256x16384,4096x1024x512,127x4096x4096}"
@@ -67,5 +78,5 @@ case "${1:-}" in
         python3 scripts/tune_quality.py --shapes "${mine%,}" --json "$OUT/quality${gpus[i]}.json" \
         > "$OUT/quality${gpus[i]}.txt" 2>&1; tail -12 "$OUT/quality${gpus[i]}.txt" ) &
     done; wait ;;
-  *) echo "usage: bash scripts/h200_run.sh check|probe|overhead|quality|tune" >&2; exit 2 ;;
+  *) echo "usage: bash scripts/h200_run.sh check|probe|overhead|quality|heuristic|tune" >&2; exit 2 ;;
 esac

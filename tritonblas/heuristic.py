@@ -23,6 +23,7 @@ from .config import (
     Problem,
     config_supports,
     operand_alignment,
+    operand_leading_dims,
     operands_aligned,
 )
 
@@ -36,6 +37,12 @@ _SPLIT_LOOP_EFFICIENCY = 0.45
 # Odd leading dims (not 16-byte rows) load element by element and cannot use TMA: 127x4097x4095 bf16
 # took 89 us at best (sweep 1) where the model predicts ~20 us for aligned operands.
 _MISALIGNED_EFFICIENCY = 0.25
+# A K-contiguous operand (A row-major, B column-major) whose leading dim is 16-byte aligned but not a
+# multiple of 16 elements runs the pointer loop ~3.5x slower even with the kernel's alignment hint:
+# 1024x1024x1000 bf16 44.7 us vs 12.3 us for 1024^3 with the same config, while TMA took 14.9 us
+# (scripts/ragged_probe.py, 2026-11-30). B row-major with N=1000 lost only 9% (13.4 us).
+_UNSPECIALIZED_K_LEAD_EFFICIENCY = 0.3
+_IN_FLIGHT_BYTES = 128 * 1024  # per SM, for full bandwidth (see streaming_efficiency)
 
 BLOCK_MN = (16, 32, 64, 128, 256)
 BLOCK_K = (32, 64, 128, 256)
@@ -85,6 +92,11 @@ def tile_efficiency(config: GemmConfig, dtype: str) -> float:
         eff *= 0.85  # 8 warps on a 64x64 tile split the MMA too thin
     if config.num_stages < 3:
         eff *= 0.8
+    elif config.num_stages == 4 and bm * bn <= 128 * 128:
+        # One more stage in flight pays on small and medium tiles: 128x4096x4096 bf16 with 64x64x128
+        # took 22.7 us at 4 stages vs 27.2 us at 3; tuned winners of 1536x1536x12288, 1024x10240x8192
+        # and the M=16 shapes are 4-stage too (bench of the shipped file, 2026-11-30).
+        eff *= 1.08
     if config.tma and config.flatten and bm * bn >= 128 * 128:
         # 4096^3 128x256: 0.99x torch.mm vs 0.94x for the plain loop; on 64x64 tiles (512x1024x32768)
         # flattening lost 25%, so the bonus is for big tiles only (2026-11-29 sweeps).
@@ -106,6 +118,8 @@ def estimate(config: GemmConfig, problem: Problem, device: DeviceInfo) -> Estima
             copy_us = _aligned_copy_us(problem, arch)
         else:
             eff *= _MISALIGNED_EFFICIENCY
+    elif not config.tma and _unspecialized_k_lead(problem):
+        eff *= _UNSPECIALIZED_K_LEAD_EFFICIENCY
     tiles = _cdiv(m, config.block_m) * _cdiv(n, config.block_n)
     iters = max(_cdiv(k, config.block_k), 1)
     tile_us = 2 * config.block_m * config.block_n * iters * config.block_k / (per_sm_flops_us * eff)
@@ -134,9 +148,28 @@ def estimate(config: GemmConfig, problem: Problem, device: DeviceInfo) -> Estima
     a_reads = max(1, _cdiv(n, config.block_n) / max(1, min(config.group_m, _cdiv(m, config.block_m))))
     b_reads = max(1, _cdiv(m, config.block_m * config.group_m))
     bytes_moved = elt * (m * k * min(a_reads, 4) + k * n * min(b_reads, 4)) + DTYPE_BYTES[problem.out] * m * n
-    memory_us = bytes_moved / (_BANDWIDTH_TBS[arch] * 1e6)
+    memory_us = bytes_moved / (_BANDWIDTH_TBS[arch] * 1e6) / streaming_efficiency(config, problem)
     total = max(compute_us, memory_us) + _LAUNCH_US + copy_us
     return Estimate(config, total, compute_us, memory_us, waves, eff, edge_waste, fixup, copy_us)
+
+
+def streaming_efficiency(config: GemmConfig, problem: Problem) -> float:
+    """Fraction of the bandwidth one program's pipeline sustains: useful bytes in flight per SM
+    ((stages - 1) K steps of the tile's rows and columns that lie inside M and N), saturating at 128 KB,
+    to the power 0.45. Fitted to three memory-bound pairs of the 2026-11-30 H200 bench (tuned winner vs
+    the old heuristic pick): 16x6144x4096 (123 vs 49 KB: 1.53x faster), 16x4096x14336 (74 vs 25 KB:
+    1.63x), 64x8192x28672 (131 vs 65 KB: 1.34x); each pair gives an exponent of 0.42-0.46."""
+    elt = DTYPE_BYTES[problem.dtype]
+    rows = min(config.block_m, max(problem.m, 1)) + min(config.block_n, max(problem.n, 1))
+    # Counted up to 4 stages: no 5-stage config won any of the 44 tuned problems (configs/sm_90.json).
+    in_flight = (min(config.num_stages, 4) - 1) * rows * config.block_k * elt
+    return min(1.0, in_flight / _IN_FLIGHT_BYTES) ** 0.45
+
+
+def _unspecialized_k_lead(problem: Problem) -> bool:
+    """Whether a K-contiguous operand has a leading dim that triton does not specialize (% 16 != 0)."""
+    lead_a, lead_b = operand_leading_dims(problem)
+    return (problem.layout[0] == "n" and lead_a % 16 != 0) or (problem.layout[1] == "t" and lead_b % 16 != 0)
 
 
 def _aligned_copy_us(problem: Problem, arch: str) -> float:
