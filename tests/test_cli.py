@@ -178,16 +178,31 @@ def test_bench_with_missing_db_file(tmp_path):
 
 
 def test_explain_for_an_arch_without_gpu(no_gpu, tmp_path):
+    from tritonblas import dispatch
     from tuning_db import TuningDB
 
     TuningDB(str(tmp_path / "empty.sqlite")).close()
-    result = runner.invoke(app, ["explain", "4096", "4096", "4096", "--dtype", "bf16", "--arch", "sm_90",
-                                 "--top", "3", "--db", str(tmp_path / "empty.sqlite")])
+    dispatch.set_shipped_dir(tmp_path)  # no shipped file either
+    try:
+        result = runner.invoke(app, ["explain", "4096", "4096", "4096", "--dtype", "bf16", "--arch", "sm_90",
+                                     "--top", "3", "--db", str(tmp_path / "empty.sqlite")])
+    finally:
+        dispatch.set_shipped_dir(None)
     assert result.exit_code == 0, result.output
     out = result.output
     assert "4096x4096x4096 bf16, layout nn, bias none, on sm_90, 132 SMs" in out
     assert "source:   heuristic" in out
     assert "top 3 of" in out and "*1" in out  # with no tuned data the heuristic's first is selected
+
+
+def test_explain_uses_the_shipped_sm_90_file(no_gpu, tmp_path):
+    from tuning_db import TuningDB
+
+    TuningDB(str(tmp_path / "empty.sqlite")).close()
+    result = runner.invoke(app, ["explain", "4096", "4096", "4096", "--dtype", "bf16", "--arch", "sm_90",
+                                 "--db", str(tmp_path / "empty.sqlite")])
+    assert result.exit_code == 0, result.output
+    assert "source:   shipped" in result.output
 
 
 @pytest.mark.parametrize("flag, family", [("--streamk", "SK "), ("--no-streamk", "P ")])

@@ -14,6 +14,7 @@ from triton.runtime.errors import OutOfResources
 from tritonblas import heuristic
 from tritonblas.config import INTERPRETER_DEVICE, Problem, config_supports, device_for_arch
 from tritonblas.tuner import (
+    MIN_TIMED,
     Benchmark,
     BenchResult,
     TuningInterrupted,
@@ -155,6 +156,23 @@ def test_budget_waits_for_a_first_working_candidate(db):
     bench = FakeBench({c: RuntimeError("no") for c in space[:3]})
     out = tune_problem(P, H200, db, bench=bench, budget_s=1e-9)
     assert bench.calls == space[:4] and out.winner.config == space[3]
+
+
+def test_compiled_candidates_are_timed_past_the_budget_up_to_a_minimum(db):
+    # Past the deadline only candidates the benchmark has ready (compiled, verified) are timed, until
+    # MIN_TIMED have been timed in all; the others would compile now and are skipped.
+    space = candidate_space(P, H200)
+    ready = set(space[3::2])
+
+    class ReadyBench(FakeBench):
+        def ready(self, config):
+            return config in ready
+
+    bench = ReadyBench()
+    tune_problem(P, H200, db, bench=bench, budget_s=1e-9)
+    assert bench.calls[0] == space[0]  # the first working candidate, ready or not
+    assert len(bench.calls) == MIN_TIMED and set(bench.calls[1:]) <= ready
+    assert bench.calls[1:] == [c for c in space if c in ready][:MIN_TIMED - 1]
 
 
 def test_clear_losers_get_a_cutoff_and_exhaustive_gets_none(db):

@@ -168,6 +168,9 @@ class GpuBenchmark(Benchmark):
                 "timeout", note=f"compile and first run took over {self.compile_timeout_s:.0f} s")
         return failures
 
+    def ready(self, config: GemmConfig) -> bool:
+        return config in self._verified
+
     def _time(self, fn, rep_ms: float, warmup_ms: float) -> tuple[float, float, float]:
         if self._inputs is not None and self._inputs.a.device.type == "cpu":
             times = []

@@ -28,6 +28,10 @@ SHIPPED_DIR = Path(__file__).parent / "configs"
 # A neighbour further than this (Euclidean distance in log2 M, N, K: 3.0 is e.g. 8x in one dimension)
 # says little about the new shape; the heuristic is the better guess past it.
 MAX_NEIGHBOR_DISTANCE = 3.0
+# A neighbour's config that the model predicts this much slower than its own best pick for the new
+# shape is not used: 2000x3000x1000 took a 2048^3-like pointer config at 0.30x torch.mm, where K=1000
+# (a leading dim triton does not specialize) wants TMA (bench of untuned shapes, 2026-11-30).
+NEIGHBOR_SLACK = 1.5
 _DTYPES = ("fp16", "bf16", "fp32")
 _LAYOUTS = ("nn", "nt", "tn", "tt")
 _BIASES = ("none", "scalar", "row", "column", "full")
@@ -261,6 +265,9 @@ def _from_neighbor(problem: Problem, device: DeviceInfo, enable_streamk: bool | 
         return None
     w = best[1]
     est = heuristic.estimate(w.config, problem, device).total_us / 1000
+    ranked = heuristic.rank(problem, device, enable_streamk)
+    if ranked and est > NEIGHBOR_SLACK * ranked[0].total_us / 1000:
+        return None
     return Selection(w.config, "neighbor", est, False, problem, device,
                      f"tuned for {w.key.m}x{w.key.n}x{w.key.k}, distance {best[0][0]:.2f}")
 

@@ -12,6 +12,7 @@ and ranks candidates by it. `explain` returns the ranked list with each term, so
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from dataclasses import dataclass
@@ -113,13 +114,10 @@ def estimate(config: GemmConfig, problem: Problem, device: DeviceInfo) -> Estima
     per_sm_flops_us = _PEAK_TFLOPS[arch][dtype_rate] * 1e6 / device.sm_count  # FLOP per us per SM
     eff = tile_efficiency(config, problem.dtype)
     copy_us = 0.0
-    if not operands_aligned(problem):
-        if config.aligned_copy:
-            copy_us = _aligned_copy_us(problem, arch)
-        else:
-            eff *= _MISALIGNED_EFFICIENCY
-    elif not config.tma and _unspecialized_k_lead(problem):
-        eff *= _UNSPECIALIZED_K_LEAD_EFFICIENCY
+    if config.aligned_copy:
+        copy_us = _aligned_copy_us(problem, arch)
+    if not config.tma:
+        eff *= pointer_efficiency(problem, config.aligned_copy)
     tiles = _cdiv(m, config.block_m) * _cdiv(n, config.block_n)
     iters = max(_cdiv(k, config.block_k), 1)
     tile_us = 2 * config.block_m * config.block_n * iters * config.block_k / (per_sm_flops_us * eff)
@@ -166,10 +164,35 @@ def streaming_efficiency(config: GemmConfig, problem: Problem) -> float:
     return min(1.0, in_flight / _IN_FLIGHT_BYTES) ** 0.45
 
 
-def _unspecialized_k_lead(problem: Problem) -> bool:
-    """Whether a K-contiguous operand has a leading dim that triton does not specialize (% 16 != 0)."""
-    lead_a, lead_b = operand_leading_dims(problem)
-    return (problem.layout[0] == "n" and lead_a % 16 != 0) or (problem.layout[1] == "t" and lead_b % 16 != 0)
+def pointer_efficiency(problem: Problem, copied: bool) -> float:
+    """How much of the tile's rate the pointer K loop keeps, from how wide its loads can be (TMA
+    configs are not affected). The worst operand decides:
+    - a leading dim that is not 16-byte aligned loads element by element: _MISALIGNED_EFFICIENCY,
+      unless the operand is copied to a padded buffer (aligned_copy);
+    - a K-contiguous operand (A row-major, B column-major) whose leading dim is not a multiple of 16
+      elements: _UNSPECIALIZED_K_LEAD_EFFICIENCY;
+    - an operand contiguous along M (A column-major) or N (B row-major) wraps at that size, so its loads
+      are as wide as the size's alignment: under 16 bytes counts as misaligned, even after a copy
+      (127x4097x4095 with a copy took 367-519 us by pointers, 2026-11-30)."""
+    elt = DTYPE_BYTES[problem.dtype]
+    leads = operand_leading_dims(problem)
+    k_contiguous = (problem.layout[0] == "n", problem.layout[1] == "t")
+    extents = (problem.m, problem.n)
+    eff = 1.0
+    for lead, along_k, extent in zip(leads, k_contiguous, extents, strict=True):
+        if lead * elt % 16 and not copied:
+            eff = min(eff, _MISALIGNED_EFFICIENCY)
+        elif along_k and _padded(lead, elt) % 16:
+            eff = min(eff, _UNSPECIALIZED_K_LEAD_EFFICIENCY)
+        elif not along_k and extent * elt % 16:
+            eff = min(eff, _MISALIGNED_EFFICIENCY)
+    return eff
+
+
+def _padded(lead: int, elt: int) -> int:
+    """The leading dim of launch._aligned's copy: rounded up to 16 bytes."""
+    per16 = 16 // elt
+    return -(-lead // per16) * per16
 
 
 def _aligned_copy_us(problem: Problem, arch: str) -> float:
@@ -199,8 +222,15 @@ def candidates(problem: Problem, device: DeviceInfo, enable_streamk: bool | None
 
 def rank(problem: Problem, device: DeviceInfo, enable_streamk: bool | None = None) -> list[Estimate]:
     """Candidates sorted fastest first by the model; ties broken by the config's text for determinism."""
+    return list(_rank(problem, device, enable_streamk))
+
+
+@functools.lru_cache(maxsize=256)
+def _rank(problem: Problem, device: DeviceInfo, enable_streamk: bool | None) -> tuple[Estimate, ...]:
+    # Cached: ranking the whole space costs tens of ms, and dispatch may ask twice for a new shape
+    # (the neighbour check, then the heuristic layer).
     ests = [estimate(c, problem, device) for c in candidates(problem, device, enable_streamk)]
-    return sorted(ests, key=lambda e: (round(e.total_us, 6), e.config.short()))
+    return tuple(sorted(ests, key=lambda e: (round(e.total_us, 6), e.config.short())))
 
 
 def choose(problem: Problem, device: DeviceInfo, enable_streamk: bool | None = None) -> GemmConfig:
