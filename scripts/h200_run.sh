@@ -75,7 +75,7 @@ case "${1:-}" in
       mine=""; for j in "${!qshapes[@]}"; do (( j % ${#gpus[@]} == i )) && mine+="${qshapes[j]},"; done
       [ -n "$mine" ] || continue
       ( CUDA_VISIBLE_DEVICES=${gpus[i]} TRITONBLAS_DB=/tmp/none.sqlite timeout "${QUALITY_TIMEOUT:-480}" \
-        python3 scripts/tune_quality.py --shapes "${mine%,}" --json "$OUT/quality${gpus[i]}.json" \
+        python3 scripts/tune_quality.py --budget "${QUALITY_BUDGET:-5}" --shapes "${mine%,}" --json "$OUT/quality${gpus[i]}.json" \
         > "$OUT/quality${gpus[i]}.txt" 2>&1; tail -12 "$OUT/quality${gpus[i]}.txt" ) &
     done; wait ;;
   *) echo "usage: bash scripts/h200_run.sh check|probe|overhead|quality|heuristic|tune" >&2; exit 2 ;;
