@@ -115,10 +115,22 @@ class Problem:
         return self.out_dtype or self.dtype
 
 
-def smem_bytes(config: GemmConfig, dtype: str) -> int:
-    """Shared memory the K-loop pipeline needs: one A and one B tile per stage."""
-    per_stage = (config.block_m + config.block_n) * config.block_k * DTYPE_BYTES[dtype]
-    return per_stage * max(config.num_stages, 1)
+def smem_bytes(config: GemmConfig, problem: Problem) -> int:
+    """Shared memory a kernel needs: one A and one B tile per pipeline stage, plus what triton 3.6 was
+    seen to add on the H200 (every out_of_resources row of docs/benchmarks/h200-tune-measurements.json
+    is caught, and 2 of its ~2000 ok rows are refused):
+    - pointers with a ragged K: the masked last block, peeled off the loop, gets buffers of its own
+      (64x128x128 at 4 stages on 1000^3 asked for 245760 B, five stages' worth);
+    - TMA with a flattened tile loop and block_k >= 128: one output tile more (256x32x128 at 3 stages on
+      1000^3 asked for 237592 B = 3 stages + a 256x32 bf16 tile + 24 B)."""
+    elt = DTYPE_BYTES[problem.dtype]
+    per_stage = (config.block_m + config.block_n) * config.block_k * elt
+    need = per_stage * max(config.num_stages, 1)
+    if not config.tma and problem.k % config.block_k:
+        need += per_stage
+    if config.tma and config.flatten and config.block_k >= 128:
+        need += config.block_m * config.block_n * DTYPE_BYTES[problem.out] + 1024
+    return need
 
 
 def accumulator_regs_per_thread(config: GemmConfig) -> int:
@@ -140,9 +152,9 @@ def config_supports(config: GemmConfig, problem: Problem, device: DeviceInfo) ->
     """None when `config` can run `problem` on `device`; otherwise the reason it cannot."""
     if problem.m < 0 or problem.n < 0 or problem.k < 0:
         return f"negative problem size {problem.m}x{problem.n}x{problem.k}"
-    need = smem_bytes(config, problem.dtype)
+    need = smem_bytes(config, problem)
     if need > device.smem_per_block:
-        return (f"needs {need} B of shared memory for {config.num_stages} stages, "
+        return (f"needs {need} B of shared memory ({config.num_stages} stages), "
                 f"device {device.name} allows {device.smem_per_block} B")
     # fp32 accumulators live in registers (255 per thread at most, operands and addresses need room too):
     # 256x256 tiles on 8 warps (256 accumulator registers per thread) ran at 0.15x torch.mm on the H200.

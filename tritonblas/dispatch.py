@@ -81,6 +81,8 @@ class _State:
         self.db_opened = False
         self.shipped: dict[str, dict[tuple, object]] = {}
         self.db_neighbors: dict[str, list[object]] = {}
+        # Configs triton could not compile for a problem on a device (see report_compile_failure).
+        self.failed: dict[tuple[Problem, DeviceInfo], set[GemmConfig]] = {}
 
 
 _state = _State()
@@ -207,6 +209,26 @@ def _family_ok(config: GemmConfig, enable_streamk: bool | None) -> bool:
     return enable_streamk is None or config.streamk == enable_streamk
 
 
+def _usable(config: GemmConfig, problem: Problem, device: DeviceInfo) -> bool:
+    """Feasible by the predicate, and not one triton already failed to compile for this problem here."""
+    return config_supports(config, problem, device) is None and \
+        config not in _state.failed.get((problem, device), ())
+
+
+def report_compile_failure(key: tuple, device: DeviceInfo, config: GemmConfig, exc: BaseException) -> None:
+    """A dispatched config that triton refused to compile (out of shared memory or registers, where
+    the predicate's estimate said it fits) is never selected again for that problem in this process;
+    the next selection is the next layer's or the next ranked candidate (ops retries the call)."""
+    problem = Problem(*key)
+    with _state.lock:
+        _state.failed.setdefault((problem, device), set()).add(config)
+        _select_cached.cache_clear()
+        select_config.cache_clear()
+    warnings.warn(f"tritonblas: {config.short()} could not be compiled for {problem.m}x{problem.n}x"
+                  f"{problem.k} {problem.dtype} on {device.name} ({str(exc).splitlines()[0]}); using "
+                  "the next candidate", RuntimeWarning, stacklevel=4)
+
+
 def _from_db(problem: Problem, device: DeviceInfo, enable_streamk: bool | None) -> Selection | None:
     from pydantic import ValidationError
 
@@ -219,13 +241,12 @@ def _from_db(problem: Problem, device: DeviceInfo, enable_streamk: bool | None) 
     winner = _db_call(lambda db: db.lookup(key))
     if winner is None:
         return None
-    if _family_ok(winner.config, enable_streamk) and config_supports(winner.config, problem, device) is None:
+    if _family_ok(winner.config, enable_streamk) and _usable(winner.config, problem, device):
         return Selection(winner.config, "db", winner.median_ms, True, problem, device,
                          f"tuned on {winner.key.device_name}")
     # The winner is of the other family: the fastest fresh measurement of the asked-for one, if any.
     for m in _db_call(lambda db: db.measurements(key)) or []:
-        if m.status == "ok" and _family_ok(m.config, enable_streamk) and \
-                config_supports(m.config, problem, device) is None:
+        if m.status == "ok" and _family_ok(m.config, enable_streamk) and _usable(m.config, problem, device):
             return Selection(m.config, "db", m.median_ms, True, problem, device, "fastest of its family")
     return None
 
@@ -234,7 +255,7 @@ def _from_shipped(problem: Problem, device: DeviceInfo, enable_streamk: bool | N
     entry = _shipped(device.arch).get(_arch_key(problem))
     if entry is None or not _family_ok(entry.config, enable_streamk):
         return None
-    if config_supports(entry.config, problem, device) is not None:
+    if not _usable(entry.config, problem, device):
         return None
     return Selection(entry.config, "shipped", entry.median_ms, True, problem, device,
                      f"configs/{device.arch}.json, tuned on {entry.key.device_name}")
@@ -256,7 +277,7 @@ def _from_neighbor(problem: Problem, device: DeviceInfo, enable_streamk: bool | 
         if (k.a_dtype, k.b_dtype, k.out_dtype, k.layout) != (problem.dtype, problem.dtype, problem.out,
                                                             problem.layout):
             continue
-        if not _family_ok(w.config, enable_streamk) or config_supports(w.config, problem, device) is not None:
+        if not _family_ok(w.config, enable_streamk) or not _usable(w.config, problem, device):
             continue
         d = _distance(problem, k)
         if d <= MAX_NEIGHBOR_DISTANCE and (best is None or (d, k.sort_key()) < best[0]):
@@ -273,7 +294,8 @@ def _from_neighbor(problem: Problem, device: DeviceInfo, enable_streamk: bool | 
 
 
 def _from_heuristic(problem: Problem, device: DeviceInfo, enable_streamk: bool | None) -> Selection:
-    ranked = heuristic.rank(problem, device, enable_streamk)
+    failed = _state.failed.get((problem, device), ())
+    ranked = [e for e in heuristic.rank(problem, device, enable_streamk) if e.config not in failed]
     if not ranked:
         raise RuntimeError(f"no feasible config for {problem.m}x{problem.n}x{problem.k} {problem.dtype} "
                            f"on {device.name}")

@@ -48,6 +48,11 @@ def _ensure_allocator() -> None:
         triton.set_allocator(_descriptor_scratch)
 
 
+def is_out_of_resources(exc: BaseException) -> bool:
+    """Whether triton refused to compile a config for the device (shared memory or registers)."""
+    return any(cls.__name__ == "OutOfResources" for cls in type(exc).__mro__)
+
+
 def _is_col_major(t: torch.Tensor) -> bool:
     return t.stride(1) != 1 and t.stride(0) == 1
 

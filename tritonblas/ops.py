@@ -16,7 +16,7 @@ import torch
 from . import dispatch
 from .config import GemmConfig
 from .device import tensor_device_info
-from .launch import launch_gemm
+from .launch import is_out_of_resources, launch_gemm
 from .validate import (
     TORCH_DTYPES,
     check_bias,
@@ -30,6 +30,9 @@ from .validate import (
 # enable_streamk <-> the custom op's `family` int (its schema has no Optional[bool]).
 _FAMILY = {None: -1, False: 0, True: 1}
 _STREAMK = {-1: None, 0: False, 1: True}
+# A dispatched config that triton cannot compile (out of shared memory) is reported and the next one
+# selected, this many times at most (tests/test_dispatch_fallback.py).
+_MAX_COMPILE_FALLBACKS = 8
 _BIAS_KINDS = {(False, False): "scalar", (False, True): "row", (True, False): "column", (True, True): "full"}
 
 
@@ -81,17 +84,41 @@ def _run(a: torch.Tensor, b: torch.Tensor, m: int, n: int, k: int, bias: torch.T
         bias = None  # as torch.addmm: with beta == 0 the input is ignored, NaN/inf in it included
     info = tensor_device_info(a)
     dtype = a.dtype
-    if config is None:
-        if m == 0 or n == 0:
-            return  # empty output: nothing to launch, and the heuristic has no tiles to rank
-        kind = "none" if bias is None else _bias_kind(bias, m, n)
-        problem_key = (m, n, k, TORCH_DTYPES[dtype], _layout(a, b), kind)
-        config = dispatch.select_config(problem_key, info, enable_streamk)
-    else:
-        dispatch.check_user_config(config, m, n, k, TORCH_DTYPES[dtype], info, _layout(a, b))
     bias2d = None if bias is None else torch.broadcast_to(bias, (m, n))
     precision = "tf32" if dtype is not torch.float32 or torch.backends.cuda.matmul.allow_tf32 else "ieee"
-    launch_gemm(a, b, out, bias2d, alpha, beta, config, info.sm_count, precision)
+    if config is not None:
+        dispatch.check_user_config(config, m, n, k, TORCH_DTYPES[dtype], info, _layout(a, b))
+        launch_gemm(a, b, out, bias2d, alpha, beta, config, info.sm_count, precision)
+        return
+    if m == 0 or n == 0:
+        return  # empty output: nothing to launch, and the heuristic has no tiles to rank
+    kind = "none" if bias is None else _bias_kind(bias, m, n)
+    problem_key = (m, n, k, TORCH_DTYPES[dtype], _layout(a, b), kind)
+    config = dispatch.select_config(problem_key, info, enable_streamk)
+    try:  # free when nothing is raised (zero-cost exceptions): the hot path pays nothing for it
+        launch_gemm(a, b, out, bias2d, alpha, beta, config, info.sm_count, precision)
+    except Exception as exc:
+        _fall_back(exc, config, problem_key, info, enable_streamk, (a, b, out, bias2d, alpha, beta),
+                   precision)
+
+
+def _fall_back(exc: Exception, config: GemmConfig, key: tuple, info, enable_streamk: bool | None,
+               args: tuple, precision: str) -> None:
+    """A dispatched config triton cannot compile is reported (never selected again for this problem)
+    and the next selection runs; other errors propagate."""
+    for _ in range(_MAX_COMPILE_FALLBACKS):
+        if not is_out_of_resources(exc):
+            raise exc
+        dispatch.report_compile_failure(key, info, config, exc)
+        config = dispatch.select_config(key, info, enable_streamk)
+        try:
+            launch_gemm(*args, config, info.sm_count, precision)
+            return
+        except Exception as again:
+            exc = again
+    m, n, k, dtype = key[:4]
+    raise RuntimeError(f"tritonblas: {_MAX_COMPILE_FALLBACKS + 1} selected configs in a row could not be "
+                       f"compiled for {m}x{n}x{k} {dtype} on {info.name}; pass config= explicitly") from exc
 
 
 @torch.library.custom_op("tritonblas::gemm", mutates_args=())

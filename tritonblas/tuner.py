@@ -25,7 +25,7 @@ from typing import Literal
 
 from . import heuristic
 from .config import DeviceInfo, GemmConfig, Problem, config_supports
-from .launch import program_count
+from .launch import is_out_of_resources, program_count
 
 Status = Literal["ok", "compile_error", "out_of_resources", "wrong_result", "timeout", "launch_error"]
 FAILURES = ("compile_error", "out_of_resources", "wrong_result", "timeout", "launch_error")
@@ -216,7 +216,7 @@ def classify_error(exc: BaseException) -> Status:
     """Map an exception raised by compiling or launching a candidate to a recorded status."""
     names = {cls.__name__ for cls in type(exc).__mro__}
     text = str(exc).lower()
-    if "OutOfResources" in names or "OutOfMemoryError" in names or "out of resource" in text:
+    if is_out_of_resources(exc) or "OutOfMemoryError" in names or "out of resource" in text:
         return "out_of_resources"
     if names & {"CompilationError", "PTXASError", "CompileTimeAssertionFailure"}:
         return "compile_error"
