@@ -24,7 +24,7 @@ import test_db_exchange
 import test_ops_errors
 import torch
 from test_db_exchange import _edit, good_file  # noqa: F401  (a fixture: the valid file cases spoil)
-from test_db_support import grid_winners
+from test_db_support import SMALL, grid_winners
 from test_ops_errors import M, N, _t
 from typer.testing import CliRunner
 
@@ -337,7 +337,8 @@ def test_shipped_file_with_one_infeasible_entry_is_ignored_whole(tmp_path):
     env = EnvIdentity.current()
     dev = INTERPRETER_DEVICE
     with TuningDB(str(tmp_path / "src.sqlite")) as src:
-        src.import_winners([w.model_copy(update={"key": w.key.model_copy(update={
+        # Every entry small enough for fp32 operands; the test then spoils one.
+        src.import_winners([w.model_copy(update={"config": SMALL, "key": w.key.model_copy(update={
             "arch": dev.arch, "device_name": dev.name, "sm_count": dev.sm_count, "a_dtype": "fp32",
             "b_dtype": "fp32", "out_dtype": "fp32"})}) for w in grid_winners(2, env)])
         ex.export_file(src, tmp_path / "configs" / f"{dev.arch}.json", dev.arch, env=env)
