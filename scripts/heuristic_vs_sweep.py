@@ -1,4 +1,5 @@
-"""How good is the heuristic's pick among measured configs? Offline, from scripts/sweep.py JSON files.
+"""How good is the heuristic's pick among measured configs? Offline, from scripts/sweep.py JSON files
+or a tuning run's measurements (docs/benchmarks/h200-tune-measurements.json: one row per candidate).
 
 For each problem of a sweep, the heuristic ranks the configs the sweep measured (those feasible now);
 the ratio is (best measured time) / (measured time of the heuristic's first choice), 1.0 = it picked the
@@ -6,6 +7,7 @@ best. Problems bound by host time (under --min-us for the best config) are repor
 geomean, since there the kernel choice hardly matters.
 
 Usage: python scripts/heuristic_vs_sweep.py docs/benchmarks/h200-sweep1-bf16.json [--min-us 30]
+       python scripts/heuristic_vs_sweep.py docs/benchmarks/h200-tune-measurements.json --min-us 0
 """
 
 from __future__ import annotations
@@ -18,6 +20,20 @@ from tritonblas import heuristic
 from tritonblas.config import GemmConfig, Problem, config_supports, device_for_arch
 
 
+def _problems(data: list[dict]) -> list[dict]:
+    """Sweep JSON as is; tuning-run rows grouped per problem into the sweep's shape (ok rows only)."""
+    if not data or "rows" in data[0]:
+        return data
+    grouped: dict[tuple, dict] = {}
+    for row in data:
+        key = (row["m"], row["n"], row["k"], row["dtype"])
+        entry = grouped.setdefault(key, {"m": row["m"], "n": row["n"], "k": row["k"], "dtype": row["dtype"],
+                                         "rows": []})
+        if row["status"] == "ok" and "stopped early" not in (row["note"] or ""):
+            entry["rows"].append({"config": row["config"], "ms": row["median_ms"]})
+    return [g for g in grouped.values() if g["rows"]]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("sweeps", nargs="+")
@@ -26,7 +42,7 @@ def main() -> None:
     device = device_for_arch("sm_90", "NVIDIA H200", 132)
     for path in args.sweeps:
         ratios = []
-        for r in json.load(open(path)):
+        for r in _problems(json.load(open(path))):
             problem = Problem(r["m"], r["n"], r["k"], r["dtype"])
             measured = []
             for row in r["rows"]:

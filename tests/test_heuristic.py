@@ -149,3 +149,13 @@ def test_streaming_efficiency_grows_with_stages_up_to_four_and_saturates(problem
             for s in (2, 3, 4, 5)]
     assert all(0 < e <= 1 for e in effs)
     assert effs[0] <= effs[1] <= effs[2] == effs[3]
+
+
+def test_default_group_and_one_program_per_sm_are_preferred_as_measured():
+    # Tuning run of 2026-11-30: group 4/16 took 2.3-2.5% longer than 8; two programs per SM that cannot
+    # share it, 6% (Persistent) and 13% (Stream-K) longer than one.
+    problem = Problem(8192, 8192, 8192, "bf16")
+    base = heuristic.choose(problem, H200)
+    t = heuristic.estimate(base, problem, H200).total_us
+    for changes in ({"group_m": 4}, {"group_m": 16}, {"grid": 2 * H200.sm_count}):
+        assert heuristic.estimate(base.model_copy(update=changes), problem, H200).total_us > t

@@ -26,6 +26,7 @@ from .config import (
     operand_alignment,
     operand_leading_dims,
     operands_aligned,
+    smem_bytes,
 )
 
 # Peak dense rates (TFLOP/s) and bandwidth (TB/s) per arch; unknown archs fall back to "default".
@@ -44,6 +45,12 @@ _MISALIGNED_EFFICIENCY = 0.25
 # (scripts/ragged_probe.py, 2026-11-30). B row-major with N=1000 lost only 9% (13.4 us).
 _UNSPECIALIZED_K_LEAD_EFFICIENCY = 0.3
 _IN_FLIGHT_BYTES = 128 * 1024  # per SM, for full bandwidth (see streaming_efficiency)
+# Grouped tile order: 8 row-tiles per group. In the tuning run of 2026-11-30, the same config with
+# group 4 or 16 instead of 8 took 2.3% / 2.5% longer (geomean of 164 pairs each, 0.96-1.29), and 39 of
+# the 44 winners use 8; so other groups pay a small efficiency factor.
+_GROUP = 8
+_GROUP_EFFICIENCY = 0.976
+_OVERSUBSCRIBED_EFFICIENCY = {False: 1 / 1.06, True: 1 / 1.13}
 
 BLOCK_MN = (16, 32, 64, 128, 256)
 BLOCK_K = (32, 64, 128, 256)
@@ -91,6 +98,8 @@ def tile_efficiency(config: GemmConfig, dtype: str) -> float:
         eff *= 0.6
     if bm * bn <= 64 * 64 and config.num_warps == 8:
         eff *= 0.85  # 8 warps on a 64x64 tile split the MMA too thin
+    if config.group_m != _GROUP:
+        eff *= _GROUP_EFFICIENCY
     if config.num_stages < 3:
         eff *= 0.8
     elif config.num_stages == 4 and bm * bn <= 128 * 128:
@@ -118,6 +127,12 @@ def estimate(config: GemmConfig, problem: Problem, device: DeviceInfo) -> Estima
         copy_us = _aligned_copy_us(problem, arch)
     if not config.tma:
         eff *= pointer_efficiency(problem, config.aligned_copy)
+    if (config.grid or device.sm_count) > device.sm_count and 2 * smem_bytes(config, problem) > \
+            device.smem_per_block:
+        # More programs than SMs when two cannot share one: they queue. Measured in the tuning run of
+        # 2026-11-30 against the same config on one program per SM: Persistent 6% slower (70 pairs),
+        # Stream-K 13% (25 pairs).
+        eff *= _OVERSUBSCRIBED_EFFICIENCY[config.streamk]
     tiles = _cdiv(m, config.block_m) * _cdiv(n, config.block_n)
     iters = max(_cdiv(k, config.block_k), 1)
     tile_us = 2 * config.block_m * config.block_n * iters * config.block_k / (per_sm_flops_us * eff)
@@ -143,8 +158,10 @@ def estimate(config: GemmConfig, problem: Problem, device: DeviceInfo) -> Estima
     edge_waste = 1.0 - useful / (tiles * config.block_m * config.block_n) if tiles else 0.0
     elt = DTYPE_BYTES[problem.dtype]
     # A is re-read once per column of tiles in a group sweep, B once per row-group (grouped order).
-    a_reads = max(1, _cdiv(n, config.block_n) / max(1, min(config.group_m, _cdiv(m, config.block_m))))
-    b_reads = max(1, _cdiv(m, config.block_m * config.group_m))
+    # Re-reads under the grouped order are modelled at the default group of 8; other groups are charged
+    # in tile_efficiency instead (see _GROUP_EFFICIENCY).
+    a_reads = max(1, _cdiv(n, config.block_n) / max(1, min(_GROUP, _cdiv(m, config.block_m))))
+    b_reads = max(1, _cdiv(m, config.block_m * _GROUP))
     bytes_moved = elt * (m * k * min(a_reads, 4) + k * n * min(b_reads, 4)) + DTYPE_BYTES[problem.out] * m * n
     memory_us = bytes_moved / (_BANDWIDTH_TBS[arch] * 1e6) / streaming_efficiency(config, problem)
     total = max(compute_us, memory_us) + _LAUNCH_US + copy_us
