@@ -31,6 +31,10 @@ bench() {  # bench GPU SHAPES NAME: through dispatch with an empty user DB (ship
     --json "$OUT/$3.json" > "/tmp/$3.txt" 2>&1
   { echo "== $3"; tail -60 "/tmp/$3.txt"; } >> "$OUT/benches.txt"; echo "== $3"; tail -2 "/tmp/$3.txt"
 }  # (at most 8 files come back from $OUT: the tables share one)
+bench_heuristic() {  # bench_heuristic GPU: the shapes file with no shipped file (a copy of the tree)
+  rm -rf /tmp/noship && cp -r "$PWD" /tmp/noship && rm -f "/tmp/noship/configs/${ARCH:-sm_90}.json"
+  (cd /tmp/noship && PYTHONPATH=/tmp/site:/tmp/noship bench "$1" "$SHAPES" bench_heuristic)
+}
 FIRST=${DEVICES%%,*}
 case "${1:-}" in
   check)
@@ -52,16 +56,14 @@ case "${1:-}" in
       --budget-s "${BUDGET:-10}" --devices "$DEVICES" --export "$OUT/sm_90.json" > "$OUT/tune.txt" 2>&1
     tail -4 "$OUT/tune.txt"
     cp "$OUT/sm_90.json" "configs/${ARCH:-sm_90}.json" && cp /tmp/tune.sqlite "$OUT/tune.sqlite"
-    rm -rf /tmp/noship && cp -r "$PWD" /tmp/noship && rm -f "/tmp/noship/configs/${ARCH:-sm_90}.json"
     bench "$FIRST" "$SHAPES" bench_shipped &
     [ "$LAST" != "$FIRST" ] || wait
     bench "$LAST" "$UNTUNED" bench_untuned
-    (cd /tmp/noship && PYTHONPATH=/tmp/site:/tmp/noship bench "$LAST" "$SHAPES" bench_heuristic)
+    bench_heuristic "$LAST"
     wait ;;
   heuristic)  # the heuristic alone (a copy of the tree without the shipped file) and the untuned shapes,
     # side by side; then a tuning run kept for its measurements (no export), for fitting the model
-    rm -rf /tmp/noship && cp -r "$PWD" /tmp/noship && rm -f "/tmp/noship/configs/${ARCH:-sm_90}.json"
-    (cd /tmp/noship && PYTHONPATH=/tmp/site:/tmp/noship bench "$FIRST" "$SHAPES" bench_heuristic) &
+    bench_heuristic "$FIRST" &
     [ "$LAST" != "$FIRST" ] || wait
     bench "$LAST" "$UNTUNED" bench_untuned; wait
     empty_db /tmp/tune.sqlite

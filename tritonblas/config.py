@@ -180,6 +180,13 @@ def config_supports(config: GemmConfig, problem: Problem, device: DeviceInfo) ->
     return None
 
 
+def aligned_leading_dim(lead: int, elt: int) -> int:
+    """`lead` elements of `elt` bytes rounded up to a multiple of 16 bytes: the leading dim of an
+    aligned_copy buffer (launch._aligned), and what the heuristic prices the copied operand at."""
+    per16 = 16 // elt
+    return -(-lead // per16) * per16
+
+
 def operand_alignment(problem: Problem) -> tuple[bool, bool]:
     """Whether dense A and B, each, in the problem's layout have a 16-byte aligned leading dimension."""
     elt = DTYPE_BYTES[problem.dtype]

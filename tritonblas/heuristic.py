@@ -22,6 +22,7 @@ from .config import (
     DeviceInfo,
     GemmConfig,
     Problem,
+    aligned_leading_dim,
     config_supports,
     operand_alignment,
     operand_leading_dims,
@@ -192,24 +193,17 @@ def pointer_efficiency(problem: Problem, copied: bool) -> float:
       are as wide as the size's alignment: under 16 bytes counts as misaligned, even after a copy
       (127x4097x4095 with a copy took 367-519 us by pointers, 2026-11-30)."""
     elt = DTYPE_BYTES[problem.dtype]
-    leads = operand_leading_dims(problem)
     k_contiguous = (problem.layout[0] == "n", problem.layout[1] == "t")
-    extents = (problem.m, problem.n)
     eff = 1.0
-    for lead, along_k, extent in zip(leads, k_contiguous, extents, strict=True):
-        if lead * elt % 16 and not copied:
+    for lead, aligned, along_k, extent in zip(operand_leading_dims(problem), operand_alignment(problem),
+                                              k_contiguous, (problem.m, problem.n), strict=True):
+        if not aligned and not copied:
             eff = min(eff, _MISALIGNED_EFFICIENCY)
-        elif along_k and _padded(lead, elt) % 16:
+        elif along_k and aligned_leading_dim(lead, elt) % 16:
             eff = min(eff, _UNSPECIALIZED_K_LEAD_EFFICIENCY)
         elif not along_k and extent * elt % 16:
             eff = min(eff, _MISALIGNED_EFFICIENCY)
     return eff
-
-
-def _padded(lead: int, elt: int) -> int:
-    """The leading dim of launch._aligned's copy: rounded up to 16 bytes."""
-    per16 = 16 // elt
-    return -(-lead // per16) * per16
 
 
 def _aligned_copy_us(problem: Problem, arch: str) -> float:

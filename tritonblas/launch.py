@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .config import GemmConfig
+from .config import GemmConfig, aligned_leading_dim
 
 _workspaces: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
 
@@ -113,9 +113,8 @@ def _aligned(t: torch.Tensor) -> torch.Tensor:
     ok, col = _tma_ready(t)
     if ok:
         return t
-    per16 = 16 // t.element_size()
     rows, cols = (t.shape[1], t.shape[0]) if col else t.shape
-    buf = torch.empty((rows, _cdiv(cols, per16) * per16), dtype=t.dtype, device=t.device)
+    buf = torch.empty((rows, aligned_leading_dim(cols, t.element_size())), dtype=t.dtype, device=t.device)
     view = buf[:, :cols]
     view.copy_(t.t() if col else t)
     return view.t() if col else view

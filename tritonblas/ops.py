@@ -82,7 +82,9 @@ def _run(a: torch.Tensor, b: torch.Tensor, m: int, n: int, k: int, bias: torch.T
          alpha: float, enable_streamk: bool | None, config: GemmConfig | None, out: torch.Tensor) -> None:
     if beta == 0.0:
         bias = None  # as torch.addmm: with beta == 0 the input is ignored, NaN/inf in it included
-    info = tensor_device_info(a)
+    info = tensor_device_info(a)  # first: it raises for tensors no kernel can take, empty ones too
+    if config is None and (m == 0 or n == 0):
+        return  # empty output: nothing to launch, and the heuristic has no tiles to rank
     dtype = a.dtype
     bias2d = None if bias is None else torch.broadcast_to(bias, (m, n))
     precision = "tf32" if dtype is not torch.float32 or torch.backends.cuda.matmul.allow_tf32 else "ieee"
@@ -90,8 +92,6 @@ def _run(a: torch.Tensor, b: torch.Tensor, m: int, n: int, k: int, bias: torch.T
         dispatch.check_user_config(config, m, n, k, TORCH_DTYPES[dtype], info, _layout(a, b))
         launch_gemm(a, b, out, bias2d, alpha, beta, config, info.sm_count, precision)
         return
-    if m == 0 or n == 0:
-        return  # empty output: nothing to launch, and the heuristic has no tiles to rank
     kind = "none" if bias is None else _bias_kind(bias, m, n)
     problem_key = (m, n, k, TORCH_DTYPES[dtype], _layout(a, b), kind)
     config = dispatch.select_config(problem_key, info, enable_streamk)
