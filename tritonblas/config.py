@@ -119,14 +119,16 @@ def smem_bytes(config: GemmConfig, problem: Problem) -> int:
     """Shared memory a kernel needs: one A and one B tile per pipeline stage, plus what triton 3.6 was
     seen to add on the H200 (every out_of_resources row of docs/benchmarks/h200-tune-measurements.json
     is caught, and 2 of its ~2000 ok rows are refused):
-    - pointers with a ragged K: the masked last block, peeled off the loop, gets buffers of its own
-      (64x128x128 at 4 stages on 1000^3 asked for 245760 B, five stages' worth);
+    - 16-bit pointers with a ragged K: the masked last block, peeled off the loop, gets buffers of its
+      own (64x128x128 at 4 stages on 1000^3 asked for 245760 B, five stages' worth). Not seen in fp32:
+      128x128x64 at 3 stages ran on 2048x2048x2047 in the GPU suite (2026-11-30); a config triton still
+      refuses falls back to the next selection (`ops._fall_back`);
     - TMA with a flattened tile loop and block_k >= 128: one output tile more (256x32x128 at 3 stages on
       1000^3 asked for 237592 B = 3 stages + a 256x32 bf16 tile + 24 B)."""
     elt = DTYPE_BYTES[problem.dtype]
     per_stage = (config.block_m + config.block_n) * config.block_k * elt
     need = per_stage * max(config.num_stages, 1)
-    if not config.tma and problem.k % config.block_k:
+    if not config.tma and problem.k % config.block_k and elt == 2:
         need += per_stage
     if config.tma and config.flatten and config.block_k >= 128:
         need += config.block_m * config.block_n * DTYPE_BYTES[problem.out] + 1024
