@@ -43,6 +43,8 @@ case "${1:-}" in
     timeout 90 python3 scripts/gpu_smoke.py 2>&1 | tail -5
     TRITONBLAS_DB=/tmp/none.sqlite timeout 90 python3 scripts/dispatch_overhead.py 2>&1 | tail -9 \
       | tee "$OUT/overhead.txt" ;;
+  sk)  # where Stream-K loses its time (scripts/streamk_probe.py)
+    CUDA_VISIBLE_DEVICES=$FIRST timeout 240 python3 scripts/streamk_probe.py --json "$OUT/streamk_probe.json" ;;
   probe)  # what makes ragged sizes slow; TMA plans launched from a fresh thread
     CUDA_VISIBLE_DEVICES=$FIRST TRITONBLAS_TEST_GPU=1 timeout 90 python3 -m pytest -q -p no:cacheprovider \
       tests/test_gpu.py -k thread 2>&1 | tail -2
