@@ -3,10 +3,13 @@ persistent kernel with the same tiles, and torch.mm, with each compiled kernel's
 
 Variants (same signature as the shipped kernel, launched through launch.py's plans):
   shipped  tritonblas/kernels/streamk.py
-  for      the split part as a `for` over the program's tiles instead of a `while`
-  fix2     the fix-up reads two partials per step (same summation order, bitwise the same result)
   nofix    every segment only stores its partial: no counters, no fix-up (wrong results; the split
            loop's own cost)
+  kal      k-aligned split: each leftover tile's K range is cut into s = programs // tiles equal
+           segments, program p takes segment p // tiles of tile p % tiles, so programs run the same K
+           range of different tiles at the same time (operands shared through L2, as in Persistent)
+Measured on 2026-11-30 and dropped: the split part as a `for` over tiles instead of a `while`, and a
+fix-up reading two partials per step (both within 3% of shipped).
 Usage (GPU host): python scripts/streamk_probe.py [--json out.json]. A benchmark, not a test.
 """
 
@@ -44,21 +47,9 @@ def _fixup(acc, c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, stride_cm, stride_cn
         arrived = tl.atomic_add(counter_ptr + sk_tile, 1, sem="acq_rel", scope="gpu")
         if arrived == last - first:
             total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            if FIX == 2:
-                for p in range(first, last, 2):
-                    s0 = _slot(p, sk_tile, q, r, iters_per_tile)
-                    s1 = _slot(p + 1, sk_tile, q, r, iters_per_tile)
-                    x0 = tl.load(ws_ptr + s0 * BLOCK_M * BLOCK_N + tile_offs, cache_modifier=".cg")
-                    x1 = tl.load(ws_ptr + s1 * BLOCK_M * BLOCK_N + tile_offs, cache_modifier=".cg")
-                    total += x0
-                    total += x1
-                if (last - first) % 2 == 0:
-                    s = _slot(last, sk_tile, q, r, iters_per_tile)
-                    total += tl.load(ws_ptr + s * BLOCK_M * BLOCK_N + tile_offs, cache_modifier=".cg")
-            else:
-                for p in range(first, last + 1):
-                    s = _slot(p, sk_tile, q, r, iters_per_tile)
-                    total += tl.load(ws_ptr + s * BLOCK_M * BLOCK_N + tile_offs, cache_modifier=".cg")
+            for p in range(first, last + 1):
+                s = _slot(p, sk_tile, q, r, iters_per_tile)
+                total += tl.load(ws_ptr + s * BLOCK_M * BLOCK_N + tile_offs, cache_modifier=".cg")
             epilogue(total, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, stride_biasm, stride_biasn,
                      alpha, beta, pid_m, pid_n, BLOCK_M, BLOCK_N, HAS_BIAS)
             tl.atomic_xchg(counter_ptr + sk_tile, 0, sem="relaxed", scope="gpu")
@@ -110,27 +101,55 @@ def _variant(a_ptr, b_ptr, c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, K, NUM_PR
 
 
 @triton.jit
-def sk_for(a_ptr, b_ptr, c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, K, NUM_PROGS, stride_am, stride_ak,
+def sk_kal(a_ptr, b_ptr, c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, K, NUM_PROGS, stride_am, stride_ak,
            stride_bk, stride_bn, stride_cm, stride_cn, stride_biasm, stride_biasn, alpha, beta,
            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
            HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, PRECISION: tl.constexpr, USE_TMA: tl.constexpr,
            A_COL: tl.constexpr, B_COL: tl.constexpr, A_DIV: tl.constexpr, B_DIV: tl.constexpr,
            FLATTEN: tl.constexpr, WARP_SPEC: tl.constexpr):
-    _variant(a_ptr, b_ptr, c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, K, NUM_PROGS, stride_am, stride_ak,
-             stride_bk, stride_bn, stride_cm, stride_cn, stride_biasm, stride_biasn, alpha, beta, BLOCK_M,
-             BLOCK_N, BLOCK_K, GROUP_M, HAS_BIAS, EVEN_K, PRECISION, USE_TMA, A_COL, B_COL, A_DIV, B_DIV, 1)
-
-
-@triton.jit
-def sk_fix2(a_ptr, b_ptr, c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, K, NUM_PROGS, stride_am, stride_ak,
-            stride_bk, stride_bn, stride_cm, stride_cn, stride_biasm, stride_biasn, alpha, beta,
-            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-            HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, PRECISION: tl.constexpr, USE_TMA: tl.constexpr,
-            A_COL: tl.constexpr, B_COL: tl.constexpr, A_DIV: tl.constexpr, B_DIV: tl.constexpr,
-            FLATTEN: tl.constexpr, WARP_SPEC: tl.constexpr):
-    _variant(a_ptr, b_ptr, c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, K, NUM_PROGS, stride_am, stride_ak,
-             stride_bk, stride_bn, stride_cm, stride_cn, stride_biasm, stride_biasn, alpha, beta, BLOCK_M,
-             BLOCK_N, BLOCK_K, GROUP_M, HAS_BIAS, EVEN_K, PRECISION, USE_TMA, A_COL, B_COL, A_DIV, B_DIV, 2)
+    a_desc, b_desc = a_ptr, b_ptr
+    if USE_TMA:
+        a_desc, b_desc = make_operand_descs(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk,
+                                            stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, A_COL, B_COL)
+    pid = tl.program_id(0)
+    num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    iters_per_tile = tl.cdiv(K, BLOCK_K)
+    dp_tiles = (num_tiles // NUM_PROGS) * NUM_PROGS
+    for tile_id in range(pid, dp_tiles, NUM_PROGS):
+        pid_m, pid_n = tile_coords(tile_id, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        acc = k_loop(acc, a_ptr, b_ptr, a_desc, b_desc, M, N, K, stride_am, stride_ak, stride_bk,
+                     stride_bn, pid_m, pid_n, 0, iters_per_tile, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K,
+                     PRECISION, USE_TMA, A_COL, B_COL, A_DIV, B_DIV)
+        epilogue(acc, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, stride_biasm, stride_biasn,
+                 alpha, beta, pid_m, pid_n, BLOCK_M, BLOCK_N, HAS_BIAS)
+    sk_tiles = num_tiles - dp_tiles
+    splits = min(NUM_PROGS // max(sk_tiles, 1), iters_per_tile)
+    if pid < splits * sk_tiles:
+        sk_tile = pid % sk_tiles
+        seg = pid // sk_tiles
+        pid_m, pid_n = tile_coords(dp_tiles + sk_tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        acc = k_loop(acc, a_ptr, b_ptr, a_desc, b_desc, M, N, K, stride_am, stride_ak, stride_bk,
+                     stride_bn, pid_m, pid_n, seg * iters_per_tile // splits,
+                     (seg + 1) * iters_per_tile // splits, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION,
+                     USE_TMA, A_COL, B_COL, A_DIV, B_DIV)
+        if splits == 1:
+            epilogue(acc, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, stride_biasm, stride_biasn,
+                     alpha, beta, pid_m, pid_n, BLOCK_M, BLOCK_N, HAS_BIAS)
+        else:
+            tile_offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+            tl.store(ws_ptr + pid * BLOCK_M * BLOCK_N + tile_offs, acc, cache_modifier=".cg")
+            tl.debug_barrier()
+            arrived = tl.atomic_add(counter_ptr + sk_tile, 1, sem="acq_rel", scope="gpu")
+            if arrived == splits - 1:
+                total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+                for j in range(0, splits):
+                    total += tl.load(ws_ptr + (j * sk_tiles + sk_tile) * BLOCK_M * BLOCK_N + tile_offs,
+                                     cache_modifier=".cg")
+                epilogue(total, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, stride_biasm, stride_biasn,
+                         alpha, beta, pid_m, pid_n, BLOCK_M, BLOCK_N, HAS_BIAS)
+                tl.atomic_xchg(counter_ptr + sk_tile, 0, sem="relaxed", scope="gpu")
 
 
 @triton.jit
@@ -146,12 +165,14 @@ def sk_nofix(a_ptr, b_ptr, c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, K, NUM_PR
 
 
 CASES = [  # (m, n, k, [configs]); persistent configs get "P", Stream-K ones every variant
-    (256, 256, 65536, ["SK 128x64x128 w8 s4", "SK 128x128x64 w8 s3", "SK 128x128x64 w8 s3 tma",
-                       "SK 128x128x128 w8 s3", "SK 256x128x64 w8 s3", "P 64x64x128 w4 s5"]),
-    (512, 1024, 32768, ["P 64x64x128 w4 s5", "SK 128x128x64 w8 s3", "SK 128x128x64 w8 s3 tma",
+    (256, 256, 65536, ["SK 128x64x128 w8 s4", "SK 128x128x64 w8 s3", "SK 128x128x128 w8 s3",
+                       "SK 256x128x64 w8 s3"]),
+    (512, 1024, 32768, ["P 64x64x128 w4 s5", "SK 128x128x64 w8 s3", "SK 128x128x64 w8 s4 tma",
                         "SK 128x256x64 w8 s3"]),
-    (1536, 1536, 12288, ["SK 128x128x64 w4 s5", "P 128x256x64 w8 s3", "SK 128x256x64 w8 s3"]),
-    (1920, 1920, 8192, ["P 128x256x64 w8 s3", "SK 128x256x64 w8 s3", "SK 128x256x64 w8 s3 tma"]),
+    (1536, 1536, 12288, ["SK 128x128x64 w4 s5", "SK 128x256x64 w8 s3", "SK 128x256x64 w8 s3 tma"]),
+    (1920, 1920, 8192, ["P 128x256x64 w8 s3", "SK 128x256x64 w8 s3 tma"]),
+    (3000, 2000, 5000, ["SK 128x256x64 w8 s3 tma", "P 128x256x64 w8 s3 tma"]),
+    (512, 6144, 4096, ["P 128x256x64 w8 s4 tma", "SK 128x128x64 w8 s4 tma"]),
 ]
 
 
@@ -181,7 +202,7 @@ def main() -> None:
     args = ap.parse_args()
     sm_count = torch.cuda.get_device_properties(0).multi_processor_count
     persistent, shipped_sk = launch._kernels()
-    variants = {"shipped": shipped_sk, "for": sk_for, "fix2": sk_fix2, "nofix": sk_nofix}
+    variants = {"shipped": shipped_sk, "kal": sk_kal, "nofix": sk_nofix}
     rows = []
     print(f"{'shape':>16} {'config':>26} {'variant':>8} {'us':>8} {'TFLOP/s':>8} {'vs mm':>6} "
           f"{'regs':>5} {'spill':>5} {'err':>8}")
@@ -196,7 +217,7 @@ def main() -> None:
         print(f"{m}x{n}x{k:>6} {'torch.mm':>26} {'':>8} {mm_us:8.1f} {flops / mm_us / 1e6:8.1f}")
         for text in configs:
             cfg = parse(text)
-            for name in (["shipped", "for", "fix2", "nofix"] if cfg.streamk else ["P"]):
+            for name in (["shipped", "kal", "nofix"] if cfg.streamk else ["P"]):
                 # The variant stays in place for this config's launches only (plans are cleared).
                 launch._kernels = (lambda v=variants.get(name, shipped_sk): (persistent, v))
                 try:
