@@ -1,15 +1,17 @@
-"""Where Stream-K loses its time: the shipped Stream-K kernel next to variants of its split part, the
-persistent kernel with the same tiles, and torch.mm, with each compiled kernel's registers and spills.
+"""Where Stream-K loses its time: the shipped (K-aligned) Stream-K kernel next to the classic tile-major
+split it replaced, the persistent kernel with the same tiles, and torch.mm, with each compiled
+kernel's registers and spills.
 
 Variants (same signature as the shipped kernel, launched through launch.py's plans):
-  shipped  tritonblas/kernels/streamk.py
-  nofix    every segment only stores its partial: no counters, no fix-up (wrong results; the split
-           loop's own cost)
-  kal      k-aligned split: each leftover tile's K range is cut into s = programs // tiles equal
-           segments, program p takes segment p // tiles of tile p % tiles, so programs run the same K
-           range of different tiles at the same time (operands shared through L2, as in Persistent)
-Measured on 2026-11-30 and dropped: the split part as a `for` over tiles instead of a `while`, and a
-fix-up reading two partials per step (both within 3% of shipped).
+  shipped    tritonblas/kernels/streamk.py: each leftover tile's K range cut into programs // tiles
+             segments, programs running the same K range of different tiles at the same time
+  tilemajor  classic Stream-K, shipped until 2026-11-30: program p owns global iterations
+             [p*q + min(p, r), ...) of the leftover tiles in tile-major order, so programs are
+             staggered along K
+  nofix      tilemajor where every segment only stores its partial: no counters, no fix-up (wrong
+             results; the split loop's own cost)
+Also measured on 2026-11-30 and dropped: tilemajor's split part as a `while` (as shipped then) vs a
+`for` over tiles, and a fix-up reading two partials per step (all within 3%).
 Usage (GPU host): python scripts/streamk_probe.py [--json out.json]. A benchmark, not a test.
 """
 
@@ -25,7 +27,24 @@ import triton.testing
 
 from tritonblas import GemmConfig, launch
 from tritonblas.kernels.common import epilogue, k_loop, make_operand_descs, tile_coords
-from tritonblas.kernels.streamk import _iter_owner, _iter_start, _slot
+
+
+@triton.jit
+def _iter_start(p, q, r):
+    return p * q + min(p, r)
+
+
+@triton.jit
+def _iter_owner(i, q, r):
+    """The program that owns global Stream-K iteration i (tile-major split)."""
+    big = r * (q + 1)
+    return tl.where(i < big, i // (q + 1), r + (i - big) // max(q, 1))
+
+
+@triton.jit
+def _slot(p, sk_tile, q, r, ITERS_PER_TILE):
+    first_tile = _iter_start(p, q, r) // ITERS_PER_TILE
+    return 2 * p + tl.where(sk_tile == first_tile, 0, 1)
 
 
 @triton.jit
@@ -101,55 +120,15 @@ def _variant(a_ptr, b_ptr, c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, K, NUM_PR
 
 
 @triton.jit
-def sk_kal(a_ptr, b_ptr, c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, K, NUM_PROGS, stride_am, stride_ak,
-           stride_bk, stride_bn, stride_cm, stride_cn, stride_biasm, stride_biasn, alpha, beta,
-           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-           HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, PRECISION: tl.constexpr, USE_TMA: tl.constexpr,
-           A_COL: tl.constexpr, B_COL: tl.constexpr, A_DIV: tl.constexpr, B_DIV: tl.constexpr,
-           FLATTEN: tl.constexpr, WARP_SPEC: tl.constexpr):
-    a_desc, b_desc = a_ptr, b_ptr
-    if USE_TMA:
-        a_desc, b_desc = make_operand_descs(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk,
-                                            stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, A_COL, B_COL)
-    pid = tl.program_id(0)
-    num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
-    iters_per_tile = tl.cdiv(K, BLOCK_K)
-    dp_tiles = (num_tiles // NUM_PROGS) * NUM_PROGS
-    for tile_id in range(pid, dp_tiles, NUM_PROGS):
-        pid_m, pid_n = tile_coords(tile_id, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        acc = k_loop(acc, a_ptr, b_ptr, a_desc, b_desc, M, N, K, stride_am, stride_ak, stride_bk,
-                     stride_bn, pid_m, pid_n, 0, iters_per_tile, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K,
-                     PRECISION, USE_TMA, A_COL, B_COL, A_DIV, B_DIV)
-        epilogue(acc, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, stride_biasm, stride_biasn,
-                 alpha, beta, pid_m, pid_n, BLOCK_M, BLOCK_N, HAS_BIAS)
-    sk_tiles = num_tiles - dp_tiles
-    splits = min(NUM_PROGS // max(sk_tiles, 1), iters_per_tile)
-    if pid < splits * sk_tiles:
-        sk_tile = pid % sk_tiles
-        seg = pid // sk_tiles
-        pid_m, pid_n = tile_coords(dp_tiles + sk_tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        acc = k_loop(acc, a_ptr, b_ptr, a_desc, b_desc, M, N, K, stride_am, stride_ak, stride_bk,
-                     stride_bn, pid_m, pid_n, seg * iters_per_tile // splits,
-                     (seg + 1) * iters_per_tile // splits, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION,
-                     USE_TMA, A_COL, B_COL, A_DIV, B_DIV)
-        if splits == 1:
-            epilogue(acc, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, stride_biasm, stride_biasn,
-                     alpha, beta, pid_m, pid_n, BLOCK_M, BLOCK_N, HAS_BIAS)
-        else:
-            tile_offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-            tl.store(ws_ptr + pid * BLOCK_M * BLOCK_N + tile_offs, acc, cache_modifier=".cg")
-            tl.debug_barrier()
-            arrived = tl.atomic_add(counter_ptr + sk_tile, 1, sem="acq_rel", scope="gpu")
-            if arrived == splits - 1:
-                total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-                for j in range(0, splits):
-                    total += tl.load(ws_ptr + (j * sk_tiles + sk_tile) * BLOCK_M * BLOCK_N + tile_offs,
-                                     cache_modifier=".cg")
-                epilogue(total, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, stride_biasm, stride_biasn,
-                         alpha, beta, pid_m, pid_n, BLOCK_M, BLOCK_N, HAS_BIAS)
-                tl.atomic_xchg(counter_ptr + sk_tile, 0, sem="relaxed", scope="gpu")
+def sk_tilemajor(a_ptr, b_ptr, c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, K, NUM_PROGS, stride_am, stride_ak,
+                 stride_bk, stride_bn, stride_cm, stride_cn, stride_biasm, stride_biasn, alpha, beta,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                 HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, PRECISION: tl.constexpr, USE_TMA: tl.constexpr,
+                 A_COL: tl.constexpr, B_COL: tl.constexpr, A_DIV: tl.constexpr, B_DIV: tl.constexpr,
+                 FLATTEN: tl.constexpr, WARP_SPEC: tl.constexpr):
+    _variant(a_ptr, b_ptr, c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, K, NUM_PROGS, stride_am, stride_ak,
+             stride_bk, stride_bn, stride_cm, stride_cn, stride_biasm, stride_biasn, alpha, beta, BLOCK_M,
+             BLOCK_N, BLOCK_K, GROUP_M, HAS_BIAS, EVEN_K, PRECISION, USE_TMA, A_COL, B_COL, A_DIV, B_DIV, 1)
 
 
 @triton.jit
@@ -186,9 +165,16 @@ def parse(text: str) -> GemmConfig:
 def time_case(a, b, c, cfg: GemmConfig, sm_count: int) -> tuple[float, float, int, int]:
     """(median us, relative error vs torch.mm, registers, spills) of one launch path."""
     launch._plans.clear()
+    m, k = a.shape
+    n = b.shape[1]
+    # The tile-major variants write up to two partials per program: twice the shipped kernel's scratch
+    # (the workspace grows, never shrinks, so the launch reuses this one).
+    launch._workspace(c.device, 2 * launch.program_count(cfg, m, n, k, sm_count) * cfg.block_m * cfg.block_n,
+                      -(-m // cfg.block_m) * -(-n // cfg.block_n))
     fn = lambda: launch.launch_gemm(a, b, c, None, 1.0, 0.0, cfg, sm_count, "tf32")  # noqa: E731
     fn()
-    torch.cuda.synchronize()
+    if c.is_cuda:
+        torch.cuda.synchronize()
     ref = torch.mm(a.float(), b.float())
     err = ((c.float() - ref).norm() / ref.norm()).item()
     us = 1e3 * triton.testing.do_bench(fn, warmup=10, rep=60, return_mode="median")
@@ -202,7 +188,7 @@ def main() -> None:
     args = ap.parse_args()
     sm_count = torch.cuda.get_device_properties(0).multi_processor_count
     persistent, shipped_sk = launch._kernels()
-    variants = {"shipped": shipped_sk, "kal": sk_kal, "nofix": sk_nofix}
+    variants = {"shipped": shipped_sk, "tilemajor": sk_tilemajor, "nofix": sk_nofix}
     rows = []
     print(f"{'shape':>16} {'config':>26} {'variant':>8} {'us':>8} {'TFLOP/s':>8} {'vs mm':>6} "
           f"{'regs':>5} {'spill':>5} {'err':>8}")
@@ -217,7 +203,7 @@ def main() -> None:
         print(f"{m}x{n}x{k:>6} {'torch.mm':>26} {'':>8} {mm_us:8.1f} {flops / mm_us / 1e6:8.1f}")
         for text in configs:
             cfg = parse(text)
-            for name in (["shipped", "kal", "nofix"] if cfg.streamk else ["P"]):
+            for name in (["shipped", "tilemajor", "nofix"] if cfg.streamk else ["P"]):
                 # The variant stays in place for this config's launches only (plans are cleared).
                 launch._kernels = (lambda v=variants.get(name, shipped_sk): (persistent, v))
                 try:

@@ -122,29 +122,25 @@ def pairwise(factors: dict[str, Sequence], allowed: Callable[[dict], bool]) -> l
 
 @dataclass(frozen=True)
 class StreamKPlan:
-    """How the Stream-K kernel splits a problem, derived independently of the kernel: program p owns
-    Stream-K iterations [p*q + min(p, r), (p+1)*q + min(p+1, r))."""
+    """How the Stream-K kernel splits a problem, derived independently of the kernel: the T tiles left
+    after full waves each get S = min(programs // T, iters) K segments, and program p < S*T runs
+    segment p // T of leftover tile p % T."""
 
     programs: int
     tiles: int
     dp_tiles: int
     iters: int  # K iterations per tile
-    q: int
-    r: int
 
-    def start(self, p: int) -> int:
-        return p * self.q + min(p, self.r)
-
-    def owner(self, i: int) -> int:
-        q, r = self.q, self.r
-        return i // (q + 1) if i < r * (q + 1) else r + (i - r * (q + 1)) // q
+    @property
+    def splits(self) -> int:
+        sk_tiles = self.tiles - self.dp_tiles
+        return min(self.programs // sk_tiles, self.iters) if sk_tiles else 0
 
     @property
     def owners(self) -> tuple[tuple[int, ...], ...]:
-        """Per Stream-K tile: the programs that own part of its K loop."""
-        it = self.iters
-        return tuple(tuple(range(self.owner(t * it), self.owner((t + 1) * it - 1) + 1))
-                     for t in range(self.tiles - self.dp_tiles))
+        """Per Stream-K tile: the programs that run part of its K loop, in segment order."""
+        sk_tiles = self.tiles - self.dp_tiles
+        return tuple(tuple(t + j * sk_tiles for j in range(self.splits)) for t in range(sk_tiles))
 
     @property
     def max_sharing(self) -> int:
@@ -152,23 +148,19 @@ class StreamKPlan:
 
     @property
     def idle(self) -> int:
-        """Programs that own no Stream-K iteration."""
-        return self.programs - self.r if self.q == 0 else 0
+        """Programs that run no Stream-K segment."""
+        return self.programs - self.splits * (self.tiles - self.dp_tiles)
 
     @property
     def slots(self) -> frozenset[int]:
-        """Workspace slots the partials of split tiles go to: 2p for p's first tile, 2p+1 for its next."""
-        return frozenset(2 * p + (0 if t == self.start(p) // self.iters else 1)
-                         for t, own in enumerate(self.owners) if len(own) > 1 for p in own)
+        """Workspace slots the partials of split tiles go to: slot p for program p."""
+        return frozenset(p for own in self.owners if len(own) > 1 for p in own)
 
 
 def sk_plan(config: GemmConfig, m: int, n: int, k: int, sm_count: int = SM_COUNT) -> StreamKPlan:
     progs = program_count(config, m, n, k, sm_count)
     tiles = cdiv(m, config.block_m) * cdiv(n, config.block_n)
-    iters = cdiv(k, config.block_k)
-    dp = tiles // progs * progs
-    q, r = divmod((tiles - dp) * iters, progs)
-    return StreamKPlan(progs, tiles, dp, iters, q, r)
+    return StreamKPlan(progs, tiles, tiles // progs * progs, cdiv(k, config.block_k))
 
 
 SK_GOALS: dict[str, Callable[[StreamKPlan], bool]] = {
@@ -184,24 +176,29 @@ def sk_config(bm: int, bn: int, bk: int, grid: int) -> GemmConfig:
 
 
 # (id, shape, config, programs, dp tiles, owners of each Stream-K tile, idle programs, partial slots),
-# worked out by hand from the kernel's docstring: program p owns iterations [p*q + min(p, r), ...).
+# worked out by hand from the kernel's docstring: S = min(programs // leftover tiles, K iterations)
+# segments per leftover tile, program p runs segment p // T of leftover tile p % T.
 STREAMK_SPLITS = [
     # 1 tile, 8 K iterations over 4 programs: every program holds a quarter of the one tile.
     ("one_tile_four_programs", (15, 17, 127), sk_config(32, 32, 16, 4), 4, 0, ((0, 1, 2, 3),), 0,
-     {0, 2, 4, 6}),
+     {0, 1, 2, 3}),
     # grid 64 is capped at the 3 K iterations there are.
-    ("grid_capped_by_iterations", (15, 17, 33), sk_config(32, 32, 16, 64), 3, 0, ((0, 1, 2),), 0, {0, 2, 4}),
-    # 8 tiles on 3 programs: 6 data-parallel, 2 split (program 1 ends tile 0 and starts tile 1).
-    ("dp_and_sk", (100, 33, 100), sk_config(32, 32, 32, 3), 3, 6, ((0, 1), (1, 2)), 0, {0, 2, 3, 4}),
+    ("grid_capped_by_iterations", (15, 17, 33), sk_config(32, 32, 16, 64), 3, 0, ((0, 1, 2),), 0, {0, 1, 2}),
+    # 8 tiles on 6 programs: 6 data-parallel, 2 split three ways (4 K iterations: segments of 1, 1, 2).
+    ("dp_and_sk", (100, 33, 100), sk_config(32, 32, 32, 6), 6, 6, ((0, 2, 4), (1, 3, 5)), 0,
+     {0, 1, 2, 3, 4, 5}),
     # 2 leftover tiles x 2 iterations on 6 programs: 4 programs take one iteration, 2 take none.
-    ("idle_programs", (100, 33, 40), sk_config(32, 32, 32, 6), 6, 6, ((0, 1), (2, 3)), 2, {0, 2, 4, 6}),
+    ("idle_programs", (100, 33, 40), sk_config(32, 32, 32, 6), 6, 6, ((0, 2), (1, 3)), 2, {0, 1, 2, 3}),
+    # 3 leftover tiles on 5 programs: one segment each (no split, no partial), 2 programs idle.
+    ("leftover_tiles_unsplit", (100, 33, 100), sk_config(32, 32, 32, 5), 5, 5, ((0,), (1,), (2,)), 2,
+     set()),
     # tiles a multiple of the grid: all data-parallel, no Stream-K iteration, nothing to fix up.
     ("all_data_parallel", (64, 64, 100), sk_config(32, 32, 32, 2), 2, 4, (), 2, set()),
     # one program: every tile is its own, in the data-parallel loop.
     ("single_program", (33, 17, 100), sk_config(16, 16, 16, 1), 1, 6, (), 1, set()),
-    # 3 leftover tiles of 7 iterations on 5 programs: tile 1 is shared by programs 1, 2 and 3.
-    ("tile_shared_by_three", (63, 17, 100), sk_config(16, 16, 16, 5), 5, 5, ((0, 1), (1, 2, 3), (3, 4)), 0,
-     {0, 2, 3, 4, 6, 7, 8}),
+    # 1 leftover tile of 7 iterations after a full wave of 7: shared by all seven programs.
+    ("tile_shared_by_seven", (63, 17, 100), sk_config(16, 16, 16, 7), 7, 7, ((0, 1, 2, 3, 4, 5, 6),), 0,
+     {0, 1, 2, 3, 4, 5, 6}),
 ]
 
 
@@ -372,14 +369,14 @@ def prime_workspace(config: GemmConfig, plan: StreamKPlan, device: torch.device)
     slots it wrote partials to can be read back (see `written_slots`)."""
     from tritonblas import launch
 
-    ws, _ = launch._workspace(device, 2 * plan.programs * config.block_m * config.block_n,
+    ws, _ = launch._workspace(device, plan.programs * config.block_m * config.block_n,
                               plan.tiles - plan.dp_tiles)
     return ws.fill_(float("nan"))
 
 
 def written_slots(ws: torch.Tensor, config: GemmConfig, plan: StreamKPlan) -> frozenset[int]:
     size = config.block_m * config.block_n
-    return frozenset(s for s in range(2 * plan.programs) if not ws[s * size:(s + 1) * size].isnan().all())
+    return frozenset(s for s in range(plan.programs) if not ws[s * size:(s + 1) * size].isnan().all())
 
 
 def same_view(x: torch.Tensor, y: torch.Tensor) -> bool:

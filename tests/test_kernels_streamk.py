@@ -54,11 +54,11 @@ def test_bitwise_reproducible_across_runs_and_workspace_reuse(dtype):
 def test_workspace_grows_and_is_reused():
     tritonblas.matmul(*_problem(127, 127, 127), config=sk_config(32, 32, 32, 7))
     ws, cnt = launch._workspaces[CPU]
-    assert ws.numel() >= 2 * 7 * 32 * 32
+    assert ws.numel() >= 7 * 32 * 32
     tritonblas.matmul(*_problem(15, 17, 127), config=sk_config(16, 16, 16, 3))
     assert launch._workspaces[CPU][0] is ws and launch._workspaces[CPU][1] is cnt  # big enough: reused
     tritonblas.matmul(*_problem(127, 127, 127), config=sk_config(32, 32, 32, 20))
-    assert launch._workspaces[CPU][0].numel() >= 2 * 20 * 32 * 32
+    assert launch._workspaces[CPU][0].numel() >= 20 * 32 * 32
     assert not launch._workspaces[CPU][1].any()
 
 

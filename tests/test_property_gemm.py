@@ -221,13 +221,13 @@ def test_streamk_is_bitwise_reproducible_in_any_program_order(case, m2, n2, k2):
 
 @pytest.mark.parametrize("order", ["reversed", "odd_first"])
 def test_streamk_split_tile_finishes_whoever_arrives_last(order):
-    """A tile shared by 3 programs (and idle programs) with its owners run last-first or interleaved."""
+    """A tile shared by every program, its owners run last-first or interleaved."""
     from shapes import STREAMK_SPLITS
 
     import tritonblas
 
-    _, (m, n, k), config, programs, *_ = next(s for s in STREAMK_SPLITS if s[0] == "tile_shared_by_three")
-    perm = list(range(programs))[::-1] if order == "reversed" else [1, 3, 0, 2, 4]
+    _, (m, n, k), config, programs, *_ = next(s for s in STREAMK_SPLITS if s[0] == "tile_shared_by_seven")
+    perm = list(range(programs))[::-1] if order == "reversed" else [1, 3, 5, 0, 2, 4, 6]
     a, b = operands(m, n, k, torch.float32, "nn", seed=3)
     first = tritonblas.matmul(a, b, config=config)
     with program_order(perm) as ran:

@@ -36,7 +36,6 @@ _PEAK_TFLOPS = {"sm_90": {"fp16": 800.0, "bf16": 800.0, "fp32": 50.0, "tf32": 40
                 "default": {"fp16": 300.0, "bf16": 300.0, "fp32": 20.0, "tf32": 150.0}}
 _BANDWIDTH_TBS = {"sm_90": 4.3, "default": 2.0}
 _LAUNCH_US = 4.0
-_SPLIT_LOOP_EFFICIENCY = 0.45
 # Odd leading dims (not 16-byte rows) load element by element and cannot use TMA: 127x4097x4095 bf16
 # took 89 us at best (sweep 1) where the model predicts ~20 us for aligned operands.
 _MISALIGNED_EFFICIENCY = 0.25
@@ -141,17 +140,19 @@ def estimate(config: GemmConfig, problem: Problem, device: DeviceInfo) -> Estima
     fixup = 0.0
     if config.streamk:
         full_waves, rest = divmod(tiles, programs)
-        # The split K loop runs at ~0.45 of the data-parallel one: 1920x1920x8192 with 128x256 tiles
-        # (120 tiles, each program 0.9 of a tile) took 190 us as Stream-K vs 91 us Persistent.
-        waves = full_waves + rest / programs / _SPLIT_LOOP_EFFICIENCY
+        waves = float(full_waves)
         if rest:
-            # Each leftover tile is shared by ~programs/rest programs; its last arriver reads the
-            # others' fp32 partials at about twice one SM's fair share of bandwidth. 4096^3 with
-            # 128x256 tiles (3.9 waves) measured Stream-K 25% slower than Persistent: the fix-up is
-            # not free.
-            split = min(programs / rest, iters)
-            per_sm_bytes_us = _BANDWIDTH_TBS[arch] * 1e6 / device.sm_count * 2
-            fixup = split * config.block_m * config.block_n * 4 / per_sm_bytes_us
+            # The kernel's K-aligned split: each leftover tile's K loop in `split` even segments, run at
+            # the data-parallel rate (1920x1920x8192 with 128x256 tiles, one segment per tile: 92.3 us
+            # vs Persistent 91.6 us; scripts/streamk_probe.py, 2026-11-30).
+            split = min(programs // rest, iters)
+            waves += _cdiv(iters, split) / iters
+            if split > 1:
+                # The last arriver reads the split's fp32 partials at about twice one SM's fair share
+                # of bandwidth: 256x256x65536 with 128x128 tiles (33 partials of 64 KB) took 66 us
+                # against ~38 us with no fix-up at all.
+                per_sm_bytes_us = _BANDWIDTH_TBS[arch] * 1e6 / device.sm_count * 2
+                fixup = split * config.block_m * config.block_n * 4 / per_sm_bytes_us
     else:
         waves = _cdiv(tiles, max(1, min(programs, tiles)))
     compute_us = waves * tile_us + fixup

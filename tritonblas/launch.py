@@ -201,7 +201,7 @@ def _make_plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Te
     # K == 0 has no iterations to split: the persistent kernel writes beta * bias (or zeros).
     if config.streamk and k > 0:
         tiles = _cdiv(m, config.block_m) * _cdiv(n, config.block_n)
-        workspace = (2 * progs * config.block_m * config.block_n, tiles % progs)
+        workspace = (progs * config.block_m * config.block_n, tiles % progs)
         return _Plan(streamk, progs, ints, constexprs, config.num_warps, config.num_stages, workspace,
                      tma=use_tma)
     return _Plan(persistent, progs, ints, constexprs, config.num_warps, config.num_stages, None, tma=use_tma)

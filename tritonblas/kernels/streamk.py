@@ -1,14 +1,18 @@
-"""Stream-K GEMM with last-arriver fix-up: no program ever waits on another.
+"""Stream-K GEMM with a K-aligned split and last-arriver fix-up: no program ever waits on another.
 
-Tiles in full waves (num_tiles // NUM_PROGS * NUM_PROGS) run data-parallel. The K iterations of the
-remaining tiles are split evenly over the NUM_PROGS programs: program p owns global iterations
-[start(p), start(p+1)) with start(p) = p*q + min(p, r), q, r = divmod(total, NUM_PROGS).
+Tiles in full waves (num_tiles // NUM_PROGS * NUM_PROGS) run data-parallel. Each of the T remaining
+tiles has its K loop cut into S = min(NUM_PROGS // T, K iterations) even segments: program p < S*T runs
+segment p // T of tile p % T, so at any moment the programs work on the same K range of different
+tiles and share A and B through L2, as the data-parallel loop does. Splitting each program's range
+evenly over the whole iteration space instead (classic Stream-K) staggers the programs along K: on the
+H200 that ran the split part at ~0.45 of the data-parallel rate (512x1024x32768, 128x128x64 tiles:
+101 us vs 66 us K-aligned; scripts/streamk_probe.py, 2026-11-30). The programs left over
+(NUM_PROGS - S*T < T) have no segment.
 
-A program that owns only part of a tile writes its fp32 partial to the workspace slot
-2*p + (0 if the tile is the first one it touches else 1), then bumps the tile's counter. The program
-whose bump completes the count (the last to arrive, whoever it is) sums the partials of all
-contributors (its own read back too) in program order, so the result is bitwise the same run to run,
-runs the shared epilogue and resets the counter to 0 for the next launch.
+A split tile's programs write their fp32 partials to workspace slot p and bump the tile's counter. The
+program whose bump completes the count (the last to arrive, whoever it is) sums the S partials in
+segment order (its own read back too), so the result is bitwise the same run to run, runs the shared
+epilogue and resets the counter to 0 for the next launch.
 """
 
 import triton
@@ -18,21 +22,27 @@ from .common import epilogue, k_loop, make_operand_descs, tile_coords
 
 
 @triton.jit
-def _iter_start(p, q, r):
-    return p * q + min(p, r)
-
-
-@triton.jit
-def _iter_owner(i, q, r):
-    """The program that owns global Stream-K iteration i."""
-    big = r * (q + 1)
-    return tl.where(i < big, i // (q + 1), r + (i - big) // max(q, 1))
-
-
-@triton.jit
-def _slot(p, sk_tile, q, r, ITERS_PER_TILE):
-    first_tile = _iter_start(p, q, r) // ITERS_PER_TILE
-    return 2 * p + tl.where(sk_tile == first_tile, 0, 1)
+def _fix_up(acc, c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, stride_cm, stride_cn, stride_biasm,
+            stride_biasn, alpha, beta, pid, pid_m, pid_n, sk_tile, sk_tiles, splits,
+            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr):
+    """Publish this segment's partial; the last of the tile's `splits` programs to arrive sums them all
+    (program order: slot j*sk_tiles + sk_tile for segment j) and writes the tile."""
+    tile_offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    tl.store(ws_ptr + pid * BLOCK_M * BLOCK_N + tile_offs, acc, cache_modifier=".cg")
+    # Every thread's partial must be written before the counter says so.
+    tl.debug_barrier()
+    arrived = tl.atomic_add(counter_ptr + sk_tile, 1, sem="acq_rel", scope="gpu")
+    if arrived == splits - 1:
+        # Every partial, this program's own included, is read back: its registers are then free, so
+        # the fix-up never holds two BLOCK_M x BLOCK_N fp32 tiles (256 registers per thread for
+        # 128x256 on 8 warps, a sure spill).
+        total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for j in range(0, splits):
+            total += tl.load(ws_ptr + (j * sk_tiles + sk_tile) * BLOCK_M * BLOCK_N + tile_offs,
+                             cache_modifier=".cg")
+        epilogue(total, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, stride_biasm, stride_biasn,
+                 alpha, beta, pid_m, pid_n, BLOCK_M, BLOCK_N, HAS_BIAS)
+        tl.atomic_xchg(counter_ptr + sk_tile, 0, sem="relaxed", scope="gpu")
 
 
 @triton.jit
@@ -63,44 +73,21 @@ def streamk_gemm_kernel(
         epilogue(acc, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, stride_biasm, stride_biasn,
                  alpha, beta, pid_m, pid_n, BLOCK_M, BLOCK_N, HAS_BIAS)
 
-    total = (num_tiles - dp_tiles) * iters_per_tile
-    q = total // NUM_PROGS
-    r = total % NUM_PROGS
-    it = _iter_start(pid, q, r)
-    my_end = _iter_start(pid + 1, q, r)
-    rm = tl.arange(0, BLOCK_M)
-    rn = tl.arange(0, BLOCK_N)
-    tile_offs = rm[:, None] * BLOCK_N + rn[None, :]
-    while it < my_end:
-        sk_tile = it // iters_per_tile
-        tile_begin = sk_tile * iters_per_tile
-        seg_end = min(my_end, tile_begin + iters_per_tile)
+    sk_tiles = num_tiles - dp_tiles
+    splits = min(NUM_PROGS // max(sk_tiles, 1), iters_per_tile)
+    if pid < splits * sk_tiles:
+        sk_tile = pid % sk_tiles
+        seg = pid // sk_tiles
         pid_m, pid_n = tile_coords(dp_tiles + sk_tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         acc = k_loop(acc, a_ptr, b_ptr, a_desc, b_desc, M, N, K, stride_am, stride_ak, stride_bk,
-                     stride_bn, pid_m, pid_n, it - tile_begin, seg_end - tile_begin,
-                     BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION, USE_TMA, A_COL, B_COL,
-                     A_DIV, B_DIV)
-        first = _iter_owner(tile_begin, q, r)
-        last = _iter_owner(tile_begin + iters_per_tile - 1, q, r)
-        if first == last:
+                     stride_bn, pid_m, pid_n, seg * iters_per_tile // splits,
+                     (seg + 1) * iters_per_tile // splits, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION,
+                     USE_TMA, A_COL, B_COL, A_DIV, B_DIV)
+        if splits == 1:
             epilogue(acc, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, stride_biasm, stride_biasn,
                      alpha, beta, pid_m, pid_n, BLOCK_M, BLOCK_N, HAS_BIAS)
         else:
-            my_slot = _slot(pid, sk_tile, q, r, iters_per_tile)
-            tl.store(ws_ptr + my_slot * BLOCK_M * BLOCK_N + tile_offs, acc, cache_modifier=".cg")
-            # Every thread's partial must be written before the counter says so.
-            tl.debug_barrier()
-            arrived = tl.atomic_add(counter_ptr + sk_tile, 1, sem="acq_rel", scope="gpu")
-            if arrived == last - first:
-                # Every partial, this program's own included, is read back from the workspace: its
-                # registers are then free, so the fix-up never holds two BLOCK_M x BLOCK_N fp32 tiles
-                # (256 registers per thread for 128x256 on 8 warps, a sure spill).
-                total_acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-                for p in range(first, last + 1):
-                    slot = _slot(p, sk_tile, q, r, iters_per_tile)
-                    total_acc += tl.load(ws_ptr + slot * BLOCK_M * BLOCK_N + tile_offs, cache_modifier=".cg")
-                epilogue(total_acc, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, stride_biasm,
-                         stride_biasn, alpha, beta, pid_m, pid_n, BLOCK_M, BLOCK_N, HAS_BIAS)
-                tl.atomic_xchg(counter_ptr + sk_tile, 0, sem="relaxed", scope="gpu")
-        it = seg_end
+            _fix_up(acc, c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, stride_cm, stride_cn, stride_biasm,
+                    stride_biasn, alpha, beta, pid, pid_m, pid_n, sk_tile, sk_tiles, splits,
+                    BLOCK_M, BLOCK_N, HAS_BIAS)
