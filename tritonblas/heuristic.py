@@ -39,6 +39,7 @@ _LAUNCH_US = 4.0
 # Odd leading dims (not 16-byte rows) load element by element and cannot use TMA: 127x4097x4095 bf16
 # took 89 us at best (sweep 1) where the model predicts ~20 us for aligned operands.
 _MISALIGNED_EFFICIENCY = 0.25
+_MISALIGNED_BANDWIDTH = 0.05
 # A K-contiguous operand (A row-major, B column-major) whose leading dim is 16-byte aligned but not a
 # multiple of 16 elements runs the pointer loop ~3.5x slower even with the kernel's alignment hint:
 # 1024x1024x1000 bf16 44.7 us vs 12.3 us for 1024^3 with the same config, while TMA took 14.9 us
@@ -105,7 +106,9 @@ def tile_efficiency(config: GemmConfig, dtype: str) -> float:
     elif config.num_stages == 4 and bm * bn <= 128 * 128:
         # One more stage in flight pays on small and medium tiles: 128x4096x4096 bf16 with 64x64x128
         # took 22.7 us at 4 stages vs 27.2 us at 3; tuned winners of 1536x1536x12288, 1024x10240x8192
-        # and the M=16 shapes are 4-stage too (bench of the shipped file, 2026-11-30).
+        # and the M=16 shapes are 4-stage too (bench of the shipped file, 2026-11-30). Not 128x128:
+        # on compute-bound shapes its best 4-stage config ran 0.86-0.89 of 128x256's (4096^3, 8192^3,
+        # 4096x8192x8192; tuning run of the K-aligned Stream-K kernel, 2026-11-30), the sweep's ratio.
         eff *= 1.08
     if config.tma and config.flatten and bm * bn >= 128 * 128:
         # 4096^3 128x256: 0.99x torch.mm vs 0.94x for the plain loop; on 64x64 tiles (512x1024x32768)
@@ -166,6 +169,11 @@ def estimate(config: GemmConfig, problem: Problem, device: DeviceInfo) -> Estima
     b_reads = max(1, _cdiv(m, config.block_m * _GROUP))
     bytes_moved = elt * (m * k * min(a_reads, 4) + k * n * min(b_reads, 4)) + DTYPE_BYTES[problem.out] * m * n
     memory_us = bytes_moved / (_BANDWIDTH_TBS[arch] * 1e6) / streaming_efficiency(config, problem)
+    if not config.tma and pointer_efficiency(problem, config.aligned_copy) <= _MISALIGNED_EFFICIENCY:
+        # Loads one element wide are bound by the memory system, not by the SM: 127x4097x4095 bf16 by
+        # pointers took 205 us with Stream-K over 132 programs (33.5 MB: 0.16 TB/s), no faster than on
+        # 33 (sweep 1: 89 us). More programs do not help; the copy + TMA path took 85 us.
+        memory_us /= _MISALIGNED_BANDWIDTH
     total = max(compute_us, memory_us) + _LAUNCH_US + copy_us
     return Estimate(config, total, compute_us, memory_us, waves, eff, edge_waste, fixup, copy_us)
 
