@@ -4,6 +4,8 @@
 # one per GPU, each timing ours and torch.mm in one process); on one GPU set DEVICES=0.
 #   here:       bash ../shared/device/prepare-wheels.sh platformdirs      (once; carry [".whl"])
 #   on the GPU: bash scripts/h200_run.sh check    GPU test suite, smoke, host overhead
+#               bash scripts/h200_run.sh final    check, then the heuristic alone on both shape files
+#               bash scripts/h200_run.sh sk       Stream-K variants side by side (scripts/streamk_probe.py)
 #               bash scripts/h200_run.sh probe    ragged-size probe, a TMA launch from another thread
 #               bash scripts/h200_run.sh overhead host overhead of a dispatch hit
 #               bash scripts/h200_run.sh quality  tuned vs exhaustive search, tuning time (issue 4)
@@ -31,9 +33,10 @@ bench() {  # bench GPU SHAPES NAME: through dispatch with an empty user DB (ship
     --json "$OUT/$3.json" > "/tmp/$3.txt" 2>&1
   { echo "== $3"; tail -60 "/tmp/$3.txt"; } >> "$OUT/benches.txt"; echo "== $3"; tail -2 "/tmp/$3.txt"
 }  # (at most 8 files come back from $OUT: the tables share one)
-bench_heuristic() {  # bench_heuristic GPU: the shapes file with no shipped file (a copy of the tree)
-  rm -rf /tmp/noship && cp -r "$PWD" /tmp/noship && rm -f "/tmp/noship/configs/${ARCH:-sm_90}.json"
-  (cd /tmp/noship && PYTHONPATH=/tmp/site:/tmp/noship bench "$1" "$SHAPES" bench_heuristic)
+bench_heuristic() {  # bench_heuristic GPU [SHAPES NAME]: no shipped file (a copy of the tree): the heuristic
+  local tree="/tmp/noship$1"  # alone, since the user DB is empty too
+  rm -rf "$tree" && cp -r "$PWD" "$tree" && rm -f "$tree/configs/${ARCH:-sm_90}.json"
+  (cd "$tree" && PYTHONPATH="/tmp/site:$tree" bench "$1" "${2:-$SHAPES}" "${3:-bench_heuristic}")
 }
 FIRST=${DEVICES%%,*}
 case "${1:-}" in
@@ -43,6 +46,11 @@ case "${1:-}" in
     timeout 90 python3 scripts/gpu_smoke.py 2>&1 | tail -5
     TRITONBLAS_DB=/tmp/none.sqlite timeout 90 python3 scripts/dispatch_overhead.py 2>&1 | tail -9 \
       | tee "$OUT/overhead.txt" ;;
+  final)  # the GPU suite and host overhead, then the heuristic alone on the tuned and the untuned shapes
+    bash "$0" check
+    bench_heuristic "$FIRST" &
+    [ "$LAST" != "$FIRST" ] || wait
+    bench_heuristic "$LAST" "$UNTUNED" bench_untuned_heuristic; wait ;;
   sk)  # where Stream-K loses its time (scripts/streamk_probe.py)
     CUDA_VISIBLE_DEVICES=$FIRST timeout 240 python3 scripts/streamk_probe.py --json "$OUT/streamk_probe.json" ;;
   probe)  # what makes ragged sizes slow; TMA plans launched from a fresh thread

@@ -69,13 +69,20 @@ def test_no_estimate_beats_the_roofline(problem, device):
         assert 0 <= e.edge_waste < 1
 
 
+def _load_widths(problem: Problem) -> tuple:
+    return (operand_alignment(problem),
+            *(f(problem, copied) for f in (heuristic.pointer_efficiency, heuristic.element_wide_loads)
+              for copied in (False, True)))
+
+
 @FAST
 @given(problems, devices)
 def test_more_k_never_predicts_faster(problem, device):
     longer = Problem(problem.m, problem.n, problem.k * 2, problem.dtype, problem.layout, problem.bias)
     # Doubling K can make a misaligned leading dim aligned (K = 4 -> 8 in fp16), which really is faster
-    # (no padded copy of that operand, or vectorized loads): compare only problems aligned alike.
-    assume(operand_alignment(longer) == operand_alignment(problem))
+    # (no padded copy of that operand, or wider loads: an odd K lead becomes even, 8 becomes 16):
+    # compare only problems whose loads are alike.
+    assume(_load_widths(longer) == _load_widths(problem))
     assert heuristic.rank(longer, device)[0].total_us >= heuristic.rank(problem, device)[0].total_us
 
 
@@ -181,3 +188,14 @@ def test_shared_memory_estimate_matches_what_the_h200_compiled():
     for streamk in (False, True):
         fp32 = GemmConfig(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3, streamk=streamk)
         assert config_supports(fp32, Problem(2048, 2048, 2047, "fp32"), H200) is None
+
+
+@pytest.mark.parametrize("problem, copied, expected", [
+    (Problem(127, 4097, 4095, "bf16"), False, True),  # odd leading dims
+    (Problem(127, 4097, 4095, "bf16"), True, True),  # copied, B still wraps at N = 4097
+    (Problem(128, 4096, 4095, "bf16"), True, False),  # A padded by the copy, B aligned
+    (Problem(128, 4096, 4095, "bf16"), False, True),
+    (Problem(700, 1500, 1024, "bf16"), False, False),  # 3000-byte rows: 4-element loads
+], ids=str)
+def test_element_wide_loads(problem, copied, expected):
+    assert heuristic.element_wide_loads(problem, copied) is expected

@@ -15,7 +15,7 @@ import functools
 import math
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -86,6 +86,9 @@ class _State:
 
 
 _state = _State()
+# Called whenever the cached selections are dropped: ops keeps the selected config in its per-call
+# cache (a select_config hit costs 0.2 us, hashing DeviceInfo most of it).
+on_clear: list[Callable[[], None]] = []
 
 
 def _warn(exc: BaseException) -> None:
@@ -166,9 +169,15 @@ def clear_cache() -> None:
     """Forget every cached selection, close the DB and drop the shipped files read: the next call
     looks again (e.g. after a tuning run in another process). The one warning stays given."""
     with _state.lock:
-        _select_cached.cache_clear()
-        select_config.cache_clear()
+        _drop_selections()
         _state.forget()
+
+
+def _drop_selections() -> None:
+    _select_cached.cache_clear()
+    select_config.cache_clear()
+    for fn in on_clear:
+        fn()
 
 
 def _arch_key(p: Problem) -> tuple:
@@ -222,8 +231,7 @@ def report_compile_failure(key: tuple, device: DeviceInfo, config: GemmConfig, e
     problem = Problem(*key)
     with _state.lock:
         _state.failed.setdefault((problem, device), set()).add(config)
-        _select_cached.cache_clear()
-        select_config.cache_clear()
+        _drop_selections()
     warnings.warn(f"tritonblas: {config.short()} could not be compiled for {problem.m}x{problem.n}x"
                   f"{problem.k} {problem.dtype} on {device.name} ({str(exc).splitlines()[0]}); using "
                   "the next candidate", RuntimeWarning, stacklevel=4)

@@ -169,7 +169,7 @@ def estimate(config: GemmConfig, problem: Problem, device: DeviceInfo) -> Estima
     b_reads = max(1, _cdiv(m, config.block_m * _GROUP))
     bytes_moved = elt * (m * k * min(a_reads, 4) + k * n * min(b_reads, 4)) + DTYPE_BYTES[problem.out] * m * n
     memory_us = bytes_moved / (_BANDWIDTH_TBS[arch] * 1e6) / streaming_efficiency(config, problem)
-    if not config.tma and pointer_efficiency(problem, config.aligned_copy) <= _MISALIGNED_EFFICIENCY:
+    if not config.tma and element_wide_loads(problem, config.aligned_copy):
         # Loads one element wide are bound by the memory system, not by the SM: 127x4097x4095 bf16 by
         # pointers took 205 us with Stream-K over 132 programs (33.5 MB: 0.16 TB/s), no faster than on
         # 33 (sweep 1: 89 us). More programs do not help; the copy + TMA path took 85 us.
@@ -213,6 +213,17 @@ def pointer_efficiency(problem: Problem, copied: bool) -> float:
         elif not along_k and extent * elt % 16:
             eff = min(eff, _MISALIGNED_EFFICIENCY)
     return eff
+
+
+def element_wide_loads(problem: Problem, copied: bool) -> bool:
+    """Whether the pointer loop loads some operand one element at a time: its contiguous axis has an odd
+    leading dim (not copied to a padded buffer) or, when that axis is M or N, wraps at an odd size."""
+    k_contiguous = (problem.layout[0] == "n", problem.layout[1] == "t")
+    for lead, along_k, extent in zip(operand_leading_dims(problem), k_contiguous, (problem.m, problem.n),
+                                     strict=True):
+        if (lead % 2 and not copied) or (not along_k and extent % 2):
+            return True
+    return False
 
 
 def _aligned_copy_us(problem: Problem, arch: str) -> float:

@@ -3,19 +3,21 @@
 The core op is a torch.library custom op, so torch.compile(fullgraph=True) sees one opaque node and
 autograd uses the library's own kernels for the backward GEMMs. Eager calls that need no autograd skip
 the custom-op dispatcher and call the implementation directly: that layer costs ~10 us per call, more
-than the whole budget for host overhead.
+than the whole budget for host overhead. A call repeating the tensor facts of one that passed every
+check skips them (_key, _hits: the per-call cache above the public ops).
 """
 
 from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 
 import torch
 
 from . import dispatch
-from .config import GemmConfig
-from .device import tensor_device_info
+from .config import INTERPRETER_DEVICE, DeviceInfo, GemmConfig
+from .device import interpreter_enabled, tensor_device_info
 from .launch import is_out_of_resources, launch_gemm
 from .validate import (
     TORCH_DTYPES,
@@ -25,6 +27,7 @@ from .validate import (
     check_out,
     check_scalar,
     check_tensor,
+    span_bytes,
 )
 
 # enable_streamk <-> the custom op's `family` int (its schema has no Optional[bool]).
@@ -34,6 +37,8 @@ _STREAMK = {-1: None, 0: False, 1: True}
 # selected, this many times at most (tests/test_dispatch_fallback.py).
 _MAX_COMPILE_FALLBACKS = 8
 _BIAS_KINDS = {(False, False): "scalar", (False, True): "row", (True, False): "column", (True, True): "full"}
+# What torch.backends.cuda.matmul.allow_tf32 returns, without its module __getattr__: 0.65 -> 0.05 us.
+_allow_tf32 = torch._C._get_cublas_allow_tf32
 
 
 # The custom op's schema takes the config as list[int]: every GemmConfig field in declaration order
@@ -87,7 +92,7 @@ def _run(a: torch.Tensor, b: torch.Tensor, m: int, n: int, k: int, bias: torch.T
         return  # empty output: nothing to launch, and the heuristic has no tiles to rank
     dtype = a.dtype
     bias2d = None if bias is None else torch.broadcast_to(bias, (m, n))
-    precision = "tf32" if dtype is not torch.float32 or torch.backends.cuda.matmul.allow_tf32 else "ieee"
+    precision = "tf32" if dtype is not torch.float32 or _allow_tf32() else "ieee"
     if config is not None:
         dispatch.check_user_config(config, m, n, k, TORCH_DTYPES[dtype], info, _layout(a, b))
         launch_gemm(a, b, out, bias2d, alpha, beta, config, info.sm_count, precision)
@@ -95,6 +100,12 @@ def _run(a: torch.Tensor, b: torch.Tensor, m: int, n: int, k: int, bias: torch.T
     kind = "none" if bias is None else _bias_kind(bias, m, n)
     problem_key = (m, n, k, TORCH_DTYPES[dtype], _layout(a, b), kind)
     config = dispatch.select_config(problem_key, info, enable_streamk)
+    _launch_selected(a, b, out, bias2d, alpha, beta, config, problem_key, info, enable_streamk, precision)
+
+
+def _launch_selected(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bias2d: torch.Tensor | None,
+                     alpha: float, beta: float, config: GemmConfig, problem_key: tuple, info: DeviceInfo,
+                     enable_streamk: bool | None, precision: str) -> None:
     try:  # free when nothing is raised (zero-cost exceptions): the hot path pays nothing for it
         launch_gemm(a, b, out, bias2d, alpha, beta, config, info.sm_count, precision)
     except Exception as exc:
@@ -183,29 +194,164 @@ def _gemm(a, b, bias, beta, alpha, out, enable_streamk, config, op: str) -> torc
     return _gemm_new(a, b, m, n, k, bias, beta, alpha, enable_streamk, config)
 
 
+# Fast path of a repeated call. Every check above is a function of each tensor argument's (type, layout,
+# shape, strides, dtype, device) and of the options, except four per-call facts: grad mode with the
+# requires_grad flags, out's memory overlap with the inputs (data pointers), and TRITON_INTERPRET for CPU
+# tensors. A call that passed every check is remembered under those facts with what _run derived from
+# them (sizes, device info, the selected config); a later call with the same facts re-checks only the
+# per-call ones and launches. Anything else (a miss, a grad-needing call, a possible overlap, an option
+# the key cannot hold, torch.compile) takes the checked path above, which raises as before. Per call on
+# the 2-core CPU box, launch_gemm's final _launch stubbed (TRITON_INTERPRET, 64^3 fp16, median of 9 x
+# 20000; launch_gemm alone 2.05 us): matmul(out=) 6.8-7.2 -> 5.1-5.2 us, matmul 6.8-6.9 -> 5.4-5.5,
+# addmm 9.5-9.8 -> 7.5-7.6, linear (3-D x, bias) 16.8-17.3 -> 11.1-11.3; fp32 another 0.6 (tf32 flag).
+# The key costs ~1.2 us for three tensors (six attribute reads each, ~50 ns a read, then a tuple hash).
+
+
+@dataclass(frozen=True, slots=True)
+class _Hit:
+    m: int
+    n: int
+    k: int
+    info: DeviceInfo
+    config: GemmConfig
+    problem_key: tuple
+    fp32: bool  # precision then depends on the global tf32 flag, read per call
+    has_bias: bool  # False for addmm with beta == 0 (the input is ignored)
+    spans: tuple[int, int, int, int]  # span_bytes of out, a, b, bias (out= calls only)
+    out_shape: tuple | None = None  # linear of an N-D x: the result's shape
+
+
+_hits: dict[tuple, _Hit] = {}
+_HITS_CAP = 4096
+dispatch.on_clear.append(_hits.clear)  # a cached config must not outlive the selection it came from
+_is_compiling = torch.compiler.is_compiling
+_grad_enabled = torch.is_grad_enabled
+
+
+def _key(op: str, enable_streamk: object, config: object, a: object, b: object, c: object = None,
+         d: object = None) -> tuple | None:
+    """The cache key of a call on tensors a, b and optional c, d; None where the fast path does not
+    apply (then nothing is remembered either). Spelled out flat rather than a helper per tensor over
+    map(): 1.6 -> 1.2 us for three tensors."""
+    if config is not None or not (enable_streamk is None or type(enable_streamk) is bool) or _is_compiling():
+        return None
+    try:
+        if _grad_enabled() and (a.requires_grad or b.requires_grad or (c is not None and c.requires_grad)
+                                or (d is not None and d.requires_grad)):
+            return None  # autograd's custom op, or out='s refusal: the checked path, as before
+        # Layout is needed: a sparse COO tensor has a shape and strides (all 0) like an expanded view.
+        return (op, enable_streamk, type(a), a.layout, a.shape, a.stride(), a.dtype, a.device,
+                type(b), b.layout, b.shape, b.stride(), b.dtype, b.device,
+                None if c is None else (type(c), c.layout, c.shape, c.stride(), c.dtype, c.device),
+                None if d is None else (type(d), d.layout, d.shape, d.stride(), d.dtype, d.device))
+    except Exception:  # not a tensor, or one without sizes/strides: the checks name it
+        return None
+
+
+def _usable(hit: _Hit, out: torch.Tensor | None, a: torch.Tensor, b: torch.Tensor,
+            bias: torch.Tensor | None) -> bool:
+    """Whether the per-call facts a key leaves out allow the hit: the interpreter still chosen for CPU
+    tensors, and no byte of out in the range of an input (else check_out compares their storages)."""
+    if hit.info is INTERPRETER_DEVICE and not interpreter_enabled():
+        return False
+    if out is None:
+        return True
+    out_span, a_span, b_span, bias_span = hit.spans
+    lo = out.data_ptr()
+    hi = lo + out_span
+    p = a.data_ptr()
+    if p < hi and lo < p + a_span:
+        return False
+    p = b.data_ptr()
+    if p < hi and lo < p + b_span:
+        return False
+    return bias is None or not ((p := bias.data_ptr()) < hi and lo < p + bias_span)
+
+
+def _launch_hit(hit: _Hit, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None,
+                bias: torch.Tensor | None, alpha: float, beta: float,
+                enable_streamk: bool | None) -> torch.Tensor:
+    """What _run does for a checked call, with what it derived taken from the hit."""
+    if out is None:
+        out = a.new_empty(hit.m, hit.n)
+    bias2d = torch.broadcast_to(bias, (hit.m, hit.n)) if hit.has_bias else None
+    precision = "tf32" if not hit.fp32 or _allow_tf32() else "ieee"
+    config, info = hit.config, hit.info
+    try:  # as _launch_selected, inlined (0.07 us)
+        launch_gemm(a, b, out, bias2d, alpha, beta, config, info.sm_count, precision)
+    except Exception as exc:
+        _fall_back(exc, config, hit.problem_key, info, enable_streamk, (a, b, out, bias2d, alpha, beta),
+                   precision)
+    return out
+
+
+def _remember(key: tuple | None, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None,
+              bias: torch.Tensor | None, beta: float, enable_streamk: bool | None,
+              out_shape: tuple | None = None) -> None:
+    """Record a call that passed every check (and ran) under its key; a and b are the GEMM operands."""
+    if key is None:
+        return
+    m, k = a.shape
+    n = b.shape[1]
+    if m == 0 or n == 0:  # an empty output launches nothing: the checked path is enough
+        return
+    info = tensor_device_info(a)
+    kind = "none" if bias is None or beta == 0.0 else _bias_kind(bias, m, n)
+    problem_key = (m, n, k, TORCH_DTYPES[a.dtype], _layout(a, b), kind)
+    config = dispatch.select_config(problem_key, info, enable_streamk)
+    spans = (0, 0, 0, 0) if out is None else \
+        (span_bytes(out), span_bytes(a), span_bytes(b), 0 if bias is None else span_bytes(bias))
+    if len(_hits) >= _HITS_CAP:
+        _hits.clear()
+    _hits[key] = _Hit(m, n, k, info, config, problem_key, a.dtype is torch.float32, kind != "none", spans,
+                      out_shape)
+
+
 def matmul(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
            enable_streamk: bool | None = None, config: GemmConfig | None = None) -> torch.Tensor:
     """a @ b for 2-D a (M, K) and b (K, N), as torch.mm."""
+    key = _key("matmul", enable_streamk, config, a, b, out)
+    hit = _hits.get(key) if key is not None else None
+    if hit is not None and _usable(hit, out, a, b, None):
+        return _launch_hit(hit, a, b, out, None, 1.0, 1.0, enable_streamk)
     check_operands(a, b)
     if enable_streamk is not None or config is not None:
         check_options(enable_streamk, config)
-    return _gemm(a, b, None, 1.0, 1.0, out, enable_streamk, config, "matmul")
+    result = _gemm(a, b, None, 1.0, 1.0, out, enable_streamk, config, "matmul")
+    if hit is None:
+        _remember(key, a, b, out, None, 1.0, enable_streamk)
+    return result
 
 
 def addmm(input: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta: float = 1, alpha: float = 1,
           out: torch.Tensor | None = None, enable_streamk: bool | None = None,
           config: GemmConfig | None = None) -> torch.Tensor:
     """beta * input + alpha * (a @ b), with input broadcast as torch.addmm broadcasts it."""
+    key = None
+    if type(beta) in (float, int) and type(alpha) in (float, int):  # bool and other Reals: the checks
+        key = _key("addmm" if beta != 0 else "addmm0", enable_streamk, config, input, a, b, out)
+    hit = _hits.get(key) if key is not None else None
+    if hit is not None and _usable(hit, out, a, b, input):
+        return _launch_hit(hit, a, b, out, input, float(alpha), float(beta), enable_streamk)
     check_operands(a, b)
     check_bias("input", input, a, a.shape[0], b.shape[1])
     beta_f, alpha_f = check_scalar("beta", beta), check_scalar("alpha", alpha)
     check_options(enable_streamk, config)
-    return _gemm(a, b, input, beta_f, alpha_f, out, enable_streamk, config, "addmm")
+    result = _gemm(a, b, input, beta_f, alpha_f, out, enable_streamk, config, "addmm")
+    if hit is None:
+        _remember(key, a, b, out, input, beta_f, enable_streamk)
+    return result
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
            enable_streamk: bool | None = None, config: GemmConfig | None = None) -> torch.Tensor:
     """As torch.nn.functional.linear: x[..., K] @ weight[N, K].T + bias[N]."""
+    key = _key("linear", enable_streamk, config, x, weight, bias)
+    hit = _hits.get(key) if key is not None else None
+    if hit is not None and _usable(hit, None, x, weight, bias):
+        x2 = x if hit.out_shape is None else x.reshape(hit.m, hit.k)
+        y = _launch_hit(hit, x2, weight.t(), None, bias, 1.0, 1.0, enable_streamk)
+        return y if hit.out_shape is None else y.reshape(hit.out_shape)
     check_tensor("x", x)
     check_tensor("weight", weight, 2)
     if x.dim() < 1:
@@ -213,8 +359,10 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     if x.shape[-1] != weight.shape[1]:
         raise ValueError(f"x has {x.shape[-1]} features in its last dimension but weight "
                          f"{tuple(weight.shape)} expects {weight.shape[1]}")
-    # Explicit row count: reshape(-1, 0) of an empty x is ambiguous and raises.
-    x2 = x.reshape(math.prod(x.shape[:-1]), x.shape[-1])
+    # Explicit row count: reshape(-1, 0) of an empty x is ambiguous and raises. A 2-D x is used as it
+    # is, and so is its result: a reshape to the same shape is a view op (0.9 us each).
+    flat = x.dim() == 2
+    x2 = x if flat else x.reshape(math.prod(x.shape[:-1]), x.shape[-1])
     check_operands(x2, weight.t(), "x", "weight")
     n = weight.shape[0]
     if bias is not None:
@@ -224,4 +372,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
         check_bias("bias", bias, x2, x2.shape[0], n)
     check_options(enable_streamk, config)
     y = _gemm(x2, weight.t(), bias, 1.0, 1.0, None, enable_streamk, config, "linear")
-    return y.reshape(*x.shape[:-1], n)
+    out_shape = None if flat else (*x.shape[:-1], n)
+    if hit is None:
+        _remember(key, x2, weight.t(), None, bias, 1.0, enable_streamk, out_shape)
+    return y if flat else y.reshape(out_shape)

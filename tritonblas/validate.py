@@ -90,12 +90,20 @@ def check_options(enable_streamk: object, config: object) -> None:
                          "pass one or the other")
 
 
+def span_bytes(t: torch.Tensor) -> int:
+    """Bytes from t.data_ptr() to one past its last element, 0 when empty: the part of its memory span
+    that depends only on shape, strides and dtype (ops' per-call cache keeps it)."""
+    if t.numel() == 0:
+        return 0
+    last = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride(), strict=True) if stride > 0)
+    return (last + 1) * t.element_size()
+
+
 def _span(t: torch.Tensor) -> tuple[int, int]:
     if t.numel() == 0:
         return (0, 0)
-    last = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride(), strict=True) if stride > 0)
     start = t.data_ptr()
-    return start, start + (last + 1) * t.element_size()
+    return start, start + span_bytes(t)
 
 
 def _has_internal_overlap(t: torch.Tensor) -> bool:

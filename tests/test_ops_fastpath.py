@@ -1,0 +1,171 @@
+"""The per-call cache of ops (a repeated call skips the checks it already passed): it is taken, it
+computes what the checked path computes, and every input the checks refuse is still refused with the
+same error once the cache holds a valid call of the same shapes."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from shapes import ERROR_SHAPE, record_launches
+from test_ops_errors import CASES
+
+import tritonblas
+from tritonblas import dispatch, ops
+
+M, N, K = ERROR_SHAPE
+f16 = torch.float16
+
+
+def _t(*shape, dtype=f16):
+    return torch.randn(*shape).to(dtype)
+
+
+@pytest.fixture
+def x():
+    from types import SimpleNamespace
+
+    return SimpleNamespace(a=_t(M, K), b=_t(K, N), bias=_t(N), out=torch.full((M, N), 7.0, dtype=f16),
+                           w=_t(N, K))
+
+
+def _warm(x) -> None:
+    """Fill the cache with valid calls on tensors of the fixture's shapes, dtypes and devices."""
+    a, b, bias, w = x.a.clone(), x.b.clone(), x.bias.clone(), x.w.clone()
+    out = torch.empty(M, N, dtype=f16)
+    for _ in range(2):
+        tritonblas.matmul(a, b, out=out)
+        tritonblas.matmul(a, b)
+        tritonblas.addmm(bias, a, b, out=out)
+        tritonblas.addmm(bias, a, b)
+        tritonblas.linear(a, w, bias)
+        tritonblas.linear(a, w)
+
+
+@pytest.mark.parametrize("call, exc, pattern", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_input_after_a_cached_valid_call(x, call, exc, pattern):
+    _warm(x)
+    before = {name: t.clone() for name, t in vars(x).items()}
+    with pytest.raises(exc, match=pattern):
+        call(x, x.out)
+    for name, t in before.items():
+        assert torch.equal(getattr(x, name), t), name
+
+
+def test_repeated_calls_skip_the_checks_and_match_torch(x, monkeypatch):
+    _warm(x)
+
+    def refuse(*args, **kw):
+        raise AssertionError("checked path taken on a cache hit")
+
+    for name in ("check_operands", "check_out", "check_bias", "check_tensor", "_run"):
+        monkeypatch.setattr(ops, name, refuse)
+    a, b, bias, w = x.a, x.b, x.bias, x.w
+    ref = (a.float() @ b.float()).to(f16)
+    torch.testing.assert_close(tritonblas.matmul(a, b), ref, rtol=2e-3, atol=2e-3)
+    assert tritonblas.matmul(a, b, out=x.out) is x.out
+    torch.testing.assert_close(x.out, ref, rtol=2e-3, atol=2e-3)
+    torch.testing.assert_close(tritonblas.addmm(bias, a, b, beta=0.5, alpha=2), torch.addmm(
+        bias.float(), a.float(), b.float(), beta=0.5, alpha=2).to(f16), rtol=2e-3, atol=4e-3)
+    torch.testing.assert_close(tritonblas.linear(a, w, bias), F.linear(a.float(), w.float(), bias.float()
+                                                                     ).to(f16), rtol=2e-3, atol=4e-3)
+
+
+def test_beta_zero_ignores_input_on_a_hit(x):
+    _warm(x)
+    nan = torch.full((N,), float("nan"), dtype=f16)
+    for _ in range(2):
+        got = tritonblas.addmm(nan, x.a, x.b, beta=0)
+        assert not got.isnan().any()
+
+
+def test_linear_of_nd_input_keeps_its_shape(x):
+    x3 = _t(2, 3, K)
+    for _ in range(2):
+        y = tritonblas.linear(x3, x.w, x.bias)
+        assert y.shape == (2, 3, N)
+        torch.testing.assert_close(y, F.linear(x3.float(), x.w.float(), x.bias.float()).to(f16),
+                                   rtol=2e-3, atol=4e-3)
+
+
+def test_out_aliasing_an_input_is_refused_after_a_hit():
+    a = _t(M, M)
+    buf = torch.zeros(2 * M, M, dtype=f16)
+    tritonblas.matmul(a, a, out=buf[:M])
+    tritonblas.matmul(buf[M:], a, out=buf[:M])  # same storage, disjoint: allowed
+    before = buf.clone()
+    with pytest.raises(ValueError, match="out overlaps a"):
+        tritonblas.matmul(buf[:M], a, out=buf[:M])
+    with pytest.raises(ValueError, match="out overlaps b"):
+        tritonblas.matmul(a, buf[:M], out=buf[:M])
+    assert torch.equal(buf, before)
+
+
+def test_grad_is_honoured_after_a_hit(x):
+    _warm(x)
+    a = x.a.clone().requires_grad_()
+    with pytest.raises(RuntimeError, match="automatic differentiation"):
+        tritonblas.matmul(a, x.b, out=x.out)
+    y = tritonblas.matmul(a, x.b)
+    assert y.grad_fn is not None
+    with torch.no_grad():
+        assert tritonblas.matmul(a, x.b, out=x.out) is x.out
+
+
+def test_cpu_tensors_need_the_interpreter_after_a_hit(x, monkeypatch):
+    _warm(x)
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    for call in (lambda: tritonblas.matmul(x.a, x.b, out=x.out), lambda: tritonblas.linear(x.a, x.w)):
+        with pytest.raises(RuntimeError, match="TRITON_INTERPRET"):
+            call()
+
+
+def test_sparse_operand_with_the_strides_of_a_cached_expanded_one_is_refused():
+    a = torch.ones(1, 1, dtype=torch.float32).expand(M, K)  # strides (0, 0), as a sparse COO tensor's
+    b = torch.randn(K, N)
+    tritonblas.matmul(a, b)
+    tritonblas.matmul(a, b)
+    sparse = torch.randn(M, K).to_sparse()
+    assert sparse.stride() == a.stride()
+    with pytest.raises(TypeError, match="a must be a dense"):
+        tritonblas.matmul(sparse, b)
+
+
+def test_options_the_key_cannot_hold_take_the_checks(x):
+    _warm(x)
+    with pytest.raises(TypeError, match="enable_streamk"):
+        tritonblas.matmul(x.a, x.b, enable_streamk=1)
+    with pytest.raises(TypeError, match="beta must be a real number"):
+        tritonblas.addmm(x.bias, x.a, x.b, beta=True)
+
+
+def test_tf32_flag_is_read_on_every_hit(monkeypatch):
+    a, b = torch.randn(M, K), torch.randn(K, N)
+    tritonblas.matmul(a, b)
+    launches = record_launches(monkeypatch)
+    old = torch.backends.cuda.matmul.allow_tf32
+    try:
+        for flag in (True, False):
+            torch.backends.cuda.matmul.allow_tf32 = flag
+            tritonblas.matmul(a, b)
+            assert launches[-1].precision == ("tf32" if flag else "ieee")
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
+
+
+def test_clearing_dispatch_drops_the_cached_configs(x):
+    _warm(x)
+    assert ops._hits
+    dispatch.clear_cache()
+    assert not ops._hits
+
+
+def test_compile_after_eager_hits(x):
+    _warm(x)
+    torch._dynamo.reset()
+    try:
+        f = torch.compile(lambda a, b, out: tritonblas.matmul(a, b, out=out) + tritonblas.linear(a, x.w),
+                          fullgraph=True, backend="eager")
+        got = f(x.a, x.b, x.out)
+        torch.testing.assert_close(got, (x.a.float() @ x.b.float() + x.a.float() @ x.w.float().t()).to(f16),
+                                   rtol=2e-3, atol=4e-3)
+    finally:
+        torch._dynamo.reset()
