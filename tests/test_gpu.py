@@ -132,7 +132,8 @@ def test_gpu_streamk_bitwise_reproducible_and_counters_reset():
 
 def test_gpu_streamk_split_written_as_planned():
     m, n, k = 127, 4097, 4095
-    config = GemmConfig(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3, grid=40,
+    # 33 tiles on 100 programs: each tile's K loop in 3 segments, one program idle.
+    config = GemmConfig(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3, grid=100,
                         streamk=True)
     plan = sk_plan(config, m, n, k)
     assert plan.max_sharing >= 3 or (plan.dp_tiles and plan.max_sharing >= 2), plan
