@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 from pathlib import Path
@@ -57,7 +58,7 @@ def main() -> None:
         raise SystemExit("tune_quality.py measures on a GPU; none is available")
     device = device_info(torch.device("cuda"))
     problems = [parse(s, args.dtype) for s in args.shapes.split(",") if s]
-    bench = GpuBenchmark()
+    bench = GpuBenchmark(compile_processes=min(16, os.cpu_count() or 1))
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         fast_db, full_db = TuningDB(f"{tmp}/fast.sqlite"), TuningDB(f"{tmp}/full.sqlite")

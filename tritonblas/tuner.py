@@ -202,9 +202,9 @@ class _FnBenchmark(Benchmark):
 
 def as_benchmark(bench: Benchmark | BenchmarkFn | None) -> Benchmark:
     if bench is None:
-        from .benchmark import GpuBenchmark
+        from .benchmark import default_benchmark
 
-        return GpuBenchmark()
+        return default_benchmark()
     if isinstance(bench, Benchmark):
         return bench
     if not callable(bench):
