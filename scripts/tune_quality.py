@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import tempfile
 from pathlib import Path
@@ -58,7 +57,7 @@ def main() -> None:
         raise SystemExit("tune_quality.py measures on a GPU; none is available")
     device = device_info(torch.device("cuda"))
     problems = [parse(s, args.dtype) for s in args.shapes.split(",") if s]
-    bench = GpuBenchmark(compile_processes=min(16, os.cpu_count() or 1))
+    bench = GpuBenchmark()
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         fast_db, full_db = TuningDB(f"{tmp}/fast.sqlite"), TuningDB(f"{tmp}/full.sqlite")

@@ -226,17 +226,3 @@ def test_gpu_tma_plan_launched_from_another_thread():
         with ThreadPoolExecutor(1) as pool:
             again = pool.submit(tritonblas.matmul, a, b, config=config).result()
         assert torch.equal(again, first)
-
-
-def test_gpu_candidates_compiled_ahead_in_worker_processes():
-    from tritonblas.benchmark import GpuBenchmark
-    from tritonblas.device import device_info
-
-    bench = GpuBenchmark(compile_processes=2)
-    assert bench._procs is not None
-    problem = Problem(1000, 1000, 1000, "bf16")
-    configs = [GemmConfig(block_m=bm, block_n=bn, block_k=64, num_stages=3, streamk=sk)
-               for bm, bn, sk in ((64, 64, False), (64, 128, True), (128, 64, False))]
-    assert bench.prepare(configs, problem, device_info(torch.device("cuda"))) == {}
-    assert all(bench.ready(c) for c in configs)
-    bench._procs.close()

@@ -69,8 +69,7 @@ class GpuBenchmark(Benchmark):
 
     def __init__(self, *, warmup_ms: float = 5, rep_ms: float = 20, quick_rep_ms: float = 3,
                  seed: int = 0, compile_workers: int | None = None, compile_timeout_s: float = 300,
-                 cpu_reps: int = 1, torch_device: str | torch.device | None = None,
-                 compile_processes: int = 0) -> None:
+                 cpu_reps: int = 1, torch_device: str | torch.device | None = None) -> None:
         self.warmup_ms, self.rep_ms, self.quick_rep_ms = warmup_ms, rep_ms, quick_rep_ms
         self.seed = seed
         self.compile_workers = compile_workers or min(16, os.cpu_count() or 1)
@@ -79,13 +78,6 @@ class GpuBenchmark(Benchmark):
         self.torch_device = None if torch_device is None else torch.device(torch_device)
         self._inputs: _Inputs | None = None
         self._verified: dict[GemmConfig, float] = {}
-        # Worker processes that compile candidates ahead of this process's threads (precompile.py);
-        # started now, on the GPU the tuner will use, so their start-up overlaps its set-up.
-        self._procs = None
-        if compile_processes > 0 and torch.cuda.is_available() and self.torch_device is None:
-            from .precompile import CompilePool
-
-            self._procs = CompilePool(compile_processes, torch.cuda.current_device())
 
     def _device(self, device: DeviceInfo) -> torch.device:
         if self.torch_device is not None:
@@ -155,14 +147,8 @@ class GpuBenchmark(Benchmark):
                     failures[c] = r
             return failures
         dev = inp.a.device
-        ahead = self._compile_ahead(todo, problem, dev)
 
         def job(config: GemmConfig) -> BenchResult | None:
-            if (compiled := ahead.get(config)) is not None:
-                try:
-                    compiled.result(timeout=self.compile_timeout_s)
-                except Exception:  # a broken or busy pool: this thread compiles it
-                    pass
             with torch.cuda.device(dev):
                 return self._verify(config, inp, torch.empty_like(inp.out))
 
@@ -171,9 +157,8 @@ class GpuBenchmark(Benchmark):
         until = self.compile_timeout_s if deadline is None else max(0.0, deadline - time.monotonic())
         cf.wait(futures, timeout=until)
         # Past the deadline: drop what has not started, and let the running compiles finish, so that no
-        # verification launch overlaps the timing that follows. The rest compile on demand. (A worker
-        # process may still finish a queued compile with one launch: a stray repetition at most.)
-        for f in [*futures, *ahead.values()]:
+        # verification launch overlaps the timing that follows. The rest compile on demand.
+        for f in futures:
             f.cancel()
         done, pending = cf.wait(futures, timeout=self.compile_timeout_s)
         pool.shutdown(wait=not pending, cancel_futures=True)
@@ -182,17 +167,6 @@ class GpuBenchmark(Benchmark):
             failures[futures[f]] = BenchResult(
                 "timeout", note=f"compile and first run took over {self.compile_timeout_s:.0f} s")
         return failures
-
-    def _compile_ahead(self, configs: list[GemmConfig], problem: Problem, dev: torch.device) -> dict:
-        """Hand the candidates, in order, to the worker processes; {} without a pool (or if it broke)."""
-        if self._procs is None or dev.index != self._procs.device_index:
-            return {}
-        try:
-            return {c: self._procs.submit(problem, c) for c in configs}
-        except Exception:  # BrokenProcessPool: a worker died (e.g. killed); go on with threads only
-            self._procs.close()
-            self._procs = None
-            return {}
 
     def ready(self, config: GemmConfig) -> bool:
         return config in self._verified
@@ -239,17 +213,3 @@ class GpuBenchmark(Benchmark):
     def finish(self, problem: Problem) -> None:
         self._inputs = None
         self._verified.clear()
-
-
-_shared: dict[int, GpuBenchmark] = {}
-
-
-def default_benchmark() -> GpuBenchmark:
-    """The tuner's benchmark when none is given. On a GPU one per device for the whole process, so its
-    compile processes start once, not once per problem; in the interpreter a fresh one per call."""
-    if not torch.cuda.is_available():
-        return GpuBenchmark()
-    index = torch.cuda.current_device()
-    if index not in _shared:
-        _shared[index] = GpuBenchmark(compile_processes=min(16, os.cpu_count() or 1))
-    return _shared[index]

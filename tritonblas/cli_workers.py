@@ -174,9 +174,7 @@ class _Pool:
         self.problems = problems
         self.procs = {device_label(d, interpreter): ctx.Process(
             target=_worker_main, args=(d, interpreter, db_url, options, self.tasks, self.results),
-            # Not daemonic: a worker starts compile processes of its own (precompile.py), which daemonic
-            # processes may not; `stop` (called in a finally) ends any worker still running.
-            daemon=False, name=f"tritonblas-tune-{d}") for d in devices}
+            daemon=True, name=f"tritonblas-tune-{d}") for d in devices}
         self.current: dict[str, int] = {}
         self.exited: dict[str, str] = {}
         self.rows: dict[int, TuneRow] = {}

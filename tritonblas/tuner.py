@@ -202,9 +202,9 @@ class _FnBenchmark(Benchmark):
 
 def as_benchmark(bench: Benchmark | BenchmarkFn | None) -> Benchmark:
     if bench is None:
-        from .benchmark import default_benchmark
+        from .benchmark import GpuBenchmark
 
-        return default_benchmark()
+        return GpuBenchmark()
     if isinstance(bench, Benchmark):
         return bench
     if not callable(bench):
