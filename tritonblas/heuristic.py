@@ -2,8 +2,8 @@
 
 For each feasible candidate the model estimates time from
   - compute: tile FLOPs at a per-SM rate scaled by the tile's efficiency (big tiles reuse more),
-  - wave quantization: Persistent runs ceil(tiles / programs) waves of whole tiles; Stream-K spreads
-    the last partial wave's K iterations evenly over all programs,
+  - wave quantization: Persistent runs ceil(tiles / programs) waves of whole tiles; Stream-K cuts the
+    K loop of each tile of the last partial wave into programs // tiles even segments,
   - edge waste: tiles past M/N compute zeros that are thrown away,
   - the Stream-K fix-up: each split tile writes and re-reads fp32 partials,
   - memory: bytes moved at the device bandwidth (roofline: the larger of compute and memory wins),
