@@ -191,6 +191,13 @@ def streaming_efficiency(config: GemmConfig, problem: Problem) -> float:
     return min(1.0, in_flight / _IN_FLIGHT_BYTES) ** 0.45
 
 
+def _pointer_operands(problem: Problem) -> list[tuple[int, bool, int]]:
+    """Per operand (A, B): its leading dim, whether its contiguous axis is K, and the size of its M or N
+    axis (the one the pointer loop wraps at the edge)."""
+    k_contiguous = (problem.layout[0] == "n", problem.layout[1] == "t")
+    return list(zip(operand_leading_dims(problem), k_contiguous, (problem.m, problem.n), strict=True))
+
+
 def pointer_efficiency(problem: Problem, copied: bool) -> float:
     """How much of the tile's rate the pointer K loop keeps, from how wide its loads can be (TMA
     configs are not affected). The worst operand decides:
@@ -202,10 +209,9 @@ def pointer_efficiency(problem: Problem, copied: bool) -> float:
       are as wide as the size's alignment: under 16 bytes counts as misaligned, even after a copy
       (127x4097x4095 with a copy took 367-519 us by pointers, 2026-11-30)."""
     elt = DTYPE_BYTES[problem.dtype]
-    k_contiguous = (problem.layout[0] == "n", problem.layout[1] == "t")
     eff = 1.0
-    for lead, aligned, along_k, extent in zip(operand_leading_dims(problem), operand_alignment(problem),
-                                              k_contiguous, (problem.m, problem.n), strict=True):
+    for (lead, along_k, extent), aligned in zip(_pointer_operands(problem), operand_alignment(problem),
+                                                strict=True):
         if not aligned and not copied:
             eff = min(eff, _MISALIGNED_EFFICIENCY)
         elif along_k and aligned_leading_dim(lead, elt) % 16:
@@ -218,9 +224,7 @@ def pointer_efficiency(problem: Problem, copied: bool) -> float:
 def element_wide_loads(problem: Problem, copied: bool) -> bool:
     """Whether the pointer loop loads some operand one element at a time: its contiguous axis has an odd
     leading dim (not copied to a padded buffer) or, when that axis is M or N, wraps at an odd size."""
-    k_contiguous = (problem.layout[0] == "n", problem.layout[1] == "t")
-    for lead, along_k, extent in zip(operand_leading_dims(problem), k_contiguous, (problem.m, problem.n),
-                                     strict=True):
+    for lead, along_k, extent in _pointer_operands(problem):
         if (lead % 2 and not copied) or (not along_k and extent % 2):
             return True
     return False

@@ -97,10 +97,16 @@ def _run(a: torch.Tensor, b: torch.Tensor, m: int, n: int, k: int, bias: torch.T
         dispatch.check_user_config(config, m, n, k, TORCH_DTYPES[dtype], info, _layout(a, b))
         launch_gemm(a, b, out, bias2d, alpha, beta, config, info.sm_count, precision)
         return
-    kind = "none" if bias is None else _bias_kind(bias, m, n)
-    problem_key = (m, n, k, TORCH_DTYPES[dtype], _layout(a, b), kind)
+    problem_key = _problem_key(a, b, m, n, k, bias)
     config = dispatch.select_config(problem_key, info, enable_streamk)
     _launch_selected(a, b, out, bias2d, alpha, beta, config, problem_key, info, enable_streamk, precision)
+
+
+def _problem_key(a: torch.Tensor, b: torch.Tensor, m: int, n: int, k: int,
+                 bias: torch.Tensor | None) -> tuple:
+    """The dispatch key of a checked call; `bias` None when there is none or beta == 0."""
+    kind = "none" if bias is None else _bias_kind(bias, m, n)
+    return (m, n, k, TORCH_DTYPES[a.dtype], _layout(a, b), kind)
 
 
 def _launch_selected(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bias2d: torch.Tensor | None,
@@ -202,7 +208,7 @@ def _gemm(a, b, bias, beta, alpha, out, enable_streamk, config, op: str) -> torc
 # per-call ones and launches. Anything else (a miss, a grad-needing call, a possible overlap, an option
 # the key cannot hold, torch.compile) takes the checked path above, which raises as before. Per call on
 # the 2-core CPU box, launch_gemm's final _launch stubbed (TRITON_INTERPRET, 64^3 fp16, median of 9 x
-# 20000; launch_gemm alone 2.05 us): matmul(out=) 6.8-7.2 -> 5.1-5.2 us, matmul 6.8-6.9 -> 5.4-5.5,
+# 20000; launch_gemm alone 2.05 us): matmul(out=) 6.8-7.2 -> 5.1-5.3 us, matmul 6.8-6.9 -> 5.4-5.8,
 # addmm 9.5-9.8 -> 7.5-7.6, linear (3-D x, bias) 16.8-17.3 -> 11.1-11.3; fp32 another 0.6 (tf32 flag).
 # The key costs ~1.2 us for three tensors (six attribute reads each, ~50 ns a read, then a tuple hash).
 
@@ -216,7 +222,6 @@ class _Hit:
     config: GemmConfig
     problem_key: tuple
     fp32: bool  # precision then depends on the global tf32 flag, read per call
-    has_bias: bool  # False for addmm with beta == 0 (the input is ignored)
     spans: tuple[int, int, int, int]  # span_bytes of out, a, b, bias (out= calls only)
     out_shape: tuple | None = None  # linear of an N-D x: the result's shape
 
@@ -274,14 +279,11 @@ def _launch_hit(hit: _Hit, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor |
     """What _run does for a checked call, with what it derived taken from the hit."""
     if out is None:
         out = a.new_empty(hit.m, hit.n)
-    bias2d = torch.broadcast_to(bias, (hit.m, hit.n)) if hit.has_bias else None
+    # The key's bias kind is "none" for addmm with beta == 0 too: the input is ignored.
+    bias2d = None if hit.problem_key[5] == "none" else torch.broadcast_to(bias, (hit.m, hit.n))
     precision = "tf32" if not hit.fp32 or _allow_tf32() else "ieee"
-    config, info = hit.config, hit.info
-    try:  # as _launch_selected, inlined (0.07 us)
-        launch_gemm(a, b, out, bias2d, alpha, beta, config, info.sm_count, precision)
-    except Exception as exc:
-        _fall_back(exc, config, hit.problem_key, info, enable_streamk, (a, b, out, bias2d, alpha, beta),
-                   precision)
+    _launch_selected(a, b, out, bias2d, alpha, beta, hit.config, hit.problem_key, hit.info, enable_streamk,
+                     precision)
     return out
 
 
@@ -296,15 +298,13 @@ def _remember(key: tuple | None, a: torch.Tensor, b: torch.Tensor, out: torch.Te
     if m == 0 or n == 0:  # an empty output launches nothing: the checked path is enough
         return
     info = tensor_device_info(a)
-    kind = "none" if bias is None or beta == 0.0 else _bias_kind(bias, m, n)
-    problem_key = (m, n, k, TORCH_DTYPES[a.dtype], _layout(a, b), kind)
+    problem_key = _problem_key(a, b, m, n, k, None if beta == 0.0 else bias)
     config = dispatch.select_config(problem_key, info, enable_streamk)
     spans = (0, 0, 0, 0) if out is None else \
         (span_bytes(out), span_bytes(a), span_bytes(b), 0 if bias is None else span_bytes(bias))
     if len(_hits) >= _HITS_CAP:
         _hits.clear()
-    _hits[key] = _Hit(m, n, k, info, config, problem_key, a.dtype is torch.float32, kind != "none", spans,
-                      out_shape)
+    _hits[key] = _Hit(m, n, k, info, config, problem_key, a.dtype is torch.float32, spans, out_shape)
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
