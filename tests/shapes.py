@@ -90,8 +90,10 @@ LAYOUTS = ("nn", "nt", "tn", "tt", "strided")
 DTYPES = {"fp16": torch.float16, "fp32": torch.float32}  # the interpreter's tl.dot on bf16 is garbage
 GPU_DTYPES = {"bf16": torch.bfloat16, **DTYPES}
 # Kernel paths: Persistent (plain, flattened tile x K loop, warp-specialized), Stream-K with one tile
-# split over 3+ programs / data-parallel plus split tiles / idle programs, and the heuristic's choice.
-PATHS = ("persistent", "persistent_flat", "persistent_ws", "sk_shared", "sk_mixed", "sk_idle", "heuristic")
+# split over 3+ programs / data-parallel plus split tiles (its data-parallel loop also flattened or
+# warp-specialized) / idle programs, and the heuristic's choice.
+PATHS = ("persistent", "persistent_flat", "persistent_ws", "sk_shared", "sk_mixed", "sk_mixed_flat",
+         "sk_mixed_ws", "sk_idle", "heuristic")
 # bias kinds addmm accepts, including stride-0 expanded views and a transposed (non-contiguous) one.
 BIASES = ("scalar0d", "one", "row", "row2d", "col", "full", "full_t", "expand_row", "expand_col",
           "expand_scalar")
@@ -171,6 +173,11 @@ SK_GOALS: dict[str, Callable[[StreamKPlan], bool]] = {
 }
 
 
+def sk_goal(path: str) -> Callable[[StreamKPlan], bool]:
+    """The split a Stream-K path asks for; "_flat" / "_ws" only change its data-parallel loop."""
+    return SK_GOALS[path.removesuffix("_flat").removesuffix("_ws")]
+
+
 def sk_config(bm: int, bn: int, bk: int, grid: int) -> GemmConfig:
     return GemmConfig(block_m=bm, block_n=bn, block_k=bk, grid=grid, streamk=True)
 
@@ -217,9 +224,9 @@ def config_for_path(path: str, m: int, n: int, k: int, gpu: bool = False) -> Gem
     """
     if path == "heuristic":
         return None
-    tma = path.endswith("_tma")
+    flags = {"flatten": path.endswith("_flat"), "warp_specialize": path.endswith("_ws"),
+             "tma": path.endswith("_tma")}
     if path.startswith("persistent"):
-        flags = {"flatten": path.endswith("_flat"), "warp_specialize": path.endswith("_ws"), "tma": tma}
         if gpu:
             return GemmConfig(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3, grid=132,
                               **flags)
@@ -227,12 +234,12 @@ def config_for_path(path: str, m: int, n: int, k: int, gpu: bool = False) -> Gem
         bm = 16 if m < 64 else 32
         return GemmConfig(block_m=bm, block_n=16, block_k=32, group_m=2, grid=3,
                           num_warps=8 if flags["warp_specialize"] else 4, **flags)
-    goal = SK_GOALS[path]
+    goal = sk_goal(path)
     blocks, grids = (_GPU_BLOCKS, range(100, 265)) if gpu else (_BLOCKS, range(2, 25))
     for (bm, bn, bk), grid in itertools.product(blocks, grids):
+        warps = 8 if flags["warp_specialize"] or (gpu and bm * bn >= 128 * 128) else 4
         config = GemmConfig(block_m=bm, block_n=bn, block_k=bk, group_m=2 if not gpu else 8, grid=grid,
-                            streamk=True, num_warps=8 if gpu and bm * bn >= 128 * 128 else 4,
-                            num_stages=3 if gpu else 2, tma=tma)
+                            streamk=True, num_warps=warps, num_stages=3 if gpu else 2, **flags)
         if goal(sk_plan(config, m, n, k)):
             return config
     raise LookupError(f"no config realizes {path} at {m}x{n}x{k}")
@@ -401,7 +408,7 @@ def check_case(op: str, dtype: str, path: str, shape: tuple[int, int, int], layo
     plan = ws = None
     if config is not None and config.streamk:
         plan = sk_plan(config, m, n, k)
-        assert SK_GOALS[path](plan), plan
+        assert sk_goal(path)(plan), plan
         ws = prime_workspace(config, plan, a.device)
     ours, theirs = run_op(op, a, b, bias, beta, alpha, config=config)
     assert_close(ours, theirs, op_reference(op, a, b, bias, beta, alpha), k=a.shape[-1])

@@ -128,9 +128,9 @@ OP_CASES = [
          tritonblas.matmul(x.a, x.b, enable_streamk=False, config=_cfg(streamk=True), out=o), ValueError,
          r"\benable_streamk=False conflicts with config"),
     # infeasible configs: each rule of config_supports
-    Case("config_flatten_streamk", "flatten on a Stream-K config", lambda x, o: tritonblas.matmul(
-        x.a, x.b, config=_cfg(streamk=True, flatten=True), out=o), ValueError,
-         r"\bconfig SK .*not feasible.*persistent family only"),
+    Case("config_tma_misaligned", "tma with a 12-byte leading dim (K = 6 fp16)", lambda x, o:
+         tritonblas.matmul(x.a, x.b, config=_cfg(streamk=True, tma=True), out=o), ValueError,
+         r"\bconfig SK .*not feasible.*tensor descriptors \(tma\) need leading dimensions"),
     Case("config_ws_4_warps", "warp_specialize with 4 warps", lambda x, o: tritonblas.matmul(
         x.a, x.b, config=_cfg(warp_specialize=True), out=o), ValueError, r"\bconfig .*needs num_warps=8"),
     Case("config_accumulator_regs", "256x256 tile on 4 warps", lambda x, o: tritonblas.matmul(
@@ -253,8 +253,8 @@ IMPORT_CASES = [
          r"entries\[0\].*field 'speedup'"),
     Case("import_grid_too_big", f"config grid {MAX_GRID + 1}", lambda t, db, g: _import(
         t, db, g, *_CONFIG, "grid", MAX_GRID + 1), 1, r"entries\[2\].*config.grid"),
-    Case("import_flatten_streamk", "a Stream-K config with flatten", lambda t, db, g: _import(
-        t, db, g, *_CONFIG, "flatten", True), 1, r"entries\[2\].*infeasible on sm_90.*persistent family"),
+    Case("import_copy_aligned", "aligned_copy on operands already aligned", lambda t, db, g: _import(
+        t, db, g, "entries", 0, "config", "aligned_copy", True), 1, r"entries\[0\].*aligned_copy applies"),
     Case("import_ws_4_warps", "warp_specialize on 4 warps", lambda t, db, g: _import(
         t, db, g, "entries", 0, "config", "warp_specialize", True), 1, r"entries\[0\].*needs num_warps=8"),
     Case("import_arch_too_small", "the sm_90 entries declared for gfx942 (64 KiB shared memory)",

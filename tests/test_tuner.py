@@ -6,6 +6,7 @@ import ast
 import math
 import time
 import zlib
+from functools import partial
 
 import pytest
 from triton.compiler.errors import CompilationError
@@ -13,6 +14,7 @@ from triton.runtime.errors import OutOfResources
 
 from tritonblas import heuristic
 from tritonblas.config import INTERPRETER_DEVICE, Problem, config_supports, device_for_arch
+from tritonblas.launch import program_count
 from tritonblas.tuner import (
     MIN_TIMED,
     Benchmark,
@@ -263,8 +265,14 @@ def test_candidate_space_is_feasible_unique_and_deterministic(problem, device):
     assert space == candidate_space(problem, device)
     assert len(space) == len(set(space)) > 0
     assert all(config_supports(c, problem, device) is None for c in space)
-    assert {c.streamk for c in space} == {False, True}
-    for fam in (False, True):
+    # A Stream-K config that splits no tile's K loop stands as its persistent twin (8192^3 on the
+    # interpreter's 4 "SMs": every tile count is a multiple of 4, so no Stream-K config is left)...
+    programs = partial(program_count, m=problem.m, n=problem.n, k=problem.k, sm_count=device.sm_count)
+    assert all(heuristic.splits_tiles(c, problem, programs(c)) for c in space if c.streamk)
+    assert any(c.streamk for c in space) == any(
+        heuristic.splits_tiles(c, problem, device.sm_count) for c in heuristic.candidates(problem, device,
+                                                                                         True))
+    for fam in (False, True):  # ... unless the family is forced
         only = candidate_space(problem, device, enable_streamk=fam)
         assert only and {c.streamk for c in only} == {fam}
     exhaustive = candidate_space(problem, device, exhaustive=True)

@@ -38,8 +38,9 @@ class GemmConfig(BaseModel):
     streamk: bool = False
     grid: int | None = Field(default=None, ge=1, le=MAX_GRID)
     tma: bool = False  # load A/B tiles with Hopper tensor descriptors (TMA) instead of pointers
-    flatten: bool = False  # persistent only: one flattened tile x K loop, prefetching across tiles
-    warp_specialize: bool = False  # persistent only: producer/consumer warps (triton's tl.range)
+    # The persistent tile loop (Stream-K: its data-parallel loop) as triton's tl.range options:
+    flatten: bool = False  # one flattened tile x K loop, prefetching the next tile's first K blocks
+    warp_specialize: bool = False  # producer/consumer warps
     aligned_copy: bool = False  # copy operands whose leading dim is not 16-byte aligned into padded ones
 
     @field_validator("block_m", "block_n", "block_k")
@@ -163,8 +164,6 @@ def config_supports(config: GemmConfig, problem: Problem, device: DeviceInfo) ->
     regs = accumulator_regs_per_thread(config)
     if regs > 128:
         return f"accumulator needs {regs} registers per thread with {config.num_warps} warps (max 128)"
-    if config.streamk and (config.flatten or config.warp_specialize):
-        return "flatten and warp_specialize apply to the persistent family only"
     # triton 3.6 on the H200 returned wrong results for 128x128x64 tiles on 4 specialized warps
     # (scripts/sweep.py, 2026-11-29); every 8-warp variant measured was right.
     if config.warp_specialize and config.num_warps != 8:

@@ -142,13 +142,12 @@ def estimate(config: GemmConfig, problem: Problem, device: DeviceInfo) -> Estima
     programs = min(config.grid or device.sm_count, device.sm_count)
     fixup = 0.0
     if config.streamk:
-        full_waves, rest = divmod(tiles, programs)
-        waves = float(full_waves)
-        if rest:
+        waves = float(tiles // programs)
+        split = streamk_split(config, problem, programs)
+        if split:
             # The kernel's K-aligned split: each leftover tile's K loop in `split` even segments, run at
             # the data-parallel rate (1920x1920x8192 with 128x256 tiles, one segment per tile: 92.3 us
             # vs Persistent 91.6 us; scripts/streamk_probe.py, 2026-11-30).
-            split = min(programs // rest, iters)
             waves += _cdiv(iters, split) / iters
             if split > 1:
                 # The last arriver reads the split's fp32 partials at about twice one SM's fair share
@@ -176,6 +175,21 @@ def estimate(config: GemmConfig, problem: Problem, device: DeviceInfo) -> Estima
         memory_us /= _MISALIGNED_BANDWIDTH
     total = max(compute_us, memory_us) + _LAUNCH_US + copy_us
     return Estimate(config, total, compute_us, memory_us, waves, eff, edge_waste, fixup, copy_us)
+
+
+def streamk_split(config: GemmConfig, problem: Problem, programs: int) -> int:
+    """K segments per tile that Stream-K's kernel gives each tile left after its full waves of
+    `programs` (0 when the tiles fill whole waves): min(programs // leftover tiles, K iterations)."""
+    tiles = _cdiv(problem.m, config.block_m) * _cdiv(problem.n, config.block_n)
+    rest = tiles % programs
+    return min(programs // rest, max(_cdiv(problem.k, config.block_k), 1)) if rest else 0
+
+
+def splits_tiles(config: GemmConfig, problem: Problem, programs: int) -> bool:
+    """Whether a Stream-K config splits any tile's K loop on `programs` programs. When it does not, it
+    runs exactly the persistent kernel's schedule (its data-parallel loop, then one program per
+    leftover tile), so the persistent twin stands for it."""
+    return problem.k > 0 and streamk_split(config, problem, programs) > 1
 
 
 def streaming_efficiency(config: GemmConfig, problem: Problem) -> float:
@@ -250,6 +264,8 @@ def candidates(problem: Problem, device: DeviceInfo, enable_streamk: bool | None
         for tma, copy in itertools.product((False, True), copies):
             cfg = GemmConfig(block_m=bm, block_n=bn, block_k=bk, num_warps=warps, num_stages=stages,
                              streamk=sk, tma=tma, flatten=tma and not sk, aligned_copy=copy)
+            if sk and enable_streamk is None and not splits_tiles(cfg, problem, device.sm_count):
+                continue  # the same schedule as its persistent twin (splits_tiles), which is listed
             if config_supports(cfg, problem, device) is None:
                 out.append(cfg)
     return out

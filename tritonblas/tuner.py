@@ -42,6 +42,8 @@ MIN_TIMED = 8
 
 # How many of the heuristic's best configs get neighbours and grid variants added.
 NEIGHBOUR_SEEDS = 4
+# Seeds timed before the first seed's neighbours (candidate_space).
+SEEDS_FIRST = 5
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -54,23 +56,25 @@ def _with(cfg: GemmConfig, **changes) -> GemmConfig:
 
 
 def _neighbours(cfg: GemmConfig) -> Iterable[GemmConfig]:
-    """One lever moved at a time: halve/double a block, other warp count, stages +-1, group, tma,
-    an aligned copy of misaligned operands, flatten, warp specialization."""
-    for name in ("block_m", "block_n", "block_k"):
+    """One lever moved at a time, in the order their moves won: of the 44 winners of the tuning run of
+    2026-11-30 (K-aligned Stream-K kernel), 27 were a seed and 17 a seed's neighbour, 12 of those of
+    the first seed; by lever: stages 9, group 3, tma 2, warp specialization 2, block_k 1. So: stages
+    +-1, tma, warp specialization (8 warps only), flatten, group, halved/doubled blocks, the other warp
+    count, an aligned copy of misaligned operands."""
+    for s in (cfg.num_stages + 1, cfg.num_stages - 1):
+        if 1 <= s <= 8:
+            yield _with(cfg, num_stages=s)
+    yield _with(cfg, tma=not cfg.tma)
+    yield _with(cfg, warp_specialize=not cfg.warp_specialize, num_warps=8)
+    yield _with(cfg, flatten=not cfg.flatten)
+    for g in (4, 16, 8):
+        yield _with(cfg, group_m=g)
+    for name in ("block_k", "block_m", "block_n"):
         for v in (getattr(cfg, name) // 2, getattr(cfg, name) * 2):
             if 16 <= v <= 256:
                 yield _with(cfg, **{name: v})
     yield _with(cfg, num_warps=8 if cfg.num_warps == 4 else 4)
-    for s in (cfg.num_stages - 1, cfg.num_stages + 1):
-        if 1 <= s <= 8:
-            yield _with(cfg, num_stages=s)
-    for g in (4, 8, 16):
-        yield _with(cfg, group_m=g)
-    yield _with(cfg, tma=not cfg.tma)
     yield _with(cfg, aligned_copy=not cfg.aligned_copy, tma=True)  # a padded copy is TMA-ready
-    if not cfg.streamk:  # persistent-only levers; warp specialization runs on 8 warps only
-        yield _with(cfg, flatten=not cfg.flatten)
-        yield _with(cfg, warp_specialize=not cfg.warp_specialize, num_warps=8)
 
 
 def _grids(cfg: GemmConfig, problem: Problem, device: DeviceInfo) -> Iterable[GemmConfig]:
@@ -85,11 +89,19 @@ def _grids(cfg: GemmConfig, problem: Problem, device: DeviceInfo) -> Iterable[Ge
         yield _with(cfg, grid=g)
 
 
-def _canonical(cfg: GemmConfig, problem: Problem, device: DeviceInfo) -> GemmConfig:
-    """A grid that launches as many programs as the default one is the default one (dedup)."""
+def _canonical(cfg: GemmConfig, problem: Problem, device: DeviceInfo,
+               enable_streamk: bool | None = None) -> GemmConfig:
+    """One config per schedule (dedup): a Stream-K config that splits no tile is its persistent twin
+    (unless the family is forced), and a grid that launches as many programs as the default one is
+    the default one. In a cold-cache run of scripts/tune_quality.py (2026-11-30), 4096x1024x512's
+    tuned winner was a Stream-K config splitting nothing, timed in place of the flattened persistent
+    twin that won the exhaustive search by 6%."""
+    args = (problem.m, problem.n, problem.k, device.sm_count)
+    if cfg.streamk and enable_streamk is None and not heuristic.splits_tiles(cfg, problem,
+                                                                              program_count(cfg, *args)):
+        cfg = _with(cfg, streamk=False)
     if cfg.grid is None:
         return cfg
-    args = (problem.m, problem.n, problem.k, device.sm_count)
     if program_count(cfg, *args) == program_count(_with(cfg, grid=None), *args):
         return _with(cfg, grid=None)
     return cfg
@@ -114,22 +126,27 @@ def _seeds(ranked: list[GemmConfig], top_k: int) -> list[GemmConfig]:
 def candidate_space(problem: Problem, device: DeviceInfo, *, top_k: int = 10, exhaustive: bool = False,
                     enable_streamk: bool | None = None,
                     neighbour_seeds: int = NEIGHBOUR_SEEDS) -> list[GemmConfig]:
-    """Feasible, deduplicated candidates in heuristic order: the best distinct tiles, then neighbours
-    and grid variants of the best few of them.
+    """Feasible, deduplicated candidates in heuristic order: the best SEEDS_FIRST distinct tiles, the
+    first one's neighbours, the other tiles, then neighbours and grid variants of the best few.
 
     exhaustive: every config of the heuristic's grid first, then the same additions, so the normal
     space is a subset of the exhaustive one.
     """
     ranked = [e.config for e in heuristic.rank(problem, device, enable_streamk)]
     seeds = _seeds(ranked, top_k)
-    extra = itertools.chain.from_iterable(_neighbours(c) for c in seeds[:neighbour_seeds])
-    pool = [*seeds, *(ranked if exhaustive else []), *extra]
+    # On a cold compile cache a budget of 4-6 s times the first ~8 candidates only (MIN_TIMED), so the
+    # first seed's neighbours come before the other seeds: on the rows of the tuning run of 2026-11-30
+    # the best of the first 8 was more than 2% behind the problem's best on 9 of 44 problems in the
+    # order seeds-then-neighbours, on 1 in this order (python scripts/tuner_order.py ROWS).
+    extra = itertools.chain.from_iterable(_neighbours(c) for c in seeds[1:neighbour_seeds])
+    pool = [*seeds[:SEEDS_FIRST], *(_neighbours(seeds[0]) if seeds and neighbour_seeds else ()),
+            *seeds[SEEDS_FIRST:], *(ranked if exhaustive else []), *extra]
     pool += [g for c in seeds[:neighbour_seeds] for g in _grids(c, problem, device)]
     out: dict[GemmConfig, None] = {}
     for cfg in pool:
         if enable_streamk is not None and cfg.streamk != enable_streamk:
             continue
-        cfg = _canonical(cfg, problem, device)
+        cfg = _canonical(cfg, problem, device, enable_streamk)
         if cfg not in out and config_supports(cfg, problem, device) is None:
             out[cfg] = None
     return list(out)

@@ -64,7 +64,8 @@ def streamk_gemm_kernel(
     iters_per_tile = tl.cdiv(K, BLOCK_K)
     dp_tiles = (num_tiles // NUM_PROGS) * NUM_PROGS
 
-    for tile_id in range(pid, dp_tiles, NUM_PROGS):
+    # The data-parallel loop is the persistent kernel's, with its levers (see persistent.py).
+    for tile_id in tl.range(pid, dp_tiles, NUM_PROGS, flatten=FLATTEN, warp_specialize=WARP_SPEC):
         pid_m, pid_n = tile_coords(tile_id, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         acc = k_loop(acc, a_ptr, b_ptr, a_desc, b_desc, M, N, K, stride_am, stride_ak, stride_bk,
