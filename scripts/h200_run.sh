@@ -8,6 +8,7 @@
 #               bash scripts/h200_run.sh sk       Stream-K variants side by side (scripts/streamk_probe.py)
 #               bash scripts/h200_run.sh probe    ragged-size probe, a TMA launch from another thread
 #               bash scripts/h200_run.sh overhead host overhead of a dispatch hit
+#               bash scripts/h200_run.sh compile  compile throughput by thread count (scripts/compile_probe.py)
 #               bash scripts/h200_run.sh quality  tuned vs exhaustive search, tuning time (issue 4)
 #               bash scripts/h200_run.sh heuristic the heuristic alone, untuned shapes, a tuning run's rows
 #               bash scripts/h200_run.sh tune     tune scripts/shapes.yaml -> $OUT/sm_90.json, then bench
@@ -57,6 +58,9 @@ case "${1:-}" in
     CUDA_VISIBLE_DEVICES=$FIRST TRITONBLAS_TEST_GPU=1 timeout 90 python3 -m pytest -q -p no:cacheprovider \
       tests/test_gpu.py -k thread 2>&1 | tail -2
     CUDA_VISIBLE_DEVICES=$FIRST timeout 150 python3 scripts/ragged_probe.py --json "$OUT/ragged.json" ;;
+  compile)  # compile throughput of the tuner's prepare by thread count, each on its own empty cache
+    CUDA_VISIBLE_DEVICES=$FIRST timeout 240 python3 scripts/compile_probe.py --workers "${WORKERS:-1,4,16}" \
+      2>&1 | tee "$OUT/compile_probe.txt" ;;
   overhead)  # host overhead of a dispatch hit (run alone: it is host-bound)
     CUDA_VISIBLE_DEVICES=$FIRST TRITONBLAS_DB=/tmp/none.sqlite timeout 90 python3 scripts/dispatch_overhead.py \
       2>&1 | tail -9 | tee "$OUT/overhead.txt" ;;
@@ -90,5 +94,5 @@ case "${1:-}" in
         python3 scripts/tune_quality.py --budget "${QUALITY_BUDGET:-5}" --shapes "${mine%,}" --json "$OUT/quality${gpus[i]}.json" \
         > "$OUT/quality${gpus[i]}.txt" 2>&1; tail -12 "$OUT/quality${gpus[i]}.txt" ) &
     done; wait ;;
-  *) echo "usage: bash scripts/h200_run.sh check|probe|overhead|quality|heuristic|tune" >&2; exit 2 ;;
+  *) echo "usage: bash scripts/h200_run.sh check|final|sk|probe|compile|overhead|quality|heuristic|tune" >&2; exit 2 ;;
 esac
