@@ -203,9 +203,11 @@ def streaming_efficiency(config: GemmConfig, problem: Problem) -> float:
     1.63x), 64x8192x28672 (131 vs 65 KB: 1.34x); each pair gives an exponent of 0.42-0.46."""
     elt = DTYPE_BYTES[problem.dtype]
     rows = min(config.block_m, max(problem.m, 1)) + min(config.block_n, max(problem.n, 1))
-    # Counted up to 4 stages: counting a fifth moved the pick quality on the tune3 rows by 0.001 only
-    # (0.973 vs 0.972, scripts/heuristic_vs_sweep.py); the 5-stage gain is in tile_efficiency.
-    in_flight = (min(config.num_stages, 4) - 1) * rows * config.block_k * elt
+    # Counted up to 5 stages (7 of the 44 tuned winners of 2026-11-30 use 5; none more): on memory-bound
+    # problems a cap at 4 tied 4 and 5 stages and ranked the 4-stage config first, the tuner's seed,
+    # where the 5-stage one won the exhaustive search (127x4096x4096 P 64x64x128, 16x4096x14336
+    # P 16x64x256: scripts/tune_quality.py). Pick quality on the tune3 rows 0.973 (0.972 capped at 4).
+    in_flight = (min(config.num_stages, 5) - 1) * rows * config.block_k * elt
     return min(1.0, in_flight / _IN_FLIGHT_BYTES) ** 0.45
 
 
