@@ -64,3 +64,22 @@ def test_tma_config_checked_against_the_actual_layout():
     a, b = operands(104, 40, 33, torch.float16, "tn")
     ours, theirs = run_op("matmul", a, b, None, config=_config(False))
     assert_close(ours, theirs, reference(a, b))
+
+
+# Operands the aligned copy must reproduce exactly in a padded buffer: odd leading dims row- and
+# column-major, a source with no unit stride at all, 2-byte elements, and an empty one.
+COPY_SOURCES = {
+    "row_major_odd_lead": lambda: torch.randn(37, 41),
+    "col_major_odd_lead": lambda: torch.randn(41, 37).t(),
+    "no_unit_stride": lambda: torch.randn(37, 82)[:, ::2],
+    "fp16_odd_lead": lambda: torch.randn(7, 33).half(),
+    "empty": lambda: torch.randn(0, 5),
+}
+
+
+@pytest.mark.parametrize("name", list(COPY_SOURCES))
+def test_aligned_copy_is_exact_and_tma_ready(name):
+    src = COPY_SOURCES[name]()
+    copied = launch._aligned(src)
+    assert copied is not src and torch.equal(copied, src)
+    assert launch._tma_ready(copied) == (True, launch._is_col_major(src))

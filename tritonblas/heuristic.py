@@ -36,6 +36,7 @@ _PEAK_TFLOPS = {"sm_90": {"fp16": 800.0, "bf16": 800.0, "fp32": 50.0, "tf32": 40
                 "default": {"fp16": 300.0, "bf16": 300.0, "fp32": 20.0, "tf32": 150.0}}
 _BANDWIDTH_TBS = {"sm_90": 4.3, "default": 2.0}
 _LAUNCH_US = 4.0
+_COPY_BANDWIDTH = 0.58  # share of the bandwidth the aligned copy reaches (see _aligned_copy_us)
 # Odd leading dims (not 16-byte rows) load element by element and cannot use TMA: 127x4097x4095 bf16
 # took 89 us at best (sweep 1) where the model predicts ~20 us for aligned operands.
 _MISALIGNED_EFFICIENCY = 0.25
@@ -251,11 +252,15 @@ def element_wide_loads(problem: Problem, copied: bool) -> bool:
 
 
 def _aligned_copy_us(problem: Problem, arch: str) -> float:
-    """Read and write each misaligned operand once at the device bandwidth, plus a launch per copy."""
+    """Read and write each misaligned operand once at the copy's share of the device bandwidth, plus a
+    launch per copy. kernels/copy.py moved the 4095x4097 bf16 B of 127x4097x4095 (67 MB read and
+    written) in 27.0 us, 0.58 of 4.3 TB/s; torch's contiguous clone of it took 24.2 us
+    (scripts/copy_probe.py, 2026-11-30)."""
     elt = DTYPE_BYTES[problem.dtype]
     sizes = (problem.m * problem.k, problem.k * problem.n)
     copied = [numel for numel, aligned in zip(sizes, operand_alignment(problem), strict=True) if not aligned]
-    return sum(2 * elt * numel / (_BANDWIDTH_TBS[arch] * 1e6) + _LAUNCH_US for numel in copied)
+    return sum(2 * elt * numel / (_COPY_BANDWIDTH * _BANDWIDTH_TBS[arch] * 1e6) + _LAUNCH_US
+               for numel in copied)
 
 
 def candidates(problem: Problem, device: DeviceInfo, enable_streamk: bool | None = None) -> list[GemmConfig]:

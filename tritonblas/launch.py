@@ -6,6 +6,7 @@ Kernels (and so triton) are imported on first launch, not when `tritonblas` is i
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -17,10 +18,11 @@ _workspaces: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
 
 @functools.cache
 def _kernels():
+    from .kernels.copy import pad_copy_kernel
     from .kernels.persistent import persistent_gemm_kernel
     from .kernels.streamk import streamk_gemm_kernel
 
-    return persistent_gemm_kernel, streamk_gemm_kernel
+    return persistent_gemm_kernel, streamk_gemm_kernel, pad_copy_kernel
 
 
 def _descriptor_scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
@@ -113,11 +115,23 @@ def _aligned(t: torch.Tensor) -> torch.Tensor:
     ok, col = _tma_ready(t)
     if ok:
         return t
-    rows, cols = (t.shape[1], t.shape[0]) if col else t.shape
+    src = t.t() if col else t  # rows along dim 0, the contiguous (or copied-to-contiguous) axis along 1
+    rows, cols = src.shape
     buf = torch.empty((rows, aligned_leading_dim(cols, t.element_size())), dtype=t.dtype, device=t.device)
+    if src.numel():
+        key = ("pad_copy", src.shape, src.stride(), buf.stride(0), src.dtype, src.device,
+               src.data_ptr() % 16 == 0)
+        plan = _cached_plan(key, lambda: _Plan(
+            _kernels()[2], _cdiv(rows, _COPY_ROWS) * _cdiv(cols, _COPY_COLS),
+            (rows, cols, *src.stride(), buf.stride(0)), dict(BLOCK_R=_COPY_ROWS, BLOCK_C=_COPY_COLS), 4, 1,
+            None))
+        _launch(plan, (src, buf), ())
     view = buf[:, :cols]
-    view.copy_(t.t() if col else t)
     return view.t() if col else view
+
+
+# pad_copy_kernel's block: 16 x 256 elements per program (scripts/copy_probe.py's "triton rows").
+_COPY_ROWS, _COPY_COLS = 16, 256
 
 
 def program_count(config: GemmConfig, m: int, n: int, k: int, sm_count: int) -> int:
@@ -148,6 +162,15 @@ _plans: dict[tuple, _Plan] = {}
 _PLANS_CAP = 4096
 
 
+def _cached_plan(key: tuple, make: Callable[[], _Plan]) -> _Plan:
+    plan = _plans.get(key)
+    if plan is None:
+        if len(_plans) >= _PLANS_CAP:
+            _plans.clear()
+        plan = _plans[key] = make()
+    return plan
+
+
 def launch_gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None,
                 alpha: float, beta: float, config: GemmConfig, sm_count: int, precision: str) -> None:
     """c = alpha * a @ b + beta * bias, with bias already broadcast to a 2-D view of c's shape.
@@ -170,11 +193,7 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.T
     key = (config, a.shape, n, a.stride(), b.stride(), c.stride(), bias.stride() if has_bias else None,
            a.dtype, c.dtype, a.device, precision, sm_count, a.data_ptr() % 16 == 0,
            b.data_ptr() % 16 == 0, c.data_ptr() % 16 == 0, has_bias and bias.data_ptr() % 16 == 0)
-    plan = _plans.get(key)
-    if plan is None:
-        if len(_plans) >= _PLANS_CAP:
-            _plans.clear()
-        plan = _plans[key] = _make_plan(a, b, c, bias, config, sm_count, precision)
+    plan = _cached_plan(key, lambda: _make_plan(a, b, c, bias, config, sm_count, precision))
     tensors = (a, b, c, bias if has_bias else c)
     if plan.workspace is not None:
         tensors = (*tensors, *_workspace(c.device, *plan.workspace))
@@ -185,7 +204,7 @@ def _make_plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Te
                config: GemmConfig, sm_count: int, precision: str) -> _Plan:
     m, k = a.shape
     n = b.shape[1]
-    persistent, streamk = _kernels()
+    persistent, streamk, _ = _kernels()
     progs = program_count(config, m, n, k, sm_count)
     has_bias = bias is not None
     sbm, sbn = bias.stride() if has_bias else (0, 0)
