@@ -52,7 +52,7 @@ def main() -> None:
     out = torch.empty(m, n, device="cuda", dtype=dtype)
     sel = tritonblas.select(m, n, k, dtype, device=a.device)
     info = device_info(a.device)
-    a_al, b_al = launch._aligned(a), launch._aligned(b)
+    a_al, b_al = launch._aligned(a, 2), launch._aligned(b, 3)  # slots of their own
     plain = sel.config.model_copy(update={"aligned_copy": False})
     lead = b_al.stride(0)
     buf = torch.empty(k, lead, device="cuda", dtype=dtype)
@@ -66,8 +66,8 @@ def main() -> None:
     times = {
         "matmul (dispatched)": us(lambda: tritonblas.matmul(a, b, out=out)),
         "torch.mm": us(lambda: torch.mm(a, b, out=out)),
-        "copy A (launch._aligned)": us(lambda: launch._aligned(a)),
-        "copy B (launch._aligned)": us(lambda: launch._aligned(b)),
+        "copy A (launch._aligned)": us(lambda: launch._aligned(a, 0)),
+        "copy B (launch._aligned)": us(lambda: launch._aligned(b, 1)),
         "B.clone()": us(lambda: b.clone()),
         "GEMM on copies": us(lambda: launch.launch_gemm(a_al, b_al, out, None, 1.0, 0.0, plain,
                                                         info.sm_count, "tf32")),

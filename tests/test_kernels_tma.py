@@ -80,6 +80,17 @@ COPY_SOURCES = {
 @pytest.mark.parametrize("name", list(COPY_SOURCES))
 def test_aligned_copy_is_exact_and_tma_ready(name):
     src = COPY_SOURCES[name]()
-    copied = launch._aligned(src)
+    copied = launch._aligned(src, 0)
     assert copied is not src and torch.equal(copied, src)
     assert launch._tma_ready(copied) == (True, launch._is_col_major(src))
+
+
+def test_aligned_copy_reuses_its_buffer_per_slot():
+    # One padded buffer per operand slot, reused call after call (stream order makes that safe): A and B
+    # of the same shape must not share one.
+    a, b = torch.randn(9, 13), torch.randn(9, 13)
+    first_a, first_b = launch._aligned(a, 0), launch._aligned(b, 1)
+    assert first_a.data_ptr() != first_b.data_ptr()
+    assert torch.equal(first_a, a) and torch.equal(first_b, b)
+    again = launch._aligned(b, 0)
+    assert again.data_ptr() == first_a.data_ptr() and torch.equal(again, b)

@@ -106,8 +106,9 @@ def _workspace(device: torch.device, partial_floats: int, counters: int) -> tupl
     return ws, cnt
 
 
-def _aligned(t: torch.Tensor) -> torch.Tensor:
-    """`t` itself when TMA can read it, else a copy in the same order with a 16-byte aligned leading dim.
+def _aligned(t: torch.Tensor, slot: int) -> torch.Tensor:
+    """`t` itself when TMA can read it, else a copy in the same order with a 16-byte aligned leading dim,
+    in the padded buffer `slot` (0 for A, 1 for B) of this device and stream.
 
     An odd leading dimension (4095, 4097) defeats both vectorized loads and TMA; one copy at memory
     speed can cost less than a GEMM that loads one element at a time. The tuner decides per problem.
@@ -117,7 +118,7 @@ def _aligned(t: torch.Tensor) -> torch.Tensor:
         return t
     src = t.t() if col else t  # rows along dim 0, the contiguous (or copied-to-contiguous) axis along 1
     rows, cols = src.shape
-    buf = torch.empty((rows, aligned_leading_dim(cols, t.element_size())), dtype=t.dtype, device=t.device)
+    buf = _padded_buffer(slot, rows, aligned_leading_dim(cols, t.element_size()), t)
     if src.numel():
         key = ("pad_copy", src.shape, src.stride(), buf.stride(0), src.dtype, src.device,
                src.data_ptr() % 16 == 0)
@@ -128,6 +129,28 @@ def _aligned(t: torch.Tensor) -> torch.Tensor:
         _launch(plan, (src, buf), ())
     view = buf[:, :cols]
     return view.t() if col else view
+
+
+_padded: dict[tuple, torch.Tensor] = {}
+_PADDED_CAP_BYTES = 1 << 31
+
+
+def _padded_buffer(slot: int, rows: int, lead: int, like: torch.Tensor) -> torch.Tensor:
+    """A rows x lead buffer kept per operand slot, dtype, device and stream, and reused by every call.
+
+    Safe in stream order: the next call's copy into it runs after the GEMM that read it (launches on
+    two streams at once get two buffers). Allocating it per call cost host time that the 127x4097x4095
+    path, bound by its three launches, could not hide: it read 73-100 us in a 44-problem bench, 50 us
+    alone (tritonblas bench, H200, 2026-11-30). Kept up to 2 GiB in all, then started over.
+    """
+    stream = torch._C._cuda_getCurrentRawStream(like.device.index) if like.is_cuda else 0
+    key = (slot, rows, lead, like.dtype, like.device, stream)
+    buf = _padded.get(key)
+    if buf is None:
+        if sum(b.numel() * b.element_size() for b in _padded.values()) > _PADDED_CAP_BYTES:
+            _padded.clear()
+        buf = _padded[key] = torch.empty((rows, lead), dtype=like.dtype, device=like.device)
+    return buf
 
 
 # pad_copy_kernel's block: 16 x 256 elements per program (scripts/copy_probe.py's "triton rows").
@@ -188,7 +211,7 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.T
         # fp32 copies; the kernel still accumulates in fp32 and stores bf16.
         a, b = a.float(), b.float()
     if config.aligned_copy:
-        a, b = _aligned(a), _aligned(b)
+        a, b = _aligned(a, 0), _aligned(b, 1)
     has_bias = bias is not None
     key = (config, a.shape, n, a.stride(), b.stride(), c.stride(), bias.stride() if has_bias else None,
            a.dtype, c.dtype, a.device, precision, sm_count, a.data_ptr() % 16 == 0,
