@@ -13,13 +13,15 @@ from triton.compiler.errors import CompilationError
 from triton.runtime.errors import OutOfResources
 
 from tritonblas import heuristic
-from tritonblas.config import INTERPRETER_DEVICE, Problem, config_supports, device_for_arch
+from tritonblas.config import INTERPRETER_DEVICE, GemmConfig, Problem, config_supports, device_for_arch
 from tritonblas.launch import program_count
 from tritonblas.tuner import (
     MIN_TIMED,
+    SEEDS_FIRST,
     Benchmark,
     BenchResult,
     TuningInterrupted,
+    _canonical,
     candidate_space,
     tune_many,
     tune_problem,
@@ -294,6 +296,38 @@ def test_candidate_space_has_neighbours_and_grids():
     # a grid launching as many programs as the default is the default: no duplicate measurements
     tiny = candidate_space(Problem(16, 16, 16, "fp16"), H200)
     assert all(c.grid is None for c in tiny if not c.streamk)
+
+
+def test_first_seed_neighbours_come_right_after_the_first_seeds():
+    # A cold compile cache times only the first ~8 candidates; the first seed's stage variants won most
+    # often in the tuning runs, so they come right after the best SEEDS_FIRST tiles.
+    problem = Problem(127, 4096, 4096, "bf16")
+    space = candidate_space(problem, H200)
+    first = space[0]
+    tiles = [(c.block_m, c.block_n, c.block_k, c.streamk) for c in space[:SEEDS_FIRST]]
+    assert len(set(tiles)) == SEEDS_FIRST  # distinct tiles first
+    deeper = first.model_copy(update={"num_stages": first.num_stages + 1})
+    assert space.index(deeper) == SEEDS_FIRST
+
+
+@pytest.mark.parametrize("m, n, k, splits", [
+    (256, 256, 16384, True),  # 4 tiles of 128x128 on 132 programs: each K loop in 33 segments
+    (4096, 1024, 512, False),  # 128 tiles of 128x256: one wave, 132 // 128 = 1 segment each
+    (1536, 5632, 512, False),  # 12 x 22 = 264 tiles of 128x256: two full waves, nothing left over
+    (127, 4096, 4096, True),  # 32 tiles of 128x128 after no full wave: 4 segments each
+    (1024, 1024, 0, False),  # no K: nothing to split
+])
+def test_streamk_that_splits_nothing_is_its_persistent_twin(m, n, k, splits):
+    problem = Problem(m, n, k, "bf16")
+    block_n = 256 if (m, n) in {(4096, 1024), (1536, 5632)} else 128
+    sk = GemmConfig(block_m=128, block_n=block_n, block_k=64, num_warps=8, num_stages=3, streamk=True)
+    assert heuristic.splits_tiles(sk, problem, H200.sm_count) is splits
+    canonical = _canonical(sk, problem, H200)
+    assert canonical == (sk if splits else sk.model_copy(update={"streamk": False}))
+    assert _canonical(sk, problem, H200, enable_streamk=True) == sk  # a forced family stays
+    families = {c.streamk for c in heuristic.candidates(problem, H200) if c.block_m == 128
+                and c.block_n == block_n and c.block_k == 64}
+    assert (True in families) is splits
 
 
 def test_small_shared_memory_prunes_big_tiles():
