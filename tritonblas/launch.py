@@ -153,7 +153,8 @@ def _padded_buffer(slot: int, rows: int, lead: int, like: torch.Tensor) -> torch
     return buf
 
 
-# pad_copy_kernel's block: 16 x 256 elements per program (scripts/copy_probe.py's "triton rows").
+# pad_copy_kernel's block: 16 x 256 elements per program (27.0 us for the 33.5 MB B of 127x4097x4095,
+# scripts/copy_probe.py).
 _COPY_ROWS, _COPY_COLS = 16, 256
 
 
