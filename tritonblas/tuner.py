@@ -59,9 +59,8 @@ def _neighbours(cfg: GemmConfig) -> Iterable[GemmConfig]:
     """One lever moved at a time, in the order their moves won: of the 44 winners of the tuning run of
     2026-11-30 (docs/benchmarks/h200-tune3-measurements.json), 28 were a seed and 16 a seed's
     neighbour, 12 of those of the first seed; by lever: stages 9, group 2, tma 2, warp specialization
-    2, block_k 1. So: stages
-    +-1, tma, warp specialization (8 warps only), flatten, group, halved/doubled blocks, the other warp
-    count, an aligned copy of misaligned operands."""
+    2, block_k 1. So: stages +-1, tma, warp specialization (8 warps only), flatten, group,
+    halved/doubled blocks, the other warp count, an aligned copy of misaligned operands."""
     for s in (cfg.num_stages + 1, cfg.num_stages - 1):
         if 1 <= s <= 8:
             yield _with(cfg, num_stages=s)
