@@ -421,7 +421,7 @@ def check_case(op: str, dtype: str, path: str, shape: tuple[int, int, int], layo
         # The split really happened: exactly the planned programs wrote partials, and every tile's
         # arrival counter is back at zero for the next launch.
         assert written_slots(ws, config, plan) == plan.slots
-        assert not launch._workspaces[a.device][1].any()
+        assert not launch._workspace(a.device, 0, 0)[1].any()
 
 
 # Op variants of the path matrix -> (op, bias kind, scale); the bias matrix varies both for addmm.

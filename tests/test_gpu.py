@@ -127,7 +127,7 @@ def test_gpu_streamk_bitwise_reproducible_and_counters_reset():
         tritonblas.matmul(x, y, config=config_for_path("sk_mixed", *other, True))
         again = tritonblas.matmul(a, b, config=config)
         assert torch.equal(again.view(torch.int16), first.view(torch.int16)), i
-        assert not launch._workspaces[dev][1].any()
+        assert not launch._workspace(dev, 0, 0)[1].any()
 
 
 def test_gpu_streamk_split_written_as_planned():

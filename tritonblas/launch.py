@@ -13,7 +13,7 @@ import torch
 
 from .config import GemmConfig, aligned_leading_dim
 
-_workspaces: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+_workspaces: dict[tuple[torch.device, int], tuple[torch.Tensor, torch.Tensor]] = {}
 
 
 @functools.cache
@@ -90,19 +90,25 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def _stream(device: torch.device) -> int:
+    """The current stream of `device` (0 off CUDA): scratch kept between launches is kept per stream,
+    since launches on one stream run in order and launches on two may overlap."""
+    return torch._C._cuda_getCurrentRawStream(device.index) if device.type == "cuda" else 0
+
+
 def _workspace(device: torch.device, partial_floats: int, counters: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Stream-K scratch, allocated lazily per device and grown, never shrunk.
+    """Stream-K scratch, allocated lazily per device and stream and grown, never shrunk.
 
     Counters start at zero and every launch leaves them at zero (the last arriver resets its tile), so
-    reuse needs no zeroing launch. One launch at a time per device: launches on two streams at once
-    must not share it.
+    reuse needs no zeroing launch; launches on one stream run in order, and each stream has its own.
     """
-    ws, cnt = _workspaces.get(device, (None, None))
+    key = (device, _stream(device))
+    ws, cnt = _workspaces.get(key, (None, None))
     if ws is None or ws.numel() < partial_floats:
         ws = torch.empty(max(partial_floats, 1), dtype=torch.float32, device=device)
     if cnt is None or cnt.numel() < counters:
         cnt = torch.zeros(max(counters, 1), dtype=torch.int32, device=device)
-    _workspaces[device] = (ws, cnt)
+    _workspaces[key] = (ws, cnt)
     return ws, cnt
 
 
@@ -143,8 +149,7 @@ def _padded_buffer(slot: int, rows: int, lead: int, like: torch.Tensor) -> torch
     path, bound by its three launches, could not hide: it read 73-100 us in a 44-problem bench, 50 us
     alone (tritonblas bench, H200, 2026-11-30). Kept up to 2 GiB in all, then started over.
     """
-    stream = torch._C._cuda_getCurrentRawStream(like.device.index) if like.is_cuda else 0
-    key = (slot, rows, lead, like.dtype, like.device, stream)
+    key = (slot, rows, lead, like.dtype, like.device, _stream(like.device))
     buf = _padded.get(key)
     if buf is None:
         if sum(b.numel() * b.element_size() for b in _padded.values()) > _PADDED_CAP_BYTES:
