@@ -273,6 +273,9 @@ def candidates(problem: Problem, device: DeviceInfo, enable_streamk: bool | None
         if bn < 32:
             continue  # N is the contiguous output dim: 16-wide tiles only ever lost in the sweep
         for tma, copy in itertools.product((False, True), copies):
+            # Flattened only on the persistent family: Stream-K's flattened data-parallel loop ran 3.5%
+            # (TMA) to 7% (pointers) slower than its plain one (tuning run of 2026-11-30, lever 19); the
+            # tuner still tries it as a neighbour.
             cfg = GemmConfig(block_m=bm, block_n=bn, block_k=bk, num_warps=warps, num_stages=stages,
                              streamk=sk, tma=tma, flatten=tma and not sk, aligned_copy=copy)
             if sk and enable_streamk is None and not splits_tiles(cfg, problem, device.sm_count):
