@@ -131,7 +131,10 @@ def test_console_scripts_two_workers_in_the_interpreter(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "on 2 device(s)" in proc.stdout and "done: 2 tuned" in proc.stdout
     with TuningDB(db) as d:
-        assert {w.key.to_problem() for w in d.winners()} == set(load_problems(TINY))
+        # One fresh-clone CI run (2026-11-30) found a winner missing here after "done: 2 tuned", not
+        # reproduced in 60 reruns since: the message keeps what is needed to find out why.
+        assert {w.key.to_problem() for w in d.winners()} == set(load_problems(TINY)), \
+            (proc.stdout[-3000:], d.stats(), [(w.key, w.config.short()) for w in d.winners()])
     proc = _script("tritonblas", "db", "check", "--shapes", str(TINY), "--db", db)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
