@@ -38,6 +38,37 @@ def make_operand_descs(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, s
 
 
 @triton.jit
+def operand_sources(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                    USE_TMA: tl.constexpr, A_COL: tl.constexpr, B_COL: tl.constexpr):
+    """What the K loop reads A and B through: TMA descriptors, or the pointers themselves."""
+    a_desc, b_desc = a_ptr, b_ptr
+    if USE_TMA:
+        a_desc, b_desc = make_operand_descs(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk,
+                                            stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, A_COL, B_COL)
+    return a_desc, b_desc
+
+
+@triton.jit
+def widened(idx, INT64: tl.constexpr):
+    """`idx` as int64 when the launch needs 64-bit offsets (INT64, chosen on the host by
+    launch.needs_int64): an index times a stride then never wraps past 2**31 elements. Problems that
+    fit keep 32-bit index arithmetic, as before."""
+    if INT64:
+        return idx.to(tl.int64)
+    return idx
+
+
+@triton.jit
+def k_step(stride, BLOCK_K: tl.constexpr, INT64: tl.constexpr):
+    """The pointer increment of one K block, BLOCK_K * stride, computed in 64 bits when INT64 (a
+    column-major A with M > 2**31 / BLOCK_K would wrap it in 32)."""
+    if INT64:
+        return tl.full((), BLOCK_K, tl.int64) * stride
+    return BLOCK_K * stride
+
+
+@triton.jit
 def k_loop_tma(acc, a_desc, b_desc, pid_m, pid_n, iter_start, iter_end,
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                A_COL: tl.constexpr, B_COL: tl.constexpr, PRECISION: tl.constexpr):
@@ -88,7 +119,7 @@ def k_loop_ptr(acc, a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stri
                pid_m, pid_n, iter_start, iter_end,
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                EVEN_K: tl.constexpr, PRECISION: tl.constexpr, A_COL: tl.constexpr, B_COL: tl.constexpr,
-               A_DIV: tl.constexpr, B_DIV: tl.constexpr):
+               A_DIV: tl.constexpr, B_DIV: tl.constexpr, INT64: tl.constexpr):
     """acc += A[tile_m, k] @ B[k, tile_n] over K iterations [iter_start, iter_end), by pointers.
 
     Rows/columns past M/N are wrapped (modulo) instead of masked: they read valid memory and the
@@ -99,10 +130,10 @@ def k_loop_ptr(acc, a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stri
     of A_DIV elements along the contiguous axis are aligned and contiguous. Triton itself only
     specializes integers divisible by 16, so a dimension of 1000 would load one element at a time.
     """
-    rm = wrapped_index(pid_m, M, BLOCK_M, A_DIV if A_COL else 1)
-    rn = wrapped_index(pid_n, N, BLOCK_N, 1 if B_COL else B_DIV)
+    rm = widened(wrapped_index(pid_m, M, BLOCK_M, A_DIV if A_COL else 1), INT64)
+    rn = widened(wrapped_index(pid_n, N, BLOCK_N, 1 if B_COL else B_DIV), INT64)
     kk = tl.arange(0, BLOCK_K)
-    rk = iter_start * BLOCK_K + kk
+    rk = widened(iter_start * BLOCK_K + kk, INT64)
     if A_COL:
         a_ptrs = a_ptr + rm[:, None] * stride_am + hinted_offsets(rk, stride_ak, A_DIV)[None, :]
     else:
@@ -118,8 +149,8 @@ def k_loop_ptr(acc, a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stri
         a = tl.load(a_ptrs)
         b = tl.load(b_ptrs)
         acc = tl.dot(a, b, acc, input_precision=PRECISION)
-        a_ptrs += BLOCK_K * stride_ak
-        b_ptrs += BLOCK_K * stride_bk
+        a_ptrs += k_step(stride_ak, BLOCK_K, INT64)
+        b_ptrs += k_step(stride_bk, BLOCK_K, INT64)
     if not EVEN_K:
         if iter_end > full_end:
             k_left = K - full_end * BLOCK_K
@@ -134,7 +165,7 @@ def k_loop(acc, a_ptr, b_ptr, a_desc, b_desc, M, N, K, stride_am, stride_ak, str
            pid_m, pid_n, iter_start, iter_end,
            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
            PRECISION: tl.constexpr, USE_TMA: tl.constexpr, A_COL: tl.constexpr, B_COL: tl.constexpr,
-           A_DIV: tl.constexpr, B_DIV: tl.constexpr):
+           A_DIV: tl.constexpr, B_DIV: tl.constexpr, INT64: tl.constexpr):
     """The K loop of one tile (or one Stream-K segment of it), by TMA or by pointers."""
     if USE_TMA:
         acc = k_loop_tma(acc, a_desc, b_desc, pid_m, pid_n, iter_start, iter_end,
@@ -142,21 +173,21 @@ def k_loop(acc, a_ptr, b_ptr, a_desc, b_desc, M, N, K, stride_am, stride_ak, str
     else:
         acc = k_loop_ptr(acc, a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                          pid_m, pid_n, iter_start, iter_end, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION,
-                         A_COL, B_COL, A_DIV, B_DIV)
+                         A_COL, B_COL, A_DIV, B_DIV, INT64)
     return acc
 
 
 @triton.jit
 def epilogue(acc, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, stride_biasm, stride_biasn,
              alpha, beta, pid_m, pid_n,
-             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr):
+             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr, INT64: tl.constexpr):
     """out = alpha * acc + beta * bias in fp32, one cast to the output dtype, masked store.
 
     The bias is a 2-D view of what torch.addmm broadcasts (stride 0 along broadcast dims), so scalar,
     row (N,), column (M, 1) and full (M, N) biases are all the same code.
     """
-    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rm = widened(pid_m * BLOCK_M + tl.arange(0, BLOCK_M), INT64)
+    rn = widened(pid_n * BLOCK_N + tl.arange(0, BLOCK_N), INT64)
     mask = (rm < M)[:, None] & (rn < N)[None, :]
     out = acc * alpha
     if HAS_BIAS:

@@ -3,7 +3,7 @@
 import triton
 import triton.language as tl
 
-from .common import epilogue, k_loop, make_operand_descs, tile_coords
+from .common import epilogue, k_loop, operand_sources, tile_coords
 
 
 @triton.jit
@@ -15,11 +15,10 @@ def persistent_gemm_kernel(
     HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, PRECISION: tl.constexpr,
     USE_TMA: tl.constexpr, A_COL: tl.constexpr, B_COL: tl.constexpr,
     A_DIV: tl.constexpr, B_DIV: tl.constexpr, FLATTEN: tl.constexpr, WARP_SPEC: tl.constexpr,
+    INT64: tl.constexpr,
 ):
-    a_desc, b_desc = a_ptr, b_ptr
-    if USE_TMA:
-        a_desc, b_desc = make_operand_descs(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk,
-                                            stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, A_COL, B_COL)
+    a_desc, b_desc = operand_sources(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                                     BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, A_COL, B_COL)
     num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     iters = tl.cdiv(K, BLOCK_K)
     # flatten lets the pipeliner prefetch the next tile's first K blocks during this tile's epilogue.
@@ -29,6 +28,6 @@ def persistent_gemm_kernel(
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         acc = k_loop(acc, a_ptr, b_ptr, a_desc, b_desc, M, N, K, stride_am, stride_ak, stride_bk,
                      stride_bn, pid_m, pid_n, 0, iters, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION,
-                     USE_TMA, A_COL, B_COL, A_DIV, B_DIV)
+                     USE_TMA, A_COL, B_COL, A_DIV, B_DIV, INT64)
         epilogue(acc, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, stride_biasm, stride_biasn,
-                 alpha, beta, pid_m, pid_n, BLOCK_M, BLOCK_N, HAS_BIAS)
+                 alpha, beta, pid_m, pid_n, BLOCK_M, BLOCK_N, HAS_BIAS, INT64)

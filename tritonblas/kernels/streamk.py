@@ -18,17 +18,17 @@ epilogue and resets the counter to 0 for the next launch.
 import triton
 import triton.language as tl
 
-from .common import epilogue, k_loop, make_operand_descs, tile_coords
+from .common import epilogue, k_loop, operand_sources, tile_coords, widened
 
 
 @triton.jit
 def _fix_up(acc, c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, stride_cm, stride_cn, stride_biasm,
             stride_biasn, alpha, beta, pid, pid_m, pid_n, sk_tile, sk_tiles, splits,
-            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr):
+            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr, INT64: tl.constexpr):
     """Publish this segment's partial; the last of the tile's `splits` programs to arrive sums them all
     (program order: slot j*sk_tiles + sk_tile for segment j) and writes the tile."""
     tile_offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-    tl.store(ws_ptr + pid * BLOCK_M * BLOCK_N + tile_offs, acc, cache_modifier=".cg")
+    tl.store(ws_ptr + widened(pid, INT64) * BLOCK_M * BLOCK_N + tile_offs, acc, cache_modifier=".cg")
     # Every thread's partial must be written before the counter says so.
     tl.debug_barrier()
     arrived = tl.atomic_add(counter_ptr + sk_tile, 1, sem="acq_rel", scope="gpu")
@@ -38,10 +38,11 @@ def _fix_up(acc, c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, stride_cm, stride_c
         # 128x256 on 8 warps, a sure spill).
         total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for j in range(0, splits):
-            total += tl.load(ws_ptr + (j * sk_tiles + sk_tile) * BLOCK_M * BLOCK_N + tile_offs,
+            slot = widened(j * sk_tiles + sk_tile, INT64)
+            total += tl.load(ws_ptr + slot * BLOCK_M * BLOCK_N + tile_offs,
                              cache_modifier=".cg")
         epilogue(total, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, stride_biasm, stride_biasn,
-                 alpha, beta, pid_m, pid_n, BLOCK_M, BLOCK_N, HAS_BIAS)
+                 alpha, beta, pid_m, pid_n, BLOCK_M, BLOCK_N, HAS_BIAS, INT64)
         tl.atomic_xchg(counter_ptr + sk_tile, 0, sem="relaxed", scope="gpu")
 
 
@@ -54,11 +55,10 @@ def streamk_gemm_kernel(
     HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, PRECISION: tl.constexpr,
     USE_TMA: tl.constexpr, A_COL: tl.constexpr, B_COL: tl.constexpr,
     A_DIV: tl.constexpr, B_DIV: tl.constexpr, FLATTEN: tl.constexpr, WARP_SPEC: tl.constexpr,
+    INT64: tl.constexpr,
 ):
-    a_desc, b_desc = a_ptr, b_ptr
-    if USE_TMA:
-        a_desc, b_desc = make_operand_descs(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk,
-                                            stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, A_COL, B_COL)
+    a_desc, b_desc = operand_sources(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                                     BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, A_COL, B_COL)
     pid = tl.program_id(0)
     num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     iters_per_tile = tl.cdiv(K, BLOCK_K)
@@ -70,9 +70,9 @@ def streamk_gemm_kernel(
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         acc = k_loop(acc, a_ptr, b_ptr, a_desc, b_desc, M, N, K, stride_am, stride_ak, stride_bk,
                      stride_bn, pid_m, pid_n, 0, iters_per_tile, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K,
-                     PRECISION, USE_TMA, A_COL, B_COL, A_DIV, B_DIV)
+                     PRECISION, USE_TMA, A_COL, B_COL, A_DIV, B_DIV, INT64)
         epilogue(acc, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, stride_biasm, stride_biasn,
-                 alpha, beta, pid_m, pid_n, BLOCK_M, BLOCK_N, HAS_BIAS)
+                 alpha, beta, pid_m, pid_n, BLOCK_M, BLOCK_N, HAS_BIAS, INT64)
 
     sk_tiles = num_tiles - dp_tiles
     splits = min(NUM_PROGS // max(sk_tiles, 1), iters_per_tile)
@@ -84,11 +84,11 @@ def streamk_gemm_kernel(
         acc = k_loop(acc, a_ptr, b_ptr, a_desc, b_desc, M, N, K, stride_am, stride_ak, stride_bk,
                      stride_bn, pid_m, pid_n, seg * iters_per_tile // splits,
                      (seg + 1) * iters_per_tile // splits, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION,
-                     USE_TMA, A_COL, B_COL, A_DIV, B_DIV)
+                     USE_TMA, A_COL, B_COL, A_DIV, B_DIV, INT64)
         if splits == 1:
             epilogue(acc, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, stride_biasm, stride_biasn,
-                     alpha, beta, pid_m, pid_n, BLOCK_M, BLOCK_N, HAS_BIAS)
+                     alpha, beta, pid_m, pid_n, BLOCK_M, BLOCK_N, HAS_BIAS, INT64)
         else:
             _fix_up(acc, c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, stride_cm, stride_cn, stride_biasm,
                     stride_biasn, alpha, beta, pid, pid_m, pid_n, sk_tile, sk_tiles, splits,
-                    BLOCK_M, BLOCK_N, HAS_BIAS)
+                    BLOCK_M, BLOCK_N, HAS_BIAS, INT64)
