@@ -229,11 +229,34 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.T
     _launch(plan, tensors, (alpha, beta))
 
 
+# Offsets past this many elements wrap in 32-bit index arithmetic.
+INT32_OFFSETS = 2**31
+# Rows and columns past a tile's edge, and the K pointer one block past the end, are formed before they
+# are masked (or wrapped): the reach of a tensor counts this many elements more along every dimension
+# (two of the largest block, 256).
+_OFFSET_SLACK = 512
+
+
+def offset_reach(t: torch.Tensor) -> int:
+    """One more than the largest element offset a kernel may form on `t` (see _OFFSET_SLACK)."""
+    spans = zip(t.shape, t.stride(), strict=True)
+    return 1 + sum((size + _OFFSET_SLACK - 1) * abs(stride) for size, stride in spans)
+
+
+def needs_int64(tensors: tuple[torch.Tensor | None, ...], workspace_floats: int = 0) -> bool:
+    """Whether a launch must form its offsets in 64 bits: some operand, the output, the bias or the
+    Stream-K workspace reaches 2**31 elements. Chosen per plan (so once per problem and layout), so that
+    the problems that fit keep 32-bit index arithmetic and today's speed; 17000x128256x4096 (C of 2.18e9
+    elements) faulted with an illegal address in 32 bits (H200, 2026-11-30)."""
+    reach = max((offset_reach(t) for t in tensors if t is not None), default=0)
+    return max(reach, workspace_floats) >= INT32_OFFSETS
+
+
 def _make_plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None,
                config: GemmConfig, sm_count: int, precision: str) -> _Plan:
     m, k = a.shape
     n = b.shape[1]
-    persistent, streamk, _ = _kernels()
+    persistent_kernel, streamk_kernel, _ = _kernels()
     progs = program_count(config, m, n, k, sm_count)
     has_bias = bias is not None
     sbm, sbn = bias.stride() if has_bias else (0, 0)
@@ -246,13 +269,17 @@ def _make_plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Te
                       A_DIV=_vector_divisor(a, 0), B_DIV=_vector_divisor(b, 1), FLATTEN=config.flatten,
                       WARP_SPEC=config.warp_specialize)
     ints = (m, n, k, progs, *a.stride(), *b.stride(), *c.stride(), sbm, sbn)
+    streamk = config.streamk and k > 0
+    partial_floats = progs * config.block_m * config.block_n if streamk else 0
+    constexprs["INT64"] = needs_int64((a, b, c, bias), partial_floats)
     # K == 0 has no iterations to split: the persistent kernel writes beta * bias (or zeros).
-    if config.streamk and k > 0:
+    if streamk:
         tiles = _cdiv(m, config.block_m) * _cdiv(n, config.block_n)
-        workspace = (progs * config.block_m * config.block_n, tiles % progs)
-        return _Plan(streamk, progs, ints, constexprs, config.num_warps, config.num_stages, workspace,
+        workspace = (partial_floats, tiles % progs)
+        return _Plan(streamk_kernel, progs, ints, constexprs, config.num_warps, config.num_stages, workspace,
                      tma=use_tma)
-    return _Plan(persistent, progs, ints, constexprs, config.num_warps, config.num_stages, None, tma=use_tma)
+    return _Plan(persistent_kernel, progs, ints, constexprs, config.num_warps, config.num_stages, None,
+                 tma=use_tma)
 
 
 def _launch(plan: _Plan, tensors: tuple, floats: tuple) -> None:
