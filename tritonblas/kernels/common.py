@@ -54,18 +54,21 @@ def widened(idx, INT64: tl.constexpr):
     """`idx` as int64 when the launch needs 64-bit offsets (INT64, chosen on the host by
     launch.needs_int64): an index times a stride then never wraps past 2**31 elements. Problems that
     fit keep 32-bit index arithmetic, as before."""
+    # One return: triton refuses returns of two types even under a constexpr branch.
+    wide = idx
     if INT64:
-        return idx.to(tl.int64)
-    return idx
+        wide = idx.to(tl.int64)
+    return wide
 
 
 @triton.jit
 def k_step(stride, BLOCK_K: tl.constexpr, INT64: tl.constexpr):
     """The pointer increment of one K block, BLOCK_K * stride, computed in 64 bits when INT64 (a
     column-major A with M > 2**31 / BLOCK_K would wrap it in 32)."""
+    step = BLOCK_K * stride
     if INT64:
-        return tl.full((), BLOCK_K, tl.int64) * stride
-    return BLOCK_K * stride
+        step = tl.full((), BLOCK_K, tl.int64) * stride
+    return step
 
 
 @triton.jit

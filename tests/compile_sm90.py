@@ -1,0 +1,60 @@
+"""Compile tritonblas' kernels for sm_90 on a machine without a GPU (ptxas ships with triton): the
+interpreter runs what triton's compiler may refuse (a jit helper with two return types ran in the
+interpreter and failed to compile on the H200). Run as a script, without TRITON_INTERPRET, by
+tests/test_kernels_compile.py; prints one line per kernel variant: name, shared memory bytes.
+"""
+
+import itertools
+import os
+import sys
+
+if os.environ.get("TRITON_INTERPRET") == "1":
+    sys.exit("run without TRITON_INTERPRET=1: the interpreter has nothing to compile")
+
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+from tritonblas.kernels.copy import pad_copy_kernel  # noqa: E402
+from tritonblas.kernels.persistent import persistent_gemm_kernel  # noqa: E402
+from tritonblas.kernels.streamk import streamk_gemm_kernel  # noqa: E402
+
+H200 = GPUTarget("cuda", 90, 128)
+POINTERS = {"a_ptr": "*bf16", "b_ptr": "*bf16", "c_ptr": "*bf16", "bias_ptr": "*bf16", "ws_ptr": "*fp32",
+            "counter_ptr": "*i32", "src_ptr": "*fp16", "dst_ptr": "*fp16"}
+
+
+def compile_kernel(kernel, constexprs: dict, num_warps: int = 8, num_stages: int = 3) -> int:
+    names = kernel.arg_names
+    sig = {}
+    for name in names:
+        if name in constexprs:
+            sig[name] = "constexpr"
+        elif name in POINTERS:
+            sig[name] = POINTERS[name]
+        else:
+            sig[name] = "fp32" if name in ("alpha", "beta") else "i32"
+    src = ASTSource(kernel, sig, constexprs={(names.index(k),): v for k, v in constexprs.items()})
+    return triton.compile(src, target=H200, options=dict(num_warps=num_warps, num_stages=num_stages)
+                          ).metadata.shared
+
+
+def gemm_variants():
+    """Each GEMM kernel once by pointers (ragged K, column-major B) and once by TMA (column-major A), both
+    with 64-bit offsets: the 32-bit variants are the same code minus the widening, and the GPU suite
+    compiles them on every run."""
+    for kernel, tma in itertools.product((persistent_gemm_kernel, streamk_gemm_kernel), (False, True)):
+        constexprs = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, HAS_BIAS=True, EVEN_K=tma,
+                          PRECISION="ieee", USE_TMA=tma, A_COL=tma, B_COL=not tma, A_DIV=8, B_DIV=8,
+                          FLATTEN=False, WARP_SPEC=False, INT64=True)
+        yield f"{kernel.__name__} tma={tma} int64=True", kernel, constexprs
+
+
+def main() -> None:
+    for name, kernel, constexprs in gemm_variants():
+        print(name, compile_kernel(kernel, constexprs), flush=True)
+    print("pad_copy_kernel", compile_kernel(pad_copy_kernel, dict(BLOCK_R=16, BLOCK_C=256), 4, 1))
+
+
+if __name__ == "__main__":
+    main()
