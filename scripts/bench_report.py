@@ -2,7 +2,9 @@
 
 Usage: python scripts/bench_report.py docs/benchmarks/h200-bench-shipped.json [--png out.png]
 Columns: TFLOP/s ours and torch.mm, ratio, and our fraction of the roofline
-(max(FLOPs / peak, bytes / bandwidth), tritonblas.heuristic's figures for the file's arch).
+(max(FLOPs / peak, bytes / bandwidth), tritonblas.heuristic's figures for the file's arch). The last
+line counts run-time fallbacks (RuntimeWarnings of configs triton refused to compile, issue 21) and
+names their problems; files written before the count have none recorded ("not recorded").
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
-from tritonblas.cli_bench import BenchRow, geomean, write_plot
+from tritonblas.cli_bench import BenchRow, fallback_count, geomean, write_plot
 from tritonblas.cli_common import problem_label
 from tritonblas.config import GemmConfig, Problem, device_for_arch
 from tritonblas.heuristic import roofline_us
@@ -23,7 +25,7 @@ def rows_from(data: dict) -> list[BenchRow]:
         problem = Problem(r["m"], r["n"], r["k"], r["dtype"], r["layout"], r["bias"])
         config = GemmConfig(**r["config"]) if r.get("config") else None
         rows.append(BenchRow(problem, r["status"], r.get("source", ""), config, r.get("ms"),
-                             r.get("torch_ms"), r.get("rel_error"), r.get("note", "")))
+                             r.get("torch_ms"), r.get("rel_error"), r.get("note", ""), r.get("fallbacks", 0)))
     return rows
 
 
@@ -44,6 +46,15 @@ def table(rows: list[BenchRow], arch: str) -> str:
     return "\n".join(lines)
 
 
+def fallbacks_line(rows: list[BenchRow], recorded: bool = True) -> str:
+    """The run-time fallbacks of a bench file: their count and the problems that took them."""
+    if not recorded:
+        return "run-time fallbacks (configs triton refused): not recorded"
+    hit = [f"{problem_label(r.problem)} ({r.fallbacks})" for r in rows if r.fallbacks]
+    return (f"run-time fallbacks (configs triton refused): {fallback_count(rows)}"
+            + (f" in {', '.join(hit)}" if hit else ""))
+
+
 def _f(v: float | None, spec: str, suffix: str = "") -> str:
     return "-" if v is None else format(v, spec) + suffix
 
@@ -56,6 +67,7 @@ def main() -> None:
     data = json.loads(args.json.read_text())
     rows = rows_from(data)
     print(table(rows, data["arch"]))
+    print(fallbacks_line(rows, "fallback_warnings" in data))
     if args.png:
         write_plot(args.png, rows, f"tritonblas vs torch.mm on {data['device']} ({data['created_at'][:10]})")
 

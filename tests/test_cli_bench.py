@@ -108,3 +108,43 @@ def test_plot_renders_through_agg_without_pyplot(tmp_path, monkeypatch):
 @pytest.mark.parametrize("values, expected", [([2.0, 0.5], 1.0), ([4.0], 4.0), ([], None)])
 def test_geomean(values, expected):
     assert geomean(values) == (None if expected is None else pytest.approx(expected))
+
+
+def test_run_time_fallbacks_are_counted_in_the_table_and_json(timed, tmp_path, monkeypatch):
+    """A dispatched config triton refuses (the fallback's RuntimeWarning) is counted per row and in all,
+    and the row names the config that ran instead (issue 21)."""
+    from triton.runtime.errors import OutOfResources
+
+    from tritonblas import dispatch
+
+    refused = []
+
+    def call(config, problem, device, *, cutoff_ms=None):
+        if problem.m == 17 and not refused:  # as ops._fall_back: report, then the next selection runs
+            sel = dispatch.select(problem.m, problem.n, problem.k, problem.dtype, device=device)
+            refused.append(sel.config)
+            key = (problem.m, problem.n, problem.k, problem.dtype, "nn", "none")
+            dispatch.report_compile_failure(key, device, sel.config,
+                                            OutOfResources(262144, 232448, "shared memory"))
+        return BenchResult("ok", TIMES[problem.m][0], rel_error=1e-4)
+
+    monkeypatch.setattr(TimedBench, "__call__", lambda self, *a, **kw: call(*a, **kw))
+    js = tmp_path / "b.json"
+    try:
+        with pytest.warns(RuntimeWarning, match="could not be compiled"):  # still shown
+            result = runner.invoke(app, ["bench", "--shapes", _shapes(tmp_path, [16, 17]), "--json",
+                                         str(js)])
+    finally:
+        dispatch.clear_cache()  # forgets the refused config too
+    assert result.exit_code == 0, result.output
+    assert "run-time fallbacks (configs triton refused): 1" in " ".join(result.output.split())
+    doc = json.loads(js.read_text())
+    assert doc["fallback_warnings"] == 1 and [r["fallbacks"] for r in doc["rows"]] == [0, 1]
+    assert doc["rows"][1]["config"] != refused[0].model_dump()  # the config that ran, not the refused one
+    sys.path.insert(0, str(Path(__file__).parent.parent / "scripts"))
+    try:
+        import bench_report
+    finally:
+        sys.path.pop(0)
+    line = bench_report.fallbacks_line(bench_report.rows_from(doc))
+    assert line == "run-time fallbacks (configs triton refused): 1 in 17x32x32 fp16 nn (1)"

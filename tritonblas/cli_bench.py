@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import warnings
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -43,6 +44,9 @@ class BenchRow:
     torch_ms: float | None = None
     rel_error: float | None = None
     note: str = ""
+    # Run-time fallbacks: RuntimeWarnings of configs dispatch selected and triton refused to compile
+    # (issue 21: the feasibility predicate should leave none; `ops._fall_back` is the safety net).
+    fallbacks: int = 0
 
     def _tflops(self, ms: float | None) -> float | None:
         p = self.problem
@@ -69,28 +73,56 @@ class BenchRow:
                 "config": None if self.config is None else self.config.model_dump(),
                 "ms": self.ms, "torch_ms": self.torch_ms, "tflops": self.tflops,
                 "torch_tflops": self.torch_tflops, "speedup": self.speedup, "rel_error": self.rel_error,
-                "note": self.note}
+                "note": self.note, "fallbacks": self.fallbacks}
 
 
 def geomean(values: list[float]) -> float | None:
     return statistics.geometric_mean(values) if values else None
 
 
+def is_fallback_warning(w: warnings.WarningMessage) -> bool:
+    """A RuntimeWarning of dispatch.report_compile_failure: a selected config triton refused to compile
+    (out of shared memory or registers), the call re-run with the next selection."""
+    return issubclass(w.category, RuntimeWarning) and "could not be compiled" in str(w.message)
+
+
+def fallback_count(rows: list[BenchRow]) -> int:
+    return sum(r.fallbacks for r in rows)
+
+
 def bench_problem(problem: Problem, info: DeviceInfo, bench) -> BenchRow:
+    """One problem, counting the run-time fallbacks it took (the warnings are still shown)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        row = _bench_problem(problem, info, bench, caught)
+    for w in caught:
+        warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    return row
+
+
+def _bench_problem(problem: Problem, info: DeviceInfo, bench, caught: list) -> BenchRow:
     from . import dispatch
 
+    def selected():
+        return dispatch.select(problem.m, problem.n, problem.k, problem.dtype, layout=problem.layout,
+                               bias=problem.bias, device=info)
+
     try:
-        sel = dispatch.select(problem.m, problem.n, problem.k, problem.dtype, layout=problem.layout,
-                              bias=problem.bias, device=info)
+        sel = selected()
         # config=None: the call goes through dispatch, exactly as a user's tritonblas.matmul does.
         ours = bench(None, problem, info)
         torch_ms = bench.baseline(problem, info)
+        fallbacks = sum(map(is_fallback_warning, caught))
+        if fallbacks:
+            sel = selected()  # what ran: the refused configs are no longer selected
     except Exception as exc:  # one problem failing (out of memory, say) must not lose the others
-        return BenchRow(problem, "error", note=f"{type(exc).__name__}: {exc}"[:300])
+        return BenchRow(problem, "error", note=f"{type(exc).__name__}: {exc}"[:300],
+                        fallbacks=sum(map(is_fallback_warning, caught)))
     finally:
         bench.finish(problem)
     ms = ours.median_ms if ours.status == "ok" else None
-    return BenchRow(problem, ours.status, sel.source, sel.config, ms, torch_ms, ours.rel_error, ours.note)
+    return BenchRow(problem, ours.status, sel.source, sel.config, ms, torch_ms, ours.rel_error, ours.note,
+                    fallbacks)
 
 
 def run_bench(problems: list[Problem], device: int, db_url: str | None, on_row=lambda row: None
@@ -123,7 +155,8 @@ def bench_table(rows: list[BenchRow], title: str) -> Table:
                       _num(r.ms, ".4f"), _num(r.torch_ms, ".4f"), r.source or "-",
                       "-" if r.config is None else r.config.short())
     gm = geomean([r.speedup for r in rows if r.speedup])
-    table.caption = f"geomean speedup over torch.mm: {_num(gm, '.3f', 'x')}"
+    table.caption = (f"geomean speedup over torch.mm: {_num(gm, '.3f', 'x')}; run-time fallbacks (configs "
+                     f"triton refused): {fallback_count(rows)}")
     return table
 
 
@@ -135,6 +168,7 @@ def write_json(path: Path, rows: list[BenchRow], info: DeviceInfo, db_where: str
            "device": info.name, "arch": info.arch, "interpreter": interpreter_mode(), "db": db_where,
            "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
            "geomean_speedup": geomean([r.speedup for r in rows if r.speedup]),
+           "fallback_warnings": fallback_count(rows),
            "rows": [r.to_json() for r in rows]}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=2) + "\n")
