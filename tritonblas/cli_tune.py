@@ -39,7 +39,9 @@ TUNE_HELP = """Tune every problem of a shapes file and store the winners in the 
 
 Each problem's candidates are compiled, checked against an fp64 reference and timed next to torch.mm;
 the fastest correct one is stored. Problems that already have a fresh winner are skipped, so an
-interrupted run resumes where it stopped. Exit code 1 if any problem ends without a verified winner.
+interrupted run resumes where it stopped. Every winner is read back from the database before it is
+reported. Exit code 1 if any problem ends without a verified winner, or with one the database does not
+hold.
 
 **Examples**
 

@@ -3,6 +3,8 @@
 Every worker opens the same database URL and commits each problem as it finishes (the DB serialises
 writers), so rows from all devices land in one place and an interrupted run keeps what is done. The
 parent only hands out work and collects one small, picklable `TuneRow` per problem for the display.
+A winner is reported only once it has been read back: by the worker right after its commit, and by the
+parent through a connection of its own once every worker has gone (`verify_rows`).
 
 Workers start with the spawn method: a forked child would inherit the parent's CUDA state, which CUDA
 does not allow. A spawned child inherits the parent's environment, TRITON_INTERPRET included, so CPU
@@ -12,6 +14,7 @@ does not allow. A spawned child inherits the parent's environment, TRITON_INTERP
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import multiprocessing as mp
 import queue
 import time
@@ -40,6 +43,7 @@ class TuneRow:
     previous: str = ""  # where dispatch's choice came from before this run: db, shipped, neighbor, ...
     reason: str = ""
     elapsed_s: float = 0.0
+    winner: Any = None  # the tuning_db Winner this row reports as stored (pydantic: it pickles)
 
     @property
     def ok(self) -> bool:
@@ -127,9 +131,50 @@ def tune_one(index: int, problem: Problem, info: DeviceInfo, db, label: str,
                        reason=f"{type(exc).__name__}: {exc}", elapsed_s=time.monotonic() - start)
     w = out.winner
     torch_ms = w.torch_ms if w is not None and out.torch_ms is None else out.torch_ms
-    return TuneRow(index, problem, out.status, label, None if w is None else w.config,
-                   None if w is None else w.median_ms, torch_ms, previous, out.reason,
-                   time.monotonic() - start)
+    row = TuneRow(index, problem, out.status, label, None if w is None else w.config,
+                  None if w is None else w.median_ms, torch_ms, previous, out.reason,
+                  time.monotonic() - start, w)
+    return read_back(db, row)
+
+
+def read_back(db, row: TuneRow) -> TuneRow:
+    """`row` as the database `db` holds it: a winner that is not stored fails the row, naming the
+    problem; a faster winner stored before (kept by the upsert) replaces the row's own. Rows without
+    a winner come back as they are."""
+    w = row.winner
+    if w is None or not row.ok:
+        return row
+    from tuning_db import TuningDBError
+
+    try:
+        stored = db.get_winner(w.key, w.env)
+    except TuningDBError as exc:
+        return dataclasses.replace(row, status="failed", reason=f"winner {w.config.short()} not read back: "
+                                   f"{exc}")
+    if stored is None or stored.median_ms > w.median_ms:
+        return dataclasses.replace(row, status="failed", reason=(
+            f"winner {w.config.short()} ({w.median_ms:.4g} ms) was written, but reading it back from "
+            f"{db.where} finds {'no winner' if stored is None else 'a slower one'}: it was lost"))
+    if stored.config == w.config and stored.median_ms == w.median_ms:
+        return row
+    return dataclasses.replace(row, config=stored.config, median_ms=stored.median_ms, winner=stored,
+                               torch_ms=row.torch_ms if stored.torch_ms is None else stored.torch_ms)
+
+
+def verify_rows(rows: list[TuneRow], db_url: str | None) -> list[TuneRow]:
+    """Read every reported winner back through a connection of its own, after the workers have
+    closed theirs: "tuned" and "skipped" are claimed only for winners the database holds."""
+    if not any(r.ok and r.winner is not None for r in rows):
+        return rows
+    from tuning_db import TuningDB, TuningDBError
+
+    try:
+        db = TuningDB(db_url, create=False, migrate=False)  # a reader: it writes nothing
+    except TuningDBError as exc:
+        return [dataclasses.replace(r, status="failed", reason=f"winner not read back: {exc}")
+                if r.ok and r.winner is not None else r for r in rows]
+    with db:
+        return [read_back(db, r) for r in rows]
 
 
 def work_loop(next_task: Callable[[], tuple[int, Problem] | None], emit: Callable[[Event], None],
@@ -260,7 +305,8 @@ def run_tuning(problems: list[Problem], devices: list[int], db_url: str | None, 
 
     One device runs in this process; several get one spawned worker each. `options` go to
     tuner.tune_problem (budget_s, force, bench, ...); with several devices they must pickle.
-    Ctrl-C raises Interrupted with the rows finished so far.
+    Ctrl-C raises Interrupted with the rows finished so far. Every winner is read back before the
+    rows are returned: one the database does not hold fails its row (`verify_rows`).
     """
     if len(devices) == 1:
         return _run_here(problems, devices[0], interpreter, db_url, options, on_event)
@@ -274,7 +320,7 @@ def run_tuning(problems: list[Problem], devices: list[int], db_url: str | None, 
         raise Interrupted([r for r in pool.ordered() if r.status != "failed"]) from None
     finally:
         pool.stop(grace_s)
-    return pool.ordered()
+    return verify_rows(pool.ordered(), db_url)
 
 
 def _run_here(problems: list[Problem], device: int, interpreter: bool, db_url: str | None,
@@ -298,4 +344,4 @@ def _run_here(problems: list[Problem], device: int, interpreter: bool, db_url: s
         label = device_label(device, interpreter)
         rows += [TuneRow(i, p, "failed", label, reason=f"{type(exc).__name__}: {exc}")
                  for i, p in enumerate(problems) if i not in done]
-    return rows
+    return verify_rows(rows, db_url)

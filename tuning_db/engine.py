@@ -26,7 +26,8 @@ from .errors import (
 
 ENV_VAR = "TRITONBLAS_DB"
 BUSY_TIMEOUT_S = 30.0
-_SQLITE_MAGIC = b"SQLite format 3\x00"
+# Files SQLite keeps next to a database: the write-ahead log, its index, the rollback journal.
+_SIDE_FILES = ("-wal", "-shm", "-journal")
 # Execution option that marks a write transaction (BEGIN IMMEDIATE on SQLite).
 WRITE_OPTION = "tuning_db_write"
 
@@ -68,25 +69,50 @@ def describe(url: str) -> str:
     return str(path) if path is not None else make_url(url).render_as_string(hide_password=True)
 
 
-def check_sqlite_file(path: Path) -> None:
-    """Refuse, before SQLite touches it, a path that is not an SQLite database (or cannot become one)."""
+def check_sqlite_path(path: Path) -> None:
+    """Refuse a directory, and make the directory of a file to be created. Only stat() and mkdir():
+    this never opens the file. Whether it is an SQLite database is for SQLite to say
+    (check_is_sqlite): a process that closes any descriptor of the file loses every POSIX lock it
+    holds on it, including those of its other SQLite connections (the dispatch reader next to a
+    tuner's TuningDB), after which another process may checkpoint and reset the WAL under them
+    (sqlite.org/howtocorrupt.html, 2.2)."""
     if path.is_dir():
         raise TuningDBError(f"{path}: is a directory, not a tuning database file")
     if path.exists():
-        try:
-            with open(path, "rb") as f:
-                head = f.read(len(_SQLITE_MAGIC))
-        except OSError as e:
-            raise TuningDBError(f"{path}: cannot read tuning database: {e.strerror or e}") from e
-        if head and head != _SQLITE_MAGIC:
-            raise CorruptDatabaseError(f"{path}: not an SQLite database (unknown file header); "
-                                       "the file was left unchanged")
         return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise ReadOnlyDatabaseError(f"{path}: cannot create the tuning database's directory: "
                                     f"{e.strerror or e}") from e
+
+
+def check_is_sqlite(engine: Engine, where: str) -> None:
+    """Through SQLite: read the file's header (PRAGMA schema_version reads page 1). A file that is not
+    an SQLite database fails with SQLITE_NOTADB before anything is written (as_tuning_error makes it
+    a CorruptDatabaseError); an empty or new file is an empty database."""
+    with translate_errors(where), engine.connect() as conn:
+        conn.exec_driver_sql("PRAGMA schema_version").scalar()
+
+
+def database_files(url: str) -> list[Path]:
+    """The SQLite file of `url` and the files SQLite keeps next to it; [] for other databases."""
+    path = sqlite_path(url)
+    return [] if path is None else [path, *(Path(f"{path}{s}") for s in _SIDE_FILES)]
+
+
+def refuse_database_file(path: Path, url: str, what: str) -> None:
+    """TuningDBError when `path` is the database of `url` (or its -wal/-shm/-journal): writing or even
+    reading it with open() in this process would break SQLite's locks (see check_sqlite_path), and
+    writing it would destroy the database. Compared by stat(), never by opening."""
+    for db_file in database_files(url):
+        try:
+            same = os.path.realpath(path) == os.path.realpath(db_file) or path.samefile(db_file)
+        except OSError:  # either is missing (or cannot be looked at): not the same file
+            same = False
+        if same:
+            raise TuningDBError(f"{path}: is the tuning database {describe(url)} itself (or one of its "
+                                f"files), not a {what}")
 
 
 def _sqlite_hooks(engine: Engine) -> None:
@@ -162,6 +188,9 @@ def as_tuning_error(orig: BaseException, where: str) -> TuningDBError:
     """The TuningDBError for a driver exception (the DBAPI's own, not SQLAlchemy's wrapper)."""
     detail = str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
     low = detail.lower()
+    if getattr(orig, "sqlite_errorname", "") == "SQLITE_NOTADB" or "file is not a database" in low:
+        return CorruptDatabaseError(f"{where}: not an SQLite database (SQLite does not recognize its "
+                                    "header); the file was left unchanged")
     if "locked" in low or "busy" in low:
         return DatabaseLockedError(f"{where}: database is locked: another process held the write lock "
                                    f"for more than {BUSY_TIMEOUT_S:.0f} s ({detail})")

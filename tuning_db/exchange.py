@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from tritonblas.config import GemmConfig, Problem, config_supports, device_for_arch
 from tritonblas.textfile import read_bounded_text
 
+from .engine import refuse_database_file
 from .schemas import (
     Arch,
     DeviceName,
@@ -236,6 +237,7 @@ def _pick(winners: Iterable[Winner], arch: str, device_name: str | None) -> list
 def export_file(db: TuningDB, path: str | Path, arch: str, *, device_name: str | None = None,
                 env: EnvIdentity | None = None) -> ConfigFile:
     """Write the fresh winners of `arch` (one device) to `path`; returns the file as validated."""
+    refuse_database_file(Path(path), db.url, "config file to write")
     running = env or EnvIdentity.current()
     device_for_arch(arch)
     picked = _pick(db.winners(arch, include_stale=False, env=running), arch, device_name)
@@ -273,6 +275,7 @@ class ImportReport:
 def import_file(db: TuningDB, path: str | Path, policy: ImportPolicy = "faster",
                 env: EnvIdentity | None = None) -> ImportReport:
     """Validate all of `path`, then import every entry in one transaction (all or nothing)."""
+    refuse_database_file(Path(path), db.url, "config file")  # reading it would drop the DB's locks
     return import_config(db, load_config_file(path), Path(path), policy, env)
 
 

@@ -40,7 +40,7 @@ class TuningDB:
             if not create and not path.exists():
                 raise TuningDBError(f"{path}: no tuning database here (tritonblas-tune creates one; "
                                     "--db or $TRITONBLAS_DB chooses another)")
-            eng.check_sqlite_file(path)
+            eng.check_sqlite_path(path)  # stat() only: SQLite itself says whether it is a database
         self._engine = eng.make_engine(self.url)
         self._may_migrate = migrate
         try:
@@ -50,6 +50,8 @@ class TuningDB:
             raise
 
     def _open(self, is_sqlite: bool) -> None:
+        if is_sqlite:
+            eng.check_is_sqlite(self._engine, self.where)
         version = self._read(lambda conn: current_version(conn, self.where))
         refuse_newer(version, self.where)
         if not self._may_migrate:
