@@ -5,7 +5,6 @@
 #   here:       bash ../shared/device/prepare-wheels.sh platformdirs      (once; carry [".whl"])
 #   on the GPU: bash scripts/h200_run.sh check    GPU test suite, smoke, host overhead
 #               bash scripts/h200_run.sh final    check, then the heuristic alone on both shape files
-#               bash scripts/h200_run.sh sk       Stream-K variants side by side (scripts/streamk_probe.py)
 #               bash scripts/h200_run.sh probe    ragged-size probe, a TMA launch from another thread
 #               bash scripts/h200_run.sh overhead host overhead of a dispatch hit
 #               bash scripts/h200_run.sh compile  compile throughput by thread count (scripts/compile_probe.py)
@@ -27,7 +26,13 @@ if [ -z "${NO_WHEELS:-}" ]; then  # NO_WHEELS=1: a machine with the project inst
   export PYTHONPATH=/tmp/site:$PWD
 fi
 export PYTHONUNBUFFERED=1
-empty_db() { rm -f "$1"; python3 -c "import sys; from tuning_db import TuningDB; TuningDB(sys.argv[1]).close()" "$1"; }
+# A database's -wal, -shm and -journal go with it: a new file next to an old WAL would replay that WAL.
+empty_db() { rm -f "$1" "$1-wal" "$1-shm" "$1-journal"
+  python3 -c "import sys; from tuning_db import TuningDB; TuningDB(sys.argv[1]).close()" "$1"; }
+# A copy through SQLite (its backup API), not cp: commits still in the WAL (a tuner ended by `timeout`
+# checkpoints nothing) are in the copy too.
+copy_db() { rm -f "$2"; python3 -c "import sqlite3, sys; src, dst = sqlite3.connect(sys.argv[1]), \
+sqlite3.connect(sys.argv[2]); src.backup(dst); dst.close(); src.close()" "$1" "$2"; }
 bench() {  # bench GPU SHAPES NAME: through dispatch with an empty user DB (shipped file, neighbours,
   empty_db "/tmp/empty$1.sqlite"  # heuristic)
   CUDA_VISIBLE_DEVICES=$1 timeout 300 python3 -m tritonblas bench --shapes "$2" --db "/tmp/empty$1.sqlite" \
@@ -52,8 +57,6 @@ case "${1:-}" in
     bench_heuristic "$FIRST" &
     [ "$LAST" != "$FIRST" ] || wait
     bench_heuristic "$LAST" "$UNTUNED" bench_untuned_heuristic; wait ;;
-  sk)  # where Stream-K loses its time (scripts/streamk_probe.py)
-    CUDA_VISIBLE_DEVICES=$FIRST timeout 240 python3 scripts/streamk_probe.py --json "$OUT/streamk_probe.json" ;;
   probe)  # what makes ragged sizes slow; TMA plans launched from a fresh thread
     CUDA_VISIBLE_DEVICES=$FIRST TRITONBLAS_TEST_GPU=1 timeout 90 python3 -m pytest -q -p no:cacheprovider \
       tests/test_gpu.py -k thread 2>&1 | tail -2
@@ -69,7 +72,7 @@ case "${1:-}" in
     timeout "${TUNE_TIMEOUT:-360}" python3 -m tritonblas tune --shapes "$SHAPES" --db /tmp/tune.sqlite \
       --budget-s "${BUDGET:-10}" --devices "$DEVICES" --export "$OUT/sm_90.json" > "$OUT/tune.txt" 2>&1
     tail -4 "$OUT/tune.txt"
-    cp "$OUT/sm_90.json" "configs/${ARCH:-sm_90}.json" && cp /tmp/tune.sqlite "$OUT/tune.sqlite"
+    cp "$OUT/sm_90.json" "configs/${ARCH:-sm_90}.json" && copy_db /tmp/tune.sqlite "$OUT/tune.sqlite"
     bench "$FIRST" "$SHAPES" bench_shipped &
     [ "$LAST" != "$FIRST" ] || wait
     bench "$LAST" "$UNTUNED" bench_untuned
@@ -83,7 +86,7 @@ case "${1:-}" in
     empty_db /tmp/tune.sqlite
     timeout "${TUNE_TIMEOUT:-360}" python3 -m tritonblas tune --shapes "$SHAPES" --db /tmp/tune.sqlite \
       --budget-s "${BUDGET:-10}" --devices "$DEVICES" > "$OUT/tune.txt" 2>&1
-    tail -4 "$OUT/tune.txt"; cp /tmp/tune.sqlite "$OUT/tune.sqlite" ;;
+    tail -4 "$OUT/tune.txt"; copy_db /tmp/tune.sqlite "$OUT/tune.sqlite" ;;
   quality)  # issue 4: tuned winner vs an exhaustive search of the same space, and tuning time; the
     # QUALITY shapes are dealt round-robin to the DEVICES, one tune_quality.py process per GPU
     IFS=, read -ra gpus <<< "$DEVICES"; IFS=, read -ra qshapes <<< "${QUALITY:-1024x1024x1024,256x256x16384,4096x1024x512,127x4096x4096}"
@@ -94,5 +97,5 @@ case "${1:-}" in
         python3 scripts/tune_quality.py --budget "${QUALITY_BUDGET:-5}" --shapes "${mine%,}" --json "$OUT/quality${gpus[i]}.json" \
         > "$OUT/quality${gpus[i]}.txt" 2>&1; tail -12 "$OUT/quality${gpus[i]}.txt" ) &
     done; wait ;;
-  *) echo "usage: bash scripts/h200_run.sh check|final|sk|probe|compile|overhead|quality|heuristic|tune" >&2; exit 2 ;;
+  *) echo "usage: bash scripts/h200_run.sh check|final|probe|compile|overhead|quality|heuristic|tune" >&2; exit 2 ;;
 esac

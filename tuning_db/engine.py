@@ -2,7 +2,8 @@
 
 SQLite files are opened in WAL mode (readers never wait for a writer) with a busy timeout; write
 transactions start with BEGIN IMMEDIATE, so two writers queue on the lock instead of one failing when
-it upgrades a read lock to a write lock halfway through.
+it upgrades a read lock to a write lock halfway through. Only SQLite opens a database file: closing any
+descriptor of it would drop the locks of the process's connections (check_sqlite_path).
 """
 
 from __future__ import annotations
