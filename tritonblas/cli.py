@@ -62,6 +62,11 @@ class LayoutChoice(str, enum.Enum):
     tt = "tt"
 
 
+class BackendChoice(str, enum.Enum):
+    triton = "triton"
+    torch = "torch"
+
+
 class BiasChoice(str, enum.Enum):
     none = "none"
     scalar = "scalar"
@@ -93,7 +98,9 @@ def _explain_device(arch: str | None, sms: int | None) -> DeviceInfo:
 EXPLAIN_HELP = """Show the config dispatch selects for one problem, its source, and the heuristic's ranking.
 
 Dispatch looks in order at: the tuning database, the shipped `configs/<arch>.json`, the nearest tuned
-neighbour, the analytical heuristic. The ranking shows the heuristic's cost model term by term.
+neighbour, the analytical heuristic. Each may answer with a kernel config (backend triton) or with
+torch.mm (backend torch: the vendor GEMM, a tuning candidate like any other). The ranking shows the
+heuristic's cost model term by term.
 
 **Examples**
 
@@ -114,6 +121,8 @@ def explain(m: int = typer.Argument(..., min=0, help="Rows of A and C."),
             bias: BiasChoice = typer.Option(BiasChoice.none, "--bias", help="Bias added to the product."),
             streamk: bool = typer.Option(None, "--streamk/--no-streamk",
                                          help="Only Stream-K / only Persistent (default: either)."),
+            backend: BackendChoice = typer.Option(None, "--backend", help="Only the kernels (triton) or "
+                                                  "torch.mm pinned (torch); default: dispatch decides."),
             arch: str = typer.Option(None, "--arch", help="Explain for this arch (e.g. sm_90) instead of "
                                      "the GPU here; no GPU needed."),
             sms: int = typer.Option(None, "--sms", min=1, help="SM count with --arch (default 132)."),
@@ -128,7 +137,8 @@ def explain(m: int = typer.Argument(..., min=0, help="Rows of A and C."),
     with dispatch.using_database(db):
         try:
             sel = dispatch.select(m, n, k, dtype, layout=layout.value, bias=bias.value,
-                                  enable_streamk=streamk, device=info)
+                                  enable_streamk=streamk, device=info,
+                                  backend=None if backend is None else backend.value)
         except (ValueError, RuntimeError) as e:
             fail(f"error: {e}", code=1)
     ranked = heuristic.rank(sel.problem, info, streamk)
@@ -136,6 +146,8 @@ def explain(m: int = typer.Argument(..., min=0, help="Rows of A and C."),
     lines = [("problem", f"{m}x{n}x{k} {dtype}, layout {layout.value}, bias {bias.value}, on {on}, "
                          f"{info.sm_count} SMs"),
              ("selected", sel.config.short()),
+             ("backend", "torch (torch.mm / torch.addmm, the vendor GEMM)" if sel.backend == "torch"
+              else "triton (the library's kernels)"),
              ("source", f"{sel.source}: {_source_detail(sel, where)}")]
     if sel.time_ms:
         kind = "measured" if sel.measured else "predicted by the heuristic"
@@ -148,7 +160,8 @@ def explain(m: int = typer.Argument(..., min=0, help="Rows of A and C."),
 
 def _source_detail(sel, where: str) -> str:
     if sel.source == "heuristic":
-        return f"nothing tuned for it in {where}, configs/{sel.device.arch}.json or nearby shapes"
+        text = f"nothing tuned for it in {where}, configs/{sel.device.arch}.json or nearby shapes"
+        return text + (f"; {sel.detail}" if sel.backend == "torch" else "")
     return sel.detail
 
 

@@ -9,11 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
 
 DType = Literal["fp16", "bf16", "fp32"]
 BiasKind = Literal["none", "scalar", "row", "column", "full"]
 Layout = Literal["nn", "nt", "tn", "tt"]
+Backend = Literal["triton", "torch"]
+BACKENDS: tuple[str, ...] = ("triton", "torch")
 
 DTYPE_BYTES: dict[str, int] = {"fp16": 2, "bf16": 2, "fp32": 4}
 _POW2_BLOCKS = (16, 32, 64, 128, 256)
@@ -24,8 +26,19 @@ def _is_pow2(x: int) -> bool:
     return x > 0 and (x & (x - 1)) == 0
 
 
+# The one torch-backend config: the tile fields mean nothing to torch.mm, so they hold these fixed
+# values (a torch config given other values is refused), and equal torch configs are one candidate.
+_VENDOR_FIELDS = {"block_m": 16, "block_n": 16, "block_k": 16}
+
+
 class GemmConfig(BaseModel):
-    """One launch configuration of a GEMM kernel. Frozen, hashable, validated; JSON in and out."""
+    """One launch configuration of a GEMM kernel. Frozen, hashable, validated; JSON in and out.
+
+    backend "triton" (the default) runs the library's kernels; "torch" runs the vendor GEMM (torch.mm /
+    torch.addmm: cuBLAS(Lt) on NVIDIA, hipBLASLt on ROCm), a candidate like any other: one canonical
+    config, `GemmConfig.vendor()`, whose JSON is {"backend": "torch"}. A triton config's JSON has no
+    backend key, so files and database rows written before the field existed read and compare the same.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
@@ -42,6 +55,37 @@ class GemmConfig(BaseModel):
     flatten: bool = False  # one flattened tile x K loop, prefetching the next tile's first K blocks
     warp_specialize: bool = False  # producer/consumer warps
     aligned_copy: bool = False  # copy operands whose leading dim is not 16-byte aligned into padded ones
+    backend: Backend = "triton"
+
+    @classmethod
+    def vendor(cls) -> GemmConfig:
+        """The torch-backend config (torch.mm / torch.addmm)."""
+        return _VENDOR
+
+    @property
+    def is_vendor(self) -> bool:
+        return self.backend == "torch"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _vendor_tile(cls, data: object) -> object:
+        if not (isinstance(data, dict) and data.get("backend") == "torch"):
+            return data
+        defaults = {**{f: info.default for f, info in cls.model_fields.items()
+                       if f not in _VENDOR_FIELDS and f != "backend"}, **_VENDOR_FIELDS}
+        odd = sorted(f for f, v in data.items() if f in defaults and v != defaults[f])
+        if odd:
+            raise ValueError(f"backend 'torch' takes no tile fields (got {', '.join(odd)}); use "
+                             "GemmConfig.vendor() or {'backend': 'torch'}")
+        return {**defaults, **data}
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler):
+        if self.backend == "torch":
+            return {"backend": "torch"}
+        data = handler(self)
+        data.pop("backend", None)
+        return data
 
     @field_validator("block_m", "block_n", "block_k")
     @classmethod
@@ -58,6 +102,8 @@ class GemmConfig(BaseModel):
         return v
 
     def short(self) -> str:
+        if self.backend == "torch":
+            return "torch"
         fam = "SK" if self.streamk else "P"
         grid = "sms" if self.grid is None else str(self.grid)
         flags = "".join(f" {name}" for name, on in (("tma", self.tma), ("flat", self.flatten),
@@ -67,6 +113,9 @@ class GemmConfig(BaseModel):
             f"{fam} {self.block_m}x{self.block_n}x{self.block_k} g{self.group_m} "
             f"w{self.num_warps} s{self.num_stages} grid={grid}{flags}"
         )
+
+
+_VENDOR = GemmConfig(backend="torch")
 
 
 @dataclass(frozen=True)
@@ -155,6 +204,8 @@ def config_supports(config: GemmConfig, problem: Problem, device: DeviceInfo) ->
     """None when `config` can run `problem` on `device`; otherwise the reason it cannot."""
     if problem.m < 0 or problem.n < 0 or problem.k < 0:
         return f"negative problem size {problem.m}x{problem.n}x{problem.k}"
+    if config.backend == "torch":
+        return None  # torch.mm / torch.addmm take every problem the public ops accept
     need = smem_bytes(config, problem)
     if need > device.smem_per_block:
         return (f"needs {need} B of shared memory ({config.num_stages} stages), "

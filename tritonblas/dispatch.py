@@ -32,6 +32,19 @@ MAX_NEIGHBOR_DISTANCE = 3.0
 # shape is not used: 2000x3000x1000 took a 2048^3-like pointer config at 0.30x torch.mm, where K=1000
 # (a leading dim triton does not specialize) wants TMA (bench of untuned shapes, 2026-11-30).
 NEIGHBOR_SLACK = 1.5
+# Penalties added to a neighbour's size distance. A different bias kind changes only the epilogue. A
+# different layout changes how the pointer loop loads (which axis is contiguous, how wide a load is), so
+# only TMA configs cross layouts, and only for 16-bit operands: a descriptor copies the same box of a
+# tile whichever axis is contiguous (kernels/common.py: built in storage order, the tile transposed in
+# shared memory, which Hopper's 16-bit MMA reads either way).
+BIAS_PENALTY = 0.25
+LAYOUT_PENALTY = 0.5
+# A neighbour whose tuning run found torch.mm fastest is followed only this close (1.0: a factor 2 in one
+# dimension, or the same sizes in another bias kind or layout: torch takes them all). Further away it
+# says that the kernels lost there, not what to run here (cuBLAS picks its kernel per shape): such a
+# winner is left out of the pool, and the nearest kernel winner, or else the heuristic (which has its
+# own vendor rule, heuristic.vendor_preferred), decides.
+VENDOR_NEIGHBOR_DISTANCE = 1.0
 _DTYPES = ("fp16", "bf16", "fp32")
 _LAYOUTS = ("nn", "nt", "tn", "tt")
 _BIASES = ("none", "scalar", "row", "column", "full")
@@ -43,12 +56,17 @@ class Selection:
 
     config: GemmConfig
     source: Source
-    time_ms: float
+    time_ms: float  # 0.0: not known (the torch backend pinned by the caller)
     measured: bool
     problem: Problem
     device: DeviceInfo
     detail: str = ""
     enable_streamk: bool | None = None
+
+    @property
+    def backend(self) -> str:
+        """What runs: "triton" (the kernels) or "torch" (torch.mm / torch.addmm)."""
+        return self.config.backend
 
     def ranked(self, limit: int = 10) -> list[heuristic.Estimate]:
         """The heuristic's ranking for this problem, within the family restriction if there was one."""
@@ -57,7 +75,9 @@ class Selection:
     def describe(self) -> str:
         kind = "measured" if self.measured else "predicted"
         extra = f" ({self.detail})" if self.detail else ""
-        return f"{self.config.short()} from {self.source}{extra}: {self.time_ms:.4g} ms {kind}"
+        time = f": {self.time_ms:.4g} ms {kind}" if self.time_ms else ""
+        what = self.config.short() if self.backend == "torch" else f"triton {self.config.short()}"
+        return f"{what} from {self.source}{extra}{time}"
 
 
 class _State:
@@ -214,8 +234,12 @@ def _db_neighbors(arch: str) -> list[object]:
         return _state.db_neighbors[arch]
 
 
-def _family_ok(config: GemmConfig, enable_streamk: bool | None) -> bool:
-    return enable_streamk is None or config.streamk == enable_streamk
+def _family_ok(config: GemmConfig, enable_streamk: bool | None, backend: str | None = None) -> bool:
+    """Whether the call's restriction allows `config`: a family (enable_streamk) or backend "triton"
+    allows kernels only, backend "torch" the vendor only (pinned before any layer is asked)."""
+    if config.backend == "torch":
+        return enable_streamk is None and backend != "triton"
+    return backend != "torch" and (enable_streamk is None or config.streamk == enable_streamk)
 
 
 def _usable(config: GemmConfig, problem: Problem, device: DeviceInfo) -> bool:
@@ -237,7 +261,8 @@ def report_compile_failure(key: tuple, device: DeviceInfo, config: GemmConfig, e
                   "the next candidate", RuntimeWarning, stacklevel=4)
 
 
-def _from_db(problem: Problem, device: DeviceInfo, enable_streamk: bool | None) -> Selection | None:
+def _from_db(problem: Problem, device: DeviceInfo, enable_streamk: bool | None,
+             backend: str | None = None) -> Selection | None:
     from pydantic import ValidationError
 
     from tuning_db import ProblemKey
@@ -249,61 +274,95 @@ def _from_db(problem: Problem, device: DeviceInfo, enable_streamk: bool | None) 
     winner = _db_call(lambda db: db.lookup(key))
     if winner is None:
         return None
-    if _family_ok(winner.config, enable_streamk) and _usable(winner.config, problem, device):
+    if _family_ok(winner.config, enable_streamk, backend) and _usable(winner.config, problem, device):
         return Selection(winner.config, "db", winner.median_ms, True, problem, device,
-                         f"tuned on {winner.key.device_name}")
-    # The winner is of the other family: the fastest fresh measurement of the asked-for one, if any.
+                         f"tuned on {winner.key.device_name}" + _vendor_won(winner))
+    # The winner is of another family or backend: the fastest fresh measurement of the asked-for one.
     for m in _db_call(lambda db: db.measurements(key)) or []:
-        if m.status == "ok" and _family_ok(m.config, enable_streamk) and _usable(m.config, problem, device):
+        if m.status == "ok" and _family_ok(m.config, enable_streamk, backend) and \
+                _usable(m.config, problem, device):
             return Selection(m.config, "db", m.median_ms, True, problem, device, "fastest of its family")
     return None
 
 
-def _from_shipped(problem: Problem, device: DeviceInfo, enable_streamk: bool | None) -> Selection | None:
+def _vendor_won(w) -> str:
+    return ": torch.mm was the fastest candidate" if w.config.backend == "torch" else ""
+
+
+def _from_shipped(problem: Problem, device: DeviceInfo, enable_streamk: bool | None,
+                  backend: str | None = None) -> Selection | None:
     entry = _shipped(device.arch).get(_arch_key(problem))
-    if entry is None or not _family_ok(entry.config, enable_streamk):
+    if entry is None or not _family_ok(entry.config, enable_streamk, backend):
         return None
     if not _usable(entry.config, problem, device):
         return None
     return Selection(entry.config, "shipped", entry.median_ms, True, problem, device,
-                     f"configs/{device.arch}.json, tuned on {entry.key.device_name}")
+                     f"configs/{device.arch}.json, tuned on {entry.key.device_name}" + _vendor_won(entry))
 
 
-def _distance(a: Problem, key) -> float:
-    d = math.dist([math.log2(max(x, 1)) for x in (a.m, a.n, a.k)],
-                  [math.log2(max(x, 1)) for x in (key.m, key.n, key.k)])
-    # A different epilogue (bias kind) changes little: a small penalty prefers an exact match.
-    return d + (0.25 if key.bias != a.bias else 0.0)
+def _distance(a: Problem, key) -> tuple[float, str]:
+    """Distance of a tuned key from problem `a`: log2 sizes (Euclidean) plus the bias and layout
+    penalties; and the sum spelled out, for explain."""
+    size = math.dist([math.log2(max(x, 1)) for x in (a.m, a.n, a.k)],
+                     [math.log2(max(x, 1)) for x in (key.m, key.n, key.k)])
+    d, parts = size, [f"sizes {size:.2f}"]
+    if key.bias != a.bias:
+        d += BIAS_PENALTY
+        parts.append(f"bias {key.bias} {BIAS_PENALTY}")
+    if key.layout != a.layout:
+        d += LAYOUT_PENALTY
+        parts.append(f"layout {key.layout} {LAYOUT_PENALTY}")
+    return d, " + ".join(parts)
 
 
-def _from_neighbor(problem: Problem, device: DeviceInfo, enable_streamk: bool | None) -> Selection | None:
-    """The nearest tuned problem of the same arch, dtypes and layout whose config is feasible here."""
+def _crosses_layout(config: GemmConfig, problem: Problem) -> bool:
+    """Whether a winner of another layout may serve `problem` (see LAYOUT_PENALTY)."""
+    return config.backend == "torch" or (config.tma and problem.dtype != "fp32")
+
+
+def _from_neighbor(problem: Problem, device: DeviceInfo, enable_streamk: bool | None,
+                   backend: str | None = None) -> Selection | None:
+    """The nearest tuned problem of the same arch and dtypes whose config is feasible here: in another
+    bias kind, or another layout for a TMA config, at a penalty (_distance); a torch.mm winner only
+    within VENDOR_NEIGHBOR_DISTANCE."""
     pool = list(_shipped(device.arch).values()) + _db_neighbors(device.arch)
     best = None
     for w in pool:
         k = w.key
-        if (k.a_dtype, k.b_dtype, k.out_dtype, k.layout) != (problem.dtype, problem.dtype, problem.out,
-                                                            problem.layout):
+        if (k.a_dtype, k.b_dtype, k.out_dtype) != (problem.dtype, problem.dtype, problem.out):
             continue
-        if not _family_ok(w.config, enable_streamk) or not _usable(w.config, problem, device):
+        if k.layout != problem.layout and not _crosses_layout(w.config, problem):
             continue
-        d = _distance(problem, k)
+        if not _family_ok(w.config, enable_streamk, backend) or not _usable(w.config, problem, device):
+            continue
+        d, why = _distance(problem, k)
+        if w.config.backend == "torch" and d > VENDOR_NEIGHBOR_DISTANCE:
+            continue
         if d <= MAX_NEIGHBOR_DISTANCE and (best is None or (d, k.sort_key()) < best[0]):
-            best = ((d, k.sort_key()), w)
+            best = ((d, k.sort_key()), w, why)
     if best is None:
         return None
-    w = best[1]
+    (d, _), w, why = best
+    tuned = (f"tuned for {w.key.m}x{w.key.n}x{w.key.k} {w.key.layout} bias={w.key.bias}, distance {d:.2f} "
+             f"({why})")
+    if w.config.backend == "torch":
+        return Selection(w.config, "neighbor", 0.0, False, problem, device, tuned + _vendor_won(w))
     est = heuristic.estimate(w.config, problem, device).total_us / 1000
     ranked = heuristic.rank(problem, device, enable_streamk)
     if ranked and est > NEIGHBOR_SLACK * ranked[0].total_us / 1000:
         return None
-    return Selection(w.config, "neighbor", est, False, problem, device,
-                     f"tuned for {w.key.m}x{w.key.n}x{w.key.k}, distance {best[0][0]:.2f}")
+    return Selection(w.config, "neighbor", est, False, problem, device, tuned)
 
 
-def _from_heuristic(problem: Problem, device: DeviceInfo, enable_streamk: bool | None) -> Selection:
+def _from_heuristic(problem: Problem, device: DeviceInfo, enable_streamk: bool | None,
+                    backend: str | None = None) -> Selection:
     failed = _state.failed.get((problem, device), ())
     ranked = [e for e in heuristic.rank(problem, device, enable_streamk) if e.config not in failed]
+    if _family_ok(GemmConfig.vendor(), enable_streamk, backend):
+        why = heuristic.vendor_preferred(problem, device, ranked[0] if ranked else None)
+        if why is not None:
+            return Selection(GemmConfig.vendor(), "heuristic", 0.0, False, problem,
+                             device, f"torch.mm predicted faster: {why}")
     if not ranked:
         raise RuntimeError(f"no feasible config for {problem.m}x{problem.n}x{problem.k} {problem.dtype} "
                            f"on {device.name}")
@@ -312,18 +371,24 @@ def _from_heuristic(problem: Problem, device: DeviceInfo, enable_streamk: bool |
 
 
 @functools.lru_cache(maxsize=4096)
-def _select_cached(problem: Problem, device: DeviceInfo, enable_streamk: bool | None) -> Selection:
+def _select_cached(problem: Problem, device: DeviceInfo, enable_streamk: bool | None,
+                   backend: str | None = None) -> Selection:
+    if backend == "torch":  # pinned by the caller: nothing to look up
+        return Selection(GemmConfig.vendor(), "user", 0.0, False, problem, device,
+                         "backend='torch' given by the caller")
     for layer in (_from_db, _from_shipped, _from_neighbor, _from_heuristic):
-        found = layer(problem, device, enable_streamk)
+        found = layer(problem, device, enable_streamk, backend)
         if found is not None:
             return dataclasses.replace(found, enable_streamk=enable_streamk)
     raise AssertionError("unreachable: the heuristic layer always answers")
 
 
 @functools.lru_cache(maxsize=4096)
-def select_config(key: tuple, device: DeviceInfo, enable_streamk: bool | None) -> GemmConfig:
-    """The hot path of matmul: key = (m, n, k, dtype, layout, bias_kind). A hit is one dict lookup."""
-    return _select_cached(Problem(*key), device, enable_streamk).config
+def select_config(key: tuple, device: DeviceInfo, enable_streamk: bool | None,
+                  backend: str | None = None) -> GemmConfig:
+    """The hot path of matmul: key = (m, n, k, dtype, layout, bias_kind). A hit is one dict lookup.
+    backend: None (either), "triton" (kernels only) or "torch" (the vendor, pinned)."""
+    return _select_cached(Problem(*key), device, enable_streamk, backend).config
 
 
 def check_user_config(config: GemmConfig, m: int, n: int, k: int, dtype: str, device: DeviceInfo,
@@ -381,24 +446,26 @@ def _device_info(device: object) -> DeviceInfo:
 
 def select(m: int, n: int, k: int, dtype: object, *, out_dtype: object = None, layout: str = "nn",
            bias: BiasKind | None = None, enable_streamk: bool | None = None, device: object = None,
-           config: GemmConfig | None = None) -> Selection:
-    """The config matmul/addmm/linear would run for this problem, with its source and time.
+           config: GemmConfig | None = None, backend: str | None = None) -> Selection:
+    """The config matmul/addmm/linear would run for this problem, with its source and time;
+    `Selection.backend` says whether the kernels ("triton") or torch.mm ("torch") run it.
 
     dtype: "fp16" | "bf16" | "fp32" or a torch dtype; layout: "nn" | "nt" | "tn" | "tt"; bias: None or
     a bias kind ("none", "scalar", "row", "column", "full"); device: None (the current CUDA device, or
     the interpreter), a torch device or a DeviceInfo. `config` pins a config (source "user") after
-    checking that it can run the problem.
+    checking that it can run the problem. backend: None (dispatch decides), "triton" (kernels only),
+    "torch" (torch.mm pinned).
     """
     from .validate import check_options
 
     problem = _problem(m, n, k, dtype, out_dtype, layout, bias)
-    check_options(enable_streamk, config)  # the same checks as matmul's, conflicts included
+    check_options(enable_streamk, config, backend)  # the same checks as matmul's, conflicts included
     info = _device_info(device)
     if config is not None:
         require_supported(config, problem, info)
-        est = heuristic.estimate(config, problem, info).total_us / 1000
+        est = 0.0 if config.backend == "torch" else heuristic.estimate(config, problem, info).total_us / 1000
         return Selection(config, "user", est, False, problem, info, "given by the caller")
-    return _select_cached(problem, info, enable_streamk)
+    return _select_cached(problem, info, enable_streamk, backend)
 
 
 def _problem(m, n, k, dtype, out_dtype, layout, bias) -> Problem:

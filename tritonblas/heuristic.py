@@ -305,6 +305,37 @@ def choose(problem: Problem, device: DeviceInfo, enable_streamk: bool | None = N
     return ranked[0].config
 
 
+# When the vendor GEMM (torch.mm: cuBLAS) beats the kernels on a shape nobody tuned, by one ratio: the
+# roofline time over the model's time for its best kernel (the efficiency the model itself expects).
+# Where the model expects its best kernel under 0.85 of the roofline (ragged or odd sizes, few tiles,
+# long K, small problems) cuBLAS's per-shape kernels won; above it the kernels held their own. Fit on
+# the 44 problems of the tuning run of 2026-11-30 (configs/sm_90.json's torch_ms against the measured
+# time of the heuristic's pick in docs/benchmarks/h200-tune4-measurements.json): the rule picks the
+# faster of the two on 40 of 44 (vendor predicted on 22, right on 20: 1920x1920x8192 lost 1-2%; kernels
+# predicted on 22, right on 20: 16x6144x4096 lost 3%); on the heuristic-alone bench of the same shapes
+# (h200-bench-heuristic.json) 38 of 44, on the untuned shapes (h200-bench-untuned-heuristic.json, not
+# used for the fit) 5 of 8, every miss within 3%. Conservative: only archs with a fitted threshold
+# (never the interpreter), 16-bit operands (the fit has no fp32 row), and not on skinny problems
+# (M or N <= 32: memory-bound decode, where the kernels' pick was at or above torch.mm in 3 of the 4
+# measured: 16x4096x14336 1.02x, 32x4096x4096 1.09x, 16x6144x4096 0.98x, tuned 1.04x).
+_VENDOR_BELOW_EFFICIENCY = {"sm_90": 0.85}
+_VENDOR_MIN_MN = 33
+
+
+def vendor_preferred(problem: Problem, device: DeviceInfo, best: Estimate | None) -> str | None:
+    """Why the vendor GEMM is predicted faster than the kernels' best estimate `best`; None when not."""
+    threshold = _VENDOR_BELOW_EFFICIENCY.get(device.arch)
+    if best is None or threshold is None or problem.dtype == "fp32" or problem.k == 0:
+        return None
+    if min(problem.m, problem.n) < _VENDOR_MIN_MN:
+        return None
+    eff = roofline_us(problem, device) / best.total_us
+    if eff >= threshold:
+        return None
+    return (f"the best kernel is predicted at {eff:.2f} of the roofline (< {threshold} on {device.arch}, "
+            f"where torch.mm won in the tuning runs): {best.why()}")
+
+
 def roofline_us(problem: Problem, device: DeviceInfo) -> float:
     arch = device.arch if device.arch in _PEAK_TFLOPS else "default"
     rate = _PEAK_TFLOPS[arch]["tf32" if problem.dtype == "fp32" else problem.dtype]

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from . import dispatch
-from .config import INTERPRETER_DEVICE, DeviceInfo, GemmConfig
+from .config import BACKENDS, INTERPRETER_DEVICE, DeviceInfo, GemmConfig
 from .device import interpreter_enabled, tensor_device_info
 from .launch import is_out_of_resources, launch_gemm
 from .validate import (
@@ -30,9 +30,11 @@ from .validate import (
     span_bytes,
 )
 
-# enable_streamk <-> the custom op's `family` int (its schema has no Optional[bool]).
-_FAMILY = {None: -1, False: 0, True: 1}
-_STREAMK = {-1: None, 0: False, 1: True}
+# (enable_streamk, backend) <-> the custom op's `family` int (its schema has no Optional[bool]). A
+# family restriction already means the kernels, so (False, "triton") is (False, None).
+_FAMILY = {(None, None): -1, (False, None): 0, (True, None): 1, (None, "triton"): 2, (None, "torch"): 3,
+           (False, "triton"): 0, (True, "triton"): 1}
+_RESTRICTION = {-1: (None, None), 0: (False, None), 1: (True, None), 2: (None, "triton"), 3: (None, "torch")}
 # A dispatched config that triton cannot compile (out of shared memory) is reported and the next one
 # selected, this many times at most (tests/test_dispatch_fallback.py).
 _MAX_COMPILE_FALLBACKS = 8
@@ -42,7 +44,8 @@ _allow_tf32 = torch._C._get_cublas_allow_tf32
 
 
 # The custom op's schema takes the config as list[int]: every GemmConfig field in declaration order
-# (bools as 0/1, grid None as 0), so a field added to GemmConfig cannot be dropped on the way.
+# (bools as 0/1, grid None as 0, backend as its index in BACKENDS), so a field added to GemmConfig
+# cannot be dropped on the way.
 _CONFIG_FIELDS = tuple(GemmConfig.model_fields)
 _BOOL_FIELDS = frozenset(f for f, info in GemmConfig.model_fields.items() if info.annotation is bool)
 
@@ -50,7 +53,8 @@ _BOOL_FIELDS = frozenset(f for f, info in GemmConfig.model_fields.items() if inf
 def _config_to_list(config: GemmConfig | None) -> list[int]:
     if config is None:
         return []
-    return [int(getattr(config, f) or 0) for f in _CONFIG_FIELDS]
+    return [BACKENDS.index(config.backend) if f == "backend" else int(getattr(config, f) or 0)
+            for f in _CONFIG_FIELDS]
 
 
 def _config_from_list(values: list[int]) -> GemmConfig | None:
@@ -63,6 +67,7 @@ def _config_from_tuple(values: tuple[int, ...]) -> GemmConfig:
     fields = dict(zip(_CONFIG_FIELDS, values, strict=True))
     fields = {f: bool(v) if f in _BOOL_FIELDS else v for f, v in fields.items()}
     fields["grid"] = fields["grid"] or None
+    fields["backend"] = BACKENDS[fields["backend"]]
     return GemmConfig(**fields)
 
 
@@ -84,7 +89,8 @@ def _bias_kind(bias: torch.Tensor | None, m: int, n: int) -> str:
 
 
 def _run(a: torch.Tensor, b: torch.Tensor, m: int, n: int, k: int, bias: torch.Tensor | None, beta: float,
-         alpha: float, enable_streamk: bool | None, config: GemmConfig | None, out: torch.Tensor) -> None:
+         alpha: float, enable_streamk: bool | None, config: GemmConfig | None, out: torch.Tensor,
+         backend: str | None = None) -> None:
     if beta == 0.0:
         bias = None  # as torch.addmm: with beta == 0 the input is ignored, NaN/inf in it included
     info = tensor_device_info(a)  # first: it raises for tensors no kernel can take, empty ones too
@@ -95,11 +101,28 @@ def _run(a: torch.Tensor, b: torch.Tensor, m: int, n: int, k: int, bias: torch.T
     precision = "tf32" if dtype is not torch.float32 or _allow_tf32() else "ieee"
     if config is not None:
         dispatch.check_user_config(config, m, n, k, TORCH_DTYPES[dtype], info, _layout(a, b))
-        launch_gemm(a, b, out, bias2d, alpha, beta, config, info.sm_count, precision)
+        _launch(a, b, out, bias2d, alpha, beta, config, info.sm_count, precision)
         return
     problem_key = _problem_key(a, b, m, n, k, bias)
-    config = dispatch.select_config(problem_key, info, enable_streamk)
-    _launch_selected(a, b, out, bias2d, alpha, beta, config, problem_key, info, enable_streamk, precision)
+    config = dispatch.select_config(problem_key, info, enable_streamk, backend)
+    _launch_selected(a, b, out, bias2d, alpha, beta, config, problem_key, info, (enable_streamk, backend),
+                     precision)
+
+
+def _launch(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bias2d: torch.Tensor | None, alpha: float,
+            beta: float, config: GemmConfig, sm_count: int, precision: str) -> None:
+    """The kernels, or for a torch-backend config the vendor GEMM with the kernels' contract:
+    out = alpha * (a @ b) + beta * bias in a's dtype (bias None: no bias term, as with beta == 0; K = 0
+    gives beta * bias). torch honours allow_tf32 for fp32 as the kernels' precision does."""
+    if config.backend == "torch":
+        if bias2d is not None:
+            torch.addmm(bias2d, a, b, beta=beta, alpha=alpha, out=out)
+        elif alpha == 1.0:
+            torch.mm(a, b, out=out)
+        else:  # beta=0: out is not read (torch.addmm ignores its input then, NaN included)
+            torch.addmm(out, a, b, beta=0.0, alpha=alpha, out=out)
+        return
+    launch_gemm(a, b, out, bias2d, alpha, beta, config, sm_count, precision)
 
 
 def _problem_key(a: torch.Tensor, b: torch.Tensor, m: int, n: int, k: int,
@@ -111,25 +134,25 @@ def _problem_key(a: torch.Tensor, b: torch.Tensor, m: int, n: int, k: int,
 
 def _launch_selected(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bias2d: torch.Tensor | None,
                      alpha: float, beta: float, config: GemmConfig, problem_key: tuple, info: DeviceInfo,
-                     enable_streamk: bool | None, precision: str) -> None:
+                     restriction: tuple, precision: str) -> None:
+    """restriction: (enable_streamk, backend) of the call, for the next selection on a fall-back."""
     try:  # free when nothing is raised (zero-cost exceptions): the hot path pays nothing for it
-        launch_gemm(a, b, out, bias2d, alpha, beta, config, info.sm_count, precision)
+        _launch(a, b, out, bias2d, alpha, beta, config, info.sm_count, precision)
     except Exception as exc:
-        _fall_back(exc, config, problem_key, info, enable_streamk, (a, b, out, bias2d, alpha, beta),
-                   precision)
+        _fall_back(exc, config, problem_key, info, restriction, (a, b, out, bias2d, alpha, beta), precision)
 
 
-def _fall_back(exc: Exception, config: GemmConfig, key: tuple, info, enable_streamk: bool | None,
-               args: tuple, precision: str) -> None:
+def _fall_back(exc: Exception, config: GemmConfig, key: tuple, info, restriction: tuple, args: tuple,
+               precision: str) -> None:
     """A dispatched config triton cannot compile is reported (never selected again for this problem)
     and the next selection runs; other errors propagate."""
     for _ in range(_MAX_COMPILE_FALLBACKS):
         if not is_out_of_resources(exc):
             raise exc
         dispatch.report_compile_failure(key, info, config, exc)
-        config = dispatch.select_config(key, info, enable_streamk)
+        config = dispatch.select_config(key, info, *restriction)
         try:
-            launch_gemm(*args, config, info.sm_count, precision)
+            _launch(*args, config, info.sm_count, precision)
             return
         except Exception as again:
             exc = again
@@ -142,13 +165,16 @@ def _fall_back(exc: Exception, config: GemmConfig, key: tuple, info, enable_stre
 def gemm_op(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, beta: float, alpha: float,
             family: int, config: list[int]) -> torch.Tensor:
     m, k = a.shape
-    return _gemm_new(a, b, m, b.shape[1], k, bias, beta, alpha, _STREAMK[family], _config_from_list(config))
+    enable_streamk, backend = _RESTRICTION[family]
+    return _gemm_new(a, b, m, b.shape[1], k, bias, beta, alpha, enable_streamk, _config_from_list(config),
+                     backend)
 
 
-def _gemm_new(a, b, m, n, k, bias, beta, alpha, enable_streamk, config: GemmConfig | None) -> torch.Tensor:
+def _gemm_new(a, b, m, n, k, bias, beta, alpha, enable_streamk, config: GemmConfig | None,
+              backend: str | None = None) -> torch.Tensor:
     # new_empty with int sizes: 0.85 us, torch.empty((m, n), dtype=, device=) 1.8 us (keyword parsing).
     out = a.new_empty(m, n)
-    _run(a, b, m, n, k, bias, beta, alpha, enable_streamk, config, out)
+    _run(a, b, m, n, k, bias, beta, alpha, enable_streamk, config, out, backend)
     return out
 
 
@@ -179,7 +205,8 @@ def _backward(ctx, grad):
 gemm_op.register_autograd(_backward, setup_context=_setup_context)
 
 
-def _gemm(a, b, bias, beta, alpha, out, enable_streamk, config, op: str) -> torch.Tensor:
+def _gemm(a, b, bias, beta, alpha, out, enable_streamk, config, op: str, backend: str | None = None
+          ) -> torch.Tensor:
     # The config travels as list[int] only through the custom op (its schema); eager calls keep the object.
     # The sizes are read once here and handed down (0.2-0.3 us a read of .shape pair).
     m, k = a.shape
@@ -188,16 +215,16 @@ def _gemm(a, b, bias, beta, alpha, out, enable_streamk, config, op: str) -> torc
         compiling = torch.compiler.is_compiling()
         check_out(out, m, n, a, b, bias, op, compiling)
         if compiling:
-            return out.copy_(gemm_op(a, b, bias, beta, alpha, _FAMILY[enable_streamk],
+            return out.copy_(gemm_op(a, b, bias, beta, alpha, _FAMILY[enable_streamk, backend],
                                      _config_to_list(config)))
-        _run(a, b, m, n, k, bias, beta, alpha, enable_streamk, config, out)
+        _run(a, b, m, n, k, bias, beta, alpha, enable_streamk, config, out, backend)
         return out
     # Autograd or torch.compile need the custom op. Spelled out rather than any() over a generator:
     # 0.6 -> 0.25 us.
     if torch.compiler.is_compiling() or (torch.is_grad_enabled() and (
             a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad))):
-        return gemm_op(a, b, bias, beta, alpha, _FAMILY[enable_streamk], _config_to_list(config))
-    return _gemm_new(a, b, m, n, k, bias, beta, alpha, enable_streamk, config)
+        return gemm_op(a, b, bias, beta, alpha, _FAMILY[enable_streamk, backend], _config_to_list(config))
+    return _gemm_new(a, b, m, n, k, bias, beta, alpha, enable_streamk, config, backend)
 
 
 # Fast path of a repeated call. Every check above is a function of each tensor argument's (type, layout,
@@ -223,6 +250,7 @@ class _Hit:
     problem_key: tuple
     fp32: bool  # precision then depends on the global tf32 flag, read per call
     spans: tuple[int, int, int, int]  # span_bytes of out, a, b, bias (out= calls only)
+    restriction: tuple  # (enable_streamk, backend): part of the key, kept for a fall-back's selection
     out_shape: tuple | None = None  # linear of an N-D x: the result's shape
 
 
@@ -233,19 +261,20 @@ _is_compiling = torch.compiler.is_compiling
 _grad_enabled = torch.is_grad_enabled
 
 
-def _key(op: str, enable_streamk: object, config: object, a: object, b: object, c: object = None,
-         d: object = None) -> tuple | None:
+def _key(op: str, enable_streamk: object, backend: object, config: object, a: object, b: object,
+         c: object = None, d: object = None) -> tuple | None:
     """The cache key of a call on tensors a, b and optional c, d; None where the fast path does not
     apply (then nothing is remembered either). Spelled out flat rather than a helper per tensor over
     map(): 1.6 -> 1.2 us for three tensors."""
-    if config is not None or not (enable_streamk is None or type(enable_streamk) is bool) or _is_compiling():
+    if config is not None or not (enable_streamk is None or type(enable_streamk) is bool) or \
+            not (backend is None or backend == "triton" or backend == "torch") or _is_compiling():
         return None
     try:
         if _grad_enabled() and (a.requires_grad or b.requires_grad or (c is not None and c.requires_grad)
                                 or (d is not None and d.requires_grad)):
             return None  # autograd's custom op, or out='s refusal: the checked path, as before
         # Layout is needed: a sparse COO tensor has a shape and strides (all 0) like an expanded view.
-        return (op, enable_streamk, type(a), a.layout, a.shape, a.stride(), a.dtype, a.device,
+        return (op, enable_streamk, backend, type(a), a.layout, a.shape, a.stride(), a.dtype, a.device,
                 type(b), b.layout, b.shape, b.stride(), b.dtype, b.device,
                 None if c is None else (type(c), c.layout, c.shape, c.stride(), c.dtype, c.device),
                 None if d is None else (type(d), d.layout, d.shape, d.stride(), d.dtype, d.device))
@@ -274,21 +303,20 @@ def _usable(hit: _Hit, out: torch.Tensor | None, a: torch.Tensor, b: torch.Tenso
 
 
 def _launch_hit(hit: _Hit, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None,
-                bias: torch.Tensor | None, alpha: float, beta: float,
-                enable_streamk: bool | None) -> torch.Tensor:
+                bias: torch.Tensor | None, alpha: float, beta: float) -> torch.Tensor:
     """What _run does for a checked call, with what it derived taken from the hit."""
     if out is None:
         out = a.new_empty(hit.m, hit.n)
     # The key's bias kind is "none" for addmm with beta == 0 too: the input is ignored.
     bias2d = None if hit.problem_key[5] == "none" else torch.broadcast_to(bias, (hit.m, hit.n))
     precision = "tf32" if not hit.fp32 or _allow_tf32() else "ieee"
-    _launch_selected(a, b, out, bias2d, alpha, beta, hit.config, hit.problem_key, hit.info, enable_streamk,
+    _launch_selected(a, b, out, bias2d, alpha, beta, hit.config, hit.problem_key, hit.info, hit.restriction,
                      precision)
     return out
 
 
 def _remember(key: tuple | None, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None,
-              bias: torch.Tensor | None, beta: float, enable_streamk: bool | None,
+              bias: torch.Tensor | None, beta: float, enable_streamk: bool | None, backend: str | None,
               out_shape: tuple | None = None) -> None:
     """Record a call that passed every check (and ran) under its key; a and b are the GEMM operands."""
     if key is None:
@@ -299,58 +327,65 @@ def _remember(key: tuple | None, a: torch.Tensor, b: torch.Tensor, out: torch.Te
         return
     info = tensor_device_info(a)
     problem_key = _problem_key(a, b, m, n, k, None if beta == 0.0 else bias)
-    config = dispatch.select_config(problem_key, info, enable_streamk)
+    config = dispatch.select_config(problem_key, info, enable_streamk, backend)
     spans = (0, 0, 0, 0) if out is None else \
         (span_bytes(out), span_bytes(a), span_bytes(b), 0 if bias is None else span_bytes(bias))
     if len(_hits) >= _HITS_CAP:
         _hits.clear()
-    _hits[key] = _Hit(m, n, k, info, config, problem_key, a.dtype is torch.float32, spans, out_shape)
+    _hits[key] = _Hit(m, n, k, info, config, problem_key, a.dtype is torch.float32, spans,
+                     (enable_streamk, backend), out_shape)
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
-           enable_streamk: bool | None = None, config: GemmConfig | None = None) -> torch.Tensor:
-    """a @ b for 2-D a (M, K) and b (K, N), as torch.mm."""
-    key = _key("matmul", enable_streamk, config, a, b, out)
+           enable_streamk: bool | None = None, config: GemmConfig | None = None,
+           backend: str | None = None) -> torch.Tensor:
+    """a @ b for 2-D a (M, K) and b (K, N), as torch.mm.
+
+    backend: None (dispatch decides between the kernels and torch.mm), "triton" (the kernels only) or
+    "torch" (torch.mm, the vendor GEMM)."""
+    key = _key("matmul", enable_streamk, backend, config, a, b, out)
     hit = _hits.get(key) if key is not None else None
     if hit is not None and _usable(hit, out, a, b, None):
-        return _launch_hit(hit, a, b, out, None, 1.0, 1.0, enable_streamk)
+        return _launch_hit(hit, a, b, out, None, 1.0, 1.0)
     check_operands(a, b)
-    if enable_streamk is not None or config is not None:
-        check_options(enable_streamk, config)
-    result = _gemm(a, b, None, 1.0, 1.0, out, enable_streamk, config, "matmul")
+    if enable_streamk is not None or config is not None or backend is not None:
+        check_options(enable_streamk, config, backend)
+    result = _gemm(a, b, None, 1.0, 1.0, out, enable_streamk, config, "matmul", backend)
     if hit is None:
-        _remember(key, a, b, out, None, 1.0, enable_streamk)
+        _remember(key, a, b, out, None, 1.0, enable_streamk, backend)
     return result
 
 
 def addmm(input: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta: float = 1, alpha: float = 1,
           out: torch.Tensor | None = None, enable_streamk: bool | None = None,
-          config: GemmConfig | None = None) -> torch.Tensor:
-    """beta * input + alpha * (a @ b), with input broadcast as torch.addmm broadcasts it."""
+          config: GemmConfig | None = None, backend: str | None = None) -> torch.Tensor:
+    """beta * input + alpha * (a @ b), with input broadcast as torch.addmm broadcasts it; backend as
+    for matmul (torch.addmm is the vendor's)."""
     key = None
     if type(beta) in (float, int) and type(alpha) in (float, int):  # bool and other Reals: the checks
-        key = _key("addmm" if beta != 0 else "addmm0", enable_streamk, config, input, a, b, out)
+        key = _key("addmm" if beta != 0 else "addmm0", enable_streamk, backend, config, input, a, b, out)
     hit = _hits.get(key) if key is not None else None
     if hit is not None and _usable(hit, out, a, b, input):
-        return _launch_hit(hit, a, b, out, input, float(alpha), float(beta), enable_streamk)
+        return _launch_hit(hit, a, b, out, input, float(alpha), float(beta))
     check_operands(a, b)
     check_bias("input", input, a, a.shape[0], b.shape[1])
     beta_f, alpha_f = check_scalar("beta", beta), check_scalar("alpha", alpha)
-    check_options(enable_streamk, config)
-    result = _gemm(a, b, input, beta_f, alpha_f, out, enable_streamk, config, "addmm")
+    check_options(enable_streamk, config, backend)
+    result = _gemm(a, b, input, beta_f, alpha_f, out, enable_streamk, config, "addmm", backend)
     if hit is None:
-        _remember(key, a, b, out, input, beta_f, enable_streamk)
+        _remember(key, a, b, out, input, beta_f, enable_streamk, backend)
     return result
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
-           enable_streamk: bool | None = None, config: GemmConfig | None = None) -> torch.Tensor:
-    """As torch.nn.functional.linear: x[..., K] @ weight[N, K].T + bias[N]."""
-    key = _key("linear", enable_streamk, config, x, weight, bias)
+           enable_streamk: bool | None = None, config: GemmConfig | None = None,
+           backend: str | None = None) -> torch.Tensor:
+    """As torch.nn.functional.linear: x[..., K] @ weight[N, K].T + bias[N]; backend as for matmul."""
+    key = _key("linear", enable_streamk, backend, config, x, weight, bias)
     hit = _hits.get(key) if key is not None else None
     if hit is not None and _usable(hit, None, x, weight, bias):
         x2 = x if hit.out_shape is None else x.reshape(hit.m, hit.k)
-        y = _launch_hit(hit, x2, weight.t(), None, bias, 1.0, 1.0, enable_streamk)
+        y = _launch_hit(hit, x2, weight.t(), None, bias, 1.0, 1.0)
         return y if hit.out_shape is None else y.reshape(hit.out_shape)
     check_tensor("x", x)
     check_tensor("weight", weight, 2)
@@ -370,9 +405,9 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
         if bias.shape[0] != n:
             raise ValueError(f"bias has shape {tuple(bias.shape)}, expected ({n},)")
         check_bias("bias", bias, x2, x2.shape[0], n)
-    check_options(enable_streamk, config)
-    y = _gemm(x2, weight.t(), bias, 1.0, 1.0, None, enable_streamk, config, "linear")
+    check_options(enable_streamk, config, backend)
+    y = _gemm(x2, weight.t(), bias, 1.0, 1.0, None, enable_streamk, config, "linear", backend)
     out_shape = None if flat else (*x.shape[:-1], n)
     if hit is None:
-        _remember(key, x2, weight.t(), None, bias, 1.0, enable_streamk, out_shape)
+        _remember(key, x2, weight.t(), None, bias, 1.0, enable_streamk, backend, out_shape)
     return y if flat else y.reshape(out_shape)

@@ -123,11 +123,26 @@ def _seeds(ranked: list[GemmConfig], top_k: int) -> list[GemmConfig]:
     return [c for c in tiles if c in set(chosen)]
 
 
+def vendor_candidate(device: DeviceInfo, enable_streamk: bool | None = None,
+                     vendor: bool | None = None) -> bool:
+    """Whether torch.mm (GemmConfig.vendor()) is a candidate. vendor None: yes on a GPU when no kernel
+    family is asked for; not in Triton's interpreter, where torch.mm runs natively and the kernels are
+    emulated, so it would win every CPU tuning run and hide the kernels from the tests that tune
+    through them (vendor=True times it there too)."""
+    if enable_streamk is not None:
+        return False
+    return device.arch != "interpreter" if vendor is None else vendor
+
+
 def candidate_space(problem: Problem, device: DeviceInfo, *, top_k: int = 10, exhaustive: bool = False,
-                    enable_streamk: bool | None = None,
-                    neighbour_seeds: int = NEIGHBOUR_SEEDS) -> list[GemmConfig]:
+                    enable_streamk: bool | None = None, neighbour_seeds: int = NEIGHBOUR_SEEDS,
+                    vendor: bool | None = None) -> list[GemmConfig]:
     """Feasible, deduplicated candidates in heuristic order: the best SEEDS_FIRST distinct tiles, the
     first one's neighbours, the other tiles, then neighbours and grid variants of the best few.
+
+    The vendor GEMM (see vendor_candidate) comes first: it compiles nothing and times in ~30 ms, so a
+    budget spent on compiles never leaves it out, and its time sets the early-stop cutoff for the
+    kernels (LOSER_FACTOR). A kernel that ties it exactly loses the tie (_pick: earlier first).
 
     exhaustive: every config of the heuristic's grid first, then the same additions, so the normal
     space is a subset of the exhaustive one.
@@ -143,6 +158,8 @@ def candidate_space(problem: Problem, device: DeviceInfo, *, top_k: int = 10, ex
             *seeds[SEEDS_FIRST:], *(ranked if exhaustive else []), *extra]
     pool += [g for c in seeds[:neighbour_seeds] for g in _grids(c, problem, device)]
     out: dict[GemmConfig, None] = {}
+    if vendor_candidate(device, enable_streamk, vendor):
+        out[GemmConfig.vendor()] = None
     for cfg in pool:
         if enable_streamk is not None and cfg.streamk != enable_streamk:
             continue
@@ -370,8 +387,13 @@ def _baseline(bench: Benchmark, problem: Problem, device: DeviceInfo) -> float |
 def tune_problem(problem: Problem, device: DeviceInfo, db, *, bench: Benchmark | BenchmarkFn | None = None,
                  budget_s: float = 5.0, force: bool = False, top_k: int = 10, exhaustive: bool = False,
                  early_stop: bool = True, candidate_timeout_s: float = 60.0,
-                 enable_streamk: bool | None = None, neighbour_seeds: int = NEIGHBOUR_SEEDS) -> TuneOutcome:
+                 enable_streamk: bool | None = None, neighbour_seeds: int = NEIGHBOUR_SEEDS,
+                 vendor: bool | None = None) -> TuneOutcome:
     """Tune one problem on `device` and store every measurement and the winner in `db` (a TuningDB).
+
+    vendor: whether torch.mm is timed as a candidate (default: on a GPU, see vendor_candidate); it is
+    stored like any candidate (a measurement row, and the winner when fastest), and the winner's torch_ms
+    stays the baseline timed by bench.baseline (the direct torch call).
 
     exhaustive=True measures the whole space (every config of the heuristic's grid, plus what the
     normal mode adds) with no budget and no early stop: the reference the normal mode is judged by.
@@ -389,7 +411,7 @@ def tune_problem(problem: Problem, device: DeviceInfo, db, *, bench: Benchmark |
     if not force and db.has_fresh_winner(key):
         return TuneOutcome(problem, key, "skipped", winner=db.get_winner(key), reason="fresh winner in db")
     space = candidate_space(problem, device, top_k=top_k, exhaustive=exhaustive,
-                            enable_streamk=enable_streamk, neighbour_seeds=neighbour_seeds)
+                            enable_streamk=enable_streamk, neighbour_seeds=neighbour_seeds, vendor=vendor)
     deadline = math.inf if exhaustive else start + budget_s
     try:
         results = _measure_all(bench, space, problem, device, deadline, early_stop and not exhaustive,

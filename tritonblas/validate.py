@@ -6,7 +6,7 @@ import numbers
 
 import torch
 
-from .config import GemmConfig
+from .config import BACKENDS, GemmConfig
 
 TORCH_DTYPES: dict[torch.dtype, str] = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 _STRIDED = torch.strided
@@ -78,11 +78,19 @@ def check_scalar(name: str, v: object) -> float:
     return float(v)
 
 
-def check_options(enable_streamk: object, config: object) -> None:
+def check_options(enable_streamk: object, config: object, backend: object = None) -> None:
     if enable_streamk is not None and not isinstance(enable_streamk, bool):
         raise TypeError(f"enable_streamk must be None, True or False, got {enable_streamk!r}")
     if config is not None and not isinstance(config, GemmConfig):
         raise TypeError(f"config must be a tritonblas.GemmConfig, got {type(config).__name__}")
+    if backend is not None and not (isinstance(backend, str) and backend in BACKENDS):
+        raise ValueError(f"backend must be None, 'triton' or 'torch', got {backend!r}")
+    if config is not None and backend is not None and config.backend != backend:
+        raise ValueError(f"backend={backend!r} conflicts with config, a {config.backend!r}-backend config; "
+                         "pass one or the other")
+    if enable_streamk is not None and (backend == "torch" or (config is not None and config.is_vendor)):
+        raise ValueError(f"enable_streamk={enable_streamk} restricts the choice to a kernel family, but "
+                         "the torch backend runs torch.mm; pass one or the other")
     # config= runs exactly that config: a family restriction it breaks cannot be honoured silently.
     if config is not None and enable_streamk is not None and config.streamk != enable_streamk:
         fam = "Stream-K" if config.streamk else "persistent"

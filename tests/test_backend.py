@@ -1,0 +1,344 @@
+"""The vendor GEMM as a backend (issue 17): GemmConfig.backend "torch" runs torch.mm / torch.addmm with
+the kernels' contract, pinned by `backend=`, chosen by dispatch (tuned winner, neighbour, heuristic
+rule), timed by the tuner like any candidate, and carried through the database and config files."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+
+import pytest
+import test_dispatch
+import torch
+import torch.nn.functional as F
+from shapes import assert_close, make_bias, op_reference, operands, record_launches, run_op
+from test_tuner import FakeBench, fake_ms
+from typer.testing import CliRunner
+
+import tritonblas
+from tritonblas import dispatch, heuristic
+from tritonblas.cli import app
+from tritonblas.config import INTERPRETER_DEVICE, GemmConfig, Problem, config_supports, device_for_arch
+from tritonblas.ops import _config_from_list, _config_to_list
+from tritonblas.tuner import BenchResult, candidate_space, tune_problem
+from tuning_db import EnvIdentity, ProblemKey, TuningDB, Winner
+from tuning_db.exchange import export_file, import_file, load_config_file
+
+VENDOR = GemmConfig.vendor()
+H200 = device_for_arch("sm_90", "NVIDIA H200", 132)
+paths = test_dispatch.paths  # the fixture: an empty user DB and shipped-config folder read by dispatch
+KERNEL = GemmConfig(block_m=16, block_n=16, block_k=16, grid=3)
+DTYPES = {"fp16": torch.float16, "fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    return record_launches(monkeypatch)
+
+
+@pytest.fixture
+def torch_calls(monkeypatch):
+    """Count the vendor calls the ops make (torch.mm and torch.addmm, as ops looks them up)."""
+    calls: list[str] = []
+    for name in ("mm", "addmm"):
+        real = getattr(torch, name)
+
+        def spy(*args, _real=real, _name=name, **kw):
+            calls.append(_name)
+            return _real(*args, **kw)
+
+        monkeypatch.setattr(torch, name, spy)
+    return calls
+
+
+def winner(problem, device, config, ms, torch_ms=None) -> Winner:
+    return Winner(key=ProblemKey.from_problem(problem, device), config=config, median_ms=ms,
+                  torch_ms=torch_ms, created_at=datetime(2026, 12, 1, tzinfo=timezone.utc),
+                  env=EnvIdentity.current())
+
+
+# --- the config ---------------------------------------------------------------------------------------
+
+def test_vendor_config_is_one_canonical_config():
+    assert VENDOR == GemmConfig(backend="torch") == GemmConfig.model_validate_json('{"backend": "torch"}')
+    assert VENDOR.short() == "torch" and VENDOR.model_dump(mode="json") == {"backend": "torch"}
+    with pytest.raises(ValueError, match="takes no tile fields"):
+        GemmConfig(backend="torch", block_m=128)
+    with pytest.raises(ValueError, match="backend"):
+        GemmConfig(block_m=16, block_n=16, block_k=16, backend="cuda")
+    # Any problem, any device: the tile fields mean nothing to torch.mm.
+    for device in (H200, INTERPRETER_DEVICE, device_for_arch("gfx942")):
+        assert config_supports(VENDOR, Problem(127, 4097, 4095, "fp32", "tt", "full"), device) is None
+    assert _config_from_list(_config_to_list(VENDOR)) == VENDOR  # through the custom op's schema
+
+
+def test_triton_config_json_has_no_backend_key():
+    # Files and DB rows written before the field existed compare and load the same.
+    assert "backend" not in KERNEL.model_dump(mode="json")
+    assert GemmConfig.model_validate_json(json.dumps(KERNEL.model_dump(mode="json"))) == KERNEL
+    shipped = load_config_file("configs/sm_90.json")
+    assert shipped.entries and all(e.config.backend == "triton" for e in shipped.entries)
+
+
+# --- the ops ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt", "strided"])
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("op", ["matmul", "addmm", "linear"])
+def test_torch_backend_runs_every_op_and_layout(op, dtype, layout, launches, torch_calls):
+    m, n, k = 33, 17, 100
+    a, b = operands(m, n, k, DTYPES[dtype], layout)
+    bias = make_bias("row", m, n, DTYPES[dtype])
+    ours, theirs = run_op(op, a, b, bias, 0.5, -2.0, backend="torch")
+    assert_close(ours, theirs, op_reference(op, a, b, bias, 0.5, -2.0), k=k)
+    assert not launches and torch_calls  # torch ran it, no kernel
+
+
+BIAS_KINDS = ["scalar0d", "one", "row", "row2d", "col", "full", "full_t", "expand_row", "expand_col"]
+
+
+@pytest.mark.parametrize("kind", BIAS_KINDS)
+@pytest.mark.parametrize("beta, alpha", [(1, 1), (0.5, -2.0), (0.0, 1.5), (2.0, 0.0)])
+def test_torch_backend_bias_semantics(kind, beta, alpha, launches):
+    m, n, k = 33, 17, 100
+    a, b = operands(m, n, k, torch.float32, "nn")
+    bias = make_bias(kind, m, n, torch.float32, nan=beta == 0)
+    ours = tritonblas.addmm(bias, a, b, beta=beta, alpha=alpha, backend="torch")
+    kernels = tritonblas.addmm(bias, a, b, beta=beta, alpha=alpha, config=KERNEL)
+    ref = op_reference("addmm", a, b, bias, beta, alpha)
+    assert_close(ours, torch.addmm(bias, a, b, beta=beta, alpha=alpha), ref, k=k)
+    assert_close(ours, kernels, ref, k=k) and not torch.isnan(ours).any()
+    assert len(launches) == 1  # the kernel call only
+
+
+@pytest.mark.parametrize("shape", [(0, 5, 7), (5, 0, 7), (5, 7, 0)], ids=str)
+def test_torch_backend_empty_and_k0(shape):
+    m, n, k = shape
+    a, b = operands(m, n, k, torch.float32, "nn")
+    bias = torch.randn(n)
+    got = tritonblas.addmm(bias, a, b, beta=0.5, backend="torch")
+    torch.testing.assert_close(got, torch.addmm(bias, a, b, beta=0.5))
+    out = torch.full((m, n), 7.0)
+    assert tritonblas.matmul(a, b, out=out, backend="torch") is out
+    torch.testing.assert_close(out, torch.zeros(m, n))
+
+
+def test_torch_backend_out_and_linear_nd(torch_calls):
+    a, b = operands(33, 17, 100, torch.float16, "tn")
+    out = torch.empty(33, 17, dtype=torch.float16)
+    assert tritonblas.matmul(a, b, out=out, backend="torch") is out
+    torch.testing.assert_close(out, a @ b)
+    x = torch.randn(2, 3, 100, dtype=torch.float16)
+    w, bias = torch.randn(17, 100, dtype=torch.float16), torch.randn(17, dtype=torch.float16)
+    for _ in range(2):  # the second call takes the per-call cache
+        torch.testing.assert_close(tritonblas.linear(x, w, bias, backend="torch"), F.linear(x, w, bias))
+    assert len(torch_calls) == 3
+
+
+def test_torch_backend_autograd_runs_torch_in_backward(torch_calls, launches):
+    x = torch.randn(33, 100, requires_grad=True)
+    w = torch.randn(17, 100, requires_grad=True)
+    bias = torch.randn(17, requires_grad=True)
+    tritonblas.linear(x, w, bias, backend="torch").square().sum().backward()
+    x2, w2, b2 = (t.detach().clone().requires_grad_() for t in (x, w, bias))
+    F.linear(x2, w2, b2).square().sum().backward()
+    for ours, theirs in ((x, x2), (w, w2), (bias, b2)):
+        torch.testing.assert_close(ours.grad, theirs.grad, rtol=1e-5, atol=1e-4)
+    assert not launches and len(torch_calls) == 3  # forward, dX and dW all by torch
+
+
+def test_torch_backend_under_torch_compile():
+    torch._dynamo.reset()
+
+    def f(x, w, bias):
+        return tritonblas.linear(x, w, bias, backend="torch") + tritonblas.matmul(x, w.t(), backend="triton")
+
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+    x, w, bias = torch.randn(33, 100), torch.randn(17, 100), torch.randn(17)
+    torch.testing.assert_close(compiled(x, w, bias), f(x, w, bias), rtol=1e-5, atol=1e-4)
+    torch._dynamo.reset()
+
+
+def test_backend_pinning(paths, launches, torch_calls):
+    url, _ = paths
+    p = Problem(33, 17, 100, "fp32")
+    a, b = operands(p.m, p.n, p.k, torch.float32, "nn")
+    # A tuned winner that is the vendor: dispatch runs torch; backend="triton" keeps to the kernels.
+    with TuningDB(url) as db:
+        db.upsert_winner(winner(p, INTERPRETER_DEVICE, VENDOR, 0.01))
+    dispatch.clear_cache()
+    tritonblas.matmul(a, b)
+    assert torch_calls == ["mm"] and not launches
+    tritonblas.matmul(a, b, backend="triton")
+    assert torch_calls == ["mm"] and len(launches) == 1
+    assert dispatch.select(33, 17, 100, "fp32", backend="triton").backend == "triton"
+    sel = dispatch.select(33, 17, 100, "fp32")
+    assert (sel.source, sel.backend) == ("db", "torch") and "torch.mm was the fastest" in sel.detail
+    # backend="torch" pins the vendor whatever is tuned.
+    with TuningDB(url) as db:
+        db.upsert_winner(winner(p, INTERPRETER_DEVICE, KERNEL, 0.001))
+    dispatch.clear_cache()
+    tritonblas.matmul(a, b, backend="torch")
+    tritonblas.addmm(torch.randn(17), a, b, backend="torch")
+    assert torch_calls == ["mm", "mm", "addmm"]
+    pinned = dispatch.select(33, 17, 100, "fp32", backend="torch")
+    assert (pinned.config, pinned.source, pinned.backend) == (VENDOR, "user", "torch")
+    assert "torch" in pinned.describe()
+
+
+@pytest.mark.parametrize("call", [
+    lambda a, b, kw: tritonblas.matmul(a, b, **kw),
+    lambda a, b, kw: tritonblas.addmm(torch.zeros(17), a, b, **kw),
+    lambda a, b, kw: tritonblas.linear(a, b.t(), **kw),
+    lambda a, b, kw: dispatch.select(33, 17, 100, "fp32", **kw),
+], ids=["matmul", "addmm", "linear", "select"])
+def test_bad_backend_values(call):
+    a, b = operands(33, 17, 100, torch.float32, "nn")
+    for bad in ("cuda", "Torch", 1, True):
+        with pytest.raises(ValueError, match="backend"):
+            call(a, b, {"backend": bad})
+    with pytest.raises(ValueError, match="backend='torch' conflicts with config"):
+        call(a, b, {"backend": "torch", "config": KERNEL})
+    with pytest.raises(ValueError, match="backend='triton' conflicts with config"):
+        call(a, b, {"backend": "triton", "config": VENDOR})
+    with pytest.raises(ValueError, match="enable_streamk=True"):
+        call(a, b, {"backend": "torch", "enable_streamk": True})
+    with pytest.raises(ValueError, match="enable_streamk=False"):
+        call(a, b, {"config": VENDOR, "enable_streamk": False})
+
+
+# --- dispatch -----------------------------------------------------------------------------------------
+
+def test_heuristic_vendor_rule():
+    def vendor(p, device=H200):
+        return heuristic.vendor_preferred(p, device, heuristic.rank(p, device)[0])
+
+    assert vendor(Problem(1000, 1000, 1000, "bf16")) is not None  # odd sizes: torch.mm won (0.71x)
+    assert vendor(Problem(3000, 2000, 5000, "fp16")) is not None
+    assert vendor(Problem(8192, 8192, 8192, "bf16")) is None  # the kernels' home ground (1.22x)
+    assert vendor(Problem(1000, 1000, 1000, "fp32")) is None  # not fit on fp32
+    assert vendor(Problem(16, 6144, 4096, "bf16")) is None  # skinny: memory-bound decode
+    assert vendor(Problem(1000, 1000, 1000, "bf16"), INTERPRETER_DEVICE) is None  # no threshold there
+
+
+@pytest.fixture
+def user_db(paths):
+    """`paths` with the user DB file created (explain's --db refuses a file that does not exist)."""
+    with TuningDB(paths[0]):
+        pass
+    return paths
+
+
+def test_heuristic_layer_answers_with_the_vendor(user_db):
+    sel = dispatch.select(1000, 1000, 1000, "bf16", device=H200)
+    assert (sel.source, sel.backend) == ("heuristic", "torch") and "roofline" in sel.detail
+    assert dispatch.select(1000, 1000, 1000, "bf16", device=H200, backend="triton").backend == "triton"
+    assert dispatch.select(1000, 1000, 1000, "bf16", device=H200, enable_streamk=True).config.streamk
+    result = CliRunner().invoke(app, ["explain", "1000", "1000", "1000", "--arch", "sm_90", "--top", "2",
+                                      "--db", user_db[0]])
+    assert result.exit_code == 0, result.output
+    assert "selected: torch" in result.output and "backend:  torch" in result.output
+    assert "torch.mm predicted faster" in result.output
+
+
+def test_explain_backend_option(user_db):
+    url, _ = user_db
+    out = CliRunner().invoke(app, ["explain", "4096", "4096", "4096", "--arch", "sm_90", "--top", "1",
+                                      "--db", url, "--backend", "torch"]).output
+    assert "selected: torch" in out and "backend='torch' given by the caller" in out
+    out = CliRunner().invoke(app, ["explain", "1000", "1000", "1000", "--arch", "sm_90", "--top", "1",
+                                      "--db", url, "--backend", "triton"]).output
+    assert "backend:  triton" in out
+
+
+NEAR_P = Problem(1024, 1024, 1024, "bf16")
+
+
+def test_vendor_neighbour_only_when_close(paths):
+    url, _ = paths
+    with TuningDB(url) as db:
+        db.upsert_winner(winner(NEAR_P, H200, VENDOR, 0.01))
+    dispatch.clear_cache()
+    # Same sizes, another bias kind: the vendor serves (it runs every bias kind and layout).
+    near = dispatch.select(1024, 1024, 1024, "bf16", bias="row", layout="nt", device=H200)
+    assert (near.source, near.backend) == ("neighbor", "torch")
+    assert "distance 0.75 (sizes 0.00 + bias none 0.25 + layout nn 0.5)" in near.detail
+    # 4x in M (distance 2): the vendor winner says the kernels lost there, not what to run here.
+    far = dispatch.select(4096, 1024, 1024, "bf16", device=H200)
+    assert far.source != "neighbor" or far.backend == "triton"
+
+
+def test_tma_neighbours_cross_layouts_pointer_ones_do_not(paths):
+    url, _ = paths
+    tma = GemmConfig(block_m=128, block_n=128, block_k=64, num_warps=4, num_stages=4, tma=True)
+    ptr = tma.model_copy(update={"tma": False})
+    big = Problem(4096, 4096, 4096, "bf16")
+    with TuningDB(url) as db:
+        db.upsert_winner(winner(big, H200, tma, 0.2))
+    dispatch.clear_cache()
+    sel = dispatch.select(4096, 4096, 2048, "bf16", layout="nt", bias="row", device=H200)
+    assert (sel.source, sel.config) == ("neighbor", tma)
+    assert "layout nn 0.5" in sel.detail and "bias none 0.25" in sel.detail
+    assert dispatch.select(4096, 4096, 2048, "fp16", layout="nt", device=H200).source != "neighbor"
+    with TuningDB(url) as db:
+        db.upsert_winner(winner(big, H200, ptr, 0.1))
+    dispatch.clear_cache()
+    assert dispatch.select(4096, 4096, 2048, "bf16", layout="nt", device=H200).source != "neighbor"
+    assert dispatch.select(4096, 4096, 2048, "bf16", device=H200).config == ptr
+
+
+# --- the tuner, the database and config files ---------------------------------------------------------
+
+def test_vendor_candidate_comes_first_on_gpus_only():
+    p = Problem(512, 512, 512, "bf16")
+    assert candidate_space(p, H200)[0] == VENDOR
+    assert candidate_space(p, H200, vendor=False)[0] != VENDOR
+    assert VENDOR not in candidate_space(p, H200, enable_streamk=False)
+    assert VENDOR not in candidate_space(p, INTERPRETER_DEVICE)  # emulated kernels vs native torch.mm
+    assert candidate_space(p, INTERPRETER_DEVICE, vendor=True)[0] == VENDOR
+
+
+def test_tuned_vendor_winner_is_stored_and_dispatched(paths, torch_calls, launches):
+    url, _ = paths
+    p = Problem(33, 17, 100, "fp32")
+    bench = FakeBench({VENDOR: BenchResult("ok", 0.1, 0.09, 0.11, 0.0)}, torch_ms=0.1)
+    with TuningDB(url) as db:
+        out = tune_problem(p, INTERPRETER_DEVICE, db, bench=bench, budget_s=60, early_stop=False, vendor=True)
+        assert bench.calls[0] == VENDOR and all(fake_ms(c) > 0.1 for c in bench.calls[1:])
+        assert out.winner.config == VENDOR and out.winner.speedup == pytest.approx(1.0)
+        rows = {m.config: m for m in db.measurements(out.key)}
+        assert rows[VENDOR].status == "ok" and rows[VENDOR].median_ms == 0.1 and len(rows) == out.candidates
+        assert db.get_winner(out.key).config == VENDOR
+    dispatch.clear_cache()
+    a, b = operands(p.m, p.n, p.k, torch.float32, "nn")
+    torch.testing.assert_close(tritonblas.matmul(a, b), a @ b)
+    assert torch_calls == ["mm"] and not launches
+    # The kernels alone: the fastest kernel measured in the same run.
+    tritonblas.matmul(a, b, backend="triton")
+    fastest = min((c for c in rows if c.backend == "triton"), key=fake_ms)
+    assert [x.config for x in launches] == [fastest]
+
+
+def test_export_import_round_trip_keeps_the_backend(tmp_path):
+    p, q = Problem(1000, 1000, 1000, "bf16"), Problem(4096, 4096, 4096, "bf16")
+    kernel = GemmConfig(block_m=128, block_n=256, block_k=64, num_warps=8, num_stages=3)
+    with TuningDB(str(tmp_path / "a.sqlite")) as db:
+        db.upsert_winner(winner(p, H200, VENDOR, 0.0108, torch_ms=0.0108))
+        db.upsert_winner(winner(q, H200, kernel, 0.18, torch_ms=0.19))
+        cfg = export_file(db, tmp_path / "sm_90.json", "sm_90")
+    text = (tmp_path / "sm_90.json").read_text()
+    assert '"config": {"backend": "torch"}' in text and text.count('"backend"') == 1
+    assert {e.config for e in cfg.entries} == {VENDOR, kernel}
+    with TuningDB(str(tmp_path / "b.sqlite")) as db:
+        import_file(db, tmp_path / "sm_90.json")
+        assert {w.config for w in db.winners("sm_90")} == {VENDOR, kernel}
+        export_file(db, tmp_path / "again.json", "sm_90")
+    assert (tmp_path / "again.json").read_text() == text
+    # Shipped, the vendor entry is what dispatch runs for its problem.
+    dispatch.set_shipped_dir(tmp_path)
+    try:
+        with dispatch.using_database(False):
+            sel = dispatch.select(1000, 1000, 1000, "bf16", device=H200)
+            assert (sel.source, sel.backend, sel.time_ms) == ("shipped", "torch", 0.0108)
+    finally:
+        dispatch.set_shipped_dir(None)
