@@ -311,13 +311,14 @@ def choose(problem: Problem, device: DeviceInfo, enable_streamk: bool | None = N
 # long K, small problems) cuBLAS's per-shape kernels won; above it the kernels held their own. Fit on
 # the 44 problems of the tuning run of 2026-11-30 (configs/sm_90.json's torch_ms against the measured
 # time of the heuristic's pick in docs/benchmarks/h200-tune4-measurements.json): the rule picks the
-# faster of the two on 40 of 44 (vendor predicted on 22, right on 20: 1920x1920x8192 lost 1-2%; kernels
-# predicted on 22, right on 20: 16x6144x4096 lost 3%); on the heuristic-alone bench of the same shapes
-# (h200-bench-heuristic.json) 38 of 44, on the untuned shapes (h200-bench-untuned-heuristic.json, not
-# used for the fit) 5 of 8, every miss within 3%. Conservative: only archs with a fitted threshold
-# (never the interpreter), 16-bit operands (the fit has no fp32 row), and not on skinny problems
-# (M or N <= 32: memory-bound decode, where the kernels' pick was at or above torch.mm in 3 of the 4
-# measured: 16x4096x14336 1.02x, 32x4096x4096 1.09x, 16x6144x4096 0.98x, tuned 1.04x).
+# faster of the two on 40 of 44 (vendor predicted on 22, right on 20: on 1920x1920x8192 the kernel was
+# 1-3% faster; kernels predicted on 22, right on 20: on 16x6144x4096 torch.mm was 3% faster). On the
+# heuristic-alone bench of the same shapes (h200-bench-heuristic.json) 38 of 44, the misses kernels at
+# 0.94-0.99x torch.mm (1024x10240x8192 the worst); on the untuned shapes, not used for the fit
+# (h200-bench-untuned-heuristic.json), 5 of 8, the misses kernels at 0.97-0.99x. Conservative: only
+# archs with a fitted threshold (never the interpreter), 16-bit operands (the fit has no fp32 row), and
+# not on skinny problems (M or N <= 32: memory-bound decode, where the kernels' pick ran at 1.02x
+# (16x4096x14336) and 1.09x (32x4096x4096) torch.mm, and at 0.98x on 16x6144x4096, tuned 1.04x).
 _VENDOR_BELOW_EFFICIENCY = {"sm_90": 0.85}
 _VENDOR_MIN_MN = 33
 
