@@ -19,6 +19,7 @@ import typer
 from rich.table import Table
 
 from .cli_common import (
+    SHAPES_HELP,
     console,
     describe_db,
     err_console,
@@ -222,7 +223,7 @@ tritonblas bench --shapes shapes.yaml --db tuned.sqlite --json bench.json --plot
 """
 
 
-def bench(shapes: Path = typer.Option(..., "--shapes", help="shapes.yaml listing the problems."),
+def bench(shapes: list[Path] = typer.Option(..., "--shapes", help=SHAPES_HELP),
           db: str = typer.Option(None, "--db", help="Tuning database dispatch reads "
                                  "(default: $TRITONBLAS_DB, else ~/.cache/tritonblas/tuning.sqlite)."),
           dtypes: str = typer.Option(None, "--dtypes", help="Replace the file's dtypes, e.g. bf16,fp16."),

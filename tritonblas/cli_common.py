@@ -7,6 +7,7 @@ the code argument errors get from typer; failures of the work itself exit 1.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
@@ -95,12 +96,22 @@ def check_dtype(dtype: str) -> str:
     return dtype
 
 
-def problems_from(shapes: Path, dtypes: str | None) -> list[Problem]:
+def problems_from(shapes: Path | Sequence[Path], dtypes: str | None) -> list[Problem]:
+    """Every problem of one shapes file or of several (`--shapes a.yaml --shapes b.yaml`), in file order,
+    each once: a problem in two files is tuned, benchmarked or checked once."""
     chosen = parse_dtypes(dtypes)
+    paths = [shapes] if isinstance(shapes, (str, Path)) else list(shapes)
     try:
-        return load_problems(shapes, chosen)
+        return list(dict.fromkeys(p for path in paths for p in load_problems(path, chosen)))
     except ShapesError as e:
         fail(f"error: {e}")
+
+
+def shapes_label(shapes: Path | Sequence[Path]) -> str:
+    return str(shapes) if isinstance(shapes, (str, Path)) else ", ".join(map(str, shapes))
+
+
+SHAPES_HELP = "shapes.yaml listing the problems; repeat for several files (--shapes a.yaml --shapes b.yaml)."
 
 
 def open_db(url: str | None):

@@ -21,6 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .cli_common import (
+    SHAPES_HELP,
     configure_console,
     console,
     err_console,
@@ -30,6 +31,7 @@ from .cli_common import (
     parse_devices,
     problem_label,
     problems_from,
+    shapes_label,
     version_option,
 )
 from .cli_workers import Event, Interrupted, TuneRow, device_arch, run_tuning
@@ -48,6 +50,7 @@ hold.
 ```
 tritonblas-tune --shapes shapes.yaml
 tritonblas-tune --shapes shapes.yaml --dtypes bf16 --devices 0,1 --budget-s 20
+tritonblas-tune --shapes shapes.yaml --shapes classes/linear.yaml   # several files, one run
 tritonblas-tune --shapes shapes.yaml --db postgresql://tuner@db/tb --export configs/{arch}.json
 TRITON_INTERPRET=1 tritonblas-tune --shapes tiny.yaml --db /tmp/t.sqlite  # CPU dry run
 ```
@@ -155,7 +158,7 @@ def _check_options(budget_s: float, export: Path | None) -> None:
         fail(f"error: --export {export} is a directory; give a file such as configs/{{arch}}.json")
 
 
-def tune(shapes: Path = typer.Option(..., "--shapes", help="shapes.yaml listing the problems to tune."),
+def tune(shapes: list[Path] = typer.Option(..., "--shapes", help=SHAPES_HELP),
          db: str = typer.Option(None, "--db", help="Database URL or SQLite file "
                                 "(default: $TRITONBLAS_DB, else ~/.cache/tritonblas/tuning.sqlite)."),
          dtypes: str = typer.Option(None, "--dtypes", help="Replace the file's dtypes, e.g. bf16,fp16."),
@@ -174,8 +177,8 @@ def tune(shapes: Path = typer.Option(..., "--shapes", help="shapes.yaml listing 
     with open_db(db) as opened:  # created and migrated once here, before workers race to do it
         url = opened.url
     options = {"budget_s": budget_s, "force": force}
-    console.print(f"tuning {len(problems)} problems from {shapes} on {len(device_ids)} device(s) into "
-                  f"{opened.where}" + (" (Triton interpreter: timings are meaningless)"
+    console.print(f"tuning {len(problems)} problems from {shapes_label(shapes)} on {len(device_ids)} "
+                  f"device(s) into {opened.where}" + (" (Triton interpreter: timings are meaningless)"
                                        if interpreter_mode() else ""), markup=False)
     try:
         rows = _run_with_progress(problems, device_ids, url, options)

@@ -189,7 +189,8 @@ def prune_cmd(dry_run: bool = typer.Option(False, "--dry-run", help="Only count 
 
 
 @app.command("check")
-def check_cmd(shapes: Path = typer.Option(..., "--shapes", help="shapes.yaml listing the problems."),
+def check_cmd(shapes: list[Path] = typer.Option(..., "--shapes", help="shapes.yaml listing the problems; "
+                                               "repeat for several files."),
               file: Path = typer.Option(None, "--file", help="Check this config file instead of a DB."),
               arch: str = typer.Option(None, "--arch", help="Arch to check (default: the DB's only one)."),
               dtypes: str = typer.Option(None, "--dtypes", help="Replace the file's dtypes, e.g. fp16,bf16."),
