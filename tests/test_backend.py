@@ -342,3 +342,17 @@ def test_export_import_round_trip_keeps_the_backend(tmp_path):
             assert (sel.source, sel.backend, sel.time_ms) == ("shipped", "torch", 0.0108)
     finally:
         dispatch.set_shipped_dir(None)
+
+
+@pytest.mark.parametrize("backend", ["triton", "torch"])
+def test_bench_backend_option(tmp_path, backend):
+    shapes = tmp_path / "s.yaml"
+    shapes.write_text("dtypes: [fp16]\nshapes:\n  - {m: 32, n: 32, k: 32, layout: nt, bias: row}\n")
+    db = str(tmp_path / "empty.sqlite")
+    with TuningDB(db):
+        pass
+    result = CliRunner().invoke(app, ["bench", "--shapes", str(shapes), "--db", db, "--backend", backend,
+                                      "--json", str(tmp_path / "b.json")])
+    assert result.exit_code == 0, result.output
+    doc = json.loads((tmp_path / "b.json").read_text())
+    assert doc["backend_restriction"] == backend and doc["rows"][0]["backend"] == backend

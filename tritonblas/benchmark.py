@@ -41,6 +41,7 @@ class _Inputs:
     ref: torch.Tensor
     ref_norm: float
     tolerance: float
+    backend: str | None = None  # what config=None calls pass: dispatch's backend restriction
 
 
 def _operand(rows: int, cols: int, transposed: bool, dtype: torch.dtype, device: torch.device,
@@ -69,13 +70,17 @@ class GpuBenchmark(Benchmark):
 
     def __init__(self, *, warmup_ms: float = 5, rep_ms: float = 20, quick_rep_ms: float = 3,
                  seed: int = 0, compile_workers: int | None = None, compile_timeout_s: float = 300,
-                 cpu_reps: int = 1, torch_device: str | torch.device | None = None) -> None:
+                 cpu_reps: int = 1, torch_device: str | torch.device | None = None,
+                 backend: str | None = None) -> None:
+        """backend: for config=None (through dispatch, as users call it), the `backend=` of the call:
+        None (dispatch decides), "triton" (the kernels only) or "torch"."""
         self.warmup_ms, self.rep_ms, self.quick_rep_ms = warmup_ms, rep_ms, quick_rep_ms
         self.seed = seed
         self.compile_workers = compile_workers or min(16, os.cpu_count() or 1)
         self.compile_timeout_s = compile_timeout_s
         self.cpu_reps = cpu_reps
         self.torch_device = None if torch_device is None else torch.device(torch_device)
+        self.backend = backend
         self._inputs: _Inputs | None = None
         self._verified: dict[GemmConfig, float] = {}
 
@@ -101,7 +106,7 @@ class GpuBenchmark(Benchmark):
         torch_out = self._torch_call(a, b, bias, torch.empty(problem.m, problem.n, dtype=dtype, device=dev))()
         tolerance = 2 * rel_error(torch_out, ref, ref_norm) + _UNIT[problem.out]
         out = torch.empty(problem.m, problem.n, dtype=dtype, device=dev)
-        self._inputs = _Inputs(problem, a, b, bias, out, ref, ref_norm, tolerance)
+        self._inputs = _Inputs(problem, a, b, bias, out, ref, ref_norm, tolerance, self.backend)
         return self._inputs
 
     @staticmethod
@@ -114,9 +119,10 @@ class GpuBenchmark(Benchmark):
     def _call(config: GemmConfig | None, inp: _Inputs, out: torch.Tensor):
         import tritonblas
 
+        backend = inp.backend if config is None else None
         if inp.bias is None:
-            return lambda: tritonblas.matmul(inp.a, inp.b, out=out, config=config)
-        return lambda: tritonblas.addmm(inp.bias, inp.a, inp.b, out=out, config=config)
+            return lambda: tritonblas.matmul(inp.a, inp.b, out=out, config=config, backend=backend)
+        return lambda: tritonblas.addmm(inp.bias, inp.a, inp.b, out=out, config=config, backend=backend)
 
     def _verify(self, config: GemmConfig | None, inp: _Inputs, out: torch.Tensor) -> BenchResult | None:
         """Compile (first launch), run once and check; None when correct."""

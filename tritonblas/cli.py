@@ -14,6 +14,7 @@ from rich.table import Table
 
 from .cli_bench import bench
 from .cli_common import (
+    BackendChoice,
     check_dtype,
     configure_console,
     console,
@@ -60,11 +61,6 @@ class LayoutChoice(str, enum.Enum):
     nt = "nt"
     tn = "tn"
     tt = "tt"
-
-
-class BackendChoice(str, enum.Enum):
-    triton = "triton"
-    torch = "torch"
 
 
 class BiasChoice(str, enum.Enum):

@@ -20,6 +20,7 @@ from rich.table import Table
 
 from .cli_common import (
     SHAPES_HELP,
+    BackendChoice,
     console,
     describe_db,
     err_console,
@@ -72,6 +73,7 @@ class BenchRow:
         return {"m": p.m, "n": p.n, "k": p.k, "dtype": p.dtype, "layout": p.layout, "bias": p.bias,
                 "status": self.status, "source": self.source,
                 "config": None if self.config is None else self.config.model_dump(),
+                "backend": None if self.config is None else self.config.backend,
                 "ms": self.ms, "torch_ms": self.torch_ms, "tflops": self.tflops,
                 "torch_tflops": self.torch_tflops, "speedup": self.speedup, "rel_error": self.rel_error,
                 "note": self.note, "fallbacks": self.fallbacks}
@@ -106,7 +108,7 @@ def _bench_problem(problem: Problem, info: DeviceInfo, bench, caught: list) -> B
 
     def selected():
         return dispatch.select(problem.m, problem.n, problem.k, problem.dtype, layout=problem.layout,
-                               bias=problem.bias, device=info)
+                               bias=problem.bias, device=info, backend=getattr(bench, "backend", None))
 
     try:
         sel = selected()
@@ -126,7 +128,8 @@ def _bench_problem(problem: Problem, info: DeviceInfo, bench, caught: list) -> B
                     fallbacks)
 
 
-def run_bench(problems: list[Problem], device: int, db_url: str | None, on_row=lambda row: None
+def run_bench(problems: list[Problem], device: int, db_url: str | None, on_row=lambda row: None,
+              backend: str | None = None
               ) -> tuple[DeviceInfo, list[BenchRow]]:
     from . import dispatch
     from .benchmark import GpuBenchmark
@@ -134,7 +137,7 @@ def run_bench(problems: list[Problem], device: int, db_url: str | None, on_row=l
 
     rows = []
     with dispatch.using_database(db_url), on_device(device, interpreter_mode()) as info:
-        bench = GpuBenchmark(cpu_reps=CPU_REPS)
+        bench = GpuBenchmark(cpu_reps=CPU_REPS, backend=backend)
         for p in problems:
             rows.append(bench_problem(p, info, bench))
             on_row(rows[-1])
@@ -161,7 +164,8 @@ def bench_table(rows: list[BenchRow], title: str) -> Table:
     return table
 
 
-def write_json(path: Path, rows: list[BenchRow], info: DeviceInfo, db_where: str) -> None:
+def write_json(path: Path, rows: list[BenchRow], info: DeviceInfo, db_where: str,
+               backend: str | None = None) -> None:
     from . import __version__
     from .identity import torch_version, triton_version
 
@@ -169,7 +173,7 @@ def write_json(path: Path, rows: list[BenchRow], info: DeviceInfo, db_where: str
            "device": info.name, "arch": info.arch, "interpreter": interpreter_mode(), "db": db_where,
            "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
            "geomean_speedup": geomean([r.speedup for r in rows if r.speedup]),
-           "fallback_warnings": fallback_count(rows),
+           "fallback_warnings": fallback_count(rows), "backend_restriction": backend,
            "rows": [r.to_json() for r in rows]}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=2) + "\n")
@@ -219,6 +223,7 @@ reference. Exit code 1 if any problem gives a wrong result or fails to run.
 ```
 tritonblas bench --shapes shapes.yaml
 tritonblas bench --shapes shapes.yaml --db tuned.sqlite --json bench.json --plot bench.png
+tritonblas bench --shapes shapes.yaml --backend triton    # the kernels alone, never torch.mm
 ```
 """
 
@@ -230,6 +235,9 @@ def bench(shapes: list[Path] = typer.Option(..., "--shapes", help=SHAPES_HELP),
           device: int = typer.Option(0, "--device", help="GPU index to run on."),
           json_out: Path = typer.Option(None, "--json", help="Write every number to this JSON file."),
           plot: Path = typer.Option(None, "--plot", help="Write a PNG bar chart of speedup per problem."),
+          backend: BackendChoice = typer.Option(None, "--backend", help="What our side may run: triton (the "
+                                                "kernels only) or torch (torch.mm pinned); default: "
+                                                "dispatch decides, as users call it."),
           ) -> None:
     problems = problems_from(shapes, dtypes)
     parse_devices(str(device), "--device")
@@ -241,12 +249,13 @@ def bench(shapes: list[Path] = typer.Option(..., "--shapes", help=SHAPES_HELP),
         ratio = _num(row.speedup, ".2f", "x") if row.status == "ok" else row.status
         console.print(f"{problem_label(row.problem):28} {ratio}", markup=False)
 
-    info, rows = run_bench(problems, device, db, show)
-    title = f"tritonblas vs torch.mm on {info.name}" + (" (interpreter)" if interpreter_mode() else "")
+    info, rows = run_bench(problems, device, db, show, None if backend is None else backend.value)
+    title = (f"tritonblas vs torch.mm on {info.name}" + (" (interpreter)" if interpreter_mode() else "")
+             + ("" if backend is None else f", backend={backend.value}"))
     console.print(bench_table(rows, title))
     try:
         if json_out is not None:
-            write_json(json_out, rows, info, db_where)
+            write_json(json_out, rows, info, db_where, None if backend is None else backend.value)
             console.print(f"wrote {json_out}", markup=False)
         if plot is not None:
             write_plot(plot, rows, title)

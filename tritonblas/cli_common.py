@@ -6,6 +6,7 @@ the code argument errors get from typer; failures of the work itself exit 1.
 
 from __future__ import annotations
 
+import enum
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -109,6 +110,13 @@ def problems_from(shapes: Path | Sequence[Path], dtypes: str | None) -> list[Pro
 
 def shapes_label(shapes: Path | Sequence[Path]) -> str:
     return str(shapes) if isinstance(shapes, (str, Path)) else ", ".join(map(str, shapes))
+
+
+class BackendChoice(str, enum.Enum):
+    """`--backend` of explain and bench: the kernels only, or torch.mm pinned."""
+
+    triton = "triton"
+    torch = "torch"
 
 
 SHAPES_HELP = "shapes.yaml listing the problems; repeat for several files (--shapes a.yaml --shapes b.yaml)."
