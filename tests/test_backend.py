@@ -21,8 +21,8 @@ from tritonblas.cli import app
 from tritonblas.config import INTERPRETER_DEVICE, GemmConfig, Problem, config_supports, device_for_arch
 from tritonblas.ops import _config_from_list, _config_to_list
 from tritonblas.tuner import BenchResult, candidate_space, tune_problem
-from tuning_db import EnvIdentity, ProblemKey, TuningDB, Winner
-from tuning_db.exchange import export_file, import_file, load_config_file
+from tuning_db import EnvIdentity, Measurement, ProblemKey, TuningDB, Winner
+from tuning_db.exchange import ConfigFileError, export_file, import_file, load_config_file
 
 VENDOR = GemmConfig.vendor()
 H200 = device_for_arch("sm_90", "NVIDIA H200", 132)
@@ -322,26 +322,44 @@ def test_tuned_vendor_winner_is_stored_and_dispatched(paths, torch_calls, launch
 def test_export_import_round_trip_keeps_the_backend(tmp_path):
     p, q = Problem(1000, 1000, 1000, "bf16"), Problem(4096, 4096, 4096, "bf16")
     kernel = GemmConfig(block_m=128, block_n=256, block_k=64, num_warps=8, num_stages=3)
+    slower = kernel.model_copy(update={"num_stages": 4})
     with TuningDB(str(tmp_path / "a.sqlite")) as db:
-        db.upsert_winner(winner(p, H200, VENDOR, 0.0108, torch_ms=0.0108))
+        w = winner(p, H200, VENDOR, 0.0108, torch_ms=0.0108)
+        db.upsert_winner(w)
+        db.record_measurements(w.key, w.env, [Measurement(config=c, status="ok", median_ms=ms) for c, ms in
+                                              ((VENDOR, 0.0108), (kernel, 0.015), (slower, 0.016))])
         db.upsert_winner(winner(q, H200, kernel, 0.18, torch_ms=0.19))
         cfg = export_file(db, tmp_path / "sm_90.json", "sm_90")
     text = (tmp_path / "sm_90.json").read_text()
     assert '"config": {"backend": "torch"}' in text and text.count('"backend"') == 1
     assert {e.config for e in cfg.entries} == {VENDOR, kernel}
+    # The torch winner carries the fastest kernel of its run; the kernel winner carries nothing more.
+    assert [(e.config, e.kernel and (e.kernel.config, e.kernel.median_ms)) for e in cfg.entries] == [
+        (VENDOR, (kernel, 0.015)), (kernel, None)]
     with TuningDB(str(tmp_path / "b.sqlite")) as db:
         import_file(db, tmp_path / "sm_90.json")
         assert {w.config for w in db.winners("sm_90")} == {VENDOR, kernel}
         export_file(db, tmp_path / "again.json", "sm_90")
     assert (tmp_path / "again.json").read_text() == text
-    # Shipped, the vendor entry is what dispatch runs for its problem.
+    # Shipped: the vendor entry is what dispatch runs for its problem; its kernel when asked for kernels.
     dispatch.set_shipped_dir(tmp_path)
     try:
         with dispatch.using_database(False):
             sel = dispatch.select(1000, 1000, 1000, "bf16", device=H200)
             assert (sel.source, sel.backend, sel.time_ms) == ("shipped", "torch", 0.0108)
+            sel = dispatch.select(1000, 1000, 1000, "bf16", device=H200, backend="triton")
+            assert (sel.source, sel.config, sel.time_ms) == ("shipped", kernel, 0.015)
+            assert "fastest kernel of its tuning run" in sel.detail
+            sk = dispatch.select(1000, 1000, 1000, "bf16", device=H200, enable_streamk=True)
+            assert sk.source != "shipped"  # the fallback is a persistent config
     finally:
         dispatch.set_shipped_dir(None)
+    # A kernel fallback belongs to a torch winner only.
+    data = json.loads(text)
+    data["entries"][1]["kernel"] = data["entries"][0]["kernel"]
+    (tmp_path / "bad.json").write_text(json.dumps(data))
+    with pytest.raises(ConfigFileError, match="kernel fallback belongs to a torch winner"):
+        load_config_file(tmp_path / "bad.json")
 
 
 @pytest.mark.parametrize("backend", ["triton", "torch"])

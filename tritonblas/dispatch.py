@@ -100,6 +100,7 @@ class _State:
         self.db = None
         self.db_opened = False
         self.shipped: dict[str, dict[tuple, object]] = {}
+        self.shipped_kernels: dict[str, dict[tuple, object]] = {}  # the torch winners' kernel fallbacks
         self.db_neighbors: dict[str, list[object]] = {}
         # Configs triton could not compile for a problem on a device (see report_compile_failure).
         self.failed: dict[tuple[Problem, DeviceInfo], set[GemmConfig]] = {}
@@ -210,19 +211,25 @@ def _shipped(arch: str) -> dict[tuple, object]:
         if arch in _state.shipped:
             return _state.shipped[arch]
         table: dict[tuple, object] = {}
+        kernels: dict[tuple, object] = {}
         path = SHIPPED_DIR / f"{arch}.json"
         if path.is_file():
             try:
                 from tuning_db.exchange import load_config_file
 
-                for w in load_config_file(path).winners():
+                cfg = load_config_file(path)
+                fallbacks = cfg.kernel_fallbacks()
+                for w in cfg.winners():
                     # Stale entries (another triton version or kernel hash) are a miss, as in the DB.
                     if w.key.arch == arch and not w.stale:
                         table.setdefault(w.key.arch_key()[1:], w)
+                        if w.key.shape_key() in fallbacks:
+                            kernels.setdefault(w.key.arch_key()[1:], fallbacks[w.key.shape_key()])
             except Exception as exc:  # a broken shipped file must not break matmul
                 warnings.warn(f"tritonblas: shipped config file {path} cannot be read ({exc}); "
                               "it is ignored", RuntimeWarning, stacklevel=4)
         _state.shipped[arch] = table
+        _state.shipped_kernels[arch] = kernels
         return table
 
 
@@ -292,12 +299,19 @@ def _vendor_won(w) -> str:
 def _from_shipped(problem: Problem, device: DeviceInfo, enable_streamk: bool | None,
                   backend: str | None = None) -> Selection | None:
     entry = _shipped(device.arch).get(_arch_key(problem))
-    if entry is None or not _family_ok(entry.config, enable_streamk, backend):
+    if entry is None:
         return None
-    if not _usable(entry.config, problem, device):
+    config, ms, why = entry.config, entry.median_ms, _vendor_won(entry)
+    if not _family_ok(config, enable_streamk, backend):
+        # torch.mm won, the call wants a kernel: the fastest kernel of the same tuning run, if any.
+        kernel = _state.shipped_kernels.get(device.arch, {}).get(_arch_key(problem))
+        if kernel is None or not _family_ok(kernel.config, enable_streamk, backend):
+            return None
+        config, ms, why = kernel.config, kernel.median_ms, ": the fastest kernel of its tuning run"
+    if not _usable(config, problem, device):
         return None
-    return Selection(entry.config, "shipped", entry.median_ms, True, problem, device,
-                     f"configs/{device.arch}.json, tuned on {entry.key.device_name}" + _vendor_won(entry))
+    return Selection(config, "shipped", ms, True, problem, device,
+                     f"configs/{device.arch}.json, tuned on {entry.key.device_name}" + why)
 
 
 def _distance(a: Problem, key) -> tuple[float, str]:

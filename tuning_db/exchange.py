@@ -43,6 +43,7 @@ from .schemas import (
     Host,
     KernelHash,
     Label,
+    Measurement,
     Millis,
     ProblemKey,
     SmCount,
@@ -83,6 +84,16 @@ class FileHeader(BaseModel):
         return self
 
 
+class KernelFallback(BaseModel):
+    """The fastest kernel (backend triton) of the tuning run whose winner was torch.mm: what dispatch
+    runs for the problem when a call asks for the kernels only (backend="triton")."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    config: GemmConfig
+    median_ms: Millis
+
+
 class FileEntry(GemmShape):
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
@@ -94,6 +105,7 @@ class FileEntry(GemmShape):
     created_at: datetime
     torch_version: Label
     timing_protocol: Label
+    kernel: KernelFallback | None = None  # only on a torch.mm winner (files before it have none)
 
 
 class ConfigFile(BaseModel):
@@ -122,6 +134,14 @@ class ConfigFile(BaseModel):
             if reason is not None:
                 raise ValueError(f"{where}: config {e.config.short()} is infeasible on "
                                  f"{self.header.arch}: {reason}")
+            if e.kernel is not None:
+                if e.config.backend != "torch" or e.kernel.config.backend != "triton":
+                    raise ValueError(f"{where}: a kernel fallback belongs to a torch winner and is a "
+                                     "triton config")
+                reason = config_supports(e.kernel.config, problem, device)
+                if reason is not None:
+                    raise ValueError(f"{where}: kernel config {e.kernel.config.short()} is infeasible on "
+                                     f"{self.header.arch}: {reason}")
         return self
 
     def env_for(self, entry: FileEntry) -> EnvIdentity:
@@ -143,6 +163,10 @@ class ConfigFile(BaseModel):
                        source="imported", host=e.host, created_at=e.created_at, env=self.env_for(e),
                        stale=not self.is_fresh(running))
                 for e in self.entries]
+
+    def kernel_fallbacks(self) -> dict[tuple, KernelFallback]:
+        """By GemmShape.shape_key(): the fastest kernel of each problem whose winner is torch.mm."""
+        return {e.shape_key(): e.kernel for e in self.entries if e.kernel is not None}
 
     @functools.cached_property
     def _index(self) -> dict[tuple, FileEntry]:
@@ -202,11 +226,22 @@ def _time_text(dt: datetime) -> str:
     return utc(dt).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _entry_json(w: Winner) -> dict[str, Any]:
-    return {**{f: getattr(w.key, f) for f in _ENTRY_KEY}, "config": w.config.model_dump(mode="json"),
-            "median_ms": w.median_ms, "torch_ms": w.torch_ms, "speedup": w.speedup, "host": w.host,
-            "created_at": _time_text(w.created_at), "torch_version": w.env.torch_version,
-            "timing_protocol": w.env.timing_protocol}
+def _entry_json(w: Winner, kernel: Measurement | None = None) -> dict[str, Any]:
+    entry = {**{f: getattr(w.key, f) for f in _ENTRY_KEY}, "config": w.config.model_dump(mode="json"),
+             "median_ms": w.median_ms, "torch_ms": w.torch_ms, "speedup": w.speedup, "host": w.host,
+             "created_at": _time_text(w.created_at), "torch_version": w.env.torch_version,
+             "timing_protocol": w.env.timing_protocol}
+    if kernel is not None:
+        entry["kernel"] = {"config": kernel.config.model_dump(mode="json"), "median_ms": kernel.median_ms}
+    return entry
+
+
+def _fastest_kernel(db: TuningDB, w: Winner, env: EnvIdentity) -> Measurement | None:
+    """For a torch.mm winner, the fastest kernel measured for its problem (fresh for `env`)."""
+    if w.config.backend != "torch":
+        return None
+    return next((m for m in db.measurements(w.key, env) if m.status == "ok" and m.config.backend == "triton"),
+                None)
 
 
 def render(header: dict[str, Any], entries: list[dict[str, Any]]) -> str:
@@ -245,7 +280,7 @@ def export_file(db: TuningDB, path: str | Path, arch: str, *, device_name: str |
     header = {"schema_version": FILE_SCHEMA_VERSION, "arch": arch, "device_name": picked[0].key.device_name,
               "sm_count": picked[0].key.sm_count, "triton_version": running.triton_version,
               "kernel_hash": running.kernel_hash, "date": newest.date().isoformat(), "count": len(picked)}
-    text = render(header, [_entry_json(w) for w in picked])
+    text = render(header, [_entry_json(w, _fastest_kernel(db, w, running)) for w in picked])
     validated = ConfigFile.model_validate_json(text)  # never write a file import would refuse
     _write_atomic(Path(path), text)
     return validated
@@ -281,8 +316,16 @@ def import_file(db: TuningDB, path: str | Path, policy: ImportPolicy = "faster",
 
 def import_config(db: TuningDB, cfg: ConfigFile, path: Path, policy: ImportPolicy = "faster",
                   env: EnvIdentity | None = None) -> ImportReport:
-    """Import an already validated file in one transaction."""
+    """Import an already validated file in one transaction; then each torch winner's kernel fallback as
+    a measurement of its problem (what dispatch's DB layer reads for backend="triton", and export writes
+    back)."""
     counts = db.import_winners(cfg.winners(env), policy)
+    for e in cfg.entries:
+        if e.kernel is not None:
+            key = ProblemKey(**{f: getattr(e, f) for f in _ENTRY_KEY}, arch=cfg.header.arch,
+                             device_name=cfg.header.device_name, sm_count=cfg.header.sm_count)
+            db.record_measurements(key, cfg.env_for(e), [Measurement(config=e.kernel.config, status="ok",
+                                                                     median_ms=e.kernel.median_ms)])
     return ImportReport(path, len(cfg.entries), counts["written"], counts["kept"], not cfg.is_fresh(env))
 
 
