@@ -3,8 +3,9 @@
 Usage (GPU host): python scripts/compile_probe.py [--shape 2048x2048x2048] [--count 16] [--workers 1,4,16]
 Each worker count runs in a fresh subprocess with its own empty TRITON_CACHE_DIR, compiling and
 verifying the first --count candidates of the tuner's space through GpuBenchmark.prepare (no deadline).
-Prints the wall time and candidates per second, and when the first 1 / 4 / 8 in the tuner's order were
-ready: with compiles serialized on the GIL, many threads finish everything late together.
+Prints the wall time and candidates per second, and when the first 1 / 4 / 8 in the tuner's order that
+verified were ready (GpuBenchmark.ready, polled every 10 ms; failed candidates are counted apart): with
+compiles serialized on the GIL, many threads finish everything late together.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import time
 
 
 def child(shape: str, count: int, workers: int) -> dict:
+    import threading
+
     import torch
 
     from tritonblas import benchmark as bm
@@ -31,22 +34,33 @@ def child(shape: str, count: int, workers: int) -> dict:
     device = device_info(torch.device("cuda"))
     space = candidate_space(problem, device)[:count]
     bench = bm.GpuBenchmark(compile_workers=workers)
-    bench._setup(problem, device)
+    bench.prepare([], problem, device)  # the inputs and the reference, outside the timed part
     ready_at: dict[int, float] = {}
-    verify = bench._verify
+    done = threading.Event()
+
+    def watch() -> None:  # records when each candidate became ready (compiled and verified)
+        while True:
+            stop = done.is_set()  # one more look after prepare returned
+            now = time.monotonic() - start
+            for i, config in enumerate(space):
+                if i not in ready_at and bench.ready(config):
+                    ready_at[i] = now
+            if stop:
+                return
+            done.wait(0.01)
+
     start = time.monotonic()
-
-    def timed_verify(config, inp, out):  # records when each candidate became ready
-        result = verify(config, inp, out)
-        ready_at[space.index(config)] = time.monotonic() - start
-        return result
-
-    bench._verify = timed_verify
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
     failures = bench.prepare(space, problem, device)
     wall = time.monotonic() - start
+    done.set()
+    watcher.join()
+    verified = [i for i in range(len(space)) if space[i] not in failures]
 
-    def first(j: int) -> float | None:
-        return max(ready_at[i] for i in range(j)) if all(i in ready_at for i in range(j)) else None
+    def first(j: int) -> float | None:  # when the first j candidates that verified were all ready
+        head = verified[:j]
+        return max(ready_at[i] for i in head) if len(head) == j and all(i in ready_at for i in head) else None
 
     return {"workers": workers, "count": len(space), "wall_s": wall, "per_s": len(space) / wall,
             "failures": len(failures), "first1_s": first(1), "first4_s": first(4), "first8_s": first(8)}

@@ -6,9 +6,10 @@ wall clock; the problem is tiny so the GPU keeps up and the host is the bottlene
   direct        launch.launch_gemm with the selected config (what any Triton caller pays)
   matmul(out=)  tritonblas.matmul(a, b, out=out): argument checks + dispatch hit + launch
   matmul        tritonblas.matmul(a, b): the same plus allocating the output
-  select_config the cached dispatch lookup alone
-and, with the kernel launch replaced by a no-op, the pure Python cost of the public path. The figure
-the issue asks for is "matmul(out=) - direct" (<= 5 us). Without a GPU only the no-op rows are run.
+  select        tritonblas.select for the same problem (argument checks + the cached dispatch lookup)
+and, with the kernel launch replaced by a no-op (ops' binding of launch.launch_gemm), the pure Python
+cost of the public path. The figure the issue asks for is "matmul(out=) - direct" (<= 5 us). Without a
+GPU only the select and no-op rows are run (in Triton's interpreter).
 """
 
 from __future__ import annotations
@@ -17,8 +18,6 @@ import argparse
 import os
 import statistics
 import time
-
-import torch
 
 
 def per_call_us(fns: dict, calls: int, trials: int, sync) -> dict[str, float]:
@@ -48,15 +47,19 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=5000)
     ap.add_argument("--trials", type=int, default=15)
     args = ap.parse_args()
+    import torch
+
     gpu = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") in ("", "0")
     if not gpu:
         os.environ["TRITON_INTERPRET"] = "1"  # before triton loads: CPU tensors run in the interpreter
-    import tritonblas
-    from tritonblas import dispatch, launch, ops
-    from tritonblas.device import device_info
-    from tritonblas.validate import TORCH_DTYPES
+    from sqlalchemy.engine import make_url
 
-    dtype = {v: k for k, v in TORCH_DTYPES.items()}[args.dtype]
+    import tritonblas
+    import tuning_db
+    from tritonblas import launch, ops
+    from tritonblas.device import device_info
+
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype]
     dev = torch.device("cuda" if gpu else "cpu")
     sync = torch.cuda.synchronize if gpu else (lambda: None)
     a = torch.randn(args.m, args.k, device=dev, dtype=dtype)
@@ -64,10 +67,9 @@ def main() -> None:
     out = torch.empty(args.m, args.n, device=dev, dtype=dtype)
     info = device_info(dev)
     sel = tritonblas.select(args.m, args.n, args.k, args.dtype, device=dev)
-    key = (args.m, args.n, args.k, args.dtype, "nn", "none")
     precision = "tf32" if dtype != torch.float32 or torch.backends.cuda.matmul.allow_tf32 else "ieee"
     print(f"{args.m}x{args.n}x{args.k} {args.dtype} on {info.name}: {sel.describe()}")
-    print(f"dispatch db: {dispatch._state.url or 'default (tuning_db.default_url())'}")
+    print(f"dispatch db: {make_url(tuning_db.default_url()).render_as_string(hide_password=True)}")
     rows: dict[str, float] = {}
     if gpu:
         cfg = sel.config
@@ -76,8 +78,11 @@ def main() -> None:
             "matmul(out=)": lambda: tritonblas.matmul(a, b, out=out),
             "matmul": lambda: tritonblas.matmul(a, b),
         }, args.calls, args.trials, sync))
-    rows.update(per_call_us({"select_config": lambda: dispatch.select_config(key, info, None)},
-                            args.calls, args.trials, sync))
+    select = lambda: tritonblas.select(args.m, args.n, args.k, args.dtype, device=info)  # noqa: E731
+    rows.update(per_call_us({"select": select}, args.calls, args.trials, sync))
+    if not hasattr(ops, "launch_gemm"):
+        raise SystemExit("ops.launch_gemm is gone: point the no-launch stub below at the launch the public "
+                         "ops make now")
     real = ops.launch_gemm
     ops.launch_gemm = lambda *x: None  # the pure host cost of the public path, kernel launch excluded
     try:

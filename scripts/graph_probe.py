@@ -10,20 +10,18 @@ from __future__ import annotations
 
 import argparse
 
-import torch
-import triton.testing
-
-import tritonblas
-
-_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 CALLS = 20
 
 
 def us(fn, per: int = 1) -> float:
+    import triton.testing
+
     return triton.testing.do_bench(fn, warmup=10, rep=100) * 1000 / per
 
 
 def graphed(fn):
+    import torch
+
     fn()  # compile and warm up outside the capture
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
@@ -33,7 +31,11 @@ def graphed(fn):
     return graph.replay
 
 
-def measure(m: int, n: int, k: int, dtype: torch.dtype) -> list[float | None]:
+def measure(m: int, n: int, k: int, dtype) -> list[float | None]:
+    import torch
+
+    import tritonblas
+
     a = torch.randn(m, k, device="cuda", dtype=dtype)
     b = torch.randn(k, n, device="cuda", dtype=dtype)
     out = torch.empty(m, n, device="cuda", dtype=dtype)
@@ -51,9 +53,15 @@ def measure(m: int, n: int, k: int, dtype: torch.dtype) -> list[float | None]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shapes", default="1000x1000x1000,1024x1024x1024,768x2304x768,2048x2048x2048")
-    ap.add_argument("--dtype", choices=list(_DTYPES), default="bf16")
+    ap.add_argument("--dtype", choices=["bf16", "fp16"], default="bf16")
     args = ap.parse_args()
-    dtype = _DTYPES[args.dtype]
+    import torch
+
+    import tritonblas
+
+    if not torch.cuda.is_available():
+        raise SystemExit("graph_probe.py measures on a GPU; none is available")
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
     print(f"{'shape':>16} {'ours eager':>10} {'ours graph':>10} {'torch eager':>11} {'torch graph':>11}  "
           "config")
     for shape in args.shapes.split(","):

@@ -20,7 +20,7 @@ from tritonblas import heuristic
 from tritonblas.config import GemmConfig, Problem, config_supports, device_for_arch
 
 
-def _problems(data: list[dict]) -> list[dict]:
+def problems_from(data: list[dict]) -> list[dict]:
     """Sweep JSON as is; tuning-run rows grouped per problem into the sweep's shape (ok rows only)."""
     if not data or "rows" in data[0]:
         return data
@@ -42,7 +42,7 @@ def main() -> None:
     device = device_for_arch("sm_90", "NVIDIA H200", 132)
     for path in args.sweeps:
         ratios = []
-        for r in _problems(json.load(open(path))):
+        for r in problems_from(json.load(open(path))):
             problem = Problem(r["m"], r["n"], r["k"], r["dtype"])
             measured = []
             for row in r["rows"]:

@@ -11,10 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 
-import torch
-import triton.testing
-
-import tritonblas
 from tritonblas import GemmConfig
 
 SHAPES = [(1024, 1024, 1024), (1000, 1024, 1024), (1024, 1000, 1024), (1024, 1024, 1000),
@@ -26,10 +22,16 @@ CONFIGS = {
 
 
 def median_ms(fn) -> float:
+    import triton.testing
+
     return triton.testing.do_bench(fn, warmup=5, rep=30, return_mode="median")
 
 
-def probe(m: int, n: int, k: int, dtype: torch.dtype) -> dict:
+def probe(m: int, n: int, k: int, dtype) -> dict:
+    import torch
+
+    import tritonblas
+
     a = torch.randn(m, k, device="cuda", dtype=dtype)
     b = torch.randn(k, n, device="cuda", dtype=dtype)
     out = torch.empty(m, n, device="cuda", dtype=dtype)
@@ -47,6 +49,10 @@ def main() -> None:
     ap.add_argument("--dtype", choices=["fp16", "bf16"], default="bf16")
     ap.add_argument("--json")
     args = ap.parse_args()
+    import torch
+
+    if not torch.cuda.is_available():
+        raise SystemExit("ragged_probe.py measures on a GPU; none is available")
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
     rows = []
     print(f"{'shape':>16} {'torch us':>9} " + " ".join(f"{name:>16}" for name in CONFIGS))

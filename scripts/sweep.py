@@ -1,6 +1,6 @@
 """Hand sweep of configs against torch.mm on the GPU: correctness first, then median do_bench times.
 
-Usage (GPU host): python scripts/sweep.py [--shapes ../shared/bench/shapes.yaml] [--dtype bf16]
+Usage (GPU host): python scripts/sweep.py [--shapes scripts/shapes.yaml] [--dtype bf16]
                   [--json out.json] [--only 1000x1000x1000,...]
 Prints per shape: torch.mm TFLOP/s, best config and its ratio, the heuristic's pick and its ratio.
 A measurement tool for choosing kernel levers and checking the heuristic; not a test.
@@ -14,16 +14,9 @@ import json
 import math
 import time
 
-import torch
-import triton
-import yaml
-
-import tritonblas
 from tritonblas import heuristic
 from tritonblas.config import GemmConfig, Problem, config_supports
-from tritonblas.device import device_info
 
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 TILES = [(128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (128, 128, 64, 4, 4), (128, 128, 64, 8, 4),
          (64, 128, 64, 4, 4), (64, 64, 128, 4, 4), (32, 64, 128, 4, 4), (16, 64, 256, 4, 3),
          (64, 64, 256, 4, 3)]
@@ -33,22 +26,31 @@ VARIANTS = [(False, False, False, False, 1), (False, True, False, False, 1), (Fa
             (True, True, False, False, 1), (True, True, False, False, 2)]
 
 
-def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
+def rel_err(x, ref) -> float:
     return ((x.double() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
 
 
 def bench(fn) -> float:
+    import triton.testing
+
     return triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median")
 
 
 def shapes_from(path: str) -> list[tuple[int, int, int]]:
-    spec = yaml.safe_load(open(path))
-    return [(s["m"], s["n"], s["k"]) for s in spec["shapes"]]
+    """The distinct (m, n, k) of a shapes file, in file order (grids expanded; dtypes come from --dtype)."""
+    from tritonblas.shapes import load_problems
+
+    return list(dict.fromkeys((p.m, p.n, p.k) for p in load_problems(path)))
 
 
 def sweep_shape(m, n, k, dtype, info):
-    a = torch.randn(m, k, device="cuda", dtype=DTYPES[dtype])
-    b = torch.randn(k, n, device="cuda", dtype=DTYPES[dtype])
+    import torch
+
+    import tritonblas
+
+    torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
+    a = torch.randn(m, k, device="cuda", dtype=torch_dtype)
+    b = torch.randn(k, n, device="cuda", dtype=torch_dtype)
     ref = a.double() @ b.double()
     torch_out = torch.mm(a, b)
     tol = 2 * rel_err(torch_out, ref) + 1e-5
@@ -80,12 +82,18 @@ def sweep_shape(m, n, k, dtype, info):
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("--shapes", default="scripts/shapes.yaml")
-    p.add_argument("--dtype", default="bf16")
-    p.add_argument("--json", default=None)
-    p.add_argument("--only", default="")
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--shapes", default="scripts/shapes.yaml", help="a shapes file; its m, n, k are swept")
+    p.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16")
+    p.add_argument("--json", default=None, help="write every measured config here")
+    p.add_argument("--only", default="", help="MxNxK,... instead of the shapes file")
     args = p.parse_args()
+    import torch
+
+    from tritonblas.device import device_info
+
+    if not torch.cuda.is_available():
+        raise SystemExit("sweep.py measures on a GPU; none is available")
     info = device_info(torch.device("cuda"))
     shapes = shapes_from(args.shapes)
     if args.only:

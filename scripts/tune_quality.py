@@ -20,13 +20,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-import torch
-
-from tritonblas.benchmark import GpuBenchmark
 from tritonblas.config import Problem
-from tritonblas.device import device_info
-from tritonblas.tuner import tune_problem
-from tuning_db import TuningDB
 
 # A spread of regimes: square compute-bound, few tiles with long K (Stream-K), skinny, ragged, wide-K.
 DEFAULT = ["1024x1024x1024", "4096x4096x4096", "8192x8192x8192", "256x256x16384", "4096x1024x512",
@@ -41,7 +35,7 @@ def parse(shape: str, dtype: str) -> Problem:
     return Problem(m, n, k, dtype)
 
 
-def head_to_head(bench: GpuBenchmark, configs: list, problem: Problem, device, rounds: int = 7) -> list:
+def head_to_head(bench, configs: list, problem: Problem, device, rounds: int = 7) -> list:
     """Median over `rounds` alternating timings of each distinct config (None stays None). One timing
     each was too noisy for a 2% criterion: the same config re-timed read 1.025x itself at 10 us
     (1024^3, 2026-11-30)."""
@@ -66,6 +60,13 @@ def main() -> None:
                          "minutes per problem)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
+    import torch
+
+    from tritonblas.benchmark import GpuBenchmark
+    from tritonblas.device import device_info
+    from tritonblas.tuner import tune_problem
+    from tuning_db import TuningDB
+
     if not torch.cuda.is_available():
         raise SystemExit("tune_quality.py measures on a GPU; none is available")
     device = device_info(torch.device("cuda"))

@@ -14,10 +14,9 @@ import argparse
 import json
 import math
 
-from heuristic_vs_sweep import _problems
+from heuristic_vs_sweep import problems_from
 
 from tritonblas.config import GemmConfig, Problem, device_for_arch
-from tritonblas.tuner import candidate_space
 
 
 def main() -> None:
@@ -25,8 +24,10 @@ def main() -> None:
     ap.add_argument("rows")
     ap.add_argument("--first", default="6,8,12", help="prefix lengths N, comma-separated")
     args = ap.parse_args()
+    from tritonblas.tuner import candidate_space
+
     device = device_for_arch("sm_90", "NVIDIA H200", 132)
-    problems = _problems(json.load(open(args.rows)))
+    problems = problems_from(json.load(open(args.rows)))
     spaces = {id(r): candidate_space(Problem(r["m"], r["n"], r["k"], r["dtype"]), device) for r in problems}
     for n in (int(x) for x in args.first.split(",")):
         regrets, unmeasured = [], 0
