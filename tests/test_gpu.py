@@ -226,3 +226,150 @@ def test_gpu_tma_plan_launched_from_another_thread():
         with ThreadPoolExecutor(1) as pool:
             again = pool.submit(tritonblas.matmul, a, b, config=config).result()
         assert torch.equal(again, first)
+
+
+# Issue 19: host threads with calls in flight at once, on one stream or on their own, never share
+# scratch. On the old launch.py 70 of 160 calls of 8 threads on the default stream returned another
+# thread's product (127x4097x4095 bf16, H200). Each path is forced with config=; the shape's leading
+# dims (1023, 1025) are misaligned, so the copy paths copy both operands. Stream-K at 100 programs splits
+# every tile (over up to 11 programs).
+THREADS, THREAD_CALLS = 8, 20
+THREAD_SHAPE = (127, 1025, 1023)
+_THREAD_BASE = dict(block_m=128, block_n=128, block_k=64, num_warps=8)
+THREAD_PATHS = {
+    "persistent": GemmConfig(**_THREAD_BASE, num_stages=2, grid=132),
+    "streamk_split": GemmConfig(**_THREAD_BASE, num_stages=2, grid=100, streamk=True),
+    "copy_tma": GemmConfig(**_THREAD_BASE, num_stages=3, grid=132, tma=True, aligned_copy=True),
+    "copy_tma_streamk": GemmConfig(**_THREAD_BASE, num_stages=3, grid=100, streamk=True, tma=True,
+                                   aligned_copy=True),
+}
+
+
+def _random_operands(shape, gen):
+    m, n, k = shape
+    return (torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=gen),
+            torch.randn(k, n, device="cuda", dtype=torch.bfloat16, generator=gen))
+
+
+def _wrong(results) -> list[int]:
+    """Indices of the (ours, torch's, float64 reference, K) results outside the suite's tolerance."""
+    torch.cuda.synchronize()  # the results were computed on other threads' streams
+    wrong = []
+    for i, (ours, theirs, ref, k) in enumerate(results):
+        try:
+            assert_close(ours, theirs, ref, k=k)
+        except AssertionError:
+            wrong.append(i)
+    return wrong
+
+
+def _threads_calling(config, shapes, own_stream) -> list:
+    """THREADS threads x THREAD_CALLS matmuls on their own random inputs, started together, thread t
+    on its own stream when own_stream(t), cycling through `shapes`; results to check with _wrong."""
+    import sys
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    start = threading.Barrier(THREADS, timeout=120)
+
+    def work(t):
+        stream = torch.cuda.Stream() if own_stream(t) else None
+        gen = torch.Generator(device="cuda").manual_seed(t)
+        results = []
+        with torch.cuda.stream(stream):  # None: the default stream
+            start.wait()
+            for i in range(THREAD_CALLS):
+                shape = shapes[(t + i) % len(shapes)]
+                a, b = _random_operands(shape, gen)
+                ours = tritonblas.matmul(a, b, config=config)
+                results.append((ours, a @ b, reference(a, b), shape[2]))
+        return results
+
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # host threads interleave within a call, as under real load
+    try:
+        with ThreadPoolExecutor(THREADS) as pool:
+            return [r for f in [pool.submit(work, t) for t in range(THREADS)] for r in f.result()]
+    finally:
+        sys.setswitchinterval(switch)
+
+
+@pytest.mark.parametrize("streams", ["default_stream", "own_streams"])
+@pytest.mark.parametrize("path", list(THREAD_PATHS))
+def test_gpu_threads_on_one_stream_or_their_own_get_their_own_results(path, streams):
+    config = THREAD_PATHS[path]
+    tritonblas.matmul(*_random_operands(THREAD_SHAPE, torch.Generator("cuda")), config=config)  # compile
+    results = _threads_calling(config, [THREAD_SHAPE], lambda t: streams == "own_streams")
+    wrong = _wrong(results)
+    assert not wrong, f"{len(wrong)} of {len(results)} results wrong"
+
+
+def test_gpu_threads_mixed_shapes_and_streams_with_the_issue_problem():
+    # Half the threads on the default stream, half on their own; the issue's 127x4097x4095 among
+    # shapes that grow and share the Stream-K workspace and pad different buffers.
+    config = THREAD_PATHS["copy_tma_streamk"]
+    shapes = [(127, 4097, 4095), THREAD_SHAPE, (255, 2049, 1535)]
+    for shape in shapes:
+        tritonblas.matmul(*_random_operands(shape, torch.Generator("cuda")), config=config)
+    results = _threads_calling(config, shapes, lambda t: t % 2 == 1)
+    wrong = _wrong(results)
+    assert not wrong, f"{len(wrong)} of {len(results)} results wrong"
+
+
+def _scratch_ranges(launched) -> list[tuple[int, int]]:
+    """(start, end) of the scratch in recorded _launch tensors: pad copy buffers, Stream-K workspace."""
+    scratch = [t for tensors in launched for t in (tensors[1:] if len(tensors) == 2 else tensors[4:])]
+    return [(t.untyped_storage().data_ptr(), t.untyped_storage().data_ptr() + t.untyped_storage().nbytes())
+            for t in scratch]
+
+
+def _pool_ranges() -> list[tuple[int, int]]:
+    bufs = [t for free in list(launch._scratch_free.values()) for buf in list(free)
+            for t in (buf if isinstance(buf, tuple) else (buf,))]
+    return [(t.data_ptr(), t.data_ptr() + t.untyped_storage().nbytes()) for t in bufs]
+
+
+def test_gpu_graph_replays_interleaved_with_eager_calls_own_their_scratch(monkeypatch):
+    # A call captured in a CUDA graph gets scratch from the graph's private pool and never the kept
+    # buffers: replays interleaved with eager calls (the graph's shape and others, on the graph's
+    # stream and another) all give right results, and the graph's scratch overlaps no kept buffer.
+    config = THREAD_PATHS["copy_tma_streamk"]
+    gen = torch.Generator("cuda").manual_seed(0)
+    g_a, g_b = _random_operands(THREAD_SHAPE, gen)
+    tritonblas.matmul(g_a, g_b, config=config)  # compiled (and its scratch kept) before the capture
+    launched = []
+    real = launch._launch
+
+    def spy(plan, tensors, floats):
+        launched.append(tensors)
+        real(plan, tensors, floats)
+
+    monkeypatch.setattr(launch, "_launch", spy)
+    kept = {key: [id(buf) for buf in free] for key, free in launch._scratch_free.items()}
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        g_out = tritonblas.matmul(g_a, g_b, config=config)
+    assert {key: [id(buf) for buf in free] for key, free in launch._scratch_free.items()} == kept
+    captured = _scratch_ranges(launched)
+    assert len(captured) == 4  # padded A, padded B, partials, counters
+    launched.clear()
+    other = torch.cuda.Stream()
+    results = []
+    for i in range(THREAD_CALLS):
+        x_a, x_b = _random_operands(THREAD_SHAPE, gen)
+        g_a.copy_(x_a)
+        g_b.copy_(x_b)
+        graph.replay()
+        results.append((g_out.clone(), x_a @ x_b, reference(x_a, x_b), THREAD_SHAPE[2]))
+        for shape, stream in ((THREAD_SHAPE, None), ((255, 2049, 1535), None), (THREAD_SHAPE, other),
+                              ((127, 4097, 4095), other)):
+            with torch.cuda.stream(stream):
+                a, b = _random_operands(shape, gen)
+                results.append((tritonblas.matmul(a, b, config=config), a @ b, reference(a, b), shape[2]))
+        if i % 4 == 3:
+            graph.replay()  # twice in a row: the captured counters are back at zero for the next
+            results.append((g_out.clone(), x_a @ x_b, reference(x_a, x_b), THREAD_SHAPE[2]))
+    wrong = _wrong(results)
+    assert not wrong, f"{len(wrong)} of {len(results)} results wrong: {wrong[:5]}"
+    eager = _scratch_ranges(launched) + _pool_ranges()
+    assert eager and not [(c, e) for c in captured for e in eager if c[0] < e[1] and e[0] < c[1]]
