@@ -230,9 +230,9 @@ def test_gpu_tma_plan_launched_from_another_thread():
 
 # Issue 19: host threads with calls in flight at once, on one stream or on their own, never share
 # scratch. On the old launch.py 70 of 160 calls of 8 threads on the default stream returned another
-# thread's product (127x4097x4095 bf16, H200). Each path is forced with config=; the shape's leading
-# dims (1023, 1025) are misaligned, so the copy paths copy both operands. Stream-K at 100 programs splits
-# every tile (over up to 11 programs).
+# thread's product (127x4097x4095 bf16, H200). Each path is forced with config= (a path added later
+# belongs here too); the shape's leading dims (1023, 1025) are misaligned, so the copy paths copy both
+# operands. Stream-K at 100 programs splits every tile (over up to 11 programs).
 THREADS, THREAD_CALLS = 8, 20
 THREAD_SHAPE = (127, 1025, 1023)
 _THREAD_BASE = dict(block_m=128, block_n=128, block_k=64, num_warps=8)
@@ -242,6 +242,7 @@ THREAD_PATHS = {
     "copy_tma": GemmConfig(**_THREAD_BASE, num_stages=3, grid=132, tma=True, aligned_copy=True),
     "copy_tma_streamk": GemmConfig(**_THREAD_BASE, num_stages=3, grid=100, streamk=True, tma=True,
                                    aligned_copy=True),
+    "vendor": GemmConfig.vendor(),  # torch.mm: no scratch of ours, but a path matmul may take
 }
 
 
