@@ -113,9 +113,9 @@ def _cdiv(a: int, b: int) -> int:
 #
 # Take and give are deque.pop and deque.append, which Python documents as thread-safe (each element is
 # popped by exactly one caller), plus a dict.get/setdefault on keys of built-in types at take (atomic in
-# CPython; a list replaced by a drop at the cap at worst drops the buffers given back to it). A lock around them cost 0.45 us more per buffer (3 buffers: 1.05
-# -> 2.42 us, timeit, 2-core CPU), a tenth of a copy-path call; the lock is kept for the cap's bookkeeping
-# on the allocation path.
+# CPython; a list replaced by a drop at the cap at worst drops the buffers given back to it). A lock
+# around them cost 0.45 us more per buffer (3 buffers taken and given: 1.05 -> 2.42 us, timeit, 2-core
+# CPU); the lock is kept for the cap's bookkeeping on the allocation path.
 #
 # While the current stream is captured into a CUDA graph, scratch is allocated per call and never pooled:
 # allocations during capture come from the graph's private memory pool, which the graph owns, so a replay
@@ -290,6 +290,13 @@ _PLANS_CAP = 4096
 
 
 def _cached_plan(key: tuple, make: Callable[[], _Plan]) -> _Plan:
+    """The plan of `key`, built on a miss. No lock: shared by every thread, stream and graph capture, and
+    safe without one. Get, clear and set are one dict operation each (atomic under the GIL), a plan is a
+    pure function of its key built whole before it is stored, and it holds no device memory. So a thread
+    gets its key's plan, or misses (after another thread's clear) and builds an equal one; two threads
+    racing on a miss each launch their own and one is kept. The one field written later, `compiled`, is
+    set after its handles are loaded: a reader sees None (one launch through triton's own path) or a
+    ready kernel (tests/test_launch_threads.py)."""
     plan = _plans.get(key)
     if plan is None:
         if len(_plans) >= _PLANS_CAP:
