@@ -8,7 +8,9 @@ timed is launch_gemm's Python: plan lookup, padded buffers, workspace, argument 
   aligned SK       1024x1024x1024 Stream-K (grid 100: a workspace and counters)
   copy P           127x1025x1023 aligned_copy persistent (two padded buffers)
   copy SK          127x1025x1023 aligned_copy Stream-K (two padded buffers and the workspace)
-Median per call over --trials loops of --calls calls, the rows alternating within each trial. On a GPU
+Median per call over --trials loops of --calls calls, the rows alternating within each trial, in this
+thread's CPU time (--clock cpu, the default: time the host spent elsewhere while other processes ran
+is not counted; --clock wall for wall-clock time). On a GPU
 (--device cuda, TRITON_INTERPRET unset) the same rows include the CUDA stream and capture queries.
 --baseline times another launch.py (e.g. `git show HEAD~1:tritonblas/launch.py > /tmp/old_launch.py`)
 in the same process, alternating with this one row by row, so that the drift of a shared host lands on
@@ -32,6 +34,7 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=9)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--baseline", help="another launch.py to time alongside, e.g. the last commit's")
+    ap.add_argument("--clock", choices=["cpu", "wall"], default="cpu")
     args = ap.parse_args()
     from tritonblas import GemmConfig, launch
 
@@ -63,13 +66,14 @@ def main() -> None:
     for fn in fns.values():
         for _ in range(200):
             fn()
+    clock = time.thread_time if args.clock == "cpu" else time.perf_counter
     runs: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(args.trials):
         for name, fn in fns.items():
-            t0 = time.perf_counter()
+            t0 = clock()
             for _ in range(args.calls):
                 fn()
-            runs[name].append((time.perf_counter() - t0) / args.calls * 1e6)
+            runs[name].append((clock() - t0) / args.calls * 1e6)
     for name, r in runs.items():
         print(f"  {name:21s} {statistics.median(r):6.2f} us/call  (min {min(r):.2f}, max {max(r):.2f})")
     if args.baseline:  # each trial's two timings of a row ran back to back: their difference drifts least

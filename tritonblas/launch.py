@@ -325,9 +325,10 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.T
         # Triton's interpreter computes tl.dot on bf16 wrongly (numpy has no bf16): hand it the exact
         # fp32 copies; the kernel still accumulates in fp32 and stores bf16.
         a, b = a.float(), b.float()
-    held = stream = None
+    held = stream = device = None
     if config.aligned_copy or config.streamk:
-        held, stream = [], _stream(a.device)
+        device = c.device
+        held, stream = [], _stream(device)
     try:
         if config.aligned_copy:
             a, b = _aligned(a, 0, held, stream), _aligned(b, 1, held, stream)
@@ -338,7 +339,7 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.T
         plan = _cached_plan(key, lambda: _make_plan(a, b, c, bias, config, sm_count, precision))
         tensors = (a, b, c, bias if has_bias else c)
         if plan.workspace is not None:
-            tensors = (*tensors, *_workspace(c.device, *plan.workspace, held, stream))
+            tensors = (*tensors, *_workspace(device, *plan.workspace, held, stream))
         _launch(plan, tensors, (alpha, beta))
     finally:
         if held:  # every kernel of this call is enqueued (or failed to launch): the next user runs after
