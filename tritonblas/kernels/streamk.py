@@ -6,8 +6,8 @@ segment p // T of tile p % T, so at any moment the programs work on the same K r
 tiles and share A and B through L2, as the data-parallel loop does. Splitting each program's range
 evenly over the whole iteration space instead (classic Stream-K) staggers the programs along K: on the
 H200 that ran the split part at ~0.45 of the data-parallel rate (512x1024x32768, 128x128x64 tiles:
-101 us vs 66 us K-aligned; scripts/streamk_probe.py, 2026-11-30). The programs left over
-(NUM_PROGS - S*T < T) have no segment.
+101 us vs 66 us K-aligned; the retired streamk probe, docs/notes/streamk-split.md, 2026-11-30). The
+programs left over (NUM_PROGS - S*T < T) have no segment.
 
 A split tile's programs write their fp32 partials to workspace slot p and bump the tile's counter. The
 program whose bump completes the count (the last to arrive, whoever it is) sums the S partials in
