@@ -13,6 +13,12 @@
 #               bash scripts/h200_run.sh tune     tune scripts/shapes.yaml -> $OUT/sm_90.json, then bench
 #                                                 it as the shipped file, the untuned shapes, and the
 #                                                 heuristic alone (a copy of the tree without the file)
+#               bash scripts/h200_run.sh tune-all the suite and every scripts/classes/*.yaml, torch.mm a
+#                                                 candidate, into one DB -> $OUT/sm_90.json (issue 17);
+#                                                 resumable: RESUME=1 for every call after the first
+#               bash scripts/h200_run.sh classes  bench the suite and every class file through dispatch
+#                                                 (BACKEND=triton: the kernels alone)
+#               bash scripts/h200_run.sh mlp      scripts/mlp_step.py: the MLP block, eager and compiled
 # Then here: copy sm_90.json to configs/, `tritonblas db check --shapes scripts/shapes.yaml --file
 # configs/sm_90.json`, commit, and fill docs/benchmarks/h200.md from the JSON files.
 set -uo pipefail
@@ -78,6 +84,37 @@ case "${1:-}" in
     bench "$LAST" "$UNTUNED" bench_untuned
     bench_heuristic "$LAST"
     wait ;;
+  tune-all)  # issue 17: one tuning run for the suite and every class file (~140 problems: more than one
+    # call at BUDGET=6 on two GPUs). The first call starts from an empty DB; RESUME=1 goes on with
+    # /tmp/tune.sqlite (while the machine stays warm) or with SEED_DB (an earlier call's $OUT/tune.sqlite
+    # carried in the tree); tuned problems are skipped. Each call exports every fresh winner to
+    # $OUT/sm_90.json, even when TUNE_TIMEOUT cut it short, and lists what the file still misses.
+    if [ -n "${SEED_DB:-}" ]; then copy_db "$SEED_DB" /tmp/tune.sqlite
+    elif [ -z "${RESUME:-}" ] || [ ! -f /tmp/tune.sqlite ]; then empty_db /tmp/tune.sqlite; fi
+    all=(); for f in ${ALL_SHAPES:-scripts/shapes.yaml scripts/classes/*.yaml}; do all+=(--shapes "$f"); done
+    timeout "${TUNE_TIMEOUT:-540}" python3 -m tritonblas tune "${all[@]}" --db /tmp/tune.sqlite \
+      --budget-s "${BUDGET:-6}" --devices "$DEVICES" > "$OUT/tune.txt" 2>&1
+    tail -4 "$OUT/tune.txt"
+    python3 -m tritonblas db export --db /tmp/tune.sqlite --arch "${ARCH:-sm_90}" -o "$OUT/sm_90.json"
+    copy_db /tmp/tune.sqlite "$OUT/tune.sqlite"
+    python3 -m tritonblas db check "${all[@]}" --file "$OUT/sm_90.json" 2>&1 | tail -3 ;;
+  classes)  # issue 17: the suite and every class file through dispatch with the shipped file and an empty
+    # user DB, half the files on each GPU (BACKEND=triton|torch restricts our side; one JSON per GPU)
+    files=(${CLASS_FILES:-scripts/shapes.yaml scripts/classes/*.yaml}); half=$(( (${#files[@]} + 1) / 2 ))
+    args() { for f in "$@"; do printf -- '--shapes\n%s\n' "$f"; done; }
+    bench_files() {  # bench_files GPU NAME FILE...
+      local gpu=$1 name=$2; shift 2; empty_db "/tmp/empty$gpu.sqlite"; mapfile -t a < <(args "$@")
+      CUDA_VISIBLE_DEVICES=$gpu timeout 540 python3 -m tritonblas bench "${a[@]}" --db "/tmp/empty$gpu.sqlite" \
+        ${BACKEND:+--backend "$BACKEND"} --json "$OUT/$name.json" > "$OUT/$name.txt" 2>&1
+      echo "== $name"; tail -3 "$OUT/$name.txt"
+    }
+    bench_files "$FIRST" "classes_a${BACKEND:+_$BACKEND}" "${files[@]:0:half}" &
+    [ "$LAST" != "$FIRST" ] || wait
+    bench_files "$LAST" "classes_b${BACKEND:+_$BACKEND}" "${files[@]:half}"; wait ;;
+  mlp)  # issue 17: the Llama MLP block forward + backward, ours vs F.linear, eager and compiled
+    CUDA_VISIBLE_DEVICES=$FIRST TRITONBLAS_DB=/tmp/none.sqlite timeout 540 python3 scripts/mlp_step.py \
+      ${MLP_ARGS:-} ${BACKEND:+--backend "$BACKEND"} --json "$OUT/mlp${BACKEND:+_$BACKEND}.json" 2>&1 \
+      | tee "$OUT/mlp${BACKEND:+_$BACKEND}.txt" ;;
   heuristic)  # the heuristic alone (a copy of the tree without the shipped file) and the untuned shapes,
     # side by side; then a tuning run kept for its measurements (no export), for fitting the model
     bench_heuristic "$FIRST" &
@@ -97,5 +134,6 @@ case "${1:-}" in
         python3 scripts/tune_quality.py --budget "${QUALITY_BUDGET:-5}" --shapes "${mine%,}" --json "$OUT/quality${gpus[i]}.json" \
         > "$OUT/quality${gpus[i]}.txt" 2>&1; tail -12 "$OUT/quality${gpus[i]}.txt" ) &
     done; wait ;;
-  *) echo "usage: bash scripts/h200_run.sh check|final|probe|compile|overhead|quality|heuristic|tune" >&2; exit 2 ;;
+  *) echo "usage: bash scripts/h200_run.sh check|final|probe|compile|overhead|quality|heuristic|tune|tune-all|classes|mlp" >&2
+     exit 2 ;;
 esac
