@@ -111,18 +111,24 @@ def _run(a: torch.Tensor, b: torch.Tensor, m: int, n: int, k: int, bias: torch.T
 
 def _launch(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bias2d: torch.Tensor | None, alpha: float,
             beta: float, config: GemmConfig, sm_count: int, precision: str) -> None:
-    """The kernels, or for a torch-backend config the vendor GEMM with the kernels' contract:
-    out = alpha * (a @ b) + beta * bias in a's dtype (bias None: no bias term, as with beta == 0; K = 0
-    gives beta * bias). torch honours allow_tf32 for fp32 as the kernels' precision does."""
+    """The kernels, or for a torch-backend config the vendor GEMM (_vendor_gemm)."""
     if config.backend == "torch":
-        if bias2d is not None:
-            torch.addmm(bias2d, a, b, beta=beta, alpha=alpha, out=out)
-        elif alpha == 1.0:
-            torch.mm(a, b, out=out)
-        else:  # beta=0: out is not read (torch.addmm ignores its input then, NaN included)
-            torch.addmm(out, a, b, beta=0.0, alpha=alpha, out=out)
-        return
-    launch_gemm(a, b, out, bias2d, alpha, beta, config, sm_count, precision)
+        _vendor_gemm(a, b, out, bias2d, alpha, beta)
+    else:
+        launch_gemm(a, b, out, bias2d, alpha, beta, config, sm_count, precision)
+
+
+def _vendor_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bias2d: torch.Tensor | None,
+                 alpha: float, beta: float) -> None:
+    """torch.mm / torch.addmm with the kernels' contract: out = alpha * (a @ b) + beta * bias in a's
+    dtype (bias None: no bias term, as with beta == 0; K = 0 gives beta * bias). torch honours
+    allow_tf32 for fp32 as the kernels' precision does."""
+    if bias2d is not None:
+        torch.addmm(bias2d, a, b, beta=beta, alpha=alpha, out=out)
+    elif alpha == 1.0:
+        torch.mm(a, b, out=out)
+    else:  # beta=0: out is not read (torch.addmm ignores its input then, NaN included)
+        torch.addmm(out, a, b, beta=0.0, alpha=alpha, out=out)
 
 
 def _problem_key(a: torch.Tensor, b: torch.Tensor, m: int, n: int, k: int,
@@ -137,7 +143,11 @@ def _launch_selected(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bias2d
                      restriction: tuple, precision: str) -> None:
     """restriction: (enable_streamk, backend) of the call, for the next selection on a fall-back."""
     try:  # free when nothing is raised (zero-cost exceptions): the hot path pays nothing for it
-        _launch(a, b, out, bias2d, alpha, beta, config, info.sm_count, precision)
+        # _launch inlined: one frame less on the hot path (~0.1 us).
+        if config.backend == "torch":
+            _vendor_gemm(a, b, out, bias2d, alpha, beta)
+        else:
+            launch_gemm(a, b, out, bias2d, alpha, beta, config, info.sm_count, precision)
     except Exception as exc:
         _fall_back(exc, config, problem_key, info, restriction, (a, b, out, bias2d, alpha, beta), precision)
 
