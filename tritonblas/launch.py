@@ -123,7 +123,7 @@ def _cdiv(a: int, b: int) -> int:
 # whenever it runs, while eager calls use the same buffer.
 #
 # Host cost before/after, every kernel launch stubbed: docs/reliability.md, "Threads, streams and CUDA
-# graphs" (scripts/scratch_overhead.py).
+# graphs" (tests/scratch_overhead.py).
 _scratch_free: dict[tuple, deque] = {}  # key -> buffers no call holds, the last given back last
 _scratch_lock = threading.Lock()  # the allocation count below, and dropping the pool at the cap
 _scratch_allocated = [0, 0]  # bytes, buffers allocated into the pool since it was last dropped

@@ -1,6 +1,9 @@
 """Host cost of launch_gemm's scratch handling: the padded-copy buffers and the Stream-K workspace.
 
-Usage: TRITON_INTERPRET=1 python scripts/scratch_overhead.py [--calls 20000] [--trials 9] [--device cpu]
+Kept with the tests rather than in scripts/ because it stubs the private launcher (launch._launch),
+which scripts/ may not reach (tests/test_scripts.py).
+
+Usage: TRITON_INTERPRET=1 python tests/scratch_overhead.py [--calls 20000] [--trials 9] [--device cpu]
                                                             [--baseline old_launch.py]
 A benchmark, not a test. Every kernel launch (pad copies and GEMM) is replaced by a no-op, so what is
 timed is launch_gemm's Python: plan lookup, padded buffers, workspace, argument tuple. Rows, fp16:
@@ -25,8 +28,6 @@ import statistics
 import sys
 import time
 
-import torch
-
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -36,6 +37,8 @@ def main() -> None:
     ap.add_argument("--baseline", help="another launch.py to time alongside, e.g. the last commit's")
     ap.add_argument("--clock", choices=["cpu", "wall"], default="cpu")
     args = ap.parse_args()
+    import torch
+
     from tritonblas import GemmConfig, launch
 
     modules = {"": launch}
