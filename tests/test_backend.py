@@ -20,7 +20,7 @@ from tritonblas import dispatch, heuristic
 from tritonblas.cli import app
 from tritonblas.config import INTERPRETER_DEVICE, GemmConfig, Problem, config_supports, device_for_arch
 from tritonblas.ops import _config_from_list, _config_to_list
-from tritonblas.tuner import BenchResult, candidate_space, tune_problem
+from tritonblas.tuner import MIN_TIMED, BenchResult, candidate_space, tune_problem
 from tuning_db import EnvIdentity, Measurement, ProblemKey, TuningDB, Winner
 from tuning_db.exchange import ConfigFileError, export_file, import_file, load_config_file
 
@@ -296,6 +296,17 @@ def test_vendor_candidate_comes_first_on_gpus_only():
     assert VENDOR not in candidate_space(p, H200, enable_streamk=False)
     assert VENDOR not in candidate_space(p, INTERPRETER_DEVICE)  # emulated kernels vs native torch.mm
     assert candidate_space(p, INTERPRETER_DEVICE, vendor=True)[0] == VENDOR
+
+
+def test_vendor_is_timed_besides_the_minimum_of_kernels(tmp_path):
+    # Past the budget MIN_TIMED kernels are still timed (the compiled ones); torch.mm does not take a slot.
+    p = Problem(512, 512, 512, "bf16")
+    space = candidate_space(p, H200)
+    bench = FakeBench()
+    bench.ready = lambda config: True
+    with TuningDB(str(tmp_path / "t.sqlite")) as db:
+        tune_problem(p, H200, db, bench=bench, budget_s=1e-9)
+    assert bench.calls == space[:MIN_TIMED + 1] and bench.calls[0] == VENDOR
 
 
 def test_tuned_vendor_winner_is_stored_and_dispatched(paths, torch_calls, launches):
