@@ -314,8 +314,8 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.T
     Rebuilding it cost ~6 us of Python per call on this project's CPU; a hit costs one tuple hash.
 
     Scratch (padded copies, Stream-K workspace) is held by this call alone from before its first launch
-    until after its last one is enqueued, then given back (see _ScratchPool); a config that needs none
-    takes no lock.
+    until after its last one is enqueued, then given back (see the comment above _scratch_free); a
+    config that needs none skips all of it.
     """
     m, k = a.shape
     n = b.shape[1]
