@@ -66,7 +66,9 @@ def main() -> None:
     b = torch.randn(args.k, args.n, device=dev, dtype=dtype)
     out = torch.empty(args.m, args.n, device=dev, dtype=dtype)
     info = device_info(dev)
-    sel = tritonblas.select(args.m, args.n, args.k, args.dtype, device=dev)
+    # backend="triton" throughout: the kernels' path (on an H200 dispatch gives a problem this small to
+    # torch.mm, heuristic.vendor_preferred; its overhead is torch's).
+    sel = tritonblas.select(args.m, args.n, args.k, args.dtype, device=dev, backend="triton")
     precision = "tf32" if dtype != torch.float32 or torch.backends.cuda.matmul.allow_tf32 else "ieee"
     print(f"{args.m}x{args.n}x{args.k} {args.dtype} on {info.name}: {sel.describe()}")
     print(f"dispatch db: {make_url(tuning_db.default_url()).render_as_string(hide_password=True)}")
@@ -75,10 +77,11 @@ def main() -> None:
         cfg = sel.config
         rows.update(per_call_us({
             "direct": lambda: launch.launch_gemm(a, b, out, None, 1.0, 0.0, cfg, info.sm_count, precision),
-            "matmul(out=)": lambda: tritonblas.matmul(a, b, out=out),
-            "matmul": lambda: tritonblas.matmul(a, b),
+            "matmul(out=)": lambda: tritonblas.matmul(a, b, out=out, backend="triton"),
+            "matmul": lambda: tritonblas.matmul(a, b, backend="triton"),
         }, args.calls, args.trials, sync))
-    select = lambda: tritonblas.select(args.m, args.n, args.k, args.dtype, device=info)  # noqa: E731
+    select = lambda: tritonblas.select(args.m, args.n, args.k, args.dtype, device=info,  # noqa: E731
+                                       backend="triton")
     rows.update(per_call_us({"select": select}, args.calls, args.trials, sync))
     if not hasattr(ops, "launch_gemm"):
         raise SystemExit("ops.launch_gemm is gone: point the no-launch stub below at the launch the public "
@@ -87,8 +90,8 @@ def main() -> None:
     ops.launch_gemm = lambda *x: None  # the pure host cost of the public path, kernel launch excluded
     try:
         rows.update(per_call_us({
-            "matmul(out=), no launch": lambda: tritonblas.matmul(a, b, out=out),
-            "matmul, no launch": lambda: tritonblas.matmul(a, b),
+            "matmul(out=), no launch": lambda: tritonblas.matmul(a, b, out=out, backend="triton"),
+            "matmul, no launch": lambda: tritonblas.matmul(a, b, backend="triton"),
         }, args.calls, args.trials, lambda: None))
     finally:
         ops.launch_gemm = real

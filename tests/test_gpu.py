@@ -165,7 +165,7 @@ def test_gpu_backward(dtype):
     w = torch.randn(777, 1000, device="cuda", dtype=dtype, requires_grad=True)
     bias = torch.randn(777, device="cuda", dtype=dtype, requires_grad=True)
     grad = torch.randn(4, 300, 777, device="cuda", dtype=dtype)
-    tritonblas.linear(x, w, bias).backward(grad)
+    tritonblas.linear(x, w, bias, backend="triton").backward(grad)  # the kernels, not torch.mm
     ours = [t.grad for t in (x, w, bias)]
     for t in (x, w, bias):
         t.grad = None
@@ -180,15 +180,16 @@ def test_gpu_backward(dtype):
 def test_gpu_out_non_contiguous():
     a, b = operands(1000, 777, 513, torch.bfloat16, "tt", "cuda")
     out = torch.zeros(777, 1000, device="cuda", dtype=torch.bfloat16).t()
-    assert tritonblas.matmul(a, b, out=out) is out
+    assert tritonblas.matmul(a, b, out=out, backend="triton") is out
     assert_close(out, a @ b, reference(a, b), k=a.shape[-1])
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_gpu_inductor_fullgraph(dtype):
     def f(a, b, bias, w):
-        return (tritonblas.matmul(a, b), tritonblas.addmm(bias, a, b, beta=0.5, alpha=2.0),
-                tritonblas.linear(a, w, bias))
+        return (tritonblas.matmul(a, b, backend="triton"),
+                tritonblas.addmm(bias, a, b, beta=0.5, alpha=2.0, backend="triton"),
+                tritonblas.linear(a, w, bias, backend="torch"))
 
     torch._dynamo.reset()
     compiled = torch.compile(f, fullgraph=True)
@@ -374,3 +375,44 @@ def test_gpu_graph_replays_interleaved_with_eager_calls_own_their_scratch(monkey
     assert not wrong, f"{len(wrong)} of {len(results)} results wrong: {wrong[:5]}"
     eager = _scratch_ranges(launched) + _pool_ranges()
     assert eager and not [(c, e) for c in captured for e in eager if c[0] < e[1] and e[0] < c[1]]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_gpu_torch_backend_matches_and_runs_no_kernel(dtype, launches):
+    # The vendor candidate (issue 17): torch.mm / torch.addmm with the kernels' contract, forward and
+    # backward, on the GPU.
+    x = torch.randn(4, 300, 1000, device="cuda", dtype=dtype, requires_grad=True)
+    w = torch.randn(777, 1000, device="cuda", dtype=dtype, requires_grad=True)
+    bias = torch.randn(777, device="cuda", dtype=dtype, requires_grad=True)
+    grad = torch.randn(4, 300, 777, device="cuda", dtype=dtype)
+    y = tritonblas.linear(x, w, bias, backend="torch")
+    y.backward(grad)
+    ours = [y.detach(), *(t.grad for t in (x, w, bias))]
+    for t in (x, w, bias):
+        t.grad = None
+    y = F.linear(x, w, bias)
+    y.backward(grad)
+    theirs = [y.detach(), *(t.grad for t in (x, w, bias))]
+    for o, t in zip(ours, theirs, strict=True):
+        torch.testing.assert_close(o, t)
+    a, b = operands(513, 1000, 777, dtype, "tn", "cuda")
+    full = make_bias("full", 513, 1000, dtype, "cuda")
+    torch.testing.assert_close(tritonblas.addmm(full, a, b, beta=0.5, alpha=2.0, backend="torch"),
+                               torch.addmm(full, a, b, beta=0.5, alpha=2.0))
+    assert not launches
+
+
+def test_gpu_tuner_times_torch_mm_as_a_candidate(tmp_path):
+    from tritonblas.benchmark import GpuBenchmark
+    from tritonblas.device import device_info
+    from tritonblas.tuner import tune_problem
+    from tuning_db import TuningDB
+
+    info = device_info(torch.device("cuda"))
+    p = Problem(1000, 1000, 1000, "bf16")
+    with TuningDB(str(tmp_path / "t.sqlite")) as db:
+        out = tune_problem(p, info, db, bench=GpuBenchmark(), budget_s=3)
+        rows = {m.config: m for m in db.measurements(out.key)}
+    vendor = GemmConfig.vendor()
+    assert rows[vendor].status == "ok" and rows[vendor].median_ms > 0
+    assert out.winner.median_ms == min(m.median_ms for m in rows.values() if m.status == "ok")
