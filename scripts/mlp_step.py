@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> dict:
     import torch.nn.functional as F
 
     import tritonblas
-    from tritonblas.device import interpreter_enabled
+    from tritonblas.device import device_info, interpreter_enabled
 
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
     on_gpu = torch.cuda.is_available() and not interpreter_enabled()
@@ -166,7 +166,7 @@ def run(args: argparse.Namespace) -> dict:
         del ref, exact, inputs
         if args.modes:
             torch._dynamo.reset()
-    info = tritonblas.dispatch._device_info(None)
+    info = device_info(device)
     return {"script": "scripts/mlp_step.py", "argv": sys.argv[1:], "device": info.name, "arch": info.arch,
             "interpreter": not on_gpu, "dtype": args.dtype, "d": args.d, "f": args.f, "backend": args.backend,
             "compile_backend": args.compile_backend,
