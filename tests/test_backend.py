@@ -268,6 +268,19 @@ def test_vendor_neighbour_only_when_close(paths):
     assert far.source != "neighbor" or far.backend == "triton"
 
 
+def test_kernel_neighbour_gives_way_to_the_vendor_rule(paths):
+    url, _ = paths
+    kernel = test_dispatch.TUNED  # a config the model keeps as a neighbour near 1024^3
+    with TuningDB(url) as db:
+        db.upsert_winner(winner(NEAR_P, H200, kernel, 0.01))
+    dispatch.clear_cache()
+    # 1024x1024x2048: the model puts its best kernel far from the roofline, where torch.mm won.
+    sel = dispatch.select(1024, 1024, 2048, "bf16", device=H200)
+    assert (sel.source, sel.backend) == ("heuristic", "torch")
+    assert dispatch.select(1024, 1024, 2048, "bf16", device=H200, backend="triton").config == kernel
+    assert dispatch.select(1024, 1024, 1024, "bf16", device=H200).config == kernel  # tuned: it runs
+
+
 def test_tma_neighbours_cross_layouts_pointer_ones_do_not(paths):
     url, _ = paths
     tma = GemmConfig(block_m=128, block_n=128, block_k=64, num_warps=4, num_stages=4, tma=True)

@@ -365,6 +365,14 @@ def _from_neighbor(problem: Problem, device: DeviceInfo, enable_streamk: bool | 
     ranked = heuristic.rank(problem, device, enable_streamk)
     if ranked and est > NEIGHBOR_SLACK * ranked[0].total_us / 1000:
         return None
+    # A kernel neighbour gives way to the heuristic's vendor rule: where the model puts its best kernel
+    # far from the roofline, even the tuned kernel lost to torch.mm (20 of the 22 such problems of the
+    # tuning run of 2026-11-30), and a neighbour's config is no better than the tuned one. On the untuned
+    # shapes' bench this turns the three neighbour picks that lost (3072^3 0.75x, 768x2304x768 0.85x,
+    # 256x14336x4096 0.92x) to torch.mm, and leaves the four that held (0.97-1.02x) to their neighbour.
+    if ranked and _family_ok(GemmConfig.vendor(), enable_streamk, backend) and \
+            heuristic.vendor_preferred(problem, device, ranked[0]) is not None:
+        return None
     return Selection(w.config, "neighbor", est, False, problem, device, tuned)
 
 
