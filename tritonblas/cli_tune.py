@@ -40,10 +40,11 @@ from .config import Problem
 TUNE_HELP = """Tune every problem of a shapes file and store the winners in the tuning database.
 
 Each problem's candidates are compiled, checked against an fp64 reference and timed next to torch.mm;
-the fastest correct one is stored. Problems that already have a fresh winner are skipped, so an
-interrupted run resumes where it stopped. Every winner is read back from the database before it is
-reported. Exit code 1 if any problem ends without a verified winner, or with one the database does not
-hold.
+the fastest correct one is stored. On a GPU torch.mm itself is one of the candidates (config `torch`),
+so a problem where it is fastest stores it as the winner and dispatch runs it there. Problems that
+already have a fresh winner are skipped, so an interrupted run resumes where it stopped. Every winner
+is read back from the database before it is reported. Exit code 1 if any problem ends without a
+verified winner, or with one the database does not hold.
 
 **Examples**
 
