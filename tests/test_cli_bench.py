@@ -123,8 +123,7 @@ def test_run_time_fallbacks_are_counted_in_the_table_and_json(timed, tmp_path, m
         if problem.m == 17 and not refused:  # as ops._fall_back: report, then the next selection runs
             sel = dispatch.select(problem.m, problem.n, problem.k, problem.dtype, device=device)
             refused.append(sel.config)
-            key = (problem.m, problem.n, problem.k, problem.dtype, "nn", "none")
-            dispatch.report_compile_failure(key, device, sel.config,
+            dispatch.report_compile_failure(problem, device, sel.config,
                                             OutOfResources(262144, 232448, "shared memory"))
         return BenchResult("ok", TIMES[problem.m][0], rel_error=1e-4)
 

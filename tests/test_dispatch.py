@@ -93,7 +93,7 @@ def test_user_db_winner_is_used(paths):
     put(url, winner(P, H200, TUNED, 0.123))
     s = sel()
     assert (s.source, s.config, s.time_ms, s.measured) == ("db", TUNED, 0.123, True)
-    assert dispatch.select_config((1024, 1024, 1024, "bf16", "nn", "none"), H200, None) == TUNED
+    assert dispatch.select_config(Problem(1024, 1024, 1024, "bf16"), H200) == TUNED
 
 
 def test_db_winner_of_another_device_of_the_arch_serves(paths):
@@ -216,7 +216,7 @@ def test_db_is_opened_once_lazily_and_cached_keys_never_touch_it(paths, monkeypa
     assert opened == [] and lookups == []
     for _ in range(3):
         assert sel().config == TUNED
-        assert dispatch.select_config((1024, 1024, 1024, "bf16", "nn", "none"), H200, None) == TUNED
+        assert dispatch.select_config(Problem(1024, 1024, 1024, "bf16"), H200) == TUNED
     sel(Problem(64, 64, 64, "bf16"))
     assert len(opened) == 1 and len(lookups) == 2
     dispatch.clear_cache()  # e.g. after tuning in another process: reopen, look again
@@ -339,6 +339,6 @@ def test_user_config_is_checked_against_the_operands_layout():
     tma = GemmConfig(block_m=64, block_n=64, block_k=32, num_warps=4, num_stages=3, tma=True)
     # M = 104, K = 33 fp16: a column-major A has 208-byte rows (TMA can load them), a row-major one
     # 66-byte rows (it cannot).
-    dispatch.check_user_config(tma, 104, 40, 33, "fp16", H200, "tn")
+    dispatch.check_user_config(tma, Problem(104, 40, 33, "fp16", "tn"), H200)
     with pytest.raises(ValueError, match="multiples of 16 bytes"):
-        dispatch.check_user_config(tma, 104, 40, 33, "fp16", H200)
+        dispatch.check_user_config(tma, Problem(104, 40, 33, "fp16"), H200)

@@ -8,7 +8,7 @@ from torch._dynamo.testing import CompileCounterWithBackend
 
 import tritonblas
 from tritonblas import GemmConfig
-from tritonblas.ops import _config_from_list, _config_to_list, gemm_op
+from tritonblas.ops import _config_from_list, _config_to_list, gemm
 
 M, N, K = MID_SHAPE
 SK = GemmConfig(block_m=16, block_n=16, block_k=32, grid=5, streamk=True)
@@ -80,7 +80,7 @@ def test_inductor_fullgraph():
 @pytest.mark.parametrize("with_bias, config", [(True, []), (False, _config_to_list(SK))])
 def test_opcheck(dtype, with_bias, config):
     a, b, bias, _ = _inputs(dtype, requires_grad=dtype == torch.float32)
-    torch.library.opcheck(gemm_op, (a, b, bias if with_bias else None, 0.5, 2.0, -1, config))
+    torch.library.opcheck(gemm, (a, b, bias if with_bias else None, 0.5, 2.0, -1, config))
 
 
 def test_every_config_field_survives_the_custom_op_schema():

@@ -56,7 +56,7 @@ def test_repeated_calls_skip_the_checks_and_match_torch(x, monkeypatch):
     def refuse(*args, **kw):
         raise AssertionError("checked path taken on a cache hit")
 
-    for name in ("check_operands", "check_out", "check_bias", "check_tensor", "_run"):
+    for name in ("check_operands", "check_out", "check_bias", "check_tensor", "_prepare"):
         monkeypatch.setattr(ops, name, refuse)
     a, b, bias, w = x.a, x.b, x.bias, x.w
     ref = (a.float() @ b.float()).to(f16)
@@ -153,9 +153,9 @@ def test_tf32_flag_is_read_on_every_hit(monkeypatch):
 
 def test_clearing_dispatch_drops_the_cached_configs(x):
     _warm(x)
-    assert ops._hits
+    assert ops._plans
     dispatch.clear_cache()
-    assert not ops._hits
+    assert not ops._plans
 
 
 def test_compile_after_eager_hits(x):
@@ -169,3 +169,94 @@ def test_compile_after_eager_hits(x):
                                    rtol=2e-3, atol=4e-3)
     finally:
         torch._dynamo.reset()
+
+
+def test_plans_hold_the_dispatch_key_as_a_problem(x):
+    from tritonblas.config import Problem
+
+    dispatch.clear_cache()
+    tritonblas.addmm(x.bias, x.a, x.b)
+    (plan,) = ops._plans.values()
+    assert isinstance(plan, ops.Plan) and plan.problem == Problem(M, N, K, "fp16", "nn", "row")
+    assert plan.config == dispatch.select(M, N, K, "fp16", bias="row").config
+
+
+SMALL = tritonblas.GemmConfig(block_m=16, block_n=16, block_k=16)
+OTHER = tritonblas.GemmConfig(block_m=32, block_n=32, block_k=16)
+
+
+@pytest.fixture
+def switchable_heuristic(tmp_path, monkeypatch):
+    """Dispatch with no DB and no shipped file, and a heuristic layer answering state["config"]; a call
+    can be made to wait inside it (state["hold"]) until the test lets it go."""
+    import threading
+
+    shipped = tmp_path / "configs"
+    shipped.mkdir()
+    dispatch.set_shipped_dir(shipped)
+    state = {"config": SMALL, "hold": None, "selecting": threading.Event(), "go": threading.Event()}
+
+    def layer(problem, device, enable_streamk, backend=None):
+        config = state["config"]
+        if state["hold"] is not None and state["hold"] == problem.m:
+            state["hold"] = None
+            state["selecting"].set()
+            assert state["go"].wait(30)
+        return dispatch.Selection(config, "heuristic", 0.0, False, problem, device)
+
+    monkeypatch.setattr(dispatch, "_from_heuristic", layer)
+    with dispatch.using_database(False):
+        yield state
+    dispatch.set_shipped_dir(None)
+
+
+@pytest.mark.parametrize("where", ["plans", "selections"])
+def test_a_selection_dropped_while_a_call_selects_is_not_stored(switchable_heuristic, monkeypatch, where):
+    """Another thread clears the selections (here: the database switched and the caches dropped) while a
+    call is between selecting and storing its first plan: the older selection runs for that call, but
+    is stored neither as a plan nor as dispatch's selection; the next call selects again."""
+    import threading
+
+    state = switchable_heuristic
+    launches = record_launches(monkeypatch)
+    a, b = _t(M, K), _t(K, N)
+    state["hold"] = M
+    first = threading.Thread(target=lambda: tritonblas.matmul(a, b, backend="triton") if where == "plans"
+                             else dispatch.select(M, N, K, "fp16"))
+    first.start()
+    assert state["selecting"].wait(30)
+    state["config"] = OTHER
+    dispatch.clear_cache()
+    state["go"].set()
+    first.join(30)
+    assert not first.is_alive()
+    if where == "plans":
+        assert [c.config for c in launches] == [SMALL]
+    assert not ops._plans and not dispatch._selections
+    tritonblas.matmul(a, b, backend="triton")
+    assert launches[-1].config == OTHER
+    assert dispatch.select(M, N, K, "fp16").config == OTHER
+
+
+def test_a_compile_failure_drops_the_stored_plan(switchable_heuristic, monkeypatch):
+    """A plan is stored before its launch; the launch's compile failure drops it with the selections."""
+    from triton.runtime.errors import OutOfResources
+
+    launches = record_launches(monkeypatch)
+    real = ops.launch_gemm
+
+    def refuse_small(a, b, c, bias, alpha, beta, config, sm_count, precision):
+        if config == SMALL:
+            switchable_heuristic["config"] = OTHER  # the next ranked candidate
+            raise OutOfResources(300000, 232448, "shared memory")
+        return real(a, b, c, bias, alpha, beta, config, sm_count, precision)
+
+    monkeypatch.setattr(ops, "launch_gemm", refuse_small)
+    a, b = _t(M, K), _t(K, N)
+    with pytest.warns(RuntimeWarning, match="could not be compiled"):
+        tritonblas.matmul(a, b, backend="triton")
+    assert not ops._plans
+    tritonblas.matmul(a, b, backend="triton")
+    (plan,) = ops._plans.values()
+    assert plan.config == OTHER
+    assert not launches or all(c.config == OTHER for c in launches)

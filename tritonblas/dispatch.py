@@ -1,10 +1,15 @@
 """Config selection at call time, in layers: in-process cache -> user tuning DB (fresh winners) ->
 shipped configs/<arch>.json -> nearest tuned neighbour -> the analytical heuristic.
 
-The DB is found (tuning_db.default_url(), so $TRITONBLAS_DB) and opened on the first cache miss, once per
-process; a cached key never touches it again. A DB that cannot be used (locked, corrupt, read-only, newer
+The dispatch key is a `Problem` (m, n, k, dtype, layout, bias kind). The DB is found
+(tuning_db.default_url(), so $TRITONBLAS_DB) and opened on the first cache miss, once per process; a
+cached selection never touches it again. A DB that cannot be used (locked, corrupt, read-only, newer
 schema) costs one warning per process, never a failed matmul: selection goes on without it. A SQLite DB
 file that does not exist is simply skipped: dispatch never creates one.
+
+Selections are cached here (`_selections`) and in ops' plans. Dropping them (`clear_cache`,
+`set_database`, `set_shipped_dir`, a config reported as failing to compile) bumps `_state.generation`;
+a cache entry computed from what was read before a drop is never stored after it (`cache_if_current`).
 """
 
 from __future__ import annotations
@@ -12,15 +17,15 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import logging
 import math
 import threading
-import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from . import heuristic
+from . import heuristic, log
 from .config import BiasKind, DeviceInfo, GemmConfig, Problem, config_supports, require_supported
 
 Source = Literal["db", "shipped", "neighbor", "heuristic", "user"]
@@ -87,6 +92,9 @@ class _State:
         self.lock = threading.RLock()
         self.url: str | None = None  # None: tuning_db.default_url() at first use
         self.enabled = True
+        # Bumped, under the lock, once every cached selection has been dropped: what a thread computed
+        # from the state it read before is stored only if this has not moved since (cache_if_current).
+        self.generation = 0
         self.reset()
 
     def reset(self) -> None:
@@ -107,16 +115,36 @@ class _State:
 
 
 _state = _State()
-# Called whenever the cached selections are dropped: ops keeps the selected config in its per-call
-# cache (a select_config hit costs 0.2 us, hashing DeviceInfo most of it).
+# Called whenever the cached selections are dropped: ops keeps the selected config in its plans.
 on_clear: list[Callable[[], None]] = []
+# Selections by (problem, device, enable_streamk, backend); dropped whole at the cap.
+_selections: dict[tuple, Selection] = {}
+_CACHE_CAP = 4096
+
+
+def generation() -> int:
+    """Read before computing something from dispatch's state; hand it to cache_if_current."""
+    return _state.generation
+
+
+def cache_if_current(read_at: int, cache: dict, key: object, value: object, cap: int = _CACHE_CAP) -> bool:
+    """cache[key] = value unless the selections were dropped since generation() returned `read_at`
+    (then `value` may hold an older selection, and is not kept). Under the lock that dropping holds,
+    so a drop cannot fall between the check and the store. A full cache is emptied first."""
+    with _state.lock:
+        if _state.generation != read_at:
+            return False
+        if len(cache) >= cap:
+            cache.clear()
+        cache[key] = value
+        return True
 
 
 def _warn(exc: BaseException) -> None:
     if not _state.warned:
         _state.warned = True
-        warnings.warn(f"tritonblas: the tuning database cannot be used ({exc}); dispatch falls back to the "
-                      "shipped configs and the heuristic", RuntimeWarning, stacklevel=4)
+        log.warn(f"tritonblas: the tuning database cannot be used ({exc}); dispatch falls back to the "
+                 "shipped configs and the heuristic", stacklevel=4)
 
 
 def _open_db():
@@ -136,9 +164,16 @@ def _open_db():
             if path is not None and not path.exists():
                 return None
             _state.db = TuningDB(url, create=False, migrate=False)  # a reader never writes or waits
+            log.get().info("dispatch reads the tuning database %s", _shown(url))
         except Exception as exc:  # any failure to open (even a missing driver) must not fail a matmul
             _warn(exc)
         return _state.db
+
+
+def _shown(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
 
 
 def _db_call(fn):
@@ -190,15 +225,16 @@ def clear_cache() -> None:
     """Forget every cached selection, close the DB and drop the shipped files read: the next call
     looks again (e.g. after a tuning run in another process). The one warning stays given."""
     with _state.lock:
-        _drop_selections()
         _state.forget()
+        _drop_selections()
 
 
 def _drop_selections() -> None:
-    _select_cached.cache_clear()
-    select_config.cache_clear()
+    """Under _state.lock, after the state they came from has changed."""
+    _selections.clear()
     for fn in on_clear:
         fn()
+    _state.generation += 1  # last: a reader of the new generation finds everything above dropped
 
 
 def _arch_key(p: Problem) -> tuple:
@@ -226,8 +262,8 @@ def _shipped(arch: str) -> dict[tuple, object]:
                         if w.key.shape_key() in fallbacks:
                             kernels.setdefault(w.key.arch_key()[1:], fallbacks[w.key.shape_key()])
             except Exception as exc:  # a broken shipped file must not break matmul
-                warnings.warn(f"tritonblas: shipped config file {path} cannot be read ({exc}); "
-                              "it is ignored", RuntimeWarning, stacklevel=4)
+                log.warn(f"tritonblas: shipped config file {path} cannot be read ({exc}); it is ignored",
+                         stacklevel=4)
         _state.shipped[arch] = table
         _state.shipped_kernels[arch] = kernels
         return table
@@ -249,23 +285,23 @@ def _family_ok(config: GemmConfig, enable_streamk: bool | None, backend: str | N
     return backend != "torch" and (enable_streamk is None or config.streamk == enable_streamk)
 
 
-def _usable(config: GemmConfig, problem: Problem, device: DeviceInfo) -> bool:
+def _feasible(config: GemmConfig, problem: Problem, device: DeviceInfo) -> bool:
     """Feasible by the predicate, and not one triton already failed to compile for this problem here."""
     return config_supports(config, problem, device) is None and \
         config not in _state.failed.get((problem, device), ())
 
 
-def report_compile_failure(key: tuple, device: DeviceInfo, config: GemmConfig, exc: BaseException) -> None:
+def report_compile_failure(problem: Problem, device: DeviceInfo, config: GemmConfig,
+                           exc: BaseException) -> None:
     """A dispatched config that triton refused to compile (out of shared memory or registers, where
     the predicate's estimate said it fits) is never selected again for that problem in this process;
     the next selection is the next layer's or the next ranked candidate (ops retries the call)."""
-    problem = Problem(*key)
     with _state.lock:
         _state.failed.setdefault((problem, device), set()).add(config)
         _drop_selections()
-    warnings.warn(f"tritonblas: {config.short()} could not be compiled for {problem.m}x{problem.n}x"
-                  f"{problem.k} {problem.dtype} on {device.name} ({str(exc).splitlines()[0]}); using "
-                  "the next candidate", RuntimeWarning, stacklevel=4)
+    log.warn(f"tritonblas: {config.short()} could not be compiled for {problem.m}x{problem.n}x{problem.k} "
+             f"{problem.dtype} on {device.name} ({str(exc).splitlines()[0]}); using the next candidate",
+             stacklevel=4)
 
 
 def _from_db(problem: Problem, device: DeviceInfo, enable_streamk: bool | None,
@@ -281,13 +317,13 @@ def _from_db(problem: Problem, device: DeviceInfo, enable_streamk: bool | None,
     winner = _db_call(lambda db: db.lookup(key))
     if winner is None:
         return None
-    if _family_ok(winner.config, enable_streamk, backend) and _usable(winner.config, problem, device):
+    if _family_ok(winner.config, enable_streamk, backend) and _feasible(winner.config, problem, device):
         return Selection(winner.config, "db", winner.median_ms, True, problem, device,
                          f"tuned on {winner.key.device_name}" + _vendor_won(winner))
     # The winner is of another family or backend: the fastest fresh measurement of the asked-for one.
     for m in _db_call(lambda db: db.measurements(key)) or []:
         if m.status == "ok" and _family_ok(m.config, enable_streamk, backend) and \
-                _usable(m.config, problem, device):
+                _feasible(m.config, problem, device):
             return Selection(m.config, "db", m.median_ms, True, problem, device, "fastest of its family")
     return None
 
@@ -308,7 +344,7 @@ def _from_shipped(problem: Problem, device: DeviceInfo, enable_streamk: bool | N
         if kernel is None or not _family_ok(kernel.config, enable_streamk, backend):
             return None
         config, ms, why = kernel.config, kernel.median_ms, ": the fastest kernel of its tuning run"
-    if not _usable(config, problem, device):
+    if not _feasible(config, problem, device):
         return None
     return Selection(config, "shipped", ms, True, problem, device,
                      f"configs/{device.arch}.json, tuned on {entry.key.device_name}" + why)
@@ -347,7 +383,7 @@ def _from_neighbor(problem: Problem, device: DeviceInfo, enable_streamk: bool | 
             continue
         if k.layout != problem.layout and not _crosses_layout(w.config, problem):
             continue
-        if not _family_ok(w.config, enable_streamk, backend) or not _usable(w.config, problem, device):
+        if not _family_ok(w.config, enable_streamk, backend) or not _feasible(w.config, problem, device):
             continue
         d, why = _distance(problem, k)
         if w.config.backend == "torch" and d > VENDOR_NEIGHBOR_DISTANCE:
@@ -392,9 +428,8 @@ def _from_heuristic(problem: Problem, device: DeviceInfo, enable_streamk: bool |
                      ranked[0].why())
 
 
-@functools.lru_cache(maxsize=4096)
-def _select_cached(problem: Problem, device: DeviceInfo, enable_streamk: bool | None,
-                   backend: str | None = None) -> Selection:
+def _select(problem: Problem, device: DeviceInfo, enable_streamk: bool | None,
+            backend: str | None) -> Selection:
     if backend == "torch":  # pinned by the caller: nothing to look up
         return Selection(GemmConfig.vendor(), "user", 0.0, False, problem, device,
                          "backend='torch' given by the caller")
@@ -405,26 +440,48 @@ def _select_cached(problem: Problem, device: DeviceInfo, enable_streamk: bool | 
     raise AssertionError("unreachable: the heuristic layer always answers")
 
 
-@functools.lru_cache(maxsize=4096)
-def select_config(key: tuple, device: DeviceInfo, enable_streamk: bool | None,
+def _selection(problem: Problem, device: DeviceInfo, enable_streamk: bool | None = None,
+              backend: str | None = None) -> Selection:
+    """What runs `problem` on `device` and why, cached until the selections are dropped. backend: None
+    (either), "triton" (kernels only) or "torch" (the vendor, pinned). Each decision is logged once
+    (DEBUG) when it is made."""
+    args = (problem, device, enable_streamk, backend)
+    found = _selections.get(args)
+    if found is None:
+        read_at = _state.generation
+        found = _select(problem, device, enable_streamk, backend)
+        if cache_if_current(read_at, _selections, args, found):
+            _log_decision(found)
+    return found
+
+
+def select_config(problem: Problem, device: DeviceInfo, enable_streamk: bool | None = None,
                   backend: str | None = None) -> GemmConfig:
-    """The hot path of matmul: key = (m, n, k, dtype, layout, bias_kind). A hit is one dict lookup.
-    backend: None (either), "triton" (kernels only) or "torch" (the vendor, pinned)."""
-    return _select_cached(Problem(*key), device, enable_streamk, backend).config
+    """The config of `_selection(...)`: what ops plans with."""
+    return _selection(problem, device, enable_streamk, backend).config
 
 
-def check_user_config(config: GemmConfig, m: int, n: int, k: int, dtype: str, device: DeviceInfo,
-                      layout: str = "nn", bias: str = "none") -> None:
+def _log_decision(sel: Selection) -> None:
+    logger = log.get()
+    if logger.isEnabledFor(logging.DEBUG):
+        p = sel.problem
+        only = {None: "", True: " (Stream-K only)", False: " (persistent only)"}[sel.enable_streamk]
+        logger.debug("dispatch %dx%dx%d %s layout=%s bias=%s on %s%s: backend=%s source=%s config=%s",
+                     p.m, p.n, p.k, p.dtype, p.layout, p.bias, sel.device.name, only, sel.backend,
+                     sel.source, sel.describe())
+
+
+def check_user_config(config: GemmConfig, problem: Problem, device: DeviceInfo) -> None:
     """ValueError unless `config` can run this problem; the layout matters (TMA's leading dims)."""
-    if not _user_config_ok(config, m, n, k, dtype, device, layout, bias):
-        require_supported(config, Problem(m, n, k, dtype, layout, bias), device)
+    if not _user_config_ok(config, problem, device):
+        require_supported(config, problem, device)
 
 
 @functools.lru_cache(maxsize=4096)
-def _user_config_ok(config: GemmConfig, m: int, n: int, k: int, dtype: str, device: DeviceInfo,
-                    layout: str, bias: str) -> bool:
-    """Cached feasibility for config= calls (the tuner times candidates through them: keep them cheap)."""
-    return config_supports(config, Problem(m, n, k, dtype, layout, bias), device) is None
+def _user_config_ok(config: GemmConfig, problem: Problem, device: DeviceInfo) -> bool:
+    """Cached feasibility for config= calls (the tuner times candidates through them: keep them cheap).
+    A function of its arguments alone: nothing a drop of the selections changes."""
+    return config_supports(config, problem, device) is None
 
 
 def _check_int(name: str, v: object) -> int:
@@ -487,7 +544,7 @@ def select(m: int, n: int, k: int, dtype: object, *, out_dtype: object = None, l
         require_supported(config, problem, info)
         est = 0.0 if config.backend == "torch" else heuristic.estimate(config, problem, info).total_us / 1000
         return Selection(config, "user", est, False, problem, info, "given by the caller")
-    return _select_cached(problem, info, enable_streamk, backend)
+    return _selection(problem, info, enable_streamk, backend)
 
 
 def _problem(m, n, k, dtype, out_dtype, layout, bias) -> Problem:

@@ -7,7 +7,8 @@ For each feasible candidate the model estimates time from
   - edge waste: tiles past M/N compute zeros that are thrown away,
   - the Stream-K fix-up: each split tile writes and re-reads fp32 partials,
   - memory: bytes moved at the device bandwidth (roofline: the larger of compute and memory wins),
-and ranks candidates by it. `explain` returns the ranked list with each term, so a choice is auditable.
+and ranks candidates by it. `rank` returns the ranked estimates with each term (`Estimate.why`;
+`tritonblas explain` prints them), so a choice is auditable.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import itertools
 import math
 from dataclasses import dataclass
 
+from .arith import cdiv, gemm_flops
 from .config import (
     DTYPE_BYTES,
     DeviceInfo,
@@ -80,10 +82,6 @@ class Estimate:
                 + (f", aligned copy {self.copy_us:.1f}" if self.copy_us else "") + ")")
 
 
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 def tile_efficiency(config: GemmConfig, dtype: str) -> float:
     """Fraction of peak one tile shape sustains in steady state, fitted to an H200 sweep (bf16, 4096^3
     to 8192^3, scripts/sweep.py, 2026-11-29): 128x256x64 760 TFLOP/s, 128x128x64 675, 64x128x64 440,
@@ -140,8 +138,8 @@ def estimate(config: GemmConfig, problem: Problem, device: DeviceInfo) -> Estima
         # 2026-11-30 against the same config on one program per SM: Persistent 6% slower (70 pairs),
         # Stream-K 13% (25 pairs).
         eff *= _OVERSUBSCRIBED_EFFICIENCY[config.streamk]
-    tiles = _cdiv(m, config.block_m) * _cdiv(n, config.block_n)
-    iters = max(_cdiv(k, config.block_k), 1)
+    tiles = cdiv(m, config.block_m) * cdiv(n, config.block_n)
+    iters = max(cdiv(k, config.block_k), 1)
     tile_us = 2 * config.block_m * config.block_n * iters * config.block_k / (per_sm_flops_us * eff)
     programs = min(config.grid or device.sm_count, device.sm_count)
     fixup = 0.0
@@ -151,8 +149,8 @@ def estimate(config: GemmConfig, problem: Problem, device: DeviceInfo) -> Estima
         if split:
             # The kernel's K-aligned split: each leftover tile's K loop in `split` even segments, run at
             # the data-parallel rate (1920x1920x8192 with 128x256 tiles, one segment per tile: 92.3 us
-            # vs Persistent 91.6 us; scripts/streamk_probe.py, 2026-11-30).
-            waves += _cdiv(iters, split) / iters
+            # vs Persistent 91.6 us, H200 2026-11-30; docs/notes/streamk-split.md).
+            waves += cdiv(iters, split) / iters
             if split > 1:
                 # The last arriver reads the split's fp32 partials at about twice one SM's fair share
                 # of bandwidth: 256x256x65536 with 128x128 tiles (33 partials of 64 KB) took 66 us
@@ -160,7 +158,7 @@ def estimate(config: GemmConfig, problem: Problem, device: DeviceInfo) -> Estima
                 per_sm_bytes_us = _BANDWIDTH_TBS[arch] * 1e6 / device.sm_count * 2
                 fixup = split * config.block_m * config.block_n * 4 / per_sm_bytes_us
     else:
-        waves = _cdiv(tiles, max(1, min(programs, tiles)))
+        waves = cdiv(tiles, max(1, min(programs, tiles)))
     compute_us = waves * tile_us + fixup
     useful = m * n
     edge_waste = 1.0 - useful / (tiles * config.block_m * config.block_n) if tiles else 0.0
@@ -168,8 +166,8 @@ def estimate(config: GemmConfig, problem: Problem, device: DeviceInfo) -> Estima
     # A is re-read once per column of tiles in a group sweep, B once per row-group (grouped order).
     # Re-reads under the grouped order are modelled at the default group of 8; other groups are charged
     # in tile_efficiency instead (see _GROUP_EFFICIENCY).
-    a_reads = max(1, _cdiv(n, config.block_n) / max(1, min(_GROUP, _cdiv(m, config.block_m))))
-    b_reads = max(1, _cdiv(m, config.block_m * _GROUP))
+    a_reads = max(1, cdiv(n, config.block_n) / max(1, min(_GROUP, cdiv(m, config.block_m))))
+    b_reads = max(1, cdiv(m, config.block_m * _GROUP))
     bytes_moved = elt * (m * k * min(a_reads, 4) + k * n * min(b_reads, 4)) + DTYPE_BYTES[problem.out] * m * n
     memory_us = bytes_moved / (_BANDWIDTH_TBS[arch] * 1e6) / streaming_efficiency(config, problem)
     if not config.tma and element_wide_loads(problem, config.aligned_copy):
@@ -184,9 +182,9 @@ def estimate(config: GemmConfig, problem: Problem, device: DeviceInfo) -> Estima
 def streamk_split(config: GemmConfig, problem: Problem, programs: int) -> int:
     """K segments per tile that Stream-K's kernel gives each tile left after its full waves of
     `programs` (0 when the tiles fill whole waves): min(programs // leftover tiles, K iterations)."""
-    tiles = _cdiv(problem.m, config.block_m) * _cdiv(problem.n, config.block_n)
+    tiles = cdiv(problem.m, config.block_m) * cdiv(problem.n, config.block_n)
     rest = tiles % programs
-    return min(programs // rest, max(_cdiv(problem.k, config.block_k), 1)) if rest else 0
+    return min(programs // rest, max(cdiv(problem.k, config.block_k), 1)) if rest else 0
 
 
 def splits_tiles(config: GemmConfig, problem: Problem, programs: int) -> bool:
@@ -340,7 +338,7 @@ def vendor_preferred(problem: Problem, device: DeviceInfo, best: Estimate | None
 def roofline_us(problem: Problem, device: DeviceInfo) -> float:
     arch = device.arch if device.arch in _PEAK_TFLOPS else "default"
     rate = _PEAK_TFLOPS[arch]["tf32" if problem.dtype == "fp32" else problem.dtype]
-    flops_us = 2 * problem.m * problem.n * problem.k / (rate * 1e6)
+    flops_us = gemm_flops(problem.m, problem.n, problem.k) / (rate * 1e6)
     elt = DTYPE_BYTES[problem.dtype]
     bytes_us = elt * (problem.m * problem.k + problem.k * problem.n + problem.m * problem.n) / (
         _BANDWIDTH_TBS[arch] * 1e6)

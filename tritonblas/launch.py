@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .arith import cdiv
 from .config import GemmConfig, aligned_leading_dim
 
 
@@ -84,10 +85,6 @@ def _tma_ready(t: torch.Tensor) -> tuple[bool, bool]:
     lead, unit = (s1, s0) if col else (s0, s1)
     ok = unit == 1 and (lead * t.element_size()) % 16 == 0 and t.data_ptr() % 16 == 0
     return ok, col
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 # Scratch: device memory a launch needs besides the caller's tensors, namely the padded copies of
@@ -232,7 +229,7 @@ def _aligned(t: torch.Tensor, slot: int, held: list | None = None, stream: int |
         key = ("pad_copy", src.shape, src.stride(), buf.stride(0), src.dtype, src.device,
                src.data_ptr() % 16 == 0)
         plan = _cached_plan(key, lambda: _Plan(
-            _kernels()[2], _cdiv(rows, _COPY_ROWS) * _cdiv(cols, _COPY_COLS),
+            _kernels()[2], cdiv(rows, _COPY_ROWS) * cdiv(cols, _COPY_COLS),
             (rows, cols, *src.stride(), buf.stride(0)), dict(BLOCK_R=_COPY_ROWS, BLOCK_C=_COPY_COLS), 4, 1,
             None))
         _launch(plan, (src, buf), ())
@@ -263,10 +260,10 @@ _COPY_ROWS, _COPY_COLS = 16, 256
 
 def program_count(config: GemmConfig, m: int, n: int, k: int, sm_count: int) -> int:
     """Programs launched for `config` on an (m, n, k) problem."""
-    tiles = _cdiv(m, config.block_m) * _cdiv(n, config.block_n)
+    tiles = cdiv(m, config.block_m) * cdiv(n, config.block_n)
     grid = config.grid or sm_count
     if config.streamk and k > 0:
-        return max(1, min(grid, tiles * _cdiv(k, config.block_k)))
+        return max(1, min(grid, tiles * cdiv(k, config.block_k)))
     return max(1, min(grid, tiles))
 
 
@@ -391,7 +388,7 @@ def _make_plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Te
     constexprs["INT64"] = needs_int64((a, b, c, bias), partial_floats)
     # K == 0 has no iterations to split: the persistent kernel writes beta * bias (or zeros).
     if streamk:
-        tiles = _cdiv(m, config.block_m) * _cdiv(n, config.block_n)
+        tiles = cdiv(m, config.block_m) * cdiv(n, config.block_n)
         workspace = (partial_floats, tiles % progs)
         return _Plan(streamk_kernel, progs, ints, constexprs, config.num_warps, config.num_stages, workspace,
                      tma=use_tma)

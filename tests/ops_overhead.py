@@ -1,0 +1,119 @@
+"""Host cost of the public ops on a repeated call (a cache hit), every kernel launch stubbed.
+
+Kept with the tests rather than in scripts/ because --baseline imports another tree's private modules.
+
+Usage: TRITON_INTERPRET=1 python tests/ops_overhead.py [--baseline DIR] [--rounds 7] [--trials 3]
+                                                      [--calls 20000]
+A benchmark, not a test. ops.launch_gemm (the binding the public ops launch through) is replaced by a
+no-op, so what is timed is the Python of the call path: the cache lookup, the per-call checks, the
+output allocation and the launch's arguments. 64x64x64 on CPU tensors (the interpreter device),
+backend="triton" (the kernels' path; torch.mm would run for real). Rows:
+  matmul(out=)      tritonblas.matmul(a, b, out=out)
+  matmul            tritonblas.matmul(a, b) (allocates the output)
+  addmm             tritonblas.addmm(bias, a, b, beta=0.5, alpha=2.0)
+  linear            tritonblas.linear(x, w, bias), 2-D x
+  linear 3-D        tritonblas.linear(x, w, bias), x of shape (2, 32, 64)
+  matmul fp32       tritonblas.matmul(a, b) in fp32 (the tf32 flag read per call)
+  linear grad       tritonblas.linear(x, w, bias) with w.requires_grad: the custom op and autograd
+Each trial times every row in turn (thread CPU time: what other processes take of the host is not
+counted). --baseline DIR times the tritonblas package under DIR (e.g. `mkdir /tmp/before; git archive
+HEAD tritonblas tuning_db configs | tar -x -C /tmp/before`) in processes alternating with this tree's,
+--rounds times, --trials trials each, and prints both medians and the median of the round-by-round
+differences, so that the drift of a shared host lands on both alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parents[1]
+
+
+def child(root: str, trials: int, calls: int) -> dict[str, list[float]]:
+    sys.path.insert(0, root)
+    import torch
+
+    import tritonblas
+    from tritonblas import ops
+
+    assert Path(tritonblas.__file__).resolve().is_relative_to(Path(root).resolve()), tritonblas.__file__
+    ops.launch_gemm = lambda *args: None  # the host cost alone
+    torch.manual_seed(0)
+    f16, f32 = torch.float16, torch.float32
+    a, b, w, bias = (torch.randn(64, 64, dtype=f16) for _ in range(4))
+    bias = bias[0].clone()
+    out = torch.empty(64, 64, dtype=f16)
+    x3 = torch.randn(2, 32, 64, dtype=f16)
+    a32, b32 = a.float(), b.float()
+    w_grad = w.clone().requires_grad_()
+    mm, addmm, linear = tritonblas.matmul, tritonblas.addmm, tritonblas.linear
+    rows = {
+        "matmul(out=)": lambda: mm(a, b, out=out, backend="triton"),
+        "matmul": lambda: mm(a, b, backend="triton"),
+        "addmm": lambda: addmm(bias, a, b, beta=0.5, alpha=2.0, backend="triton"),
+        "linear": lambda: linear(a, w, bias, backend="triton"),
+        "linear 3-D": lambda: linear(x3, w, bias, backend="triton"),
+        "matmul fp32": lambda: mm(a32, b32, backend="triton"),
+        "linear grad": lambda: linear(a, w_grad, bias, backend="triton"),
+    }
+    assert f32 is a32.dtype
+    for fn in rows.values():
+        for _ in range(200):
+            fn()
+    runs: dict[str, list[float]] = {name: [] for name in rows}
+    for _ in range(trials):
+        for name, fn in rows.items():
+            t0 = time.thread_time()
+            for _ in range(calls):
+                fn()
+            runs[name].append((time.thread_time() - t0) / calls * 1e6)
+    return runs
+
+
+def run_child(root: Path, trials: int, calls: int) -> dict[str, list[float]]:
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(root)}
+    out = subprocess.run([sys.executable, __file__, "--child", str(root), "--trials", str(trials),
+                          "--calls", str(calls)], capture_output=True, text=True, env=env, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--baseline", help="a directory holding another tree's tritonblas package")
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--trials", type=int, default=3)
+    ap.add_argument("--calls", type=int, default=20000)
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child, args.trials, args.calls)))
+        return
+    trees = {"after": HERE} if not args.baseline else {"before": Path(args.baseline), "after": HERE}
+    runs: dict[str, dict[str, list[float]]] = {t: {} for t in trees}
+    for r in range(args.rounds):
+        order = list(trees) if r % 2 == 0 else list(reversed(trees))
+        for tree in order:
+            for name, values in run_child(trees[tree], args.trials, args.calls).items():
+                runs[tree].setdefault(name, []).append(statistics.median(values))
+    names = list(runs["after"])
+    head = f"{'row':14s}" + "".join(f"{t:>10s}" for t in trees) + ("  after-before" if args.baseline else "")
+    print(f"us per call, median of {args.rounds} rounds x {args.trials} trials x {args.calls} calls")
+    print(head)
+    for name in names:
+        line = f"{name:14s}" + "".join(f"{statistics.median(runs[t][name]):10.2f}" for t in trees)
+        if args.baseline:
+            diff = statistics.median(x - y for x, y in zip(runs["after"][name], runs["before"][name],
+                                                          strict=True))
+            line += f"  {diff:+12.2f}"
+        print(line)
+
+
+if __name__ == "__main__":
+    main()
