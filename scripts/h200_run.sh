@@ -18,6 +18,7 @@
 #                                                 resumable: RESUME=1 for every call after the first
 #               bash scripts/h200_run.sh classes  bench the suite and every class file through dispatch
 #                                                 (BACKEND=triton: the kernels alone)
+#               bash scripts/h200_run.sh verify   GPU suite + large sizes, MLP block (GPU 0); classes (GPU 1)
 #               bash scripts/h200_run.sh mlp      scripts/mlp_step.py: the MLP block, eager and compiled
 # Then here: copy sm_90.json to configs/, `tritonblas db check --shapes scripts/shapes.yaml --file
 # configs/sm_90.json`, commit, and fill docs/benchmarks/h200.md from the JSON files.
@@ -111,6 +112,13 @@ case "${1:-}" in
     bench_files "$FIRST" "classes_a${BACKEND:+_$BACKEND}" "${files[@]:0:half}" &
     [ "$LAST" != "$FIRST" ] || wait
     bench_files "$LAST" "classes_b${BACKEND:+_$BACKEND}" "${files[@]:half}"; wait ;;
+  verify)  # the GPU suite (large sizes and threads included) then the MLP block on the first GPU, while
+    # the second benches the suite and every class file through dispatch (shipped file, empty user DB)
+    ( CUDA_VISIBLE_DEVICES=$FIRST TRITONBLAS_TEST_GPU=1 timeout 330 python3 -m pytest -p no:cacheprovider -n 8 \
+        tests/test_gpu.py tests/test_gpu_large.py > "$OUT/gpu_tests.txt" 2>&1; tail -6 "$OUT/gpu_tests.txt"
+      DEVICES=$FIRST bash "$0" mlp > /dev/null 2>&1; tail -8 "$OUT/mlp.txt" ) &
+    CLASS_FILES="${CLASS_FILES:-scripts/shapes.yaml scripts/classes/*.yaml}" DEVICES=$LAST bash "$0" classes
+    wait ;;
   mlp)  # issue 17: the Llama MLP block forward + backward, ours vs F.linear, eager and compiled
     CUDA_VISIBLE_DEVICES=$FIRST TRITONBLAS_DB=/tmp/none.sqlite timeout 540 python3 scripts/mlp_step.py \
       ${MLP_ARGS:-} ${BACKEND:+--backend "$BACKEND"} --json "$OUT/mlp${BACKEND:+_$BACKEND}.json" 2>&1 \
@@ -134,6 +142,6 @@ case "${1:-}" in
         python3 scripts/tune_quality.py --budget "${QUALITY_BUDGET:-5}" --shapes "${mine%,}" --json "$OUT/quality${gpus[i]}.json" \
         > "$OUT/quality${gpus[i]}.txt" 2>&1; tail -12 "$OUT/quality${gpus[i]}.txt" ) &
     done; wait ;;
-  *) echo "usage: bash scripts/h200_run.sh check|final|probe|compile|overhead|quality|heuristic|tune|tune-all|classes|mlp" >&2
+  *) echo "usage: bash scripts/h200_run.sh check|final|probe|compile|overhead|quality|heuristic|tune|tune-all|classes|verify|mlp" >&2
      exit 2 ;;
 esac
