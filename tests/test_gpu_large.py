@@ -15,8 +15,11 @@ from tritonblas import GemmConfig, launch
 from tritonblas.device import interpreter_enabled
 
 GPU = torch.cuda.is_available() and not interpreter_enabled()
+# A selected config that triton refuses to compile falls back with a RuntimeWarning (issue 21): on the
+# GPU suite that is a failure, so the suite counts them and the count must be zero.
 pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not GPU, reason="needs a CUDA GPU and TRITONBLAS_TEST_GPU=1")]
+              pytest.mark.skipif(not GPU, reason="needs a CUDA GPU and TRITONBLAS_TEST_GPU=1"),
+              pytest.mark.filterwarnings("error:.*could not be compiled:RuntimeWarning")]
 
 BIG = 2**31
 
