@@ -13,8 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
-from tritonblas.cli_bench import BenchRow, fallback_count, geomean, write_plot
-from tritonblas.cli_common import problem_label
+from tritonblas.bench import BenchRow, fallback_count, geomean, write_plot
 from tritonblas.config import GemmConfig, Problem, device_for_arch
 from tritonblas.heuristic import roofline_us
 
@@ -35,7 +34,7 @@ def table(rows: list[BenchRow], arch: str) -> str:
              "| config |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         frac = roofline_us(r.problem, device) / (r.ms * 1e3) if r.ms else None
-        cells = [problem_label(r.problem), _f(r.tflops, ".0f"), _f(r.torch_tflops, ".0f"),
+        cells = [r.problem.short(), _f(r.tflops, ".0f"), _f(r.torch_tflops, ".0f"),
                  _f(r.speedup, ".2f", "x"), _f(frac, ".2f"), r.source,
                  f"`{r.config.short()}`" if r.config else r.status]
         lines.append("| " + " | ".join(cells) + " |")
@@ -50,7 +49,7 @@ def fallbacks_line(rows: list[BenchRow], recorded: bool = True) -> str:
     """The run-time fallbacks of a bench file: their count and the problems that took them."""
     if not recorded:
         return "run-time fallbacks (configs triton refused): not recorded"
-    hit = [f"{problem_label(r.problem)} ({r.fallbacks})" for r in rows if r.fallbacks]
+    hit = [f"{r.problem.short()} ({r.fallbacks})" for r in rows if r.fallbacks]
     return (f"run-time fallbacks (configs triton refused): {fallback_count(rows)}"
             + (f" in {', '.join(hit)}" if hit else ""))
 

@@ -24,10 +24,10 @@ def child(shape: str, count: int, workers: int) -> dict:
 
     import torch
 
-    from tritonblas import benchmark as bm
     from tritonblas.config import Problem
     from tritonblas.device import device_info
-    from tritonblas.tuner import candidate_space
+    from tritonblas.tuning import benchmark as bm
+    from tritonblas.tuning.space import candidate_space
 
     m, n, k = (int(x) for x in shape.split("x"))
     problem = Problem(m, n, k, "bf16")

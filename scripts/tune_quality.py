@@ -62,9 +62,9 @@ def main() -> None:
     args = ap.parse_args()
     import torch
 
-    from tritonblas.benchmark import GpuBenchmark
     from tritonblas.device import device_info
-    from tritonblas.tuner import tune_problem
+    from tritonblas.tuning.benchmark import GpuBenchmark
+    from tritonblas.tuning.tuner import tune_problem
     from tuning_db import TuningDB
 
     if not torch.cuda.is_available():

@@ -24,7 +24,7 @@ def main() -> None:
     ap.add_argument("rows")
     ap.add_argument("--first", default="6,8,12", help="prefix lengths N, comma-separated")
     args = ap.parse_args()
-    from tritonblas.tuner import candidate_space
+    from tritonblas.tuning.space import candidate_space
 
     device = device_for_arch("sm_90", "NVIDIA H200", 132)
     problems = problems_from(json.load(open(args.rows)))

@@ -31,3 +31,12 @@ def db(db_url):
 
     with TuningDB(db_url) as opened:
         yield opened
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    """A CPU box with the interpreter off (the GPU count is faked so this holds on a GPU host too)."""
+    from tritonblas.cli import common
+
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    monkeypatch.setattr(common, "gpu_count", lambda: 0)

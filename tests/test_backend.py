@@ -21,7 +21,9 @@ from tritonblas import dispatch, heuristic
 from tritonblas.cli import app
 from tritonblas.config import INTERPRETER_DEVICE, GemmConfig, Problem, config_supports, device_for_arch
 from tritonblas.ops import _config_from_list, _config_to_list
-from tritonblas.tuner import MIN_TIMED, BenchResult, candidate_space, tune_problem
+from tritonblas.tuning.protocol import BenchResult
+from tritonblas.tuning.space import candidate_space
+from tritonblas.tuning.tuner import MIN_TIMED, tune_problem
 from tuning_db import EnvIdentity, Measurement, ProblemKey, TuningDB, Winner
 from tuning_db.exchange import ConfigFileError, export_file, import_file, load_config_file
 

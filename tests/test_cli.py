@@ -8,8 +8,8 @@ from typer.main import get_command
 from typer.testing import CliRunner
 
 import tritonblas
-from tritonblas import cli_common
 from tritonblas.cli import app, tune_app
+from tritonblas.cli import common as cli_common
 
 DATA = Path(__file__).parent / "data"
 TINY = str(DATA / "tiny.yaml")
@@ -34,7 +34,8 @@ ALL_COMMANDS = list(_commands(get_command(app)))
 
 def test_command_tree_is_complete():
     names = {" ".join(p) for p, _ in ALL_COMMANDS}
-    assert {"tune", "bench", "explain", "db", "db export", "db import", "db check", "db list"} <= names
+    assert {"tune", "bench", "explain", "warmup", "db", "db export", "db import", "db check", "db list",
+            "db show", "db stats", "db prune"} <= names
 
 
 @pytest.mark.parametrize("path", [p for p, _ in ALL_COMMANDS], ids=" ".join)
@@ -49,11 +50,29 @@ def test_every_command_has_help(path):
             assert (param.help or "").strip(), f"{' '.join(path)} {param.opts} has no help"
 
 
-@pytest.mark.parametrize("path", [("tune",), ("bench",), ("explain",), ()])
-def test_main_commands_show_examples(path):
-    result = runner.invoke(app, [*path, "--help"])
-    assert "Examples" in result.output
-    assert "tritonblas" in result.output.split("Examples", 1)[1]
+@pytest.mark.parametrize("path", [(), *(p for p, _ in ALL_COMMANDS)],
+                         ids=lambda p: " ".join(p) or "tritonblas")
+def test_every_command_shows_examples_of_itself(path):
+    """Every command and subcommand (each `db` one too) ends its help with examples that run it."""
+    result = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0 and "Examples" in result.output
+    examples = result.output.split("Examples", 1)[1]
+    assert " ".join(["tritonblas", *path]) + (" " if path else "") in examples
+
+
+def test_tune_app_examples_name_tritonblas_tune():
+    help_text = runner.invoke(tune_app, ["--help"], env={"COLUMNS": "200"}).output
+    assert "tritonblas-tune --shapes" in help_text and "tritonblas tune" not in help_text
+    assert "tritonblas tune --shapes" in runner.invoke(app, ["tune", "--help"], env={"COLUMNS": "200"}).output
+
+
+def test_every_command_attaches_help_one_way():
+    """Each command's help is its function's docstring (cli.common.command), examples included."""
+    import inspect
+
+    for path, cmd in ALL_COMMANDS:
+        if cmd.callback is not None:
+            assert (cmd.help or "").strip() == (inspect.getdoc(cmd.callback) or "").strip(), path
 
 
 def test_tune_app_help_and_version():
@@ -72,13 +91,6 @@ def test_version():
 def test_no_arguments_shows_help():
     result = runner.invoke(app, [])
     assert "Usage" in result.output and "explain" in result.output
-
-
-@pytest.fixture
-def no_gpu(monkeypatch):
-    """A CPU box with the interpreter off (the GPU count is faked so this holds on a GPU host too)."""
-    monkeypatch.setenv("TRITON_INTERPRET", "0")
-    monkeypatch.setattr(cli_common, "gpu_count", lambda: 0)
 
 
 @pytest.mark.parametrize("args", [

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tritonblas import benchmark as benchmark_module
+from tritonblas.bench import BenchRow, geomean, write_plot
 from tritonblas.cli import app
-from tritonblas.cli_bench import BenchRow, geomean, write_plot
 from tritonblas.config import Problem
-from tritonblas.tuner import Benchmark, BenchResult
+from tritonblas.tuning import benchmark as benchmark_module
+from tritonblas.tuning.protocol import Benchmark, BenchResult
 
 runner = CliRunner()
 TINY = Path(__file__).parent / "data" / "tiny.yaml"
@@ -80,7 +80,7 @@ def test_a_wrong_result_is_reported_and_exits_1(timed, tmp_path):
 
 
 def test_bad_device_for_bench(monkeypatch):
-    from tritonblas import cli_common
+    from tritonblas.cli import common as cli_common
 
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     monkeypatch.setattr(cli_common, "gpu_count", lambda: 1)

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tritonblas import benchmark as benchmark_module
 from tritonblas.cli import app
-from tritonblas.cli_workers import Interrupted, run_tuning
 from tritonblas.config import INTERPRETER_DEVICE, Problem
-from tritonblas.tuner import Benchmark, BenchResult
+from tritonblas.tuning import benchmark as benchmark_module
+from tritonblas.tuning.protocol import Benchmark, BenchResult
+from tritonblas.tuning.run import Interrupted, run_tuning
 from tuning_db import ProblemKey, TuningDB
 
 # Distinct m per problem so a fake can single one out; tiny, since nothing real runs.
@@ -58,7 +58,7 @@ class WorkerBench(Benchmark):
 
 def _winners(url: str) -> dict[Problem, object]:
     with TuningDB(url) as db:
-        return {w.key.to_problem(): w for w in db.winners(include_stale=False)}
+        return {Problem.from_key(w.key): w for w in db.winners(include_stale=False)}
 
 
 def test_two_workers_share_the_queue_and_write_one_db(tmp_path):

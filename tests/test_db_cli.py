@@ -9,7 +9,7 @@ import pytest
 from test_db_support import BIG, ENV, SMALL, key, measurement, winner
 from typer.testing import CliRunner
 
-from tritonblas.db_cli import app
+from tritonblas.cli.db import app
 from tuning_db import EnvIdentity, TuningDB
 
 runner = CliRunner()
@@ -62,10 +62,10 @@ def test_export_import_export_is_byte_identical(tuned, tmp_path):
     out = run("export", "--db", tuned, "--arch", "sm_90", "-o", tmp_path / "a.json")
     assert "wrote 1 winners for sm_90 (NVIDIA H200)" in out
     fresh = tmp_path / "fresh.sqlite"
-    assert "imported 1 of 1 entries" in run("import", tmp_path / "a.json", "--db", fresh)
+    assert "imported 1 of 1 entries" in run("import", "--file", tmp_path / "a.json", "--db", fresh)
     run("export", "--db", fresh, "-o", tmp_path / "b.json")  # the only arch there: no --arch needed
     assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
-    out = run("import", tmp_path / "a.json", "--db", fresh, "--policy", "db")
+    out = run("import", "--file", tmp_path / "a.json", "--db", fresh, "--policy", "db")
     assert "imported 0 of 1 entries" in out and "1 kept" in out
 
 
@@ -80,10 +80,10 @@ def test_import_of_a_bad_file_names_the_entry_and_creates_nothing(tuned, tmp_pat
     data["entries"][0]["config"]["num_warps"] = 3
     (tmp_path / "bad.json").write_text(json.dumps(data))
     target = tmp_path / "never.sqlite"
-    out = run("import", tmp_path / "bad.json", "--db", target, code=1)
+    out = run("import", "--file", tmp_path / "bad.json", "--db", target, code=1)
     assert f"{tmp_path / 'bad.json'}: entries[0] (16x64x32): field 'config.num_warps'" in out
     assert not target.exists()
-    run("import", tmp_path / "a.json", "--policy", "newest", "--db", target, code=2)
+    run("import", "--file", tmp_path / "a.json", "--policy", "newest", "--db", target, code=2)
 
 
 def test_list_marks_stale_winners(tuned):
@@ -96,9 +96,9 @@ def test_list_marks_stale_winners(tuned):
 
 
 def test_show_lists_winner_and_measurements(tuned):
-    out = run("show", "16", "64", "32", "--db", tuned)
+    out = run("show", "16", "64", "32", "--dtype", "fp16", "--db", tuned)
     assert BIG.short() in out and "out_of_resources" in out and "needs 300 KB" in out
-    assert "no winner stored for 8x8x8 fp16 nn" in run("show", "8", "8", "8", "--db", tuned, code=1)
+    assert "no winner stored for 8x8x8 bf16 nn" in run("show", "8", "8", "8", "--db", tuned, code=1)
     run("show", "16", "64", "32", "--layout", "xx", "--db", tuned, code=2)
     run("show", "16", "64", "32", "--dtype", "fp64", "--db", tuned, code=2)
 

@@ -24,12 +24,13 @@ import pytest
 from test_db_support import PG_ENV, drop_everything, pg_url_or_skip
 from typer.testing import CliRunner
 
-from tritonblas import benchmark as benchmark_module
 from tritonblas import dispatch
 from tritonblas.cli import app
-from tritonblas.cli_workers import run_tuning, work_loop
 from tritonblas.config import INTERPRETER_DEVICE, Problem
-from tritonblas.tuner import Benchmark, BenchResult, candidate_space
+from tritonblas.tuning import benchmark as benchmark_module
+from tritonblas.tuning.protocol import Benchmark, BenchResult
+from tritonblas.tuning.run import run_tuning, work_loop
+from tritonblas.tuning.space import candidate_space
 from tuning_db import ProblemKey, TuningDB, TuningDBError
 from tuning_db.exchange import export_file, import_file
 
@@ -207,7 +208,7 @@ def _watch(url: str, stop: threading.Event, errors: list[str]) -> int:
 
 
 def _one_round(url: str, rnd: int, worker: int, rows: list, errors: list[str]) -> int:
-    """What a tuning worker does (cli_workers.work_loop: dispatch reading, the tuner writing, in one
+    """What a tuning worker does (tuning.run.work_loop: dispatch reading, the tuner writing, in one
     process), with a reader thread next to it; after each problem dispatch must select the new winner
     from the database. Returns the reader thread's reads."""
     pending = list(enumerate(_problems(rnd, worker)))
@@ -306,7 +307,7 @@ def _stored(urls: list[str]) -> tuple[dict[Problem, object], int]:
     stored, measurements = {}, 0
     for url in dict.fromkeys(urls):
         with TuningDB(url) as db:
-            stored.update({w.key.to_problem(): w.config for w in db.winners()})
+            stored.update({Problem.from_key(w.key): w.config for w in db.winners()})
             measurements += db.stats()["measurements"]
             if not url.startswith("postgresql"):
                 with db._engine.connect() as conn:

@@ -248,10 +248,11 @@ def test_problem_key_from_and_to_problem():
     p = Problem(33, 17, 100, "fp16", "tn", "row", "fp32")
     k = ProblemKey.from_problem(p, device)
     assert (k.a_dtype, k.out_dtype, k.arch, k.sm_count) == ("fp16", "fp32", "sm_90", 132)
-    assert k.to_problem() == p
-    assert ProblemKey.from_problem(Problem(1, 2, 3, "bf16"), device).to_problem() == Problem(1, 2, 3, "bf16")
+    assert Problem.from_key(k) == p
+    bf16 = Problem(1, 2, 3, "bf16")
+    assert Problem.from_key(ProblemKey.from_problem(bf16, device)) == bf16
     with pytest.raises(ValueError, match="mixed operand dtypes"):
-        key(b_dtype="bf16").to_problem()
+        Problem.from_key(key(b_dtype="bf16"))
 
 
 @pytest.mark.parametrize("field,value", [

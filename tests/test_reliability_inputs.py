@@ -30,9 +30,9 @@ from typer.testing import CliRunner
 
 import tritonblas
 from tritonblas import GemmConfig, dispatch
-from tritonblas import benchmark as benchmark_module
 from tritonblas.cli import app
 from tritonblas.config import MAX_GRID
+from tritonblas.tuning import benchmark as benchmark_module
 from tuning_db import EnvIdentity, TuningDB
 from tuning_db import exchange as ex
 
@@ -237,7 +237,7 @@ def _import(tmp: Path, db: Path, good: Path, *edit: object, text: str | None = N
         bad.write_text(json.dumps(_edit(json.loads(good.read_text()), tuple(edit[:-1]), edit[-1])))
     else:
         bad.write_text(text)
-    return runner.invoke(app, ["db", "import", str(bad), "--db", str(db)])
+    return runner.invoke(app, ["db", "import", "--file", str(bad), "--db", str(db)])
 
 
 _CONFIG = ("entries", 2, "config")
@@ -246,7 +246,8 @@ IMPORT_CASES = [
     Case("import_yaml_text", "a YAML file given to import", lambda t, db, g: _import(
         t, db, g, text=GOOD_SHAPES), 1, r"bad.json: invalid JSON"),
     Case("import_pickle_bytes", "a pickle (code) given to import", lambda t, db, g: runner.invoke(
-        app, ["db", "import", str(_bytes(t / "p.json", b"\x80\x04\x95cos\nsystem\n")), "--db", str(db)]),
+        app, ["db", "import", "--file", str(_bytes(t / "p.json", b"\x80\x04\x95cos\nsystem\n")),
+              "--db", str(db)]),
          1, r"p.json: not UTF-8 text"),
     Case("import_infinity_speedup", "speedup: Infinity", lambda t, db, g: _import(
         t, db, g, text=re.sub(r'"speedup": [0-9.e+-]+', '"speedup": Infinity', g.read_text(), count=1)), 1,
@@ -271,7 +272,7 @@ IMPORT_CASES = [
     Case("import_count_huge", "header count 10**9", lambda t, db, g: _import(
         t, db, g, "header", "count", 10**9), 1, r"field 'header.count'"),
     Case("import_directory", "a directory given as the file", lambda t, db, g: runner.invoke(
-        app, ["db", "import", str(t), "--db", str(db)]), 1, r"cannot read config file"),
+        app, ["db", "import", "--file", str(t), "--db", str(db)]), 1, r"cannot read config file"),
 ]
 
 

@@ -27,11 +27,11 @@ from test_tuner import FakeBench
 from typer.testing import CliRunner
 
 import tritonblas
-from tritonblas import benchmark as benchmark_module
 from tritonblas import dispatch
 from tritonblas.cli import app
 from tritonblas.config import INTERPRETER_DEVICE, GemmConfig, Problem
-from tritonblas.tuner import tune_problem
+from tritonblas.tuning import benchmark as benchmark_module
+from tritonblas.tuning.tuner import tune_problem
 from tuning_db import (
     CorruptDatabaseError,
     DatabaseLockedError,

@@ -27,9 +27,12 @@ from triton.compiler.errors import CompilationError
 from triton.runtime.errors import OutOfResources
 
 import tritonblas.ops
-from tritonblas.benchmark import GpuBenchmark
 from tritonblas.config import INTERPRETER_DEVICE, Problem
-from tritonblas.tuner import Benchmark, BenchResult, candidate_space, tune_many, tune_problem
+from tritonblas.tuning.benchmark import GpuBenchmark
+from tritonblas.tuning.protocol import Benchmark, BenchResult
+from tritonblas.tuning.run import tune_problems
+from tritonblas.tuning.space import candidate_space
+from tritonblas.tuning.tuner import tune_problem
 from tuning_db import EnvIdentity, ProblemKey, TuningDB
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -97,9 +100,9 @@ def test_failing_candidates_through_the_real_benchmark_are_recorded_and_never_ch
 _KILLED_TUNER = textwrap.dedent("""
     import os, sys, time, zlib
     from pathlib import Path
-    from tritonblas import benchmark
     from tritonblas.cli import app
-    from tritonblas.tuner import Benchmark, BenchResult
+    from tritonblas.tuning import benchmark
+    from tritonblas.tuning.protocol import Benchmark, BenchResult
     from tuning_db import TuningDB
 
     marker, kill_m, point, shapes, db = Path(sys.argv[1]), int(sys.argv[2]), *sys.argv[3:6]
@@ -160,7 +163,7 @@ def test_killed_tuner_leaves_a_consistent_database_and_a_rerun_resumes(tmp_path,
         stats = db.stats()
         assert stats["winners"] == 2
         problems = [Problem(m, 32, 32, "fp16") for m in KILL_MS]
-        outcomes = tune_many(problems, INTERPRETER_DEVICE, db, bench=_DeterministicBench(),
+        outcomes = tune_problems(problems, INTERPRETER_DEVICE, db, bench=_DeterministicBench(),
                              budget_s=60, top_k=10)
         assert [o.status for o in outcomes] == ["skipped", "skipped", "tuned", "tuned"]
         winners = _winners_by_m(db)
@@ -200,7 +203,7 @@ def _tuner(url: str, seed: int, log: Path) -> None:
     rest = CONCURRENT[1:]
     random.Random(seed).shuffle(rest)
     with TuningDB(url) as db:
-        outcomes = tune_many([CONCURRENT[0], *rest], INTERPRETER_DEVICE, db, budget_s=60, top_k=4,
+        outcomes = tune_problems([CONCURRENT[0], *rest], INTERPRETER_DEVICE, db, budget_s=60, top_k=4,
                              neighbour_seeds=1, bench=_DeterministicBench(slow=(CONCURRENT[0],)))
     log.write_text("\n".join(repr(o.problem) for o in outcomes if o.status == "tuned"))
 
@@ -219,9 +222,9 @@ def test_concurrent_tuners_lose_and_duplicate_no_winner(db_url, tmp_path):
     with TuningDB(db_url) as db:
         winners = db.winners(include_stale=False)
         assert len(winners) == len(CONCURRENT)  # none lost
-        assert {w.key.to_problem() for w in winners} == set(CONCURRENT)  # none duplicated
+        assert {Problem.from_key(w.key) for w in winners} == set(CONCURRENT)  # none duplicated
         for w in winners:
-            space = candidate_space(w.key.to_problem(), INTERPRETER_DEVICE, top_k=4, neighbour_seeds=1)
+            space = candidate_space(Problem.from_key(w.key), INTERPRETER_DEVICE, top_k=4, neighbour_seeds=1)
             assert w.config == min(space, key=lambda c: (_ms(c), space.index(c))), w.key.describe()
             assert len(db.measurements(w.key, env)) == len(space)  # each candidate once
         engine = sa.create_engine(db.url)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from tritonblas.cli import app
-from tritonblas.cli_common import problems_from
+from tritonblas.cli.common import problems_from
 from tritonblas.shapes import load_problems
 
 ROOT = Path(__file__).resolve().parent.parent

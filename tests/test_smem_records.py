@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from tritonblas import heuristic, tuner
+from tritonblas import heuristic
 from tritonblas.config import DeviceInfo, GemmConfig, Problem, config_supports
+from tritonblas.tuning.space import candidate_space
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORDS = json.loads((ROOT / "tests" / "data" / "smem_records.json").read_text())
@@ -117,7 +118,7 @@ def test_heuristic_and_tuner_offer_nothing_over_the_limit(shape, dtype, layout):
     problem = Problem(*shape, dtype, layout)
     over = {c for p, c, shared, _ in JUDGED if p == problem and shared > H200.smem_per_block}
     ranked = [e.config for e in heuristic.rank(problem, H200)]
-    space = tuner.candidate_space(problem, H200)
+    space = candidate_space(problem, H200)
     assert ranked and space
     assert not over & set(ranked) and not over & set(space)
     assert all(config_supports(c, problem, H200) is None for c in ranked + space)

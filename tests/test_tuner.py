@@ -15,17 +15,10 @@ from triton.runtime.errors import OutOfResources
 from tritonblas import heuristic
 from tritonblas.config import INTERPRETER_DEVICE, GemmConfig, Problem, config_supports, device_for_arch
 from tritonblas.launch import program_count
-from tritonblas.tuner import (
-    MIN_TIMED,
-    SEEDS_FIRST,
-    Benchmark,
-    BenchResult,
-    TuningInterrupted,
-    _canonical,
-    candidate_space,
-    tune_many,
-    tune_problem,
-)
+from tritonblas.tuning.protocol import Benchmark, BenchResult
+from tritonblas.tuning.run import Interrupted, tune_problems
+from tritonblas.tuning.space import SEEDS_FIRST, _canonical, candidate_space
+from tritonblas.tuning.tuner import MIN_TIMED, tune_problem
 from tuning_db import TuningDB
 
 H200 = device_for_arch("sm_90", "NVIDIA H200", 132)
@@ -205,15 +198,15 @@ def test_plain_function_benchmark(db):
 
 def test_rerun_skips_fresh_winners_unless_forced(db):
     problems = [P, Problem(64, 128, 256, "fp16", "nt", "column")]
-    first = tune_many(problems, H200, db, bench=FakeBench(), top_k=2, neighbour_seeds=0)
+    first = tune_problems(problems, H200, db, bench=FakeBench(), top_k=2, neighbour_seeds=0)
     assert [o.status for o in first] == ["tuned", "tuned"]
     unused = FakeBench()
-    again = tune_many(problems, H200, db, bench=unused, top_k=2, neighbour_seeds=0)
+    again = tune_problems(problems, H200, db, bench=unused, top_k=2, neighbour_seeds=0)
     assert [o.status for o in again] == ["skipped", "skipped"] and unused.calls == []
     assert [o.winner.config for o in again] == [o.winner.config for o in first]
     forced = FakeBench()
-    assert tune_many(problems[:1], H200, db, bench=forced, force=True, top_k=2, neighbour_seeds=0)[0].status \
-        == "tuned" and forced.calls
+    rows = tune_problems(problems[:1], H200, db, bench=forced, force=True, top_k=2, neighbour_seeds=0)
+    assert rows[0].status == "tuned" and forced.calls
 
 
 def test_ctrl_c_keeps_finished_problems_and_rerun_resumes(db):
@@ -230,15 +223,16 @@ def test_ctrl_c_keeps_finished_problems_and_rerun_resumes(db):
                     raise KeyboardInterrupt
             return super().__call__(config, problem, device, cutoff_ms=cutoff_ms)
 
-    with pytest.raises(TuningInterrupted) as info:
-        tune_many(problems, H200, db, bench=CtrlC(), top_k=2, neighbour_seeds=0, progress=seen.append)
+    with pytest.raises(Interrupted) as info:
+        tune_problems(problems, H200, db, bench=CtrlC(), top_k=2, neighbour_seeds=0,
+                      on_event=lambda ev: ev.row is not None and seen.append(ev.row))
     assert isinstance(info.value, KeyboardInterrupt)
-    assert [o.problem for o in info.value.outcomes] == problems[:2] == [o.problem for o in seen]
-    keys = [o.key for o in info.value.outcomes]
+    assert [o.problem for o in info.value.rows] == problems[:2] == [o.problem for o in seen]
+    keys = [o.key for o in info.value.rows]
     assert all(db.get_winner(k) is not None for k in keys)
     stats = db.stats()  # the interrupted problem wrote nothing, not even its one measured candidate
-    assert stats["winners"] == 2 and stats["measurements"] == sum(len(o.measurements) for o in seen)
-    resumed = tune_many(problems, H200, db, bench=FakeBench(), top_k=2, neighbour_seeds=0)
+    assert stats["winners"] == 2 and stats["measurements"] == sum(o.measured for o in seen)
+    resumed = tune_problems(problems, H200, db, bench=FakeBench(), top_k=2, neighbour_seeds=0)
     assert [o.status for o in resumed] == ["skipped", "skipped", "tuned"]
 
 
@@ -256,7 +250,7 @@ def test_bad_problems_are_refused(db):
     with pytest.raises(TypeError, match="problem"):
         tune_problem((64, 64, 64), H200, db, bench=FakeBench())
     with pytest.raises(ValueError, match="out_dtype"):
-        tune_many([P, Problem(64, 64, 64, "fp16", out_dtype="fp32")], H200, db, bench=FakeBench())
+        tune_problems([P, Problem(64, 64, 64, "fp16", out_dtype="fp32")], H200, db, bench=FakeBench())
     assert db.stats()["measurements"] == 0  # validated up front: not even the good first problem ran
 
 

@@ -8,9 +8,10 @@ import torch
 
 import tritonblas
 from tritonblas import dispatch, ops
-from tritonblas.benchmark import GpuBenchmark
 from tritonblas.config import INTERPRETER_DEVICE, Problem
-from tritonblas.tuner import candidate_space, tune_many
+from tritonblas.tuning.benchmark import GpuBenchmark
+from tritonblas.tuning.run import tune_problems
+from tritonblas.tuning.space import candidate_space
 from tuning_db import TuningDB
 
 # Tiny shapes (each interpreter launch is ~0.1 s): a ragged fp16 one with partial tiles everywhere,
@@ -40,7 +41,7 @@ def operands(p: Problem):
 
 def test_tune_then_matmul_runs_the_db_winner(url, monkeypatch):
     with TuningDB(url) as db:
-        outcomes = tune_many(E2E, INTERPRETER_DEVICE, db, bench=GpuBenchmark(), **SMALL)
+        outcomes = tune_problems(E2E, INTERPRETER_DEVICE, db, bench=GpuBenchmark(), **SMALL)
         for o in outcomes:
             assert o.status == "tuned" and o.torch_ms is not None
             rows = db.measurements(o.key)
@@ -75,7 +76,7 @@ def test_wrong_results_are_caught_by_the_real_benchmark(url, monkeypatch):
 
     monkeypatch.setattr(GpuBenchmark, "_call", staticmethod(call))
     with TuningDB(url) as db:
-        out = tune_many([p], INTERPRETER_DEVICE, db, bench=GpuBenchmark(), **SMALL)[0]
+        out = tune_problems([p], INTERPRETER_DEVICE, db, bench=GpuBenchmark(), **SMALL)[0]
         status = {m.config: m for m in db.measurements(out.key)}
     assert status[broken].status == "wrong_result" and status[broken].rel_error > 5e-3
     assert out.winner.config != broken and status[out.winner.config].status == "ok"

@@ -14,6 +14,7 @@ _WHERE = {
     "GemmConfig": "config", "DeviceInfo": "config", "Problem": "config", "config_supports": "config",
     "matmul": "ops", "addmm": "ops", "linear": "ops",
     "select": "dispatch", "Selection": "dispatch",
+    "warmup": "warm",
 }
 __all__ = [*_WHERE, "__version__"]
 

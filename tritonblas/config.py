@@ -135,17 +135,41 @@ INTERPRETER_DEVICE = DeviceInfo(arch="interpreter", name="triton-interpreter", s
                                 smem_per_block=232448)
 
 
-# Shared memory a program may opt into, by arch: used where only the arch is known (config files).
-ARCH_SMEM_PER_BLOCK = {"sm_90": 232448, "sm_89": 101376, "sm_80": 166912, "sm_86": 101376,
-                       "gfx942": 65536, "gfx90a": 65536, "interpreter": 232448}
+@dataclass(frozen=True)
+class ArchFacts:
+    """What is known of an arch without its device: the shared memory one program may opt into, and the
+    SM (CU) count of a reference part (a device that is present reports its own count)."""
+
+    part: str
+    sm_count: int
+    smem_per_block: int
 
 
-def device_for_arch(arch: str, name: str = "", sm_count: int = 132) -> DeviceInfo:
-    """A DeviceInfo for an arch known only by name (an imported file's header, a DB key)."""
-    if arch not in ARCH_SMEM_PER_BLOCK:
-        raise ValueError(f"unknown arch {arch!r}; known: {', '.join(sorted(ARCH_SMEM_PER_BLOCK))}")
-    return DeviceInfo(arch=arch, name=name or arch, sm_count=sm_count,
-                      smem_per_block=ARCH_SMEM_PER_BLOCK[arch])
+# Used where only the arch is known: config files and database keys (their headers carry the SM count
+# of the device they were tuned on), `explain --arch`. Shared memory is CUDA's per-block opt-in maximum
+# (64 KiB of LDS on AMD). Other parts of an arch differ in SM count: H100 PCIe 114, A40 84, L4 58.
+ARCHS: dict[str, ArchFacts] = {
+    "sm_80": ArchFacts("A100", 108, 166912),
+    "sm_86": ArchFacts("A10", 72, 101376),
+    "sm_89": ArchFacts("L40S", 142, 101376),
+    "sm_90": ArchFacts("H100 SXM / H200", 132, 232448),
+    "sm_100": ArchFacts("B200", 148, 232448),
+    "sm_120": ArchFacts("RTX 5090", 170, 101376),
+    "gfx90a": ArchFacts("MI250X (one GCD)", 110, 65536),
+    "gfx942": ArchFacts("MI300X", 304, 65536),
+    "interpreter": ArchFacts("Triton interpreter", INTERPRETER_DEVICE.sm_count,
+                             INTERPRETER_DEVICE.smem_per_block),
+}
+
+
+def device_for_arch(arch: str, name: str = "", sm_count: int | None = None) -> DeviceInfo:
+    """A DeviceInfo for an arch known only by name (an imported file's header, a DB key, --arch); the SM
+    count is the reference part's (ARCHS) unless given."""
+    facts = ARCHS.get(arch)
+    if facts is None:
+        raise ValueError(f"unknown arch {arch!r}; known: {', '.join(ARCHS)}")
+    return DeviceInfo(arch=arch, name=name or arch, sm_count=sm_count or facts.sm_count,
+                      smem_per_block=facts.smem_per_block)
 
 
 @dataclass(frozen=True)
@@ -163,6 +187,21 @@ class Problem:
     @property
     def out(self) -> DType:
         return self.out_dtype or self.dtype
+
+    @classmethod
+    def from_key(cls, key) -> Problem:
+        """The problem of a tuning_db key (a ProblemKey or GemmShape)."""
+        if key.a_dtype != key.b_dtype:
+            raise ValueError(f"key has mixed operand dtypes {key.a_dtype}/{key.b_dtype}; "
+                             "Problem takes one operand dtype")
+        out = None if key.out_dtype == key.a_dtype else key.out_dtype
+        return cls(key.m, key.n, key.k, key.a_dtype, key.layout, key.bias, out)
+
+    def short(self) -> str:
+        """E.g. "16x6144x4096 fp16 nt +row" (the bias only when there is one)."""
+        out = "" if self.out == self.dtype else f"->{self.out}"
+        return f"{self.m}x{self.n}x{self.k} {self.dtype}{out} {self.layout}" + \
+            ("" if self.bias == "none" else f" +{self.bias}")
 
 
 # Archs whose allocation smem_bytes was fitted to (the interpreter stands for the H200 in tests).
@@ -300,3 +339,28 @@ def require_supported(config: GemmConfig, problem: Problem, device: DeviceInfo) 
     if reason is not None:
         raise ValueError(f"config {config.short()} is not feasible for "
                          f"{problem.m}x{problem.n}x{problem.k} {problem.dtype}: {reason}")
+
+
+def _bind_tuning_db() -> None:
+    """tuning_db, the storage, imports nothing of tritonblas and stores configs as JSON objects. Bound
+    here, where GemmConfig is defined, whatever reads the database in this process (dispatch, the tuner,
+    the CLI) gets GemmConfigs back, config files are checked with `config_supports`, and stale results
+    are told by tritonblas.identity. tuning_db.schemas loads pydantic only, no database."""
+    from tuning_db import schemas
+
+    def supports(config: GemmConfig, key) -> str | None:
+        device = device_for_arch(key.arch, key.device_name, key.sm_count)
+        return config_supports(config, Problem.from_key(key), device)
+
+    def current_env() -> schemas.EnvIdentity:
+        from . import identity  # torch loads here, on first use
+
+        return schemas.EnvIdentity(triton_version=identity.triton_version(),
+                                   torch_version=identity.torch_version(), kernel_hash=identity.kernel_hash(),
+                                   timing_protocol=identity.TIMING_PROTOCOL)
+
+    schemas.bind(config_type=GemmConfig, supports=supports, check_arch=device_for_arch,
+                 is_vendor=lambda config: config.is_vendor, current_env=current_env)
+
+
+_bind_tuning_db()

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 
 import torch
 
 from .config import INTERPRETER_DEVICE, DeviceInfo
+
+_INTERPRETER = ("CPU tensors run only in Triton's interpreter (TRITON_INTERPRET=1, set before triton is "
+                "imported)")
+_NOT_ON_CPU = f"tritonblas runs on CUDA/ROCm tensors and got CPU ones: move them to the GPU; {_INTERPRETER}"
+# select() without tensors on a machine without a GPU asks for the current device and lands here too.
+_NO_GPU = (f"tritonblas runs on CUDA/ROCm devices and this torch sees none; {_INTERPRETER}. To see what "
+           "dispatch selects for a GPU that is not here: tritonblas.select(..., device="
+           "tritonblas.config.device_for_arch('sm_90')) or `tritonblas explain M N K --arch sm_90`")
 
 
 def interpreter_enabled() -> bool:
@@ -18,9 +27,7 @@ def interpreter_enabled() -> bool:
 def device_info(device: torch.device) -> DeviceInfo:
     if device.type == "cpu":
         if not interpreter_enabled():
-            raise RuntimeError(
-                "tritonblas needs CUDA/ROCm tensors; CPU tensors run only in Triton's interpreter "
-                "(set TRITON_INTERPRET=1 before triton is imported)")
+            raise RuntimeError(_NOT_ON_CPU if torch.cuda.is_available() else _NO_GPU)
         return INTERPRETER_DEVICE
     if device.type != "cuda":
         raise RuntimeError(f"tritonblas does not run on device type {device.type!r}")
@@ -62,3 +69,18 @@ def _cuda_device_info(index: int) -> DeviceInfo:
     smem = getattr(props, "shared_memory_per_block_optin", 0) or 101376
     return DeviceInfo(arch=arch, name=props.name, sm_count=props.multi_processor_count,
                       smem_per_block=int(smem), regs_per_sm=getattr(props, "regs_per_multiprocessor", 65536))
+
+
+@contextlib.contextmanager
+def on_device(index: int, interpreter: bool):
+    """Make GPU `index` current (inputs built on "cuda" land there) and yield its DeviceInfo."""
+    if interpreter:
+        yield device_info(torch.device("cpu"))
+        return
+    with torch.cuda.device(index):
+        yield device_info(torch.device("cuda", index))
+
+
+def device_arch(index: int, interpreter: bool) -> str:
+    with on_device(index, interpreter) as info:
+        return info.arch

@@ -19,14 +19,14 @@ from typing import get_args
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from tuning_db.schemas import MAX_DIM
+from tuning_db.textfile import read_bounded_text
+
 from .config import BiasKind, DType, Layout, Problem
-from .textfile import read_bounded_text
 
 DTYPES: tuple[str, ...] = get_args(DType)
 LAYOUTS: tuple[str, ...] = get_args(Layout)
 BIAS_KINDS: tuple[str, ...] = get_args(BiasKind)
-# The tuning database's key bound (ProblemKey): larger dims cannot be stored.
-MAX_DIM = 2**24
 # A shapes file is a short list written by hand; these bounds keep a hostile or mistaken one (a 300 x
 # 300 x 300 grid is three short lines) from exhausting memory before anything is reported.
 MAX_FILE_BYTES = 4 * 2**20
@@ -46,7 +46,7 @@ def _check_dim(v: object) -> object:
     for x in values:
         if isinstance(x, bool) or not isinstance(x, int):
             raise ValueError(f"must be an integer or a list of integers, got {x!r}")
-        if not 1 <= x <= MAX_DIM:
+        if not 1 <= x <= MAX_DIM:  # the tuning database's key bound: larger dims cannot be stored
             raise ValueError(f"must be between 1 and {MAX_DIM}, got {x}")
     return v
 

@@ -4,21 +4,35 @@
     db = TuningDB()                      # $TRITONBLAS_DB, else ~/.cache/tritonblas/tuning.sqlite
     db.upsert_winner(winner); db.get_winner(key)   # a miss (None) when stale or absent
 
-Importing opens no database and reads no environment variable.
+It imports nothing of tritonblas: configs are JSON objects of the type an application binds
+(`schemas.bind`; tritonblas binds its GemmConfig). Importing opens no database and reads no
+environment variable; the names below load on first use (PEP 562), so `tuning_db.schemas` alone does
+not load SQLAlchemy.
 """
 
-from .engine import default_url, normalize_url
-from .errors import (
-    CorruptDatabaseError,
-    DatabaseLockedError,
-    ReadOnlyDatabaseError,
-    SchemaTooNewError,
-    TuningDBError,
-)
-from .migrations import LATEST as SCHEMA_VERSION
-from .schemas import EnvIdentity, GemmShape, Measurement, ProblemKey, Winner, config_json
-from .store import ImportPolicy, TuningDB
+import importlib
 
-__all__ = ["TuningDB", "ProblemKey", "GemmShape", "EnvIdentity", "Measurement", "Winner", "ImportPolicy",
-           "default_url", "normalize_url", "config_json", "SCHEMA_VERSION", "TuningDBError",
-           "CorruptDatabaseError", "SchemaTooNewError", "DatabaseLockedError", "ReadOnlyDatabaseError"]
+_WHERE = {
+    "TuningDB": "store", "ImportPolicy": "store",
+    "ProblemKey": "schemas", "GemmShape": "schemas", "EnvIdentity": "schemas", "Measurement": "schemas",
+    "Winner": "schemas", "config_json": "schemas",
+    "default_url": "engine", "normalize_url": "engine",
+    "TuningDBError": "errors", "CorruptDatabaseError": "errors", "SchemaTooNewError": "errors",
+    "DatabaseLockedError": "errors", "ReadOnlyDatabaseError": "errors",
+}
+__all__ = [*_WHERE, "SCHEMA_VERSION"]
+
+
+def __getattr__(name: str):
+    if name == "SCHEMA_VERSION":
+        value = importlib.import_module(".migrations", __name__).LATEST
+    elif name in _WHERE:
+        value = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
+    else:
+        raise AttributeError(f"module 'tuning_db' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -9,10 +9,10 @@ date says what a reader wants to know (how old the tuning is).
 The header's `schema_version` is the version of this file format, not of the database schema: a
 database migration does not invalidate shipped files.
 
-Import validates the whole file (strict pydantic, no unknown fields, feasible configs via
-`config_supports`, bounded sizes) before it writes anything, then writes every entry in one transaction.
-Files in the package's `configs/` directory are read by dispatch through `load_config_file` as a
-read-only layer under the user's database.
+Import validates the whole file (strict pydantic, no unknown fields, feasible configs by the bound
+application's predicate, `schemas.bind(supports=...)`, bounded sizes) before it writes anything, then
+writes every entry in one transaction. tritonblas ships such files in its `configs/` directory, and
+its dispatch reads them through `load_config_file` as a read-only layer under the user's database.
 """
 
 from __future__ import annotations
@@ -20,19 +20,15 @@ from __future__ import annotations
 import functools
 import json
 import os
-import tempfile
+import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date as Date
 from datetime import datetime
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-
-from tritonblas.config import GemmConfig, Problem, config_supports, device_for_arch
-from tritonblas.textfile import read_bounded_text
 
 from .engine import refuse_database_file
 from .schemas import (
@@ -48,10 +44,14 @@ from .schemas import (
     ProblemKey,
     SmCount,
     Speedup,
+    StoredConfig,
     Winner,
+    binding,
+    holds_config,
     utc,
 )
 from .store import ImportPolicy, TuningDB
+from .textfile import read_bounded_text
 
 FILE_SCHEMA_VERSION = 1
 MAX_FILE_BYTES = 64 * 2**20
@@ -78,26 +78,28 @@ class FileHeader(BaseModel):
     @model_validator(mode="after")
     def _known(self) -> FileHeader:
         if self.schema_version != FILE_SCHEMA_VERSION:
-            raise ValueError(f"schema_version {self.schema_version} is not supported (this tritonblas "
+            raise ValueError(f"schema_version {self.schema_version} is not supported (this version "
                              f"reads version {FILE_SCHEMA_VERSION})")
-        device_for_arch(self.arch)  # an unknown arch is refused with the list of known ones
+        binding().check_arch(self.arch)  # an unknown arch is refused with the list of known ones
         return self
 
 
+@holds_config
 class KernelFallback(BaseModel):
     """The fastest kernel (backend triton) of the tuning run whose winner was torch.mm: what dispatch
     runs for the problem when a call asks for the kernels only (backend="triton")."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
-    config: GemmConfig
+    config: StoredConfig  # the bound config type
     median_ms: Millis
 
 
+@holds_config
 class FileEntry(GemmShape):
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
-    config: GemmConfig
+    config: StoredConfig  # the bound config type
     median_ms: Millis
     torch_ms: Millis | None
     speedup: Speedup | None
@@ -108,6 +110,7 @@ class FileEntry(GemmShape):
     kernel: KernelFallback | None = None  # only on a torch.mm winner (files before it have none)
 
 
+@holds_config
 class ConfigFile(BaseModel):
     """A validated config file: one arch, one device, one triton version and kernel hash."""
 
@@ -120,7 +123,7 @@ class ConfigFile(BaseModel):
     def _consistent(self) -> ConfigFile:
         if self.header.count != len(self.entries):
             raise ValueError(f"header count {self.header.count} != {len(self.entries)} entries")
-        device = device_for_arch(self.header.arch, self.header.device_name, self.header.sm_count)
+        h, bound = self.header, binding()
         seen: dict[tuple, int] = {}
         for i, e in enumerate(self.entries):
             where = f"entries[{i}] ({e.m}x{e.n}x{e.k} {e.a_dtype} {e.layout} bias={e.bias})"
@@ -129,16 +132,17 @@ class ConfigFile(BaseModel):
             seen[e.shape_key()] = i
             if e.a_dtype != e.b_dtype:
                 raise ValueError(f"{where}: mixed operand dtypes {e.a_dtype}/{e.b_dtype} are not supported")
-            problem = Problem(e.m, e.n, e.k, e.a_dtype, e.layout, e.bias, e.out_dtype)
-            reason = config_supports(e.config, problem, device)
+            key = ProblemKey(**{f: getattr(e, f) for f in _ENTRY_KEY}, arch=h.arch,
+                             device_name=h.device_name, sm_count=h.sm_count)
+            reason = bound.supports(e.config, key)
             if reason is not None:
                 raise ValueError(f"{where}: config {e.config.short()} is infeasible on "
                                  f"{self.header.arch}: {reason}")
             if e.kernel is not None:
-                if e.config.backend != "torch" or e.kernel.config.backend != "triton":
+                if not bound.is_vendor(e.config) or bound.is_vendor(e.kernel.config):
                     raise ValueError(f"{where}: a kernel fallback belongs to a torch winner and is a "
                                      "triton config")
-                reason = config_supports(e.kernel.config, problem, device)
+                reason = bound.supports(e.kernel.config, key)
                 if reason is not None:
                     raise ValueError(f"{where}: kernel config {e.kernel.config.short()} is infeasible on "
                                      f"{self.header.arch}: {reason}")
@@ -172,7 +176,7 @@ class ConfigFile(BaseModel):
     def _index(self) -> dict[tuple, FileEntry]:
         return {e.shape_key(): e for e in self.entries}
 
-    def lookup(self, key: ProblemKey, env: EnvIdentity | None = None) -> GemmConfig | None:
+    def lookup(self, key: ProblemKey, env: EnvIdentity | None = None) -> Any:
         """The file's config for `key` on any device of the file's arch; None if absent or stale."""
         if key.arch != self.header.arch or not self.is_fresh(env):
             return None
@@ -238,9 +242,10 @@ def _entry_json(w: Winner, kernel: Measurement | None = None) -> dict[str, Any]:
 
 def _fastest_kernel(db: TuningDB, w: Winner, env: EnvIdentity) -> Measurement | None:
     """For a torch.mm winner, the fastest kernel measured for its problem (fresh for `env`)."""
-    if w.config.backend != "torch":
+    is_vendor = binding().is_vendor
+    if not is_vendor(w.config):
         return None
-    return next((m for m in db.measurements(w.key, env) if m.status == "ok" and m.config.backend == "triton"),
+    return next((m for m in db.measurements(w.key, env) if m.status == "ok" and not is_vendor(m.config)),
                 None)
 
 
@@ -274,7 +279,7 @@ def export_file(db: TuningDB, path: str | Path, arch: str, *, device_name: str |
     """Write the fresh winners of `arch` (one device) to `path`; returns the file as validated."""
     refuse_database_file(Path(path), db.url, "config file to write")
     running = env or EnvIdentity.current()
-    device_for_arch(arch)
+    binding().check_arch(arch)
     picked = _pick(db.winners(arch, include_stale=False, env=running), arch, device_name)
     newest = max(utc(w.created_at) for w in picked)
     header = {"schema_version": FILE_SCHEMA_VERSION, "arch": arch, "device_name": picked[0].key.device_name,
@@ -287,14 +292,20 @@ def export_file(db: TuningDB, path: str | Path, arch: str, *, device_name: str |
 
 
 def _write_atomic(path: Path, text: str) -> None:
+    """Write a temporary file next to `path`, then rename it onto `path`: readers see the old file or
+    the new one, never half of it. The file gets the permissions any new file of the user gets (0666
+    less the umask, as the bench's JSON and plot do), or those of the file it replaces."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
             f.write(text)
+        if path.exists():
+            os.chmod(tmp, path.stat().st_mode & 0o7777)
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
 
 
@@ -329,28 +340,22 @@ def import_config(db: TuningDB, cfg: ConfigFile, path: Path, policy: ImportPolic
     return ImportReport(path, len(cfg.entries), counts["written"], counts["kept"], not cfg.is_fresh(env))
 
 
-def shipped_config_files() -> list[Path]:
-    """The config files that ship inside the package (tritonblas/configs/*.json), sorted by name."""
-    folder = resources.files("tritonblas") / "configs"
-    if not folder.is_dir():
-        return []
-    return sorted(Path(str(p)) for p in folder.iterdir() if p.name.endswith(".json"))
-
-
 @dataclass(frozen=True)
 class Gap:
-    problem: Problem
+    problem: Any  # as given to coverage_gaps
     reason: str
 
 
-def coverage_gaps(problems: Iterable[Problem], arch: str, winners: Iterable[Winner]) -> list[Gap]:
-    """Problems with no fresh winner on `arch` (any device): the CI gate for shipped configs."""
+def coverage_gaps(problems: Iterable[Any], arch: str, winners: Iterable[Winner]) -> list[Gap]:
+    """Problems (GemmShapes, or anything GemmShape.from_problem takes) with no fresh winner on `arch`
+    (any device): the CI gate for shipped configs."""
     by_key: dict[tuple, list[Winner]] = {}
     for w in winners:
         by_key.setdefault(w.key.arch_key(), []).append(w)
     gaps = []
     for p in problems:
-        found = by_key.get((arch, p.m, p.n, p.k, p.dtype, p.dtype, p.out, p.layout, p.bias), [])
+        shape = p if isinstance(p, GemmShape) else GemmShape.from_problem(p)
+        found = by_key.get((arch, *shape.shape_key()), [])
         if not found:
             gaps.append(Gap(p, "no winner"))
         elif all(w.stale for w in found):

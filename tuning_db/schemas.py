@@ -1,18 +1,23 @@
-"""The validated values the tuning database stores and returns: keys, environments, results.
+"""The validated values the tuning database stores and returns: keys, environments, results; and the
+binding through which the application that tunes tells the database what its configs are.
 
-Everything that enters the database or a config file passes through these pydantic models; configs are
-stored as their canonical JSON and read back through GemmConfig's validation, never pickled or eval'ed.
+tuning_db imports nothing of the application (tritonblas). A config is stored as its canonical JSON and
+read back through the bound config type's validation, never pickled or eval'ed. Unbound, a config is a
+`StoredConfig` (any JSON object), every config and arch is accepted and `env=` must be passed where the
+running environment is needed. tritonblas binds when `tritonblas.config` is imported:
+
+    bind(config_type=GemmConfig, supports=..., check_arch=..., is_vendor=..., current_env=...)
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-
-from tritonblas.config import BiasKind, DeviceInfo, DType, GemmConfig, Layout, Problem
 
 # Largest M, N or K a key may hold: 2**24 already makes a 16M x 16M fp16 operand of 512 TiB.
 MAX_DIM = 2**24
@@ -20,6 +25,9 @@ MAX_DIM = 2**24
 MAX_MS = 600_000.0
 # Free text that reaches a terminal or a file header: printable, no control characters.
 _NAME = r"^[^\x00-\x1f\x7f]*$"
+DType = Literal["fp16", "bf16", "fp32"]
+Layout = Literal["nn", "nt", "tn", "tt"]
+BiasKind = Literal["none", "scalar", "row", "column", "full"]
 Dim = Annotated[int, Field(ge=0, le=MAX_DIM)]
 Millis = Annotated[float, Field(gt=0.0, le=MAX_MS)]
 # Constraints reject NaN and infinity too: NaN fails every comparison, infinity the upper bounds.
@@ -32,17 +40,83 @@ KernelHash = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[0-9a-
 DeviceName = Annotated[str, Field(max_length=128, pattern=_NAME)]
 Host = Annotated[str, Field(max_length=255, pattern=_NAME)]
 SmCount = Annotated[int, Field(ge=1, le=4096)]
+# What measuring a candidate came to: ok, or why it did not run correctly.
 Status = Literal["ok", "compile_error", "out_of_resources", "wrong_result", "timeout", "launch_error"]
 Source = Literal["tuned", "imported"]
 
 
-def config_json(config: GemmConfig) -> str:
+class StoredConfig(BaseModel):
+    """A config as stored when no application has bound its config type: any JSON object."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    def __hash__(self) -> int:
+        return hash(config_json(self))
+
+    def short(self) -> str:
+        return config_json(self)
+
+
+@dataclass(frozen=True)
+class Binding:
+    """What the application tells the database (see the module docstring and `bind`)."""
+
+    config_type: type[BaseModel] = StoredConfig
+    supports: Callable[[Any, ProblemKey], str | None] = lambda config, key: None
+    check_arch: Callable[[str], object] = lambda arch: None
+    is_vendor: Callable[[Any], bool] = lambda config: False
+    current_env: Callable[[], EnvIdentity] | None = None
+
+
+_binding = Binding()
+# Models with a `config` field (and models holding them), rebuilt for the bound config type, in order.
+_CONFIG_MODELS: list[type[BaseModel]] = []
+M = TypeVar("M", bound=type[BaseModel])
+
+
+def holds_config(model: M) -> M:
+    """Class decorator: `model`'s `config` field (or a model it holds) takes the bound config type."""
+    _CONFIG_MODELS.append(model)
+    if _binding.config_type is not StoredConfig:
+        _rebuild(model)
+    return model
+
+
+def _rebuild(model: type[BaseModel]) -> None:
+    if "config" in model.model_fields:
+        field = model.model_fields["config"]
+        field.annotation = _binding.config_type if field.is_required() else _binding.config_type | None
+    model.model_rebuild(force=True)
+
+
+def bind(*, config_type: type[BaseModel], supports: Callable[[Any, ProblemKey], str | None],
+         check_arch: Callable[[str], object], is_vendor: Callable[[Any], bool],
+         current_env: Callable[[], EnvIdentity]) -> None:
+    """Bind the application's configs for this process (once; binding again replaces it):
+    - config_type: the pydantic model of a config (frozen, hashable; stored as its JSON);
+    - supports(config, key): None when `config` can run the problem of `key` on its arch, else why
+      not (every entry of a config file is checked before anything is imported);
+    - check_arch(arch): raises ValueError for an arch the application does not know;
+    - is_vendor(config): whether `config` is the vendor GEMM (a config file records, for a problem it
+      won, the fastest other config measured with it);
+    - current_env(): the EnvIdentity of the code running now (the default `env` everywhere)."""
+    global _binding
+    _binding = Binding(config_type, supports, check_arch, is_vendor, current_env)
+    for model in _CONFIG_MODELS:
+        _rebuild(model)
+
+
+def binding() -> Binding:
+    return _binding
+
+
+def config_json(config: BaseModel) -> str:
     """Canonical JSON of a config: the stored form, and the identity of a measured candidate."""
     return json.dumps(config.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
 
 
-def config_from_json(text: str) -> GemmConfig:
-    return GemmConfig.model_validate_json(text)
+def config_from_json(text: str) -> Any:
+    return _binding.config_type.model_validate_json(text)
 
 
 class GemmShape(BaseModel):
@@ -59,6 +133,12 @@ class GemmShape(BaseModel):
     layout: Layout = "nn"
     bias: BiasKind = "none"
 
+    @classmethod
+    def from_problem(cls, problem: Any) -> GemmShape:
+        """From any object with m, n, k, dtype (of A and B), out (of C), layout and bias."""
+        return GemmShape(m=problem.m, n=problem.n, k=problem.k, a_dtype=problem.dtype, b_dtype=problem.dtype,
+                         out_dtype=problem.out, layout=problem.layout, bias=problem.bias)
+
     def shape_key(self) -> tuple:
         return tuple(getattr(self, f) for f in GemmShape.model_fields)
 
@@ -71,17 +151,11 @@ class ProblemKey(GemmShape):
     sm_count: SmCount
 
     @classmethod
-    def from_problem(cls, problem: Problem, device: DeviceInfo) -> ProblemKey:
-        return cls(m=problem.m, n=problem.n, k=problem.k, a_dtype=problem.dtype, b_dtype=problem.dtype,
-                   out_dtype=problem.out, layout=problem.layout, bias=problem.bias, arch=device.arch,
-                   device_name=device.name, sm_count=device.sm_count)
-
-    def to_problem(self) -> Problem:
-        if self.a_dtype != self.b_dtype:
-            raise ValueError(f"key has mixed operand dtypes {self.a_dtype}/{self.b_dtype}; "
-                             "Problem takes one operand dtype")
-        out = None if self.out_dtype == self.a_dtype else self.out_dtype
-        return Problem(self.m, self.n, self.k, self.a_dtype, self.layout, self.bias, out)
+    def from_problem(cls, problem: Any, device: Any) -> ProblemKey:
+        """The key of `problem` (see GemmShape.from_problem) on `device` (anything with arch, name and
+        sm_count)."""
+        return cls(**GemmShape.from_problem(problem).model_dump(), arch=device.arch, device_name=device.name,
+                   sm_count=device.sm_count)
 
     def arch_key(self) -> tuple:
         """The key without the device: a winner tuned on one sm_90 device serves every sm_90 device."""
@@ -108,10 +182,11 @@ class EnvIdentity(BaseModel):
 
     @classmethod
     def current(cls) -> EnvIdentity:
-        from tritonblas import identity  # torch loads here, on first use, not at import
-
-        return cls(triton_version=identity.triton_version(), torch_version=identity.torch_version(),
-                   kernel_hash=identity.kernel_hash(), timing_protocol=identity.TIMING_PROTOCOL)
+        """The running code's identity, as the bound application says (`bind(current_env=...)`)."""
+        if _binding.current_env is None:
+            raise RuntimeError("tuning_db: no application has bound the running environment "
+                               "(tuning_db.schemas.bind(current_env=...)); pass env= explicitly")
+        return _binding.current_env()
 
     def is_fresh_for(self, running: EnvIdentity) -> bool:
         """Fresh: same triton and same kernels. A torch upgrade alone does not change a kernel's speed."""
@@ -119,12 +194,13 @@ class EnvIdentity(BaseModel):
                 and self.kernel_hash == running.kernel_hash)
 
 
+@holds_config
 class Measurement(BaseModel):
     """One timed candidate config; failures are recorded too, so a retune skips them."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    config: GemmConfig
+    config: StoredConfig  # the bound config type (bind)
     status: Status
     median_ms: MeasuredMs | None = None
     p20_ms: MeasuredMs | None = None
@@ -145,13 +221,14 @@ def utc(dt: datetime) -> datetime:
     return dt.replace(tzinfo=timezone.utc) if dt.tzinfo is None else dt.astimezone(timezone.utc)
 
 
+@holds_config
 class Winner(BaseModel):
     """The fastest config found for a key in one environment."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     key: ProblemKey
-    config: GemmConfig
+    config: StoredConfig  # the bound config type (bind)
     median_ms: Millis
     torch_ms: Millis | None = None
     speedup: Speedup | None = None

@@ -224,7 +224,7 @@ class TuningDB:
             by_arch = conn.execute(select(ProblemRow.arch, func.count()).join(
                 WinnerRow, WinnerRow.problem_id == ProblemRow.id).group_by(ProblemRow.arch)
                 .order_by(ProblemRow.arch))
-            return {"database": self.where, "schema_version": current_version(conn, self.where),
+            return {"database": self.where, "db_schema_version": current_version(conn, self.where),
                     "problems": count(conn, ProblemRow), "environments": count(conn, EnvRow),
                     "measurements": count(conn, MeasurementRow), "measurements_by_status": dict(
                         by_status.all()), "winners": total, "fresh_winners": fresh,

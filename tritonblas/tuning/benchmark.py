@@ -15,7 +15,6 @@ nothing there, but verification, statuses and winners are real, which is what th
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import os
 import statistics
 import time
@@ -23,8 +22,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .config import DeviceInfo, GemmConfig, Problem
-from .tuner import Benchmark, BenchResult, error_result
+from ..config import DeviceInfo, GemmConfig, Problem
+from ..parallel import run_first_launches
+from .protocol import Benchmark, BenchResult, error_result
 
 _TORCH = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 # Unit roundoff of the output dtype: the error allowance on top of twice torch's own error.
@@ -144,34 +144,17 @@ class GpuBenchmark(Benchmark):
         triton.language globally while it runs, so there it goes one at a time."""
         inp = self._setup(problem, device)
         todo = [c for c in configs if c not in self._verified]
-        if inp.a.device.type == "cpu" or self.compile_workers <= 1:
-            failures = {}
-            for c in todo:
-                if deadline is not None and time.monotonic() >= deadline:
-                    break
-                if (r := self._verify(c, inp, inp.out)) is not None:
-                    failures[c] = r
-            return failures
-        dev = inp.a.device
-
-        def job(config: GemmConfig) -> BenchResult | None:
-            with torch.cuda.device(dev):
-                return self._verify(config, inp, torch.empty_like(inp.out))
-
-        pool = cf.ThreadPoolExecutor(max_workers=min(self.compile_workers, len(todo) or 1))
-        futures = {pool.submit(job, c): c for c in todo}
-        until = self.compile_timeout_s if deadline is None else max(0.0, deadline - time.monotonic())
-        cf.wait(futures, timeout=until)
-        # Past the deadline: drop what has not started, and let the running compiles finish, so that no
-        # verification launch overlaps the timing that follows. The rest compile on demand.
-        for f in futures:
-            f.cancel()
-        done, pending = cf.wait(futures, timeout=self.compile_timeout_s)
-        pool.shutdown(wait=not pending, cancel_futures=True)
-        failures = {futures[f]: r for f in done if not f.cancelled() and (r := f.result()) is not None}
-        for f in pending:
-            failures[futures[f]] = BenchResult(
-                "timeout", note=f"compile and first run took over {self.compile_timeout_s:.0f} s")
+        on_cpu = inp.a.device.type == "cpu"
+        # Sequentially the candidates share the one output buffer; in threads each takes its own.
+        verified, pending = run_first_launches(
+            todo, lambda c: self._verify(c, inp, inp.out if on_cpu else torch.empty_like(inp.out)),
+            workers=1 if on_cpu else self.compile_workers, cuda_device=None if on_cpu else inp.a.device,
+            deadline=deadline, timeout_s=self.compile_timeout_s)
+        # The candidates dropped at the deadline compile on demand when they are timed.
+        failures = {c: r for c, r in verified.items() if r is not None}
+        for c in pending:
+            failures[c] = BenchResult("timeout", note=f"compile and first run took over "
+                                                      f"{self.compile_timeout_s:.0f} s")
         return failures
 
     def ready(self, config: GemmConfig) -> bool:

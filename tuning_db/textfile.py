@@ -1,4 +1,5 @@
-"""Reading user-supplied text files (shapes.yaml, config files) with a size limit and clear errors."""
+"""Reading user-supplied text files (config files; tritonblas reads shapes.yaml with it too) with a size
+limit and clear errors."""
 
 from __future__ import annotations
 

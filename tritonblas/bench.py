@@ -1,9 +1,10 @@
-"""`tritonblas bench`: ours (through dispatch, as users call it) against torch.mm, in one run.
+"""The benchmark behind `tritonblas bench`: ours (through dispatch, as users call it) against torch.mm.
 
-Both sides run on the same inputs with the tuner's timing protocol (benchmark.GpuBenchmark: do_bench
-median with a cold L2 on a GPU; a wall-clock median of a few runs in Triton's interpreter, where the
-numbers only show that the flow works). Our result is also checked against an fp64 reference, so a
-fast wrong answer is reported as such, never as a speedup.
+Both sides run on the same inputs with the tuner's timing protocol (tuning.benchmark.GpuBenchmark:
+do_bench median with a cold L2 on a GPU; a wall-clock median of a few runs in Triton's interpreter,
+where the numbers only show that the flow works). Our result is also checked against an fp64
+reference, so a fast wrong answer is reported as such, never as a speedup. `run_bench` measures;
+`write_json` and `write_plot` record the rows (scripts/bench_report.py reads the JSON back).
 """
 
 from __future__ import annotations
@@ -15,21 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-import typer
-from rich.table import Table
-
-from .cli_common import (
-    SHAPES_HELP,
-    BackendChoice,
-    console,
-    describe_db,
-    err_console,
-    fail,
-    interpreter_mode,
-    parse_devices,
-    problem_label,
-    problems_from,
-)
+from .arith import tflops
 from .config import DeviceInfo, GemmConfig, Problem
 
 # Wall-clock repetitions per side in the interpreter (the median of them is reported).
@@ -51,8 +38,7 @@ class BenchRow:
     fallbacks: int = 0
 
     def _tflops(self, ms: float | None) -> float | None:
-        p = self.problem
-        return None if not ms else 2.0 * p.m * p.n * p.k / (ms * 1e9)
+        return tflops(self.problem.m, self.problem.n, self.problem.k, ms)
 
     @property
     def tflops(self) -> float | None:
@@ -129,14 +115,15 @@ def _bench_problem(problem: Problem, info: DeviceInfo, bench, caught: list) -> B
 
 
 def run_bench(problems: list[Problem], device: int, db_url: str | None, on_row=lambda row: None,
-              backend: str | None = None
-              ) -> tuple[DeviceInfo, list[BenchRow]]:
+              backend: str | None = None) -> tuple[DeviceInfo, list[BenchRow]]:
+    """Each problem on GPU `device` (the interpreter's CPU "device" under TRITON_INTERPRET=1), dispatch
+    reading the DB at `db_url`; `on_row` sees each row as it is measured."""
     from . import dispatch
-    from .benchmark import GpuBenchmark
-    from .cli_workers import on_device
+    from .device import interpreter_enabled, on_device
+    from .tuning.benchmark import GpuBenchmark
 
     rows = []
-    with dispatch.using_database(db_url), on_device(device, interpreter_mode()) as info:
+    with dispatch.using_database(db_url), on_device(device, interpreter_enabled()) as info:
         bench = GpuBenchmark(cpu_reps=CPU_REPS, backend=backend)
         for p in problems:
             rows.append(bench_problem(p, info, bench))
@@ -144,33 +131,15 @@ def run_bench(problems: list[Problem], device: int, db_url: str | None, on_row=l
     return info, rows
 
 
-def _num(v: float | None, fmt: str, suffix: str = "") -> str:
-    return "-" if v is None else format(v, fmt) + suffix
-
-
-def bench_table(rows: list[BenchRow], title: str) -> Table:
-    table = Table(title=title)
-    for col in ("problem", "ours TFLOP/s", "torch TFLOP/s", "ratio", "ours ms", "torch ms", "source",
-                "config"):
-        table.add_column(col, justify="left" if col in ("problem", "source", "config") else "right")
-    for r in rows:
-        ratio = _num(r.speedup, ".2f", "x") if r.status == "ok" else f"[red]{r.status}[/red]"
-        table.add_row(problem_label(r.problem), _num(r.tflops, ".1f"), _num(r.torch_tflops, ".1f"), ratio,
-                      _num(r.ms, ".4f"), _num(r.torch_ms, ".4f"), r.source or "-",
-                      "-" if r.config is None else r.config.short())
-    gm = geomean([r.speedup for r in rows if r.speedup])
-    table.caption = (f"geomean speedup over torch.mm: {_num(gm, '.3f', 'x')}; run-time fallbacks (configs "
-                     f"triton refused): {fallback_count(rows)}")
-    return table
-
-
 def write_json(path: Path, rows: list[BenchRow], info: DeviceInfo, db_where: str,
                backend: str | None = None) -> None:
+    """Every number, with versions, device and database; a missing folder is created."""
     from . import __version__
+    from .device import interpreter_enabled
     from .identity import torch_version, triton_version
 
     doc = {"tritonblas": __version__, "triton": triton_version(), "torch": torch_version(),
-           "device": info.name, "arch": info.arch, "interpreter": interpreter_mode(), "db": db_where,
+           "device": info.name, "arch": info.arch, "interpreter": interpreter_enabled(), "db": db_where,
            "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
            "geomean_speedup": geomean([r.speedup for r in rows if r.speedup]),
            "fallback_warnings": fallback_count(rows), "backend_restriction": backend,
@@ -179,20 +148,13 @@ def write_json(path: Path, rows: list[BenchRow], info: DeviceInfo, db_where: str
     path.write_text(json.dumps(doc, indent=2) + "\n")
 
 
-def require_matplotlib() -> None:
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        fail("error: --plot needs matplotlib: pip install 'tritonblas[plot]'")
-
-
 def write_plot(path: Path, rows: list[BenchRow], title: str) -> None:
     """Horizontal bars of speedup per problem: green where we beat torch.mm, red where we lose."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     shown = [r for r in rows if r.speedup]
-    labels = [problem_label(r.problem) for r in shown]
+    labels = [r.problem.short() for r in shown]
     values = [r.speedup for r in shown]
     fig = Figure(figsize=(9, 1.5 + 0.32 * max(len(shown), 1)), layout="constrained")
     FigureCanvasAgg(fig)  # no display: render to a file through Agg
@@ -206,68 +168,9 @@ def write_plot(path: Path, rows: list[BenchRow], title: str) -> None:
     ax.set_xlim(0, max([1.2, *values]) * 1.15)
     ax.set_xlabel("speedup over torch.mm (torch time / tritonblas time; > 1 is faster)")
     gm = geomean(values)
-    ax.set_title(f"{title}\ngeomean {_num(gm, '.3f', 'x')} over {len(shown)} problems", fontsize=10)
+    ax.set_title(f"{title}\ngeomean {'-' if gm is None else f'{gm:.3f}x'} over {len(shown)} problems",
+                 fontsize=10)
     if not shown:
         ax.text(0.5, 0.5, "no problem ran correctly on both sides", ha="center", transform=ax.transAxes)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
-
-
-BENCH_HELP = """Benchmark tritonblas (through dispatch, as users call it) against torch.mm, side by side.
-
-Prints TFLOP/s of both, the ratio per problem and the geomean; checks our results against an fp64
-reference. Exit code 1 if any problem gives a wrong result or fails to run.
-
-**Examples**
-
-```
-tritonblas bench --shapes shapes.yaml
-tritonblas bench --shapes shapes.yaml --db tuned.sqlite --json bench.json --plot bench.png
-tritonblas bench --shapes shapes.yaml --backend triton    # the kernels alone, never torch.mm
-```
-"""
-
-
-def bench(shapes: list[Path] = typer.Option(..., "--shapes", help=SHAPES_HELP),
-          db: str = typer.Option(None, "--db", help="Tuning database dispatch reads "
-                                 "(default: $TRITONBLAS_DB, else ~/.cache/tritonblas/tuning.sqlite)."),
-          dtypes: str = typer.Option(None, "--dtypes", help="Replace the file's dtypes, e.g. bf16,fp16."),
-          device: int = typer.Option(0, "--device", help="GPU index to run on."),
-          json_out: Path = typer.Option(None, "--json", help="Write every number to this JSON file."),
-          plot: Path = typer.Option(None, "--plot", help="Write a PNG bar chart of speedup per problem."),
-          backend: BackendChoice = typer.Option(None, "--backend", help="What our side may run: triton (the "
-                                                "kernels only) or torch (torch.mm pinned); default: "
-                                                "dispatch decides, as users call it."),
-          ) -> None:
-    problems = problems_from(shapes, dtypes)
-    parse_devices(str(device), "--device")
-    if plot is not None:
-        require_matplotlib()
-    db_where = describe_db(db)
-
-    def show(row: BenchRow) -> None:
-        ratio = _num(row.speedup, ".2f", "x") if row.status == "ok" else row.status
-        console.print(f"{problem_label(row.problem):28} {ratio}", markup=False)
-
-    info, rows = run_bench(problems, device, db, show, None if backend is None else backend.value)
-    title = (f"tritonblas vs torch.mm on {info.name}" + (" (interpreter)" if interpreter_mode() else "")
-             + ("" if backend is None else f", backend={backend.value}"))
-    console.print(bench_table(rows, title))
-    try:
-        if json_out is not None:
-            write_json(json_out, rows, info, db_where, None if backend is None else backend.value)
-            console.print(f"wrote {json_out}", markup=False)
-        if plot is not None:
-            write_plot(plot, rows, title)
-            console.print(f"wrote {plot}", markup=False)
-    except OSError as e:
-        fail(f"error: cannot write {e.filename}: {e.strerror}", code=1)
-    bad = [r for r in rows if r.status != "ok"]
-    for r in bad:
-        err_console.print(f"failed: {problem_label(r.problem)}: {r.status} {r.note}".rstrip(), markup=False)
-    if bad:
-        fail(f"{len(bad)} of {len(rows)} problems did not run correctly", code=1)
-
-
-bench.__doc__ = BENCH_HELP
-

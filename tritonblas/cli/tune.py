@@ -1,4 +1,7 @@
-"""`tritonblas-tune` (also `tritonblas tune`): tune a shapes file into the database, with live progress."""
+"""`tritonblas tune` (also `tritonblas-tune`): tune shapes files into the database, with live progress.
+
+Thin over `tuning.run.run_tuning` (one device here, several through worker processes) and `tuning.shard`.
+"""
 
 from __future__ import annotations
 
@@ -20,50 +23,31 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from .cli_common import (
+from ..config import Problem
+from ..tuning.run import Event, Interrupted, TuneRow, run_tuning
+from .common import (
+    CREATES_FOLDERS,
+    DB_HELP,
+    DTYPES_HELP,
     SHAPES_HELP,
+    check_output,
     configure_console,
     console,
     err_console,
     fail,
     interpreter_mode,
+    num,
     open_db,
     parse_devices,
-    problem_label,
     problems_from,
+    say,
     shapes_label,
     version_option,
 )
-from .cli_workers import Event, Interrupted, TuneRow, device_arch, run_tuning
-from .config import Problem
-
-TUNE_HELP = """Tune every problem of a shapes file and store the winners in the tuning database.
-
-Each problem's candidates are compiled, checked against an fp64 reference and timed next to torch.mm;
-the fastest correct one is stored. On a GPU torch.mm itself is one of the candidates (config `torch`),
-so a problem where it is fastest stores it as the winner and dispatch runs it there. Problems that
-already have a fresh winner are skipped, so an interrupted run resumes where it stopped. Every winner
-is read back from the database before it is reported. Exit code 1 if any problem ends without a
-verified winner, or with one the database does not hold.
-
-**Examples**
-
-```
-tritonblas-tune --shapes shapes.yaml
-tritonblas-tune --shapes shapes.yaml --dtypes bf16 --devices 0,1 --budget-s 20
-tritonblas-tune --shapes shapes.yaml --shapes classes/linear.yaml   # several files, one run
-tritonblas-tune --shapes shapes.yaml --db postgresql://tuner@db/tb --export configs/{arch}.json
-TRITON_INTERPRET=1 tritonblas-tune --shapes tiny.yaml --db /tmp/t.sqlite  # CPU dry run
-```
-"""
 
 
 def winner_text(row: TuneRow) -> str:
     return "-" if row.config is None else row.config.short()
-
-
-def _num(v: float | None, fmt: str) -> str:
-    return "-" if v is None else format(v, fmt)
 
 
 def summary_table(rows: list[TuneRow]) -> Table:
@@ -73,8 +57,8 @@ def summary_table(rows: list[TuneRow]) -> Table:
                          no_wrap=col in ("problem", "winner"))
     for r in rows:
         status = r.status if r.ok else f"[red]{r.status}[/red]"
-        table.add_row(problem_label(r.problem), status, winner_text(r), _num(r.tflops, ".1f"),
-                      _num(r.speedup, ".2f") + ("x" if r.speedup else ""), r.previous or "-", r.device,
+        table.add_row(r.problem.short(), status, winner_text(r), num(r.tflops, ".1f"),
+                      num(r.speedup, ".2f") + ("x" if r.speedup else ""), r.previous or "-", r.device,
                       f"{r.elapsed_s:.1f}s")
     return table
 
@@ -93,7 +77,7 @@ class _Display:
             self.lines[ev.device] = self.progress.add_task("", total=None, device=True)
         line = self.lines.get(ev.device)
         if ev.kind == "start" and line is not None:
-            label = problem_label(self.problems[ev.index])
+            label = self.problems[ev.index].short()
             self.progress.reset(line, description=f"  {ev.device}: {label}", total=None)
         elif ev.kind == "done" and ev.row is not None:
             self.progress.advance(self.overall)
@@ -112,11 +96,11 @@ class _Display:
 
 
 def _log_line(r: TuneRow) -> str:
-    head = f"{r.status:9} {problem_label(r.problem):28} [{r.device}]"
+    head = f"{r.status:9} {r.problem.short():28} [{r.device}]"
     if not r.ok:
         return f"{head} {r.reason}"
     speed = f", {r.speedup:.2f}x torch.mm" if r.speedup else ""
-    return f"{head} {winner_text(r)} {_num(r.tflops, '.1f')} TFLOP/s{speed}"
+    return f"{head} {winner_text(r)} {num(r.tflops, '.1f')} TFLOP/s{speed}"
 
 
 class _OverallOnly(ProgressColumn):
@@ -142,6 +126,8 @@ def _export(db_url: str, pattern: Path, device: int) -> None:
     from tuning_db import TuningDBError
     from tuning_db.exchange import export_file
 
+    from ..device import device_arch
+
     arch = device_arch(device, interpreter_mode())
     path = Path(str(pattern).replace("{arch}", arch))
     with open_db(db_url) as db:
@@ -149,7 +135,7 @@ def _export(db_url: str, pattern: Path, device: int) -> None:
             cfg = export_file(db, path, arch)
         except (TuningDBError, ValueError, OSError) as e:
             fail(f"error: --export {path}: {e}", code=1)
-    console.print(f"exported {cfg.header.count} winners for {arch} to {path}", markup=False)
+    say(f"exported {cfg.header.count} winners for {arch} to {path}")
 
 
 def _check_options(budget_s: float, export: Path | None) -> None:
@@ -157,30 +143,68 @@ def _check_options(budget_s: float, export: Path | None) -> None:
         fail(f"error: --budget-s must be a positive number of seconds, got {budget_s}")
     if export is not None and export.is_dir():
         fail(f"error: --export {export} is a directory; give a file such as configs/{{arch}}.json")
+    check_output(export, "--export")
+
+
+def _shard(problems: list[Problem], shard: str | None) -> tuple[list[Problem], str]:
+    """This host's part of the problems (`--shard`), and how to say so."""
+    if shard is None:
+        return problems, ""
+    from ..tuning.shard import parse_shard
+
+    try:
+        part = parse_shard(shard)
+    except ValueError as e:
+        fail(f"error: --shard: {e}")
+    return part.take(problems), f" (shard {part} of {len(problems)})"
 
 
 def tune(shapes: list[Path] = typer.Option(..., "--shapes", help=SHAPES_HELP),
-         db: str = typer.Option(None, "--db", help="Database URL or SQLite file "
-                                "(default: $TRITONBLAS_DB, else ~/.cache/tritonblas/tuning.sqlite)."),
-         dtypes: str = typer.Option(None, "--dtypes", help="Replace the file's dtypes, e.g. bf16,fp16."),
-         devices: str = typer.Option(None, "--devices", help="GPUs to use, e.g. 0,1: one worker process "
+         db: str = typer.Option(None, "--db", help=DB_HELP),
+         dtypes: str = typer.Option(None, "--dtypes", help=DTYPES_HELP),
+         devices: str = typer.Option(None, "--devices", help="GPU indices, e.g. 0,1: one worker process "
                                      "each, all writing the same database (default: GPU 0)."),
          budget_s: float = typer.Option(10.0, "--budget-s", help="Timing budget per problem, seconds."),
          force: bool = typer.Option(False, "--force",
                                     help="Retune problems that already have a fresh winner."),
+         shard: str = typer.Option(None, "--shard", help="Tune only shard I of N of the problems (I from "
+                                   "0; every problem is in exactly one shard), e.g. 0/4; 'auto' reads a "
+                                   "Slurm array's SLURM_ARRAY_TASK_ID/COUNT, 'auto/N' also a Kubernetes "
+                                   "Indexed Job's JOB_COMPLETION_INDEX."),
          export: Path = typer.Option(None, "--export", help="Afterwards write the arch's winners to this "
-                                     "file; {arch} in it becomes the arch, e.g. configs/{arch}.json."),
+                                     "file; {arch} in it becomes the arch, e.g. configs/{arch}.json. "
+                                     + CREATES_FOLDERS),
          version: bool = version_option()) -> None:
+    """Tune every problem of a shapes file and store the winners in the tuning database.
+
+    Each problem's candidates are compiled, checked against an fp64 reference and timed next to
+    torch.mm; the fastest correct one is stored. On a GPU torch.mm itself is one of the candidates
+    (config `torch`), so a problem where it is fastest stores it as the winner and dispatch runs it
+    there. Problems that already have a fresh winner are skipped, so an interrupted run resumes where it
+    stopped. Every winner is read back from the database before it is reported. Exit code 1 if any
+    problem ends without a verified winner, or with one the database does not hold.
+
+    **Examples**
+
+    ```
+    tritonblas tune --shapes shapes.yaml
+    tritonblas tune --shapes shapes.yaml --dtypes bf16 --devices 0,1 --budget-s 20
+    tritonblas tune --shapes shapes.yaml --shapes classes/linear.yaml   # several files, one run
+    tritonblas tune --shapes shapes.yaml --db postgresql://tuner@db/tb --export configs/{arch}.json
+    tritonblas tune --shapes shapes.yaml --db "$TB_URL" --shard auto   # one task of a Slurm array
+    TRITON_INTERPRET=1 tritonblas tune --shapes tiny.yaml --db /tmp/t.sqlite  # CPU dry run
+    ```
+    """
     configure_console()
-    problems = problems_from(shapes, dtypes)
+    problems, part = _shard(problems_from(shapes, dtypes), shard)
     device_ids = parse_devices(devices)
     _check_options(budget_s, export)
-    with open_db(db) as opened:  # created and migrated once here, before workers race to do it
+    with open_db(db, create=True) as opened:  # created and migrated once here, before workers race to
         url = opened.url
     options = {"budget_s": budget_s, "force": force}
-    console.print(f"tuning {len(problems)} problems from {shapes_label(shapes)} on {len(device_ids)} "
-                  f"device(s) into {opened.where}" + (" (Triton interpreter: timings are meaningless)"
-                                       if interpreter_mode() else ""), markup=False)
+    say(f"tuning {len(problems)} problems{part} from {shapes_label(shapes)} on {len(device_ids)} "
+        f"device(s) into {opened.where}"
+        + (" (Triton interpreter: timings are meaningless)" if interpreter_mode() else ""))
     try:
         rows = _run_with_progress(problems, device_ids, url, options)
     except Interrupted as stop:
@@ -193,9 +217,6 @@ def tune(shapes: list[Path] = typer.Option(..., "--shapes", help=SHAPES_HELP),
         _export(url, export, device_ids[0])
     if bad:
         fail(f"{bad} of {len(rows)} problems have no verified winner", code=1)
-
-
-tune.__doc__ = TUNE_HELP
 
 
 def _run_with_progress(problems: list[Problem], device_ids: list[int], url: str, options: dict
@@ -214,7 +235,7 @@ def _report_failures(rows: list[TuneRow]) -> int:
     """Print the outcome; the number of problems without a verified winner."""
     bad = [r for r in rows if not r.ok]
     for r in bad:
-        err_console.print(f"failed: {problem_label(r.problem)}: {r.reason or r.status}", markup=False)
+        err_console.print(f"failed: {r.problem.short()}: {r.reason or r.status}", markup=False)
     tuned = sum(r.status == "tuned" for r in rows)
     skipped = sum(r.status == "skipped" for r in rows)
     console.print(f"done: {tuned} tuned, {skipped} already had a fresh winner"

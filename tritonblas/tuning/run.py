@@ -1,4 +1,8 @@
-"""Tuning over several GPUs: one worker process per device, problems handed out from a shared queue.
+"""A tuning run: many problems, on one device or over several GPUs (one worker process per device,
+problems handed out from a shared queue), or one shard of a shapes file on one host of many.
+
+The one tuning loop is `_loop`: `tune_problems` runs it in this process on a given device and database;
+`run_tuning` runs it in this process for one device or in one spawned worker per device (`work_loop`).
 
 Every worker opens the same database URL and commits each problem as it finishes (the DB serialises
 writers), so rows from all devices land in one place and an interrupted run keeps what is done. The
@@ -18,11 +22,12 @@ import dataclasses
 import multiprocessing as mp
 import queue
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .config import DeviceInfo, GemmConfig, Problem
+from ..arith import tflops
+from ..config import DeviceInfo, GemmConfig, Problem
 
 RowStatus = Literal["tuned", "skipped", "no_winner", "failed"]
 # How long the parent waits for a result before checking that its workers are still alive.
@@ -44,6 +49,9 @@ class TuneRow:
     reason: str = ""
     elapsed_s: float = 0.0
     winner: Any = None  # the tuning_db Winner this row reports as stored (pydantic: it pickles)
+    key: Any = None  # the problem's tuning_db ProblemKey on this device (None when it never got that far)
+    candidates: int = 0  # the size of its candidate space
+    measured: int = 0  # the candidates measured (and recorded, failures included) by this run
 
     @property
     def ok(self) -> bool:
@@ -51,8 +59,7 @@ class TuneRow:
 
     @property
     def tflops(self) -> float | None:
-        p = self.problem
-        return None if not self.median_ms else 2.0 * p.m * p.n * p.k / (self.median_ms * 1e9)
+        return tflops(self.problem.m, self.problem.n, self.problem.k, self.median_ms)
 
     @property
     def speedup(self) -> float | None:
@@ -83,27 +90,8 @@ def device_label(index: int, interpreter: bool) -> str:
     return f"cpu{index}" if interpreter else f"cuda:{index}"
 
 
-@contextlib.contextmanager
-def on_device(index: int, interpreter: bool):
-    """Make GPU `index` current (inputs built on "cuda" land there) and yield its DeviceInfo."""
-    import torch
-
-    from .device import device_info
-
-    if interpreter:
-        yield device_info(torch.device("cpu"))
-        return
-    with torch.cuda.device(index):
-        yield device_info(torch.device("cuda", index))
-
-
-def device_arch(index: int, interpreter: bool) -> str:
-    with on_device(index, interpreter) as info:
-        return info.arch
-
-
 def _previous_source(problem: Problem, info: DeviceInfo) -> str:
-    from . import dispatch
+    from .. import dispatch
 
     dispatch.clear_cache()  # problems tuned earlier in this run are neighbours now
     try:
@@ -116,12 +104,12 @@ def _previous_source(problem: Problem, info: DeviceInfo) -> str:
 def tune_one(index: int, problem: Problem, info: DeviceInfo, db, label: str,
              options: dict[str, Any]) -> TuneRow:
     """Tune one problem; any failure becomes a row with the reason, never a lost worker."""
+    from tuning_db import TuningDBError
+
     from .tuner import tune_problem
 
     start = time.monotonic()
     previous = _previous_source(problem, info)
-    from tuning_db import TuningDBError
-
     try:
         out = tune_problem(problem, info, db, **options)
     except TuningDBError:
@@ -133,7 +121,7 @@ def tune_one(index: int, problem: Problem, info: DeviceInfo, db, label: str,
     torch_ms = w.torch_ms if w is not None and out.torch_ms is None else out.torch_ms
     row = TuneRow(index, problem, out.status, label, None if w is None else w.config,
                   None if w is None else w.median_ms, torch_ms, previous, out.reason,
-                  time.monotonic() - start, w)
+                  time.monotonic() - start, w, out.key, out.candidates, len(out.measurements))
     return read_back(db, row)
 
 
@@ -177,19 +165,64 @@ def verify_rows(rows: list[TuneRow], db_url: str | None) -> list[TuneRow]:
         return [read_back(db, r) for r in rows]
 
 
+def _loop(next_task: Callable[[], tuple[int, Problem] | None], emit: Callable[[Event], None],
+          info: DeviceInfo, db, label: str, options: dict[str, Any]) -> None:
+    """The tuning loop: take problems until `next_task` gives None, tuning each on `info` into `db`."""
+    while (task := next_task()) is not None:
+        index, problem = task
+        emit(Event("start", label, index))
+        emit(Event("done", label, index, row=tune_one(index, problem, info, db, label, options)))
+
+
 def work_loop(next_task: Callable[[], tuple[int, Problem] | None], emit: Callable[[Event], None],
               device: int, interpreter: bool, db_url: str | None, options: dict[str, Any]) -> None:
-    """Take problems until `next_task` gives None, tuning each on `device` into the DB at `db_url`."""
+    """The loop on GPU `device` (a CPU "device" in the interpreter), into its own connection to the DB at
+    `db_url`, with dispatch reading the same DB (what each problem's `previous` source says)."""
     from tuning_db import TuningDB
 
-    from . import dispatch
+    from .. import dispatch
+    from ..device import on_device
 
-    label = device_label(device, interpreter)
     with dispatch.using_database(db_url), TuningDB(db_url) as db, on_device(device, interpreter) as info:
-        while (task := next_task()) is not None:
-            index, problem = task
-            emit(Event("start", label, index))
-            emit(Event("done", label, index, row=tune_one(index, problem, info, db, label, options)))
+        _loop(next_task, emit, info, db, device_label(device, interpreter), options)
+
+
+def _in_process(problems: list[Problem], on_event: Callable[[Event], None]):
+    """For the loop in this process: the problems in order as tasks, and an event sink that collects
+    the rows (the list returned) before passing each event on."""
+    pending = list(enumerate(problems))
+    rows: list[TuneRow] = []
+
+    def emit(ev: Event) -> None:
+        if ev.row is not None:
+            rows.append(ev.row)
+        on_event(ev)
+
+    return (lambda: pending.pop(0) if pending else None), emit, rows
+
+
+def tune_problems(problems: Iterable[Problem], device: DeviceInfo, db, *,
+                  on_event: Callable[[Event], None] = lambda ev: None, **options: Any) -> list[TuneRow]:
+    """Tune each problem in turn on `device` (a DeviceInfo; no GPU is selected) into `db`, an open
+    TuningDB; `options` go to tuner.tune_problem. One row per problem, in order; a rerun skips the
+    problems that have a fresh winner. Every problem is checked before any is tuned.
+
+    Ctrl-C raises Interrupted (a KeyboardInterrupt) with the rows finished before it: their results are
+    committed; the interrupted problem wrote nothing.
+    """
+    from .. import dispatch
+    from .tuner import check_problem
+
+    problems = list(problems)
+    for p in problems:
+        check_problem(p)
+    next_task, emit, rows = _in_process(problems, on_event)
+    try:
+        with dispatch.using_database(db.url):
+            _loop(next_task, emit, device, db, device.name, options)
+    except KeyboardInterrupt:
+        raise Interrupted(rows) from None
+    return rows
 
 
 def _worker_main(device: int, interpreter: bool, db_url: str | None, options: dict[str, Any],
@@ -325,18 +358,11 @@ def run_tuning(problems: list[Problem], devices: list[int], db_url: str | None, 
 
 def _run_here(problems: list[Problem], device: int, interpreter: bool, db_url: str | None,
               options: dict[str, Any], on_event: Callable[[Event], None]) -> list[TuneRow]:
-    pending = list(enumerate(problems))
-    rows: list[TuneRow] = []
-
-    def emit(ev: Event) -> None:
-        if ev.row is not None:
-            rows.append(ev.row)
-        on_event(ev)
-
     from tuning_db import TuningDBError
 
+    next_task, emit, rows = _in_process(problems, on_event)
     try:
-        work_loop(lambda: pending.pop(0) if pending else None, emit, device, interpreter, db_url, options)
+        work_loop(next_task, emit, device, interpreter, db_url, options)
     except KeyboardInterrupt:
         raise Interrupted(rows) from None
     except TuningDBError as exc:  # results cannot be stored: the rest fail with the reason, untried

@@ -1,0 +1,114 @@
+"""The layout by job (issue 14): no import cycle anywhere, and tuning_db importing nothing of tritonblas.
+
+Imports are read from the source (module level and inside functions alike), so a cycle that only
+closes at run time is caught too. tests/test_import.py checks the same of tuning_db at run time.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("tritonblas", "tuning_db")
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for pkg in PACKAGES:
+        for path in (ROOT / pkg).rglob("*.py"):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
+    return found
+
+
+def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The package modules `name` imports, anywhere in its source."""
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        targets = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join(package[:len(package) - node.level + 1] + [node.module or ""]).strip(".") \
+                if node.level else node.module
+            # `from package import module` imports the module; `from module import name`, the module.
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+        for target in targets:
+            while target and target not in modules:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                out.add(target)
+    return out
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: _imports(name, path, modules) for name, path in modules.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycle_anywhere():
+    graph = _graph()
+    assert "tritonblas.tuning.tuner" in graph and "tuning_db.store" in graph
+    assert _cycles(graph) == []
+
+
+def test_the_cycle_check_finds_one():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_tuning_db_imports_no_tritonblas_module_in_its_source():
+    graph = _graph()
+    reached = {dep for name, deps in graph.items() if name.startswith("tuning_db") for dep in deps}
+    assert not {d for d in reached if d.split(".")[0] == "tritonblas"}
+
+
+def test_the_tuner_parts_import_only_those_before_them():
+    order = ["space", "protocol", "benchmark", "tuner", "run"]
+    graph = _graph()
+    for i, part in enumerate(order):
+        later = {f"tritonblas.tuning.{p}" for p in order[i + 1:]}
+        assert not graph[f"tritonblas.tuning.{part}"] & later, part
+
+
+def test_the_cli_is_only_commands():
+    """The multi-GPU tuning run and the bench core are library code: no library module imports the CLI."""
+    graph = _graph()
+    for name, deps in graph.items():
+        if not name.startswith("tritonblas.cli") and name != "tritonblas.__main__":
+            assert not {d for d in deps if d.startswith("tritonblas.cli")}, name

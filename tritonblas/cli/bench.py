@@ -1,0 +1,110 @@
+"""`tritonblas bench`: ours (through dispatch, as users call it) against torch.mm; thin over `bench`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from ..bench import BenchRow, fallback_count, geomean, run_bench, write_json, write_plot
+from .common import (
+    CREATES_FOLDERS,
+    DB_HELP,
+    DEVICE_HELP,
+    DTYPES_HELP,
+    SHAPES_HELP,
+    BackendChoice,
+    check_db,
+    check_output,
+    console,
+    err_console,
+    fail,
+    interpreter_mode,
+    num,
+    parse_device,
+    problems_from,
+    say,
+)
+
+
+def bench_table(rows: list[BenchRow], title: str) -> Table:
+    table = Table(title=title)
+    for col in ("problem", "ours TFLOP/s", "torch TFLOP/s", "ratio", "ours ms", "torch ms", "source",
+                "config"):
+        table.add_column(col, justify="left" if col in ("problem", "source", "config") else "right")
+    for r in rows:
+        ratio = num(r.speedup, ".2f", "x") if r.status == "ok" else f"[red]{r.status}[/red]"
+        table.add_row(r.problem.short(), num(r.tflops, ".1f"), num(r.torch_tflops, ".1f"), ratio,
+                      num(r.ms, ".4f"), num(r.torch_ms, ".4f"), r.source or "-",
+                      "-" if r.config is None else r.config.short())
+    gm = geomean([r.speedup for r in rows if r.speedup])
+    table.caption = (f"geomean speedup over torch.mm: {num(gm, '.3f', 'x')}; run-time fallbacks (configs "
+                     f"triton refused): {fallback_count(rows)}")
+    return table
+
+
+def require_matplotlib() -> None:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        fail("error: --plot needs matplotlib: pip install 'tritonblas[plot]'")
+
+
+def bench(shapes: list[Path] = typer.Option(..., "--shapes", help=SHAPES_HELP),
+          db: str = typer.Option(None, "--db", help=DB_HELP + " Dispatch reads it."),
+          dtypes: str = typer.Option(None, "--dtypes", help=DTYPES_HELP),
+          device: int = typer.Option(0, "--device", help=DEVICE_HELP),
+          json_out: Path = typer.Option(None, "--json", help="Write every number to this JSON file. "
+                                        + CREATES_FOLDERS),
+          plot: Path = typer.Option(None, "--plot", help="Write a PNG bar chart of speedup per problem. "
+                                    + CREATES_FOLDERS),
+          backend: BackendChoice = typer.Option(None, "--backend", help="What our side may run: triton (the "
+                                                "kernels only) or torch (torch.mm pinned); default: "
+                                                "dispatch decides, as users call it."),
+          ) -> None:
+    """Benchmark tritonblas (through dispatch, as users call it) against torch.mm, side by side.
+
+    Prints TFLOP/s of both, the ratio per problem and the geomean; checks our results against an fp64
+    reference. The outputs are checked before anything runs. Exit code 1 if any problem gives a wrong
+    result or fails to run.
+
+    **Examples**
+
+    ```
+    tritonblas bench --shapes shapes.yaml
+    tritonblas bench --shapes shapes.yaml --db tuned.sqlite --json bench.json --plot bench.png
+    tritonblas bench --shapes shapes.yaml --backend triton    # the kernels alone, never torch.mm
+    ```
+    """
+    problems = problems_from(shapes, dtypes)
+    parse_device(device)
+    check_output(json_out, "--json")
+    check_output(plot, "--plot")
+    if plot is not None:
+        require_matplotlib()
+    db_where = check_db(db)
+    restriction = None if backend is None else backend.value
+
+    def show(row: BenchRow) -> None:
+        ratio = num(row.speedup, ".2f", "x") if row.status == "ok" else row.status
+        say(f"{row.problem.short():28} {ratio}")
+
+    info, rows = run_bench(problems, device, db, show, restriction)
+    title = (f"tritonblas vs torch.mm on {info.name}" + (" (interpreter)" if interpreter_mode() else "")
+             + ("" if backend is None else f", backend={restriction}"))
+    console.print(bench_table(rows, title))
+    try:
+        if json_out is not None:
+            write_json(json_out, rows, info, db_where, restriction)
+            say(f"wrote {json_out}")
+        if plot is not None:
+            write_plot(plot, rows, title)
+            say(f"wrote {plot}")
+    except OSError as e:
+        fail(f"error: cannot write {e.filename}: {e.strerror}", code=1)
+    bad = [r for r in rows if r.status != "ok"]
+    for r in bad:
+        err_console.print(f"failed: {r.problem.short()}: {r.status} {r.note}".rstrip(), markup=False)
+    if bad:
+        fail(f"{len(bad)} of {len(rows)} problems did not run correctly", code=1)

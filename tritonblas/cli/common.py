@@ -1,0 +1,284 @@
+"""What every command shares: the console, how help is attached, option types and checks, and exits.
+
+Help: every command's help is its function's docstring (typer renders it as markdown), ending in an
+**Examples** block; `command()` registers it. User mistakes (bad dtype, bad shapes file, an output that
+cannot be written, no GPU) end in one clear line on stderr and exit code 2, the code argument errors
+get from typer; failures of the work itself (a database error, a wrong result) exit 1. Nothing is
+written before the arguments are checked.
+"""
+
+from __future__ import annotations
+
+import enum
+import inspect
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import NoReturn
+
+import typer
+from rich.console import Console
+
+from ..config import Problem
+from ..shapes import DTYPES, ShapesError, load_problems
+
+USAGE_ERROR = 2
+PIPE_WIDTH = 160
+console = Console(highlight=False)
+err_console = Console(stderr=True, highlight=False)
+
+NO_GPU_MESSAGE = ("error: tuning and benchmarking need a CUDA or ROCm GPU and none was found; for a "
+                  "functional dry run on CPU set TRITON_INTERPRET=1 (timings are then meaningless)")
+DEFAULT_DTYPE = "bf16"  # of every command that takes one --dtype (shapes files default to it too)
+DB_HELP = "Tuning database: a SQLAlchemy URL or a SQLite file (default: $TRITONBLAS_DB, else " \
+          "~/.cache/tritonblas/tuning.sqlite)."
+SHAPES_HELP = "shapes.yaml listing the problems; repeat for several files (--shapes a.yaml --shapes b.yaml)."
+DTYPES_HELP = "Replace the files' dtypes, e.g. bf16,fp16."
+DTYPE_HELP = "Operand dtype: fp16, bf16 or fp32."
+DEVICE_HELP = "GPU index to run on (as in --devices; a CPU worker in Triton's interpreter)."
+CREATES_FOLDERS = "Missing folders are created."
+
+
+def command(app: typer.Typer, name: str, *, prog: str | None = None, **settings) -> Callable:
+    """Register the decorated function as command `name` of `app`, its docstring as the help. `prog`:
+    the program its examples name, where that is not `tritonblas <name>` (tritonblas-tune)."""
+    def register(fn: Callable) -> Callable:
+        text = inspect.getdoc(fn) or ""
+        if prog is not None:
+            text = text.replace(f"tritonblas {name}", prog)
+        app.command(None if prog else name, help=text, **settings)(fn)
+        return fn
+
+    return register
+
+
+def configure_console() -> None:
+    """Output that goes to a file or pipe (CI logs, `| tee`) has no terminal width; rich would assume 80
+    columns and fold tables into unreadable cells, so give it room unless COLUMNS says otherwise."""
+    for c in (console, err_console):
+        if not c.is_terminal and "COLUMNS" not in os.environ:
+            c.width = PIPE_WIDTH
+
+
+def fail(message: str, code: int = USAGE_ERROR) -> NoReturn:
+    err_console.print(message, markup=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def say(message: str) -> None:
+    console.print(message, markup=False, soft_wrap=True, highlight=False)
+
+
+def num(v: float | None, fmt: str = ".4g", suffix: str = "") -> str:
+    """A number for a table cell; "-" where there is none."""
+    return "-" if v is None else format(v, fmt) + suffix
+
+
+def interpreter_mode() -> bool:
+    from ..device import interpreter_enabled
+
+    return interpreter_enabled()
+
+
+def gpu_count() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def require_device() -> None:
+    """Exit 2 with the one-line hint unless kernels can run here (a GPU, or Triton's interpreter)."""
+    if not interpreter_mode() and gpu_count() == 0:
+        fail(NO_GPU_MESSAGE)
+
+
+def parse_devices(devices: str | None, option: str = "--devices") -> list[int]:
+    """`--devices 0,1,3` -> [0, 1, 3]; None -> [0]. Checked against the GPUs present (any in interpreter)."""
+    require_device()
+    if devices is None:
+        return [0]
+    try:
+        ids = [int(d) for d in devices.split(",") if d.strip()]
+    except ValueError:
+        fail(f"error: {option} must be comma-separated GPU indices like 0,1, got {devices!r}")
+    if not ids:
+        fail(f"error: {option} names no device")
+    if len(set(ids)) != len(ids):
+        fail(f"error: {option} lists a device twice: {devices!r}")
+    if not interpreter_mode():
+        count = gpu_count()
+        bad = [d for d in ids if not 0 <= d < count]
+        if bad:
+            fail(f"error: {option} {bad[0]} does not exist; this host has GPUs 0..{count - 1}")
+    elif any(d < 0 for d in ids):
+        fail(f"error: {option} must be non-negative, got {devices!r}")
+    return ids
+
+
+def parse_device(device: int) -> int:
+    """`--device 1`: one GPU index, checked as --devices is."""
+    return parse_devices(str(device), "--device")[0]
+
+
+# Sizes as arguments (explain, db show) are read here, not by click: "-16" would be an unknown option
+# and "24.5" a boxed usage error; these commands take negative-looking arguments as sizes.
+SIZE_ARGS = {"ignore_unknown_options": True}
+
+
+def parse_size(text: str, name: str) -> int:
+    """An M, N or K argument: a whole number from 1 to MAX_DIM, as in a shapes file."""
+    from ..shapes import MAX_DIM
+
+    try:
+        value = int(text, 10)
+    except ValueError:
+        fail(f"error: {name} must be a whole number from 1 to {MAX_DIM}, got {text!r}")
+    if not 1 <= value <= MAX_DIM:
+        fail(f"error: {name} must be from 1 to {MAX_DIM} (as in a shapes file), got {value}")
+    return value
+
+
+def parse_dtypes(dtypes: str | None) -> list[str] | None:
+    """`--dtypes bf16,fp16` -> ["bf16", "fp16"]; an unknown one exits 2 with the valid list."""
+    if dtypes is None:
+        return None
+    items = [d.strip() for d in dtypes.split(",") if d.strip()]
+    for d in items or [dtypes]:
+        check_dtype(d)
+    return list(dict.fromkeys(items))
+
+
+def check_dtype(dtype: str) -> str:
+    if dtype not in DTYPES:
+        fail(f"error: unknown dtype {dtype!r}; valid dtypes: {', '.join(DTYPES)}")
+    return dtype
+
+
+def problems_from(shapes: Path | Sequence[Path], dtypes: str | None) -> list[Problem]:
+    """Every problem of one shapes file or of several (`--shapes a.yaml --shapes b.yaml`), in file order,
+    each once: a problem in two files is tuned, benchmarked or checked once."""
+    chosen = parse_dtypes(dtypes)
+    paths = [shapes] if isinstance(shapes, (str, Path)) else list(shapes)
+    try:
+        return list(dict.fromkeys(p for path in paths for p in load_problems(path, chosen)))
+    except ShapesError as e:
+        fail(f"error: {e}")
+
+
+def shapes_label(shapes: Path | Sequence[Path]) -> str:
+    return str(shapes) if isinstance(shapes, (str, Path)) else ", ".join(map(str, shapes))
+
+
+class BackendChoice(str, enum.Enum):
+    """`--backend` of explain and bench: the kernels only, or torch.mm pinned."""
+
+    triton = "triton"
+    torch = "torch"
+
+
+class LayoutChoice(str, enum.Enum):
+    nn = "nn"
+    nt = "nt"
+    tn = "tn"
+    tt = "tt"
+
+
+class BiasChoice(str, enum.Enum):
+    none = "none"
+    scalar = "scalar"
+    row = "row"
+    column = "column"
+    full = "full"
+
+
+# One problem on the command line (explain, db show): M N K and the options of its kind.
+SizeM = typer.Argument(..., help="Rows of A and C (1 to 2^24).")
+SizeN = typer.Argument(..., help="Columns of B and C.")
+SizeK = typer.Argument(..., help="Columns of A, rows of B.")
+DtypeOption = typer.Option(DEFAULT_DTYPE, "--dtype", help=DTYPE_HELP)
+LayoutOption = typer.Option(LayoutChoice.nn, "--layout", help="A and B: n row-major, t column-major (nn, nt, "
+                            "tn, tt).")
+BiasOption = typer.Option(BiasChoice.none, "--bias", help="Bias added to the product: none, scalar, row, "
+                          "column or full.")
+
+
+def check_output(path: Path | None, option: str) -> None:
+    """Refuse, before any work, an output that cannot be written: a folder, a path under a file, or a
+    folder without write permission. A missing folder is fine: it is created when the file is written."""
+    if path is None:
+        return
+    if path.is_dir():
+        fail(f"error: {option} {path} is a directory; give a file name")
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        fail(f"error: {option} {path}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        fail(f"error: {option} {path}: {parent} is not writable")
+
+
+def open_db(url: str | None, *, create: bool = False):
+    """The tuning database at `url` (default: $TRITONBLAS_DB or the user cache file), migrated. Only
+    commands that write (tune, db import) create one: a typo in --db must not leave an empty file
+    behind. A database that cannot be opened (not a database, locked, newer) exits 1, a malformed URL 2."""
+    from tuning_db import TuningDB, TuningDBError
+
+    try:
+        return TuningDB(url, create=create)
+    except TuningDBError as e:
+        fail(f"error: {e}", code=1)
+    except ValueError as e:  # a malformed URL
+        fail(f"error: --db: {e}")
+
+
+def check_db(url: str | None) -> str:
+    """For commands that only read through dispatch (explain, bench, warmup): the database they will
+    read, described for reports. Dispatch skips a database it cannot use with a warning; a command
+    says so at once instead: a --db that does not exist (exit 2) or is not a usable tuning database
+    (exit 1) is an error. Without --db a missing default file is fine (nothing tuned yet)."""
+    from tuning_db import TuningDB, TuningDBError, default_url, normalize_url
+    from tuning_db.engine import describe, sqlite_path
+
+    try:
+        full = normalize_url(url) if url else default_url()
+    except ValueError as e:
+        fail(f"error: --db: {e}")
+    path = sqlite_path(full)
+    if path is not None and not path.exists():
+        if url:
+            fail(f"error: --db: no database at {path}")
+        return describe(full)
+    try:
+        TuningDB(full, create=False, migrate=False).close()  # what dispatch does: a reader, no writes
+    except TuningDBError as e:
+        fail(f"error: --db: {e}", code=1)
+    return describe(full)
+
+
+def guard(fn: Callable, *args, **kwargs):
+    """Run a library call; its documented errors (database, bad file or argument) become one line on
+    stderr and exit 1 instead of a traceback."""
+    from tuning_db import TuningDBError
+
+    try:
+        return fn(*args, **kwargs)
+    except (TuningDBError, ValueError) as e:  # ValueError includes ConfigFileError, named in the message
+        fail(f"error: {e}", code=1)
+    except OSError as e:
+        fail(f"error: {e.filename or ''}: {e.strerror or e}".replace("error: : ", "error: "), code=1)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from .. import __version__
+        from ..identity import torch_version, triton_version
+
+        console.print(f"tritonblas {__version__} (triton {triton_version()}, torch {torch_version()})",
+                      markup=False)
+        raise typer.Exit()
+
+
+def version_option():
+    return typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                        help="Print the versions of tritonblas, triton and torch, and exit.")

@@ -1,0 +1,287 @@
+"""`tritonblas db ...`: thin commands over tuning_db (export, import, list, show, stats, prune, check).
+
+Database and file errors end in one line on stderr naming the file (exit 1); bad arguments exit 2.
+Only `import` creates a database: a typo in --db must not leave an empty file behind.
+"""
+
+from __future__ import annotations
+
+import enum
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from .common import (
+    CREATES_FOLDERS,
+    DB_HELP,
+    DTYPES_HELP,
+    SIZE_ARGS,
+    BiasChoice,
+    BiasOption,
+    DtypeOption,
+    LayoutChoice,
+    LayoutOption,
+    SizeK,
+    SizeM,
+    SizeN,
+    check_dtype,
+    check_output,
+    command,
+    console,
+    fail,
+    guard,
+    num,
+    open_db,
+    parse_size,
+    problems_from,
+    say,
+)
+
+app = typer.Typer(name="db", no_args_is_help=True, add_completion=False, rich_markup_mode="markdown")
+DbOption = typer.Option(None, "--db", help=DB_HELP)
+FILE_HELP = "Config file written by `tritonblas db export` (e.g. configs/sm_90.json)."
+
+
+@app.callback()
+def db_group() -> None:
+    """Inspect, export, import and check the tuning database.
+
+    **Examples**
+
+    ```
+    tritonblas db stats
+    tritonblas db export --db tune.sqlite --arch sm_90 -o configs/sm_90.json
+    tritonblas db check --shapes shapes.yaml --file configs/sm_90.json
+    ```
+    """
+
+
+class Policy(str, enum.Enum):
+    faster = "faster"
+    file = "file"
+    db = "db"
+
+
+def _single_arch(db, arch: str | None) -> str:
+    if arch is not None:
+        return arch
+    archs = sorted(guard(db.stats)["winners_by_arch"])
+    if len(archs) != 1:
+        fail(f"error: --arch is needed: the database holds winners for {len(archs)} archs "
+             f"({', '.join(archs) or 'none'})")
+    return archs[0]
+
+
+@command(app, "export")
+def export_cmd(output: Path = typer.Option(..., "-o", "--output", help="File to write, e.g. "
+                                           "configs/sm_90.json. " + CREATES_FOLDERS),
+               arch: str = typer.Option(None, "--arch", help="Arch to export (default: the DB's only one)."),
+               device_name: str = typer.Option(None, "--device-name", help="Device name as stored (e.g. "
+                                               "'NVIDIA H200'), when the arch has winners of several."),
+               db_url: str = DbOption) -> None:
+    """Write the fresh winners of one arch to a deterministic JSON file (what ships in configs/).
+
+    Exporting the same data again gives a byte-identical file. The file is written whole or not at all.
+
+    **Examples**
+
+    ```
+    tritonblas db export --db tune.sqlite --arch sm_90 -o configs/sm_90.json
+    tritonblas db export --arch sm_90 --device-name "NVIDIA H200" -o h200.json
+    ```
+    """
+    from tuning_db.exchange import export_file
+
+    check_output(output, "-o")
+    with open_db(db_url) as db:
+        cfg = guard(export_file, db, output, _single_arch(db, arch), device_name=device_name)
+    say(f"wrote {cfg.header.count} winners for {cfg.header.arch} ({cfg.header.device_name}) to {output}")
+
+
+@command(app, "import")
+def import_cmd(file: Path = typer.Option(..., "--file", help=FILE_HELP),
+               policy: Policy = typer.Option(Policy.faster, "--policy",
+                                             help="On a clash: keep the faster, the file's, or the DB's."),
+               db_url: str = DbOption) -> None:
+    """Validate a config file, then import all of it in one transaction (nothing if any entry is bad).
+
+    The database is created if it does not exist.
+
+    **Examples**
+
+    ```
+    tritonblas db import --file configs/sm_90.json
+    tritonblas db import --file colleague.json --db team.sqlite --policy file
+    ```
+    """
+    from tuning_db.exchange import import_config, load_config_file
+
+    cfg = guard(load_config_file, file)  # before the database is opened, let alone created
+    with open_db(db_url, create=True) as db:
+        report = guard(import_config, db, cfg, file, policy.value)
+    note = (" (stale: another triton version or kernel hash; dispatch will not use them)"
+            if report.stale else "")
+    say(f"imported {report.written} of {report.entries} entries from {file}; "
+        f"{report.kept} kept as they were{note}")
+
+
+def _winner_table(winners, title: str) -> Table:
+    table = Table(title=title)
+    for col in ("problem", "device", "config", "ms", "speedup", "source", "host", "created", "state"):
+        table.add_column(col, justify="right" if col in ("ms", "speedup") else "left")
+    for w in winners:
+        table.add_row(w.key.describe(), w.key.device_name, w.config.short(), f"{w.median_ms:.4f}",
+                      num(w.speedup, ".2f", "x"), w.source, w.host, w.created_at.strftime("%Y-%m-%d %H:%M"),
+                      "stale" if w.stale else "fresh")
+    return table
+
+
+@command(app, "list")
+def list_cmd(arch: str = typer.Option(None, "--arch", help="Only this arch."),
+             stale: bool = typer.Option(False, "--stale", help="Only stale winners."),
+             fresh: bool = typer.Option(False, "--fresh", help="Only fresh winners."),
+             db_url: str = DbOption) -> None:
+    """List stored winners, marking stale ones (another triton version or kernel hash).
+
+    **Examples**
+
+    ```
+    tritonblas db list
+    tritonblas db list --arch sm_90 --stale --db tune.sqlite
+    ```
+    """
+    if stale and fresh:
+        fail("error: --stale and --fresh exclude each other")
+    with open_db(db_url) as db:
+        winners = guard(db.winners, arch, include_stale=not fresh)
+    winners = [w for w in winners if w.stale or not stale]
+    if not winners:
+        say("no winners")
+        return
+    console.print(_winner_table(winners, f"{len(winners)} winners"))
+
+
+@command(app, "show", context_settings=SIZE_ARGS)
+def show_cmd(m: str = SizeM, n: str = SizeN, k: str = SizeK, dtype: str = DtypeOption,
+             layout: LayoutChoice = LayoutOption, bias: BiasChoice = BiasOption,
+             arch: str = typer.Option(None, "--arch", help="Only this arch."),
+             db_url: str = DbOption) -> None:
+    """Show the winners and the measured candidates of one problem.
+
+    **Examples**
+
+    ```
+    tritonblas db show 4096 4096 4096
+    tritonblas db show 16 6144 4096 --dtype fp16 --layout nt --bias row --arch sm_90
+    ```
+    """
+    from ..config import Problem
+
+    p = Problem(parse_size(m, "M"), parse_size(n, "N"), parse_size(k, "K"), check_dtype(dtype),
+                layout.value, bias.value)
+    with open_db(db_url) as db:
+        winners = [w for w in guard(db.winners, arch) if w.key.arch_key()[1:] == (
+            p.m, p.n, p.k, p.dtype, p.dtype, p.out, p.layout, p.bias)]
+        if not winners:
+            fail(f"no winner stored for {p.short()}", code=1)
+        console.print(_winner_table(winners, p.short()))
+        for key in dict.fromkeys(w.key for w in winners):
+            rows = guard(db.measurements, key)
+            table = Table(title=f"{len(rows)} fresh measurements on {key.device_name}")
+            for col in ("config", "status", "median ms", "p20", "p80", "TFLOP/s", "rel err", "note"):
+                table.add_column(col)
+            for r in rows:
+                table.add_row(r.config.short(), r.status, *[num(v) for v in (
+                    r.median_ms, r.p20_ms, r.p80_ms, r.tflops, r.rel_error)], r.note)
+            console.print(table)
+
+
+@command(app, "stats")
+def stats_cmd(db_url: str = DbOption) -> None:
+    """Counts of problems, environments, measurements (by status) and winners (fresh/stale, by arch).
+
+    `db_schema_version` is the version of the database's tables (upgraded in place when a newer
+    tritonblas opens it); config files written by `db export` carry their own format version in their
+    header (`schema_version`), independent of it.
+
+    **Examples**
+
+    ```
+    tritonblas db stats
+    tritonblas db stats --db postgresql://tuner@db.example.com/tritonblas
+    ```
+    """
+    from tuning_db.exchange import FILE_SCHEMA_VERSION
+
+    with open_db(db_url) as db:
+        stats = guard(db.stats)
+    stats["config_file_version"] = f"{FILE_SCHEMA_VERSION} (the header schema_version of db export's files)"
+    for name, value in stats.items():
+        if isinstance(value, dict):
+            value = ", ".join(f"{k}={v}" for k, v in value.items()) or "-"
+        say(f"{name}: {value}")
+
+
+@command(app, "prune")
+def prune_cmd(dry_run: bool = typer.Option(False, "--dry-run", help="Only count what would go."),
+              db_url: str = DbOption) -> None:
+    """Delete stale winners and measurements (another triton version or kernel hash).
+
+    **Examples**
+
+    ```
+    tritonblas db prune --dry-run
+    tritonblas db prune --db tune.sqlite
+    ```
+    """
+    with open_db(db_url) as db:
+        if dry_run:
+            stats = guard(db.stats)
+            say(f"would remove {stats['stale_winners']} stale winners (and their environments' "
+                "measurements)")
+            return
+        removed = guard(db.prune)
+    say(f"removed {removed} stale rows")
+
+
+@command(app, "check")
+def check_cmd(shapes: list[Path] = typer.Option(..., "--shapes", help="shapes.yaml listing the problems; "
+                                               "repeat for several files."),
+              file: Path = typer.Option(None, "--file", help="Check this config file instead of a DB. "
+                                        + FILE_HELP),
+              arch: str = typer.Option(None, "--arch", help="Arch to check (default: the DB's only one)."),
+              dtypes: str = typer.Option(None, "--dtypes", help=DTYPES_HELP),
+              db_url: str = DbOption) -> None:
+    """Exit 1 listing every problem of --shapes without a fresh winner: the CI gate for shipped configs.
+
+    With --file, the file is checked against its own arch and the running code's kernel hash and triton
+    version (no GPU needed). A winner from any device of the arch counts.
+
+    **Examples**
+
+    ```
+    tritonblas db check --shapes scripts/shapes.yaml --file configs/sm_90.json
+    tritonblas db check --shapes shapes.yaml --db tune.sqlite --arch sm_90
+    ```
+    """
+    from tuning_db.exchange import coverage_gaps, load_config_file
+
+    if file is not None and db_url is not None:
+        fail("error: give --db or --file, not both")
+    problems = problems_from(shapes, dtypes)
+    if file is not None:
+        cfg = guard(load_config_file, file)
+        if arch is not None and arch != cfg.header.arch:
+            fail(f"error: --arch {arch} but {file} holds configs for {cfg.header.arch}")
+        arch, winners, source = cfg.header.arch, cfg.winners(), str(file)
+    else:
+        with open_db(db_url) as db:
+            arch = _single_arch(db, arch)
+            winners, source = guard(db.winners, arch), db.where
+    gaps = coverage_gaps(problems, arch, winners)
+    if gaps:
+        for g in gaps:
+            say(f"missing: {g.problem.short()} on {arch}: {g.reason}")
+        fail(f"{len(gaps)} of {len(problems)} problems have no fresh winner in {source}", code=1)
+    say(f"all {len(problems)} problems have a fresh winner for {arch} in {source}")

@@ -1,0 +1,147 @@
+"""`tritonblas explain M N K`: what dispatch selects for one problem, why, and the heuristic's ranking."""
+
+from __future__ import annotations
+
+import typer
+from rich import box
+from rich.table import Table
+
+from ..arith import tflops
+from ..config import DeviceInfo
+from . import common
+from .common import (
+    DB_HELP,
+    BackendChoice,
+    BiasChoice,
+    BiasOption,
+    DtypeOption,
+    LayoutChoice,
+    LayoutOption,
+    SizeK,
+    SizeM,
+    SizeN,
+    check_db,
+    check_dtype,
+    console,
+    fail,
+    parse_size,
+)
+
+
+def _local_device() -> DeviceInfo | None:
+    """The GPU here (current device), or the interpreter's device; None without either."""
+    import torch
+
+    from ..device import device_info
+
+    if common.interpreter_mode():
+        return device_info(torch.device("cpu"))
+    if common.gpu_count() == 0:
+        return None
+    return device_info(torch.device("cuda"))
+
+
+def _explain_device(arch: str | None, sms: int | None) -> DeviceInfo:
+    """--arch explains for a GPU that is not here (the GPU here when it is of that arch, for its SM
+    count); otherwise the GPU (or the interpreter) we run on."""
+    from ..config import ARCHS, device_for_arch
+
+    if arch is None:
+        if sms is not None:
+            fail("error: --sms goes with --arch (the GPU here reports its own SM count)")
+        here = _local_device()
+        if here is None:
+            fail("error: no CUDA or ROCm GPU here to explain for; pass the target with --arch, e.g. "
+                 "--arch sm_90 (or set TRITON_INTERPRET=1 for the interpreter)")
+        return here
+    if arch not in ARCHS:
+        fail(f"error: --arch: unknown arch {arch!r}; known: {', '.join(ARCHS)}")
+    here = None if common.interpreter_mode() or common.gpu_count() == 0 else _local_device()
+    if here is not None and here.arch == arch and sms is None:
+        return here
+    return device_for_arch(arch, sm_count=sms)
+
+
+def _where(info: DeviceInfo, sms_given: bool) -> str:
+    from ..config import ARCHS
+
+    on = info.name if info.name == info.arch else f"{info.name} ({info.arch})"
+    text = f"on {on}, {info.sm_count} SMs"
+    if info.name == info.arch and info.arch in ARCHS and not sms_given and info.arch != "interpreter":
+        text += f" ({ARCHS[info.arch].part}'s; --sms for another part)"
+    return text
+
+
+def explain(m: str = SizeM, n: str = SizeN, k: str = SizeK, dtype: str = DtypeOption,
+            layout: LayoutChoice = LayoutOption, bias: BiasChoice = BiasOption,
+            streamk: bool = typer.Option(None, "--streamk/--no-streamk",
+                                         help="Only Stream-K / only Persistent (default: either)."),
+            backend: BackendChoice = typer.Option(None, "--backend", help="Only the kernels (triton) or "
+                                                  "torch.mm pinned (torch); default: dispatch decides."),
+            arch: str = typer.Option(None, "--arch", help="Explain for this arch (e.g. sm_90, sm_80, "
+                                     "sm_100) instead of the GPU here; no GPU needed."),
+            sms: int = typer.Option(None, "--sms", min=1, help="SM count with --arch (default: the arch's "
+                                    "reference part, e.g. 132 for sm_90, 108 for sm_80)."),
+            db: str = typer.Option(None, "--db", help=DB_HELP),
+            top: int = typer.Option(10, "--top", min=1, help="How many ranked candidates to show.")) -> None:
+    """Show the config dispatch selects for one problem, its source, and the heuristic's ranking.
+
+    Dispatch looks in order at: the tuning database, the shipped `configs/<arch>.json`, the nearest
+    tuned neighbour, the analytical heuristic. Each may answer with a kernel config (backend triton) or
+    with torch.mm (backend torch: the vendor GEMM, a tuning candidate like any other). The ranking shows
+    the heuristic's cost model term by term.
+
+    **Examples**
+
+    ```
+    tritonblas explain 4096 4096 4096 --dtype bf16
+    tritonblas explain 16 6144 4096 --dtype fp16 --layout nt --bias row --arch sm_90 --top 5
+    tritonblas explain 8192 8192 8192 --arch sm_80 --sms 84    # an A40 (sm_86 parts differ too)
+    ```
+    """
+    from .. import dispatch, heuristic
+
+    m, n, k = parse_size(m, "M"), parse_size(n, "N"), parse_size(k, "K")
+    check_dtype(dtype)
+    info = _explain_device(arch, sms)
+    where = check_db(db)
+    with dispatch.using_database(db):
+        try:
+            sel = dispatch.select(m, n, k, dtype, layout=layout.value, bias=bias.value,
+                                  enable_streamk=streamk, device=info,
+                                  backend=None if backend is None else backend.value)
+        except (ValueError, RuntimeError) as e:
+            fail(f"error: {e}", code=1)
+    ranked = heuristic.rank(sel.problem, info, streamk)
+    lines = [("problem", f"{m}x{n}x{k} {dtype}, layout {layout.value}, bias {bias.value}, "
+                         f"{_where(info, sms is not None)}"),
+             ("selected", sel.config.short()),
+             ("backend", "torch (torch.mm / torch.addmm, the vendor GEMM)" if sel.backend == "torch"
+              else "triton (the library's kernels)"),
+             ("source", f"{sel.source}: {_source_detail(sel, where)}")]
+    if sel.time_ms:
+        kind = "measured" if sel.measured else "predicted by the heuristic"
+        lines.append(("time", f"{sel.time_ms:.4g} ms {kind} ({tflops(m, n, k, sel.time_ms):.1f} TFLOP/s)"))
+    for name, text in lines:
+        console.print(f"{name + ':':10}{text}", markup=False)
+    console.print(_ranking_table(ranked[:top], sel.config, len(ranked)))
+
+
+def _source_detail(sel, where: str) -> str:
+    if sel.source == "heuristic":
+        text = f"nothing tuned for it in {where}, configs/{sel.device.arch}.json or nearby shapes"
+        return text + (f"; {sel.detail}" if sel.backend == "torch" else "")
+    return sel.detail
+
+
+def _ranking_table(ranked, selected, total: int) -> Table:
+    """The cost model term by term (times in us; compute includes the Stream-K fix-up)."""
+    table = Table(title=f"heuristic ranking: top {len(ranked)} of {total} feasible configs (* = selected)",
+                  box=box.SIMPLE_HEAD, title_justify="left", padding=(0, 1), pad_edge=False)
+    for col in ("#", "config", "us", "compute", "memory", "waves", "eff", "waste"):
+        table.add_column(col, justify="left" if col == "config" else "right", no_wrap=True)
+    for i, e in enumerate(ranked, 1):
+        mark = "*" if e.config == selected else ""
+        table.add_row(f"{mark}{i}", e.config.short(), f"{e.total_us:.1f}", f"{e.compute_us:.1f}",
+                      f"{e.memory_us:.1f}", f"{e.waves:.2f}", f"{e.efficiency:.2f}", f"{e.edge_waste:.0%}")
+    return table

@@ -1,0 +1,76 @@
+"""`tritonblas warmup`: compile ahead every config dispatch would run; thin over `tritonblas.warm`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from .common import (
+    DB_HELP,
+    DEVICE_HELP,
+    DTYPES_HELP,
+    SHAPES_HELP,
+    check_db,
+    err_console,
+    fail,
+    parse_device,
+    parse_dtypes,
+    say,
+)
+
+
+def warmup(shapes: list[Path] = typer.Option(None, "--shapes", help=SHAPES_HELP),
+           file: Path = typer.Option(None, "--file", help="A config file (e.g. configs/sm_90.json): warm up "
+                                     "the problems of its entries."),
+           dtypes: str = typer.Option(None, "--dtypes", help=DTYPES_HELP),
+           db: str = typer.Option(None, "--db", help=DB_HELP + " Dispatch reads it."),
+           device: int = typer.Option(0, "--device", help=DEVICE_HELP),
+           workers: int = typer.Option(None, "--workers", min=1, help="Compiles at a time (threads; "
+                                       "default: up to 16)."),
+           ) -> None:
+    """Compile every config dispatch would run for the given problems, in parallel, into triton's cache.
+
+    The first call of a config in a fresh process compiles its kernel (seconds on a GPU); after a
+    warm-up, a new process finds it in triton's cache (~/.triton/cache or $TRITON_CACHE_DIR; warm up
+    where the cache will be read: the same machine or a shared cache directory). Each problem runs once
+    through dispatch, as a user's call does. Problems dispatch sends to torch.mm compile nothing. Exit
+    code 1 if any problem fails to compile or run.
+
+    **Examples**
+
+    ```
+    tritonblas warmup --shapes shapes.yaml
+    tritonblas warmup --file configs/sm_90.json --device 1
+    tritonblas warmup --shapes shapes.yaml --db tune.sqlite --workers 8
+    ```
+    """
+    from .. import dispatch
+    from ..shapes import ShapesError
+    from ..warm import problems_of
+    from ..warm import warmup as warm
+    from .common import guard
+
+    if not shapes and file is None:
+        fail("error: give the problems with --shapes FILE or --file CONFIG_FILE")
+    chosen = parse_dtypes(dtypes)
+    try:
+        problems = problems_of(shapes or None, None, dtypes=chosen)
+    except ShapesError as e:
+        fail(f"error: {e}")
+    if file is not None:
+        problems = list(dict.fromkeys(problems + guard(problems_of, None, file)))
+    parse_device(device)
+    where = check_db(db)
+    say(f"warming up {len(problems)} problems (dispatch reads {where})")
+    with dispatch.using_database(db):
+        results = warm(problems=problems, device=device, workers=workers)
+    counts = {s: sum(r.status == s for r in results) for s in ("compiled", "vendor", "selected", "failed")}
+    for r in results:
+        if r.status == "failed":
+            err_console.print(f"failed: {r.problem.short()}: {r.note}", markup=False)
+    say(f"done: {counts['compiled']} compiled, {counts['vendor']} run by torch.mm (nothing to compile)"
+        + (f", {counts['selected']} only selected (the interpreter compiles nothing)" if counts["selected"]
+           else "") + f", {counts['failed']} failed, in {sum(r.seconds for r in results):.1f} s of work")
+    if counts["failed"]:
+        fail(f"{counts['failed']} of {len(results)} problems failed to warm up", code=1)

@@ -1,0 +1,140 @@
+"""The tuner's search space: which configs are measured for a problem, in which order.
+
+The heuristic's best distinct tiles (seeds), the first seed's neighbours (one lever moved at a time), the
+other seeds, then neighbours and grid variants of the best few; every candidate canonicalized (one config
+per schedule) and pruned by `config_supports`. On a GPU torch.mm (`GemmConfig.vendor()`) comes first.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+
+from .. import heuristic
+from ..arith import cdiv
+from ..config import DeviceInfo, GemmConfig, Problem, config_supports
+from ..launch import program_count
+
+# How many of the heuristic's best configs get neighbours and grid variants added.
+NEIGHBOUR_SEEDS = 4
+# Seeds timed before the first seed's neighbours (candidate_space).
+SEEDS_FIRST = 5
+
+
+def _with(cfg: GemmConfig, **changes) -> GemmConfig:
+    """A validated copy (model_copy would skip validation)."""
+    return GemmConfig.model_validate({**cfg.model_dump(), **changes})
+
+
+def _neighbours(cfg: GemmConfig) -> Iterable[GemmConfig]:
+    """One lever moved at a time, in the order their moves won: of the 44 winners of the tuning run of
+    2026-11-30 (docs/benchmarks/h200-tune3-measurements.json), 28 were a seed and 16 a seed's
+    neighbour, 12 of those of the first seed; by lever: stages 9, group 2, tma 2, warp specialization
+    2, block_k 1. So: stages +-1, tma, warp specialization (8 warps only), flatten, group,
+    halved/doubled blocks, the other warp count, an aligned copy of misaligned operands."""
+    for s in (cfg.num_stages + 1, cfg.num_stages - 1):
+        if 1 <= s <= 8:
+            yield _with(cfg, num_stages=s)
+    yield _with(cfg, tma=not cfg.tma)
+    yield _with(cfg, warp_specialize=not cfg.warp_specialize, num_warps=8)
+    yield _with(cfg, flatten=not cfg.flatten)
+    for g in (4, 16, 8):
+        yield _with(cfg, group_m=g)
+    for name in ("block_k", "block_m", "block_n"):
+        for v in (getattr(cfg, name) // 2, getattr(cfg, name) * 2):
+            if 16 <= v <= 256:
+                yield _with(cfg, **{name: v})
+    yield _with(cfg, num_warps=8 if cfg.num_warps == 4 else 4)
+    yield _with(cfg, aligned_copy=not cfg.aligned_copy, tma=True)  # a padded copy is TMA-ready
+
+
+def _grids(cfg: GemmConfig, problem: Problem, device: DeviceInfo) -> Iterable[GemmConfig]:
+    """Grid variants. Persistent: one program per SM, or two (a second resident CTA hides latency).
+    Stream-K: the same, plus grids that split each tile into exactly s pieces when tiles < SMs."""
+    sms = device.sm_count
+    tiles = cdiv(problem.m, cfg.block_m) * cdiv(problem.n, cfg.block_n)
+    grids = [None, 2 * sms]
+    if cfg.streamk and tiles < sms:
+        grids += [tiles * s for s in (2, 3, 4) if tiles * s <= 2 * sms]
+    for g in grids:
+        yield _with(cfg, grid=g)
+
+
+def _canonical(cfg: GemmConfig, problem: Problem, device: DeviceInfo,
+               enable_streamk: bool | None = None) -> GemmConfig:
+    """One config per schedule (dedup): a Stream-K config that splits no tile is its persistent twin
+    (unless the family is forced), and a grid that launches as many programs as the default one is
+    the default one. In a cold-cache run of scripts/tune_quality.py (2026-11-30), 4096x1024x512's
+    tuned winner was a Stream-K config splitting nothing, timed in place of the flattened persistent
+    twin that won the exhaustive search by 6%."""
+    args = (problem.m, problem.n, problem.k, device.sm_count)
+    if cfg.streamk and enable_streamk is None and not heuristic.splits_tiles(cfg, problem,
+                                                                              program_count(cfg, *args)):
+        cfg = _with(cfg, streamk=False)
+    if cfg.grid is None:
+        return cfg
+    if program_count(cfg, *args) == program_count(_with(cfg, grid=None), *args):
+        return _with(cfg, grid=None)
+    return cfg
+
+
+def _seeds(ranked: list[GemmConfig], top_k: int) -> list[GemmConfig]:
+    """The best config of each of the top_k best distinct tiles (block sizes and family), a third of
+    them from each family: the model's near-ties (stages, warps) come back as neighbours."""
+    firsts: dict[tuple, GemmConfig] = {}
+    for cfg in ranked:
+        firsts.setdefault((cfg.block_m, cfg.block_n, cfg.block_k, cfg.streamk), cfg)
+    tiles = list(firsts.values())
+    chosen = [c for fam in (False, True) for c in [t for t in tiles if t.streamk == fam][:top_k // 3]]
+    for cfg in tiles:
+        if len(chosen) >= top_k:
+            break
+        if cfg not in chosen:
+            chosen.append(cfg)
+    return [c for c in tiles if c in set(chosen)]
+
+
+def vendor_candidate(device: DeviceInfo, enable_streamk: bool | None = None,
+                     vendor: bool | None = None) -> bool:
+    """Whether torch.mm (GemmConfig.vendor()) is a candidate. vendor None: yes on a GPU when no kernel
+    family is asked for; not in Triton's interpreter, where torch.mm runs natively and the kernels are
+    emulated, so it would win every CPU tuning run and hide the kernels from the tests that tune
+    through them (vendor=True times it there too)."""
+    if enable_streamk is not None:
+        return False
+    return device.arch != "interpreter" if vendor is None else vendor
+
+
+def candidate_space(problem: Problem, device: DeviceInfo, *, top_k: int = 10, exhaustive: bool = False,
+                    enable_streamk: bool | None = None, neighbour_seeds: int = NEIGHBOUR_SEEDS,
+                    vendor: bool | None = None) -> list[GemmConfig]:
+    """Feasible, deduplicated candidates in heuristic order: the best SEEDS_FIRST distinct tiles, the
+    first one's neighbours, the other tiles, then neighbours and grid variants of the best few.
+
+    The vendor GEMM (see vendor_candidate) comes first: it compiles nothing and times in ~30 ms, so a
+    budget spent on compiles never leaves it out, and its time sets the early-stop cutoff for the
+    kernels (LOSER_FACTOR). A kernel that ties it exactly loses the tie (_pick: earlier first).
+
+    exhaustive: every config of the heuristic's grid first, then the same additions, so the normal
+    space is a subset of the exhaustive one.
+    """
+    ranked = [e.config for e in heuristic.rank(problem, device, enable_streamk)]
+    seeds = _seeds(ranked, top_k)
+    # On a cold compile cache a budget of 4-6 s times the first ~8 candidates only (MIN_TIMED), so the
+    # first seed's neighbours come before the other seeds: on the rows of the tuning run of 2026-11-30
+    # the best of the first 8 was more than 2% behind the problem's best on 9 of 44 problems in the
+    # order seeds-then-neighbours, on 1 in this order (python scripts/tuner_order.py ROWS).
+    extra = itertools.chain.from_iterable(_neighbours(c) for c in seeds[1:neighbour_seeds])
+    pool = [*seeds[:SEEDS_FIRST], *(_neighbours(seeds[0]) if seeds and neighbour_seeds else ()),
+            *seeds[SEEDS_FIRST:], *(ranked if exhaustive else []), *extra]
+    pool += [g for c in seeds[:neighbour_seeds] for g in _grids(c, problem, device)]
+    out: dict[GemmConfig, None] = {}
+    if vendor_candidate(device, enable_streamk, vendor):
+        out[GemmConfig.vendor()] = None
+    for cfg in pool:
+        if enable_streamk is not None and cfg.streamk != enable_streamk:
+            continue
+        cfg = _canonical(cfg, problem, device, enable_streamk)
+        if cfg not in out and config_supports(cfg, problem, device) is None:
+            out[cfg] = None
+    return list(out)

@@ -1,0 +1,210 @@
+"""Tuning one problem: measure its candidate space under a time budget; store every row and the winner.
+
+Skip the problem when the database already holds a fresh winner (unless forced); build the candidate
+space (`tuning.space`); let the benchmark (`tuning.protocol`) compile and verify them in parallel
+(`prepare`), then time them in the heuristic's order under the budget, telling the benchmark the cutoff
+past which a candidate is a clear loser; time torch.mm in the same run; record all rows and the winner
+in one go, so an interrupted problem leaves nothing half-written and finished problems stay committed.
+
+The benchmark is injectable: any `Benchmark` (or a plain `(config, problem, device) -> BenchResult`
+callable) runs the whole flow, so tests drive it on CPU with fake timings. Many problems, on one device
+or several, are a tuning run: `tuning.run`.
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Literal
+
+from ..arith import tflops
+from ..config import DeviceInfo, GemmConfig, Problem
+from .protocol import Benchmark, BenchmarkFn, BenchResult, as_benchmark, error_result
+from .space import NEIGHBOUR_SEEDS, candidate_space
+
+# A candidate whose quick timing is this much slower than the best so far is a clear loser.
+LOSER_FACTOR = 1.5
+# Share of the budget that ahead-of-time compilation may take; the rest is for timing.
+PREPARE_SHARE = 0.6
+# Candidates already compiled and verified when the budget runs out are still timed, up to this many
+# in all (a timing costs ~30 ms on a GPU): on a cold compile cache a 6 s budget went entirely to
+# compiling for 127x4097x4095, and only 1 of the 16 candidates compiled in parallel was timed
+# (tuning run of 2026-11-30).
+MIN_TIMED = 8
+
+
+@dataclass
+class TuneOutcome:
+    """What tuning one problem did. `status`: tuned | skipped (fresh winner kept) | no_winner."""
+
+    problem: Problem
+    key: object
+    status: Literal["tuned", "skipped", "no_winner"]
+    winner: object | None = None
+    measurements: list = field(default_factory=list)
+    torch_ms: float | None = None
+    elapsed_s: float = 0.0
+    candidates: int = 0
+    reason: str = ""
+
+    @property
+    def winner_config(self) -> GemmConfig | None:
+        return None if self.winner is None else self.winner.config
+
+
+def check_problem(problem: Problem) -> None:
+    """A problem the tuner can store: a tritonblas Problem whose output has the operand dtype."""
+    if not isinstance(problem, Problem):
+        raise TypeError(f"problem must be a tritonblas.Problem, got {type(problem).__name__}")
+    if problem.out != problem.dtype:
+        raise ValueError(f"problem out_dtype {problem.out} differs from dtype {problem.dtype}; the kernels "
+                         "write the operand dtype")
+
+
+def _tflops(problem: Problem, ms: float | None) -> float | None:
+    return None if problem.m * problem.n * problem.k == 0 else tflops(problem.m, problem.n, problem.k, ms)
+
+
+def _measurement(config: GemmConfig, result: BenchResult, problem: Problem):
+    from tuning_db import Measurement
+
+    err = result.rel_error
+    note = result.note
+    if err is not None and not math.isfinite(err):
+        note = f"rel_error {err}; {note}"
+        err = None
+    ok = result.status == "ok"
+    return Measurement(config=config, status=result.status, median_ms=result.median_ms if ok else None,
+                       p20_ms=result.p20_ms if ok else None, p80_ms=result.p80_ms if ok else None,
+                       tflops=_tflops(problem, result.median_ms) if ok else None, rel_error=err,
+                       note=note[:512])
+
+
+def _run_one(bench: Benchmark, config: GemmConfig, problem: Problem, device: DeviceInfo,
+             cutoff_ms: float | None, timeout_s: float) -> BenchResult:
+    """One candidate: exceptions and over-long runs become recorded failures, never a crash."""
+    start = time.monotonic()
+    try:
+        result = bench(config, problem, device, cutoff_ms=cutoff_ms)
+    except Exception as exc:  # a failing candidate must not stop the tuning of the others
+        return error_result(exc)
+    if not isinstance(result, BenchResult):
+        return BenchResult("launch_error", note=f"benchmark returned {type(result).__name__}, "
+                                                "not a BenchResult")
+    took = time.monotonic() - start
+    if took > timeout_s:
+        return BenchResult("timeout", rel_error=result.rel_error,
+                           note=f"took {took:.1f} s, limit {timeout_s:.1f} s")
+    return result
+
+
+def _measure_all(bench: Benchmark, space: list[GemmConfig], problem: Problem, device: DeviceInfo,
+                 deadline: float, early_stop: bool, timeout_s: float) -> dict[GemmConfig, BenchResult]:
+    start = time.monotonic()
+    prepare_by = deadline if math.isinf(deadline) else start + PREPARE_SHARE * (deadline - start)
+    try:
+        results = dict(bench.prepare(space, problem, device, deadline=None if math.isinf(prepare_by)
+                                     else prepare_by))
+    except Exception as exc:  # prepare is an optimisation: on failure each candidate compiles on its own
+        results = {}
+        prepare_note = f"prepare failed ({type(exc).__name__}: {exc})"[:200]
+    else:
+        prepare_note = ""
+    best: float | None = None
+    timed = 0
+    for config in space:
+        if config in results:
+            continue
+        if best is not None and time.monotonic() >= deadline:
+            if timed >= MIN_TIMED:
+                break
+            if not bench.ready(config):
+                continue  # would compile now: past the budget only compiled candidates are timed
+        cutoff = best * LOSER_FACTOR if early_stop and best is not None else None
+        result = _run_one(bench, config, problem, device, cutoff, timeout_s)
+        if prepare_note and result.status != "ok":
+            result = BenchResult(result.status, result.median_ms, result.p20_ms, result.p80_ms,
+                                 result.rel_error, f"{result.note}; {prepare_note}"[:500])
+        results[config] = result
+        timed += config.backend == "triton"  # MIN_TIMED counts kernels: torch.mm is timed besides them
+        if result.status == "ok" and (best is None or result.median_ms < best):
+            best = result.median_ms
+    return results
+
+
+def _pick(results: dict[GemmConfig, BenchResult], space: list[GemmConfig]) -> GemmConfig | None:
+    """Fastest ok candidate; on equal medians the earlier one in heuristic order."""
+    ok = [(results[c].median_ms, i, c) for i, c in enumerate(space)
+          if c in results and results[c].status == "ok"]
+    return min(ok)[2] if ok else None
+
+
+def _baseline(bench: Benchmark, problem: Problem, device: DeviceInfo) -> float | None:
+    try:
+        ms = bench.baseline(problem, device)
+    except Exception:  # torch failing to time is no reason to lose the tuning result
+        return None
+    return ms if ms is not None and math.isfinite(ms) and ms > 0 else None
+
+
+def tune_problem(problem: Problem, device: DeviceInfo, db, *, bench: Benchmark | BenchmarkFn | None = None,
+                 budget_s: float = 5.0, force: bool = False, top_k: int = 10, exhaustive: bool = False,
+                 early_stop: bool = True, candidate_timeout_s: float = 60.0,
+                 enable_streamk: bool | None = None, neighbour_seeds: int = NEIGHBOUR_SEEDS,
+                 vendor: bool | None = None) -> TuneOutcome:
+    """Tune one problem on `device` and store every measurement and the winner in `db` (a TuningDB).
+
+    vendor: whether torch.mm is timed as a candidate (default: on a GPU, see vendor_candidate); it is
+    stored like any candidate (a measurement row, and the winner when fastest), and the winner's torch_ms
+    stays the baseline timed by bench.baseline (the direct torch call).
+
+    exhaustive=True measures the whole space (every config of the heuristic's grid, plus what the
+    normal mode adds) with no budget and no early stop: the reference the normal mode is judged by.
+    """
+    from tuning_db import EnvIdentity, ProblemKey, Winner
+
+    check_problem(problem)
+    if not (isinstance(budget_s, (int, float)) and budget_s > 0):
+        raise ValueError(f"budget_s must be a positive number of seconds, got {budget_s!r}")
+    if not (isinstance(top_k, int) and top_k >= 1):
+        raise ValueError(f"top_k must be a positive integer, got {top_k!r}")
+    bench = _default_benchmark() if bench is None else as_benchmark(bench)
+    key = ProblemKey.from_problem(problem, device)
+    start = time.monotonic()
+    if not force and db.has_fresh_winner(key):
+        return TuneOutcome(problem, key, "skipped", winner=db.get_winner(key), reason="fresh winner in db")
+    space = candidate_space(problem, device, top_k=top_k, exhaustive=exhaustive,
+                            enable_streamk=enable_streamk, neighbour_seeds=neighbour_seeds, vendor=vendor)
+    deadline = math.inf if exhaustive else start + budget_s
+    try:
+        results = _measure_all(bench, space, problem, device, deadline, early_stop and not exhaustive,
+                               candidate_timeout_s)
+        torch_ms = _baseline(bench, problem, device)
+    finally:
+        bench.finish(problem)
+    env = EnvIdentity.current()
+    measured = [c for c in space if c in results]
+    rows = [_measurement(c, results[c], problem) for c in measured]
+    best = _pick(results, space)
+    winner = None
+    if best is not None:
+        ms = results[best].median_ms
+        winner = Winner(key=key, config=best, median_ms=ms, torch_ms=torch_ms,
+                        speedup=None if torch_ms is None else torch_ms / ms, source="tuned",
+                        host=socket.gethostname()[:255], created_at=datetime.now(timezone.utc), env=env)
+    db.record_measurements(key, env, rows)
+    if winner is not None:
+        db.upsert_winner(winner)
+    elapsed = time.monotonic() - start
+    status = "tuned" if winner is not None else "no_winner"
+    reason = "" if winner else f"none of {len(measured)} measured candidates ran correctly"
+    return TuneOutcome(problem, key, status, winner, rows, torch_ms, elapsed, len(space), reason)
+
+
+def _default_benchmark() -> Benchmark:
+    from .benchmark import GpuBenchmark
+
+    return GpuBenchmark()
