@@ -20,6 +20,8 @@
 #                                                 (BACKEND=triton: the kernels alone)
 #               bash scripts/h200_run.sh verify   GPU suite + large sizes, MLP block (GPU 0); classes (GPU 1)
 #               bash scripts/h200_run.sh mlp      scripts/mlp_step.py: the MLP block, eager and compiled
+#               bash scripts/h200_run.sh warmup   first call in a fresh process, cold vs after `tritonblas
+#                                                 warmup` (scripts/warmup_check.py; target <= 0.5 s)
 # Then here: copy sm_90.json to configs/, `tritonblas db check --shapes scripts/shapes.yaml --file
 # configs/sm_90.json`, commit, and fill docs/benchmarks/h200.md from the JSON files.
 set -uo pipefail
@@ -123,6 +125,9 @@ case "${1:-}" in
     CUDA_VISIBLE_DEVICES=$FIRST TRITONBLAS_DB=/tmp/none.sqlite timeout 540 python3 scripts/mlp_step.py \
       ${MLP_ARGS:-} ${BACKEND:+--backend "$BACKEND"} --json "$OUT/mlp${BACKEND:+_$BACKEND}.json" 2>&1 \
       | tee "$OUT/mlp${BACKEND:+_$BACKEND}.txt" ;;
+  warmup)  # issue 18: the first call of a shape in a fresh process, cold and after tritonblas.warmup
+    CUDA_VISIBLE_DEVICES=$FIRST timeout 540 python3 scripts/warmup_check.py --shapes "$SHAPES" \
+      --limit "${LIMIT:-8}" --json "$OUT/warmup.json" 2>&1 | tee "$OUT/warmup.txt" ;;
   heuristic)  # the heuristic alone (a copy of the tree without the shipped file) and the untuned shapes,
     # side by side; then a tuning run kept for its measurements (no export), for fitting the model
     bench_heuristic "$FIRST" &
@@ -142,6 +147,6 @@ case "${1:-}" in
         python3 scripts/tune_quality.py --budget "${QUALITY_BUDGET:-5}" --shapes "${mine%,}" --json "$OUT/quality${gpus[i]}.json" \
         > "$OUT/quality${gpus[i]}.txt" 2>&1; tail -12 "$OUT/quality${gpus[i]}.txt" ) &
     done; wait ;;
-  *) echo "usage: bash scripts/h200_run.sh check|final|probe|compile|overhead|quality|heuristic|tune|tune-all|classes|verify|mlp" >&2
+  *) echo "usage: bash scripts/h200_run.sh check|final|probe|compile|overhead|quality|heuristic|tune|tune-all|classes|verify|mlp|warmup" >&2
      exit 2 ;;
 esac

@@ -293,6 +293,12 @@ def test_default_url_reads_the_environment_at_call_time(monkeypatch, tmp_path):
         normalize_url("::not a url://")
 
 
+def test_postgresql_without_a_driver_means_psycopg_the_extra_installs():
+    assert normalize_url("postgresql://tuner@db.example/tb") == "postgresql+psycopg://tuner@db.example/tb"
+    assert normalize_url("postgres://tuner:pw@db:5433/tb") == "postgresql+psycopg://tuner:pw@db:5433/tb"
+    assert normalize_url("postgresql+psycopg2://tuner@db/tb") == "postgresql+psycopg2://tuner@db/tb"
+
+
 def test_url_error_messages_hide_passwords():
     with pytest.raises(TuningDBError) as exc:
         TuningDB("nosuchdialect://user:hunter2@host/db")

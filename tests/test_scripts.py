@@ -36,6 +36,9 @@ RUNS = {
                     "regret geomean"),
     # On the CPU: the select and no-launch rows, in Triton's interpreter.
     "dispatch_overhead": (["dispatch_overhead.py", "--calls", "20", "--trials", "1"], "us/call"),
+    # A fresh process per first call: one problem, cold and warm.
+    "warmup_check": (["warmup_check.py", "--shapes", str(ROOT / "tests" / "data" / "tiny.yaml"),
+                      "--limit", "1"], "warm first call"),
 }
 
 

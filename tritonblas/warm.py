@@ -60,21 +60,22 @@ def problems_of(shapes: str | Path | Sequence[str | Path] | None = None, file: s
 
 
 def _operands(problem: Problem, device):
-    """Uninitialized operands of the problem's shape, layout and dtype (the values do not matter)."""
+    """Zero operands of the problem's shape, layout and dtype (the values do not matter; zeros keep the
+    run free of NaN and overflow warnings)."""
     import torch
 
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[problem.dtype]
 
     def operand(rows: int, cols: int, transposed: bool):
         if transposed:  # column-major: the transpose of a row-major cols x rows tensor
-            return torch.empty((cols, rows), dtype=dtype, device=device).t()
-        return torch.empty((rows, cols), dtype=dtype, device=device)
+            return torch.zeros((cols, rows), dtype=dtype, device=device).t()
+        return torch.zeros((rows, cols), dtype=dtype, device=device)
 
     a = operand(problem.m, problem.k, problem.layout[0] == "t")
     b = operand(problem.k, problem.n, problem.layout[1] == "t")
     shape = {"none": None, "scalar": (1, 1), "row": (problem.n,), "column": (problem.m, 1),
              "full": (problem.m, problem.n)}[problem.bias]
-    bias = None if shape is None else torch.empty(shape, dtype=dtype, device=device)
+    bias = None if shape is None else torch.zeros(shape, dtype=dtype, device=device)
     return a, b, bias
 
 

@@ -46,14 +46,18 @@ def default_url() -> str:
 
 
 def normalize_url(url_or_path: str) -> str:
-    """A SQLAlchemy URL; a bare path means an SQLite file."""
+    """A SQLAlchemy URL; a bare path means an SQLite file. `postgresql://` without a driver means psycopg
+    (3), the driver the `[postgres]` extra installs (SQLAlchemy's own default would be psycopg2)."""
     if "://" not in url_or_path:
         path = Path(url_or_path).expanduser().absolute()
         return URL.create("sqlite", database=str(path)).render_as_string()
     try:
-        return make_url(url_or_path).render_as_string(hide_password=False)
+        url = make_url(url_or_path)
     except sa_exc.ArgumentError as e:
         raise ValueError(f"db: not a database URL or path: {url_or_path!r}") from e
+    if url.drivername in ("postgresql", "postgres"):
+        url = url.set(drivername="postgresql+psycopg")
+    return url.render_as_string(hide_password=False)
 
 
 def sqlite_path(url: str) -> Path | None:
