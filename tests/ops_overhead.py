@@ -16,8 +16,12 @@ backend="triton" (the kernels' path; torch.mm would run for real). Rows:
   matmul fp32       tritonblas.matmul(a, b) in fp32 (the tf32 flag read per call)
   linear grad       tritonblas.linear(x, w, bias) with w.requires_grad: the custom op and autograd
 Each trial times every row in turn (thread CPU time: what other processes take of the host is not
-counted). --baseline DIR times the tritonblas package under DIR (e.g. `mkdir /tmp/before; git archive
-HEAD tritonblas tuning_db configs | tar -x -C /tmp/before`) in processes alternating with this tree's,
+counted). --transparent times transparent mode in this tree instead (tritonblas.enable()): torch.mm and
+F.linear routed through dispatch next to the explicit ops (the difference is the mode's own cost), a
+float64 mm falling through to torch with the mode on and off, and a torch.add with the mode on and off
+(no other op is intercepted).
+--baseline DIR times the tritonblas package under DIR (e.g. `mkdir /tmp/before; git archive HEAD
+tritonblas tuning_db configs | tar -x -C /tmp/before`) in processes alternating with this tree's,
 --rounds times, --trials trials each, and prints both medians and the median of the round-by-round
 differences, so that the drift of a shared host lands on both alike.
 """
@@ -77,6 +81,50 @@ def child(root: str, trials: int, calls: int) -> dict[str, list[float]]:
     return runs
 
 
+def transparent_rows() -> dict:
+    import torch
+    import torch.nn.functional as F
+
+    import tritonblas
+    from tritonblas import ops
+
+    ops.launch_gemm = lambda *args: None
+    torch.manual_seed(0)
+    a, b, w = (torch.randn(64, 64, dtype=torch.float16) for _ in range(3))
+    bias = torch.randn(64, dtype=torch.float16)
+    a64, b64 = torch.randn(8, 8, dtype=torch.float64), torch.randn(8, 8, dtype=torch.float64)
+    x, y = torch.randn(64, 64), torch.randn(64, 64)
+    on = tritonblas.enable  # each row's lambda runs with the mode as its name says (toggled per row)
+    return {
+        "tritonblas.matmul": (False, lambda: tritonblas.matmul(a, b)),
+        "torch.mm, routed": (True, lambda: torch.mm(a, b)),
+        "tritonblas.linear": (False, lambda: tritonblas.linear(a, w, bias)),
+        "F.linear, routed": (True, lambda: F.linear(a, w, bias)),
+        "mm fp64 8^3, off": (False, lambda: torch.mm(a64, b64)),
+        "mm fp64 8^3, on": (True, lambda: torch.mm(a64, b64)),
+        "torch.add, off": (False, lambda: torch.add(x, y)),
+        "torch.add, on": (True, lambda: torch.add(x, y)),
+    }, on, tritonblas.disable
+
+
+def time_transparent(trials: int, calls: int) -> None:
+    rows, on, off = transparent_rows()
+    runs: dict[str, list[float]] = {name: [] for name in rows}
+    for _ in range(trials):
+        for name, (enabled, fn) in rows.items():
+            on() if enabled else off()
+            for _ in range(200):
+                fn()
+            t0 = time.thread_time()
+            for _ in range(calls):
+                fn()
+            runs[name].append((time.thread_time() - t0) / calls * 1e6)
+    off()
+    print(f"us per call, median of {trials} trials x {calls} calls (transparent mode)")
+    for name, r in runs.items():
+        print(f"{name:20s}{statistics.median(r):10.2f}")
+
+
 def run_child(root: Path, trials: int, calls: int) -> dict[str, list[float]]:
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(root)}
     out = subprocess.run([sys.executable, __file__, "--child", str(root), "--trials", str(trials),
@@ -91,7 +139,11 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--calls", type=int, default=20000)
     ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--transparent", action="store_true", help="time transparent mode in this tree")
     args = ap.parse_args()
+    if args.transparent:
+        time_transparent(args.trials * args.rounds, args.calls)
+        return
     if args.child:
         print(json.dumps(child(args.child, args.trials, args.calls)))
         return

@@ -1,12 +1,14 @@
 """tritonblas: Triton GEMM kernels behind an autotuning dispatcher.
 
-Importing does no device work, opens no database and reads no environment. The public names load on
-first use (PEP 562), so `import tritonblas` costs about a millisecond; torch, pydantic and the custom
-op registration come with the first `tritonblas.matmul` (or any other name), triton with the first
-launch.
+Importing does no device work and opens no database. The public names load on first use (PEP 562), so
+`import tritonblas` costs about a millisecond; torch, pydantic and the custom op registration come with
+the first `tritonblas.matmul` (or any other name), triton with the first launch. The one thing the
+environment does at import: TRITONBLAS_ENABLED=1 turns transparent mode on (`tritonblas.enable()`,
+which imports torch). TRITONBLAS_DB, TRITONBLAS_RECORD and TRITONBLAS_LOG are read on first use.
 """
 
 import importlib
+import os
 
 __version__ = "0.1.0"
 
@@ -14,6 +16,7 @@ _WHERE = {
     "GemmConfig": "config", "DeviceInfo": "config", "Problem": "config", "config_supports": "config",
     "matmul": "ops", "addmm": "ops", "linear": "ops",
     "select": "dispatch", "Selection": "dispatch",
+    "enable": "transparent", "disable": "transparent",
     "warmup": "warm",
 }
 __all__ = [*_WHERE, "__version__"]
@@ -30,3 +33,7 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
+
+
+if os.environ.get("TRITONBLAS_ENABLED", "").strip().lower() not in ("", "0", "false", "no", "off"):
+    __getattr__("enable")()

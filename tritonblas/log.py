@@ -16,24 +16,30 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 
 logger = logging.getLogger("tritonblas")
 logger.addHandler(logging.NullHandler())  # a library's logger: silent unless the application asks
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 _configured = False
+_lock = threading.Lock()
 
 
 def get() -> logging.Logger:
     """The logger, after TRITONBLAS_LOG has been applied (the first call reads it)."""
     global _configured
-    if not _configured:
-        _configured = True
+    if _configured:
+        return logger
+    with _lock:  # once, even when threads log their first records together
+        if _configured:
+            return logger
         try:
             configure(os.environ.get("TRITONBLAS_LOG", ""))
         except ValueError as exc:  # a typo in the environment must not fail a matmul
             import warnings
 
             warnings.warn(f"tritonblas: {exc}; ignored", RuntimeWarning, stacklevel=3)
+        _configured = True  # last: a thread that sees it finds the logger configured
     return logger
 
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import dispatch
+from . import dispatch, record
 from .config import BACKENDS, INTERPRETER_DEVICE, DeviceInfo, GemmConfig, Problem
 from .device import interpreter_enabled, tensor_device_info
 from .launch import is_out_of_resources, launch_gemm
@@ -204,6 +204,7 @@ def _prepare(signature: tuple | None, op: str, a: torch.Tensor, b: torch.Tensor,
     # As torch.addmm: with beta == 0 the input is ignored, NaN/inf in it included.
     problem = Problem(m, n, k, TORCH_DTYPES[a.dtype], _layout(a, b), _bias_kind(None if beta == 0.0 else bias,
                                                                                  m, n))
+    record.note(problem)  # TRITONBLAS_RECORD / enable(record=...): a new problem goes to the file
     user_config = config is not None
     if user_config:
         dispatch.check_user_config(config, problem, device)
@@ -300,12 +301,18 @@ def _fall_back(exc: Exception, plan: Plan, args: tuple, precision: str) -> None:
 def gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, beta: float, alpha: float,
          family: int, config: list[int]) -> torch.Tensor:
     """alpha * a @ b + beta * bias for checked 2-D operands: the node autograd and torch.compile see."""
-    enable_streamk, backend = _RESTRICTION[family]
-    user = _config_from_list(config)
-    signature = _signature("gemm" if beta != 0.0 else "gemm0", enable_streamk, backend, user, a, b, bias)
+    return _gemm(a, b, bias, beta, alpha, *_RESTRICTION[family], _config_from_list(config))
+
+
+def _gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, beta: float, alpha: float,
+          enable_streamk: bool | None = None, backend: str | None = None,
+          config: GemmConfig | None = None) -> torch.Tensor:
+    """The core op's body: lookup-or-prepare, then launch, for 2-D operands its callers checked (the
+    custom op's, and transparent mode's aten::mm / addmm kernels); never through the custom op."""
+    signature = _signature("gemm" if beta != 0.0 else "gemm0", enable_streamk, backend, config, a, b, bias)
     plan = _plans.get(signature) if signature is not None else None
     if plan is None or not _still_valid(plan, a, b, bias, None):
-        plan = _prepare(signature, "gemm", a, b, bias, beta, None, enable_streamk, user, backend)
+        plan = _prepare(signature, "gemm", a, b, bias, beta, None, enable_streamk, config, backend)
     return _launch(plan, a, b, bias, None, alpha, beta)
 
 

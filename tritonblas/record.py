@@ -1,0 +1,137 @@
+"""Recorded shapes: every new problem dispatch sees, added once to a shapes.yaml for the tuner.
+
+    tritonblas.enable(record="shapes.yaml")   # or TRITONBLAS_RECORD=shapes.yaml in the environment
+    ... run the model ...
+    tritonblas-tune --shapes shapes.yaml      # reads the file as it is
+
+A problem is (m, n, k, dtype, layout, bias kind), the dispatch key; it is noted when a call is planned
+(the first call of each signature, so a hit costs nothing). One entry per problem, sorted, in the
+shapes.yaml format (`tritonblas.shapes`); problems with a zero size (nothing to tune) or past the
+tuning database's bound are left out. The file is rewritten whole on each new problem, so comments and
+grids written by hand in it become one entry per problem.
+
+Several processes (and threads) may record into one file: each addition takes an exclusive lock on a
+side file `<file>.lock` (fcntl.flock; the lock file stays), reads what the file holds then, adds the new
+problem and replaces the file atomically (a temporary file in the same folder, fsync, os.replace), so
+no process loses another's problems and no reader sees half a file. A file that exists but is not a
+shapes file is never overwritten: one warning, and recording into it stops.
+
+TRITONBLAS_RECORD is read on the first planned call (never at import); enable(record=...) takes
+precedence over it.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+from pathlib import Path
+
+from . import log
+from .config import Problem
+
+_lock = threading.Lock()
+_HEADER = ("# GEMM problems recorded by tritonblas (tritonblas.enable(record=...) or TRITONBLAS_RECORD),\n"
+           "# one entry per problem; tune them with: tritonblas-tune --shapes <this file>\n")
+
+
+class _State:
+    def __init__(self) -> None:
+        self.path: Path | None = None  # given by start(); else the environment's
+        self.env_read = False
+        self.env_path: Path | None = None
+        self.seen: dict[Path, set[Problem]] = {}  # problems known to be in each file
+        self.refused: set[Path] = set()  # files that are not shapes files: never written
+
+
+_state = _State()
+
+
+def start(path: str | os.PathLike | None) -> None:
+    """Record into `path` from now on (None: stop, but for TRITONBLAS_RECORD). Plans made before are
+    dropped, so that problems already planned are noted again on their next call."""
+    new = None if path is None else Path(path)
+    with _lock:
+        before, _state.path = _state.path, new
+    if new is not None and new != before:
+        import sys
+
+        ops = sys.modules.get(f"{__package__}.ops")
+        if ops is not None:
+            ops._plans.clear()
+        log.get().info("recording new GEMM problems to %s", new)
+
+
+def given() -> Path | None:
+    """The path start() was given last (None: none, or stopped)."""
+    return _state.path
+
+
+def current() -> Path | None:
+    """Where problems are recorded now (start()'s path, else TRITONBLAS_RECORD's), or None."""
+    if _state.path is not None:
+        return _state.path
+    if not _state.env_read:
+        value = os.environ.get("TRITONBLAS_RECORD", "")
+        _state.env_path = Path(value) if value else None
+        _state.env_read = True
+    return _state.env_path
+
+
+def note(problem: Problem) -> None:
+    """Add `problem` to the file being recorded into, if it is new there."""
+    path = current()
+    if path is None or path in _state.refused or problem in _state.seen.get(path, ()):
+        return
+    from .shapes import MAX_DIM
+
+    if not all(1 <= d <= MAX_DIM for d in (problem.m, problem.n, problem.k)):
+        return  # nothing a shapes file can hold (or the tuner tune)
+    with _lock:
+        seen = _state.seen.setdefault(path, set())
+        if problem in seen or path in _state.refused:
+            return
+        try:
+            in_file = _add(path, problem)
+        except Exception as exc:  # recording must never fail a matmul
+            _state.refused.add(path)
+            log.warn(f"tritonblas: cannot record GEMM problems to {path} ({exc}); recording into it stops",
+                     stacklevel=4)
+            return
+        seen |= in_file
+    log.get().info("recorded %dx%dx%d %s layout=%s bias=%s to %s", problem.m, problem.n, problem.k,
+                   problem.dtype, problem.layout, problem.bias, path)
+
+
+def _add(path: Path, problem: Problem) -> set[Problem]:
+    """Under the file's lock: read its problems, add `problem`, replace the file; what it holds now."""
+    import fcntl
+
+    from .shapes import load_problems
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the lock file is closed
+        problems = set(load_problems(path)) if path.exists() else set()
+        if problem not in problems:
+            problems.add(problem)
+            _write(path, problems)
+        return problems
+
+
+def _write(path: Path, problems: set[Problem]) -> None:
+    order = sorted(problems, key=lambda p: (p.dtype, p.layout, p.bias, p.m, p.n, p.k))
+    lines = [_HEADER, "shapes:\n"]
+    lines += [f"  - {{m: {p.m}, n: {p.n}, k: {p.k}, dtypes: [{p.dtype}], layout: {p.layout}, "
+              f"bias: {p.bias}}}\n" for p in order]
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.writelines(lines)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise

@@ -1,0 +1,174 @@
+"""Transparent mode: torch's own GEMMs through dispatch, without changing model code.
+
+    tritonblas.enable()                    # until tritonblas.disable()
+    with tritonblas.enable(record="shapes.yaml"):
+        model(x)                           # nn.Linear, F.linear, torch.mm, torch.addmm, a @ b
+    TRITONBLAS_ENABLED=1 python train.py   # enabled when tritonblas is imported
+
+While enabled, aten::mm and aten::addmm on CUDA tensors (and, under TRITON_INTERPRET=1, CPU tensors) of
+float16, bfloat16 or float32 run through dispatch: the tuned config, the shipped one, a neighbour's or
+the heuristic's, or torch.mm where that is what dispatch selects. linear, nn.Linear and `@` on 2-D
+tensors reach them because torch decomposes linear and matmul into addmm / mm (an N-D input of linear
+or `@` with a 2-D right operand folds into one 2-D GEMM, as torch does). Everything else falls through
+to torch unchanged: other dtypes, mixed dtypes or devices, bmm/baddbmm (batched), CPU tensors without
+the interpreter.
+
+Mechanism: a `torch.library` registration of Python kernels for aten::mm and aten::addmm at the CUDA
+dispatch key (CPU too under the interpreter), dropped again by `disable()`. These are the kernels torch
+runs below autograd, so
+  - autograd keeps torch's own derivative formulas, and the mm calls of the backward come here too;
+  - the mode is global (every thread; a TorchFunctionMode is per thread) and costs nothing for other
+    ops (a TorchFunctionMode costs every torch call in Python, +1.3 us on a CPU add of 64x64);
+  - a call that falls through runs torch's own kernel through the out= overload (aten::mm.out,
+    aten::addmm.out), which is not overridden; the library's torch backend calls the same overloads,
+    so neither recurses into the mode;
+  - torch.compile traces with fake tensors and never calls these kernels. With Inductor, compiled code
+    runs Inductor's own GEMMs (its Triton templates, or cuBLAS through mm.out), not the library's;
+    backends that run the captured aten ops eagerly ("eager", "aot_eager") do come here. To put the
+    library's kernels into compiled code, call tritonblas.matmul / addmm / linear (a custom op the
+    compiler keeps whole).
+Host cost on a hit, every launch stubbed: tests/ops_overhead.py --transparent.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import warnings
+
+import torch
+
+from . import log
+from . import record as _record
+from .device import interpreter_enabled
+from .ops import _gemm
+
+_lock = threading.RLock()
+_library = None  # the torch.library.Library holding the registrations while enabled
+_fell_through: set[tuple] = set()  # what was logged as left to torch
+
+
+def is_enabled() -> bool:
+    return _library is not None
+
+
+class _Enabled:
+    """What enable() returns: transparent mode is on from the call; as a context manager, the state
+    before the call (on or off, and what was recorded) comes back at the end of the with-block."""
+
+    def __init__(self, before: tuple) -> None:
+        self._before = before
+
+    def __enter__(self) -> _Enabled:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        was_on, recording = self._before
+        with _lock:
+            _record.start(recording)
+            if not was_on:
+                _unregister()
+
+
+def enable(record: str | os.PathLike | None = None) -> _Enabled:
+    """Route torch's mm / addmm / linear (nn.Linear, `@`) through dispatch until disable(), or for a
+    with-block. record: a shapes.yaml to add every new problem to (else TRITONBLAS_RECORD, if set), for
+    `tritonblas-tune --shapes`."""
+    with _lock:
+        before = (is_enabled(), _record.given())
+        if record is not None:
+            _record.start(record)
+        _register()
+    return _Enabled(before)
+
+
+def disable() -> None:
+    """torch's GEMMs run torch's own kernels again; recording stops (TRITONBLAS_RECORD aside)."""
+    with _lock:
+        _unregister()
+        _record.start(None)
+
+
+def _register() -> None:
+    global _library
+    if _library is not None:
+        return
+    lib = torch.library.Library("aten", "IMPL")
+    with warnings.catch_warnings():  # torch warns once that a kernel is overridden: that is the point
+        warnings.simplefilter("ignore")
+        for key in ("CUDA", "CPU") if interpreter_enabled() else ("CUDA",):
+            lib.impl("mm", _mm, key)
+            lib.impl("addmm", _addmm, key)
+    _library = lib
+    log.get().info("transparent mode on: torch's mm, addmm and linear on %s go through dispatch",
+                   "CUDA and (interpreter) CPU tensors" if interpreter_enabled() else "CUDA tensors")
+
+
+def _unregister() -> None:
+    global _library
+    if _library is None:
+        return
+    _library._destroy()
+    _library = None
+    log.get().info("transparent mode off")
+
+
+# --- the kernels ----------------------------------------------------------------------------------------
+
+def _mm(a, b):
+    if _routable(a, b) and a.shape[1] == b.shape[0]:
+        return _gemm(a, b, None, 0.0, 1.0)
+    if _debug():
+        _left_to_torch("mm", a, b)
+    return _mm_out(a, b, out=a.new_empty(0))
+
+
+def _addmm(bias, a, b, *, beta=1, alpha=1):
+    if _routable(a, b) and a.shape[1] == b.shape[0] and type(beta) in _NUMBERS and type(alpha) in _NUMBERS \
+            and _bias_ok(bias, a, b):
+        return _gemm(a, b, bias, float(beta), float(alpha))
+    if _debug():
+        _left_to_torch("addmm", a, b, bias)
+    return _addmm_out(bias, a, b, beta=beta, alpha=alpha, out=a.new_empty(0))
+
+
+_ROUTED = (torch.float16, torch.bfloat16, torch.float32)
+_mm_out, _addmm_out = torch.ops.aten.mm.out, torch.ops.aten.addmm.out  # not overridden: torch's own kernels
+_NUMBERS = (int, float)
+
+
+def _routable(a, b) -> bool:
+    """2-D operands of one routed dtype on one device the library runs (torch's own kernel checks and
+    reports every other case). Both are dense: a sparse, nested, quantized or MKL-DNN tensor among
+    the arguments sends the call to another dispatch key than the ones registered here."""
+    dtype = a.dtype
+    if dtype not in _ROUTED or b.dtype is not dtype or a.dim() != 2 or b.dim() != 2:
+        return False
+    if a.is_cuda:
+        return b.is_cuda and a.get_device() == b.get_device()
+    return a.is_cpu and b.is_cpu and interpreter_enabled()  # the CPU kernels exist under it only
+
+
+def _bias_ok(bias, a, b) -> bool:
+    """addmm's input broadcastable to (M, N), of the operands' dtype and device."""
+    if not (isinstance(bias, torch.Tensor) and bias.dtype is a.dtype and bias.dim() <= 2
+            and bias.is_cuda is a.is_cuda and bias.get_device() == a.get_device()):
+        return False
+    shape = (1,) * (2 - bias.dim()) + tuple(bias.shape)
+    return shape[0] in (1, a.shape[0]) and shape[1] in (1, b.shape[1])
+
+
+def _debug() -> bool:
+    return log.logger.isEnabledFor(logging.DEBUG)  # configured by enable() (log.get())
+
+
+def _left_to_torch(op: str, a, b, bias=None) -> None:
+    """Log (DEBUG) once per kind of call what falls through to torch."""
+    kind = (op, a.dtype, b.dtype, a.is_cuda, b.is_cuda, a.dim(), b.dim(),
+            None if bias is None else (bias.dtype, bias.dim()))
+    if kind not in _fell_through:
+        _fell_through.add(kind)
+        log.logger.debug("transparent mode leaves %s of %s %s (%s) and %s %s (%s)%s to torch", op, a.dtype,
+                        tuple(a.shape), a.device, b.dtype, tuple(b.shape), b.device,
+                        "" if bias is None else f" with input {bias.dtype} {tuple(bias.shape)}")
