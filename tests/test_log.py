@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_dispatch_fallback import fresh_dispatch  # noqa: F401  (the fixture: no DB, no shipped file)
 from triton.runtime.errors import OutOfResources
 
 import tritonblas
@@ -19,21 +20,11 @@ ROOT = Path(__file__).resolve().parents[1]
 NO_DB = "/nonexistent/tritonblas-test.sqlite"  # absent: dispatch skips it
 
 
-@pytest.fixture
-def fresh_dispatch(tmp_path):
-    shipped = tmp_path / "configs"
-    shipped.mkdir()
-    dispatch.set_shipped_dir(shipped)
-    with dispatch.using_database(str(tmp_path / "user.sqlite")):
-        yield tmp_path
-    dispatch.set_shipped_dir(None)
-
-
 def _records(caplog, level=logging.DEBUG):
     return [r for r in caplog.records if r.name == "tritonblas" and r.levelno == level]
 
 
-def test_each_decision_is_logged_once_at_debug(fresh_dispatch, caplog):
+def test_each_decision_is_logged_once_at_debug(fresh_dispatch, caplog):  # noqa: F811
     a, b = torch.randn(24, 40).half(), torch.randn(40, 8).half()
     with caplog.at_level(logging.DEBUG, logger="tritonblas"):
         for _ in range(3):
@@ -52,7 +43,7 @@ def test_each_decision_is_logged_once_at_debug(fresh_dispatch, caplog):
     assert len(_records(caplog)) == 2 and "(Stream-K only)" in _records(caplog)[1].getMessage()
 
 
-def test_a_fallback_is_a_warning_record_and_a_runtime_warning(fresh_dispatch, monkeypatch, caplog):
+def test_a_fallback_is_a_warning_record_and_a_runtime_warning(fresh_dispatch, monkeypatch, caplog):  # noqa: F811
     a, b = torch.randn(33, 40).half(), torch.randn(40, 17).half()
     first = tritonblas.select(33, 17, 40, "fp16").config
     real = ops.launch_gemm
@@ -70,8 +61,8 @@ def test_a_fallback_is_a_warning_record_and_a_runtime_warning(fresh_dispatch, mo
     assert "could not be compiled for 33x17x40 fp16" in rec.getMessage() and first.short() in rec.getMessage()
 
 
-def test_database_trouble_is_a_warning_record(fresh_dispatch, caplog):
-    bad = fresh_dispatch / "broken.sqlite"
+def test_database_trouble_is_a_warning_record(fresh_dispatch, tmp_path, caplog):  # noqa: F811
+    bad = tmp_path / "broken.sqlite"
     bad.write_bytes(b"this is not a database" * 100)
     dispatch.set_database(str(bad))
     with caplog.at_level(logging.WARNING, logger="tritonblas"), \
