@@ -147,3 +147,25 @@ def test_run_time_fallbacks_are_counted_in_the_table_and_json(timed, tmp_path, m
         sys.path.pop(0)
     line = bench_report.fallbacks_line(bench_report.rows_from(doc))
     assert line == "run-time fallbacks (configs triton refused): 1 in 17x32x32 fp16 nn (1)"
+
+
+def test_a_gpu_bench_alternates_ours_and_torch_and_reports_medians():
+    from tritonblas.bench import BENCH_ROUNDS, _timed_head_to_head
+    from tritonblas.config import Problem, device_for_arch
+    from tritonblas.tuning.protocol import BenchResult
+
+    calls, ours_ms, torch_ms = [], iter([3.0, 1.0, 2.0]), iter([5.0, 9.0, 4.0])
+
+    class Alternating:
+        def __call__(self, config, problem, device):
+            calls.append("ours")
+            return BenchResult("ok", median_ms=next(ours_ms))
+
+        def baseline(self, problem, device):
+            calls.append("torch")
+            return next(torch_ms)
+
+    ours, torch_median = _timed_head_to_head(Alternating(), Problem(64, 64, 64, "bf16"),
+                                             device_for_arch("sm_90"))
+    assert BENCH_ROUNDS == 3 and calls == ["ours", "torch"] * 3
+    assert ours.median_ms == 2.0 and torch_median == 5.0
