@@ -202,9 +202,20 @@ def table(doc: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import warnings
+
+    from tritonblas.bench import is_fallback_warning
+
     args = parse_args(argv)
-    doc = run(args)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        doc = run(args)
+    for w in caught:
+        warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    # Issue 21: configs dispatch selected that triton refused to compile (zero expected).
+    doc["fallback_warnings"] = sum(map(is_fallback_warning, caught))
     print(table(doc))
+    print(f"run-time fallbacks (configs triton refused): {doc['fallback_warnings']}")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(doc, fh, indent=2)
