@@ -26,7 +26,7 @@ TARGET_S = 0.5
 # One first call, in a child process: prints the seconds it took.
 CHILD = """
 import sys, time, torch, tritonblas
-m, n, k, dtype, layout, bias = sys.argv[1:]
+m, n, k, dtype, layout, bias = sys.argv[1:7]
 m, n, k = int(m), int(n), int(k)
 dev = "cpu" if torch.cuda.device_count() == 0 else "cuda"
 dt = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[dtype]
@@ -37,16 +37,23 @@ shape = {"none": None, "scalar": (1, 1), "row": (n,), "column": (m, 1), "full": 
 c = None if shape is None else torch.randn(*shape, device=dev).to(dt)
 sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
 sync()
+backend = None if sys.argv[7] == "dispatch" else sys.argv[7]
+if backend == "vendor-alone":  # torch's own first call: what any first GEMM of a process pays
+    call = (lambda: torch.mm(a, b)) if c is None else (lambda: torch.addmm(c, a, b))
+else:
+    call = ((lambda: tritonblas.matmul(a, b, backend=backend)) if c is None
+            else (lambda: tritonblas.addmm(c, a, b, backend=backend)))
 t0 = time.perf_counter()
-tritonblas.matmul(a, b) if c is None else tritonblas.addmm(c, a, b)
+call()
 sync()
 print(time.perf_counter() - t0)
 """
 
 
-def first_call_s(problem, cache: str) -> float:
+def first_call_s(problem, cache: str, backend: str) -> float:
     env = {**os.environ, "TRITON_CACHE_DIR": cache}
-    args = [str(problem.m), str(problem.n), str(problem.k), problem.dtype, problem.layout, problem.bias]
+    args = [str(problem.m), str(problem.n), str(problem.k), problem.dtype, problem.layout, problem.bias,
+            backend]
     out = subprocess.run([sys.executable, "-c", CHILD, *args], env=env, capture_output=True, text=True,
                          check=True, timeout=600)
     return float(out.stdout.strip().splitlines()[-1])
@@ -59,25 +66,35 @@ def main() -> int:
     ap.add_argument("--limit", type=int, default=8, help="at most this many problems (each is 2 processes)")
     ap.add_argument("--cache-dir", help="triton cache to warm up and read (default: a new, empty one)")
     ap.add_argument("--json", type=Path, help="write the rows here")
+    ap.add_argument("--backend", choices=["dispatch", "triton"], default="dispatch",
+                    help="the first call through dispatch (torch.mm where it was chosen) or the kernels "
+                         "alone (backend='triton'): what warm-up is for")
     args = ap.parse_args()
 
     import tritonblas
     from tritonblas.shapes import load_problems
 
     problems = load_problems(args.shapes)[:args.limit]
-    cold = [first_call_s(p, tempfile.mkdtemp(prefix="tritonblas-cold-")) for p in problems]
+    cold = [first_call_s(p, tempfile.mkdtemp(prefix="tritonblas-cold-"), args.backend) for p in problems]
     cache = args.cache_dir or tempfile.mkdtemp(prefix="tritonblas-warm-")
     os.environ["TRITON_CACHE_DIR"] = cache  # before triton is imported, for this process's warm-up
-    results = tritonblas.warmup(problems=problems, progress=False)
-    warm = [first_call_s(p, cache) for p in problems]
+    backend = None if args.backend == "dispatch" else args.backend
+    results = tritonblas.warmup(problems=problems, progress=False, backend=backend)
+    warm = [first_call_s(p, cache, args.backend) for p in problems]
+    alone = [first_call_s(p, cache, "vendor-alone") for p in problems]
     rows = [{"problem": p.short(), "status": r.status, "config": r.config and r.config.short(),
-             "cold_s": c, "warm_s": w} for p, r, c, w in zip(problems, results, cold, warm, strict=True)]
-    print(f"{'problem':30} {'warm-up':9} {'cold s':>8} {'warm s':>8}")
+             "cold_s": c, "warm_s": w, "torch_first_s": t}
+            for p, r, c, w, t in zip(problems, results, cold, warm, alone, strict=True)]
+    print(f"{'problem':30} {'warm-up':9} {'cold s':>8} {'warm s':>8} {'torch.mm s':>10}")
     for row in rows:
-        print(f"{row['problem']:30} {row['status']:9} {row['cold_s']:8.3f} {row['warm_s']:8.3f}")
+        print(f"{row['problem']:30} {row['status']:9} {row['cold_s']:8.3f} {row['warm_s']:8.3f} "
+              f"{row['torch_first_s']:10.3f}")
     worst = max(warm, default=0.0)
+    # torch.mm's own first call in a fresh process (cuBLAS and its workspace) is in every first GEMM.
+    over = max((w - t for w, t in zip(warm, alone, strict=True)), default=0.0)
     print(f"warm first call: max {worst:.3f} s over {len(rows)} problems (target <= {TARGET_S} s): "
-          f"{'met' if worst <= TARGET_S else 'NOT met'}; triton cache {cache}")
+          f"{'met' if worst <= TARGET_S else 'NOT met'}; at most {over:.3f} s above torch.mm's own first "
+          f"call; triton cache {cache}")
     if args.json:
         doc = {"target_s": TARGET_S, "cache": cache, "rows": rows}
         args.json.write_text(json.dumps(doc, indent=2) + "\n")

@@ -79,7 +79,7 @@ def _operands(problem: Problem, device):
     return a, b, bias
 
 
-def _warm_one(problem: Problem, info, torch_device, interpreter: bool) -> WarmupResult:
+def _warm_one(problem: Problem, info, torch_device, interpreter: bool, backend: str | None) -> WarmupResult:
     import tritonblas
 
     from . import dispatch
@@ -88,7 +88,7 @@ def _warm_one(problem: Problem, info, torch_device, interpreter: bool) -> Warmup
 
     def select():
         return dispatch.select(problem.m, problem.n, problem.k, problem.dtype, layout=problem.layout,
-                               bias=problem.bias, device=info)
+                               bias=problem.bias, device=info, backend=backend)
 
     try:
         sel = select()
@@ -99,9 +99,9 @@ def _warm_one(problem: Problem, info, torch_device, interpreter: bool) -> Warmup
                                 "the interpreter compiles nothing; too large to launch there")
         a, b, bias = _operands(problem, torch_device)
         if bias is None:
-            tritonblas.matmul(a, b)
+            tritonblas.matmul(a, b, backend=backend)
         else:
-            tritonblas.addmm(bias, a, b)
+            tritonblas.addmm(bias, a, b, backend=backend)
         sel = select()  # what ran: a config triton refused is no longer selected
     except Exception as exc:  # one problem failing (out of memory, say) must not stop the others
         return WarmupResult(problem, "failed", seconds=time.monotonic() - start,
@@ -112,12 +112,14 @@ def _warm_one(problem: Problem, info, torch_device, interpreter: bool) -> Warmup
 def warmup(shapes: str | Path | Sequence[str | Path] | None = None, *, file: str | Path | None = None,
            problems: Iterable[Problem] | None = None, dtypes: Sequence[str] | None = None,
            device: int | None = None, workers: int | None = None, progress: bool | None = None,
-           on_result: Callable[[WarmupResult], None] | None = None) -> list[WarmupResult]:
+           on_result: Callable[[WarmupResult], None] | None = None,
+           backend: str | None = None) -> list[WarmupResult]:
     """Compile every config dispatch would run for the problems of `shapes` (shapes.yaml files), of
     `file` (a config file such as configs/sm_90.json: its entries' problems) and of `problems`, into
     triton's cache, `workers` at a time (default: up to 16 threads). `device`: a GPU index (default: the
     current one; Triton's interpreter under TRITON_INTERPRET=1). `progress`: a progress bar on stderr
-    (default: when stderr is a terminal). Returns one result per problem, in order.
+    (default: when stderr is a terminal). `backend`: as matmul's ("triton" warms the kernel even where
+    dispatch would run torch.mm). Returns one result per problem, in order.
 
         tritonblas.warmup("shapes.yaml")
         tritonblas.warmup(file="configs/sm_90.json")
@@ -147,7 +149,7 @@ def warmup(shapes: str | Path | Sequence[str | Path] | None = None, *, file: str
                 on_result(result)
 
         results, pending = run_first_launches(
-            todo, lambda p: _warm_one(p, info, torch_device, interpreter), workers=workers,
+            todo, lambda p: _warm_one(p, info, torch_device, interpreter, backend), workers=workers,
             cuda_device=None if interpreter else torch_device, timeout_s=1800.0, on_done=done)
     for p in pending:
         results[p] = WarmupResult(p, "failed", note="still compiling after 30 minutes")
