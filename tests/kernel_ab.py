@@ -1,0 +1,43 @@
+"""Kernel time of fixed configs, to compare two trees' kernels on the same configs (issue 20: the 64-bit
+offsets must leave problems that fit at their 32-bit speed). Run from each tree's root on a GPU:
+    python tests/kernel_ab.py            # prints one line per (problem, config): median us
+A benchmark, not a test (not collected: no test_ prefix).
+"""
+
+import sys
+
+CASES = [  # (m, n, k, config fields): the persistent and Stream-K kernels, TMA and pointer loads
+    (4096, 4096, 4096, dict(block_m=128, block_n=256, block_k=64, num_warps=8, num_stages=3, tma=True,
+                            flatten=True)),
+    (1024, 1024, 1024, dict(block_m=128, block_n=128, block_k=64, num_warps=4, num_stages=4)),
+    (3000, 2000, 5000, dict(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3)),
+    (16, 4096, 14336, dict(block_m=16, block_n=64, block_k=256, num_warps=4, num_stages=5)),
+    (512, 512, 32768, dict(block_m=128, block_n=128, block_k=64, num_warps=4, num_stages=3, streamk=True,
+                           tma=True)),
+    (1920, 1920, 8192, dict(block_m=128, block_n=256, block_k=64, num_warps=8, num_stages=3, streamk=True)),
+]
+
+
+def main() -> int:
+    if "--help" in sys.argv or "-h" in sys.argv:
+        print(__doc__)
+        return 0
+    import torch
+    import triton.testing
+
+    import tritonblas
+
+    for m, n, k, fields in CASES:
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+        out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        cfg = tritonblas.GemmConfig(**fields)
+        tritonblas.matmul(a, b, config=cfg, out=out)
+        ms = triton.testing.do_bench(lambda a=a, b=b, cfg=cfg, out=out: tritonblas.matmul(a, b, config=cfg,
+                                                                                   out=out), rep=100)
+        print(f"{m}x{n}x{k} {cfg.short()}: {ms * 1e3:.1f} us", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
