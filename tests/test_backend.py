@@ -317,15 +317,16 @@ def test_vendor_candidate_comes_first_on_gpus_only():
     assert candidate_space(p, INTERPRETER_DEVICE, vendor=True)[0] == VENDOR
 
 
-def test_vendor_is_timed_besides_the_minimum_of_kernels(tmp_path):
-    # Past the budget MIN_TIMED kernels are still timed (the compiled ones); torch.mm does not take a slot.
+def test_vendor_is_timed_after_the_kernels_besides_their_minimum(tmp_path):
+    # Past the budget MIN_TIMED kernels are still timed (the compiled ones); torch.mm does not take a slot
+    # and is timed last, after the compile threads (timed first it read 25.3 us for an 11.1 us torch.mm).
     p = Problem(512, 512, 512, "bf16")
     space = candidate_space(p, H200)
     bench = FakeBench()
     bench.ready = lambda config: True
     with TuningDB(str(tmp_path / "t.sqlite")) as db:
         tune_problem(p, H200, db, bench=bench, budget_s=1e-9)
-    assert bench.calls == space[:MIN_TIMED + 1] and bench.calls[0] == VENDOR
+    assert space[0] == VENDOR and bench.calls == [*space[1:MIN_TIMED + 1], VENDOR]
 
 
 def test_tuned_vendor_winner_is_stored_and_dispatched(paths, torch_calls, launches):
@@ -334,7 +335,7 @@ def test_tuned_vendor_winner_is_stored_and_dispatched(paths, torch_calls, launch
     bench = FakeBench({VENDOR: BenchResult("ok", 0.1, 0.09, 0.11, 0.0)}, torch_ms=0.1)
     with TuningDB(url) as db:
         out = tune_problem(p, INTERPRETER_DEVICE, db, bench=bench, budget_s=60, early_stop=False, vendor=True)
-        assert bench.calls[0] == VENDOR and all(fake_ms(c) > 0.1 for c in bench.calls[1:])
+        assert bench.calls[-1] == VENDOR and all(fake_ms(c) > 0.1 for c in bench.calls[:-1])
         assert out.winner.config == VENDOR and out.winner.speedup == pytest.approx(1.0)
         rows = {m.config: m for m in db.measurements(out.key)}
         assert rows[VENDOR].status == "ok" and rows[VENDOR].median_ms == 0.1 and len(rows) == out.candidates

@@ -111,9 +111,9 @@ def candidate_space(problem: Problem, device: DeviceInfo, *, top_k: int = 10, ex
     """Feasible, deduplicated candidates in heuristic order: the best SEEDS_FIRST distinct tiles, the
     first one's neighbours, the other tiles, then neighbours and grid variants of the best few.
 
-    The vendor GEMM (see vendor_candidate) comes first: it compiles nothing and times in ~30 ms, so a
-    budget spent on compiles never leaves it out, and its time sets the early-stop cutoff for the
-    kernels (LOSER_FACTOR). A kernel that ties it exactly loses the tie (_pick: earlier first).
+    The vendor GEMM (see vendor_candidate) comes first in the space, so a kernel that ties it exactly
+    loses the tie (_pick: earlier first); the tuner times it after the kernels, always and never cut
+    short (tuner._timing_order says why).
 
     exhaustive: every config of the heuristic's grid first, then the same additions, so the normal
     space is a subset of the exhaustive one.
