@@ -105,8 +105,9 @@ def _run_one(bench: Benchmark, config: GemmConfig, problem: Problem, device: Dev
 def _timing_order(space: list[GemmConfig]) -> list[GemmConfig]:
     """The kernels in the heuristic's order, then torch.mm, always timed and never cut off early.
 
-    Timed first, torch.mm ran while the candidates' compile threads held the GIL: the host enqueued its
-    call late inside do_bench's timed window, and 128x128x8192 bf16 read 25.3 us as a candidate against
+    Timed first, torch.mm ran while the candidates compiled in threads (most likely holding the GIL, so
+    the host enqueued the call late inside do_bench's timed window): 128x128x8192 bf16 read 25.3 us as a
+    candidate against
     11.1 us for the same torch.mm timed as the baseline after the kernels, so a kernel at 18.8 us won
     (0.59x torch.mm; tuning run of 2026-11-30, 5 of 141 winners lost to their own baseline this way).
     """
