@@ -107,9 +107,9 @@ def _timing_order(space: list[GemmConfig]) -> list[GemmConfig]:
 
     Timed first, torch.mm ran while the candidates compiled in threads (most likely holding the GIL, so
     the host enqueued the call late inside do_bench's timed window): 128x128x8192 bf16 read 25.3 us as a
-    candidate against
-    11.1 us for the same torch.mm timed as the baseline after the kernels, so a kernel at 18.8 us won
-    (0.59x torch.mm; tuning run of 2026-11-30, 5 of 141 winners lost to their own baseline this way).
+    candidate against 11.1 us for the same torch.mm timed as the baseline after the kernels, so a kernel
+    at 18.8 us won (0.59x torch.mm; tuning run of 2026-11-30, 5 of 141 winners lost to their own
+    baseline this way).
     """
     return [c for c in space if c.backend != "torch"] + [c for c in space if c.backend == "torch"]
 
