@@ -162,6 +162,16 @@ def _scratch_give(held: list[tuple[deque, object]]) -> None:
         free.append(buf)
 
 
+def _as_own_call(fn: Callable, device: torch.device, *args):
+    """fn(*args, held, stream) as a call of its own (tests, probes): its scratch is given back once fn
+    has enqueued its kernels."""
+    held: list = []
+    try:
+        return fn(*args, held, _stream(device))
+    finally:
+        _scratch_give(held)
+
+
 def _stream(device: torch.device) -> int | None:
     """The stream whose scratch a call on `device` uses: its current stream (0 off CUDA), or None while
     that stream is being captured into a CUDA graph (then nothing is pooled; see above)."""
@@ -181,11 +191,7 @@ def _workspace(device: torch.device, partial_floats: int, counters: int, held: l
     its `stream`, None while captured) until it gives it back. A kept pair too small is grown, never
     shrunk. Without `held` (tests, probes): the pair the next such launch on the current stream takes."""
     if held is None:
-        held = []
-        try:
-            return _workspace(device, partial_floats, counters, held, _stream(device))
-        finally:
-            _scratch_give(held)
+        return _as_own_call(_workspace, device, device, partial_floats, counters)
     key = ("streamk", device, stream)
     free, pair = _scratch_take(key) if stream is not None else (None, None)
     ws, cnt = pair if pair is not None else (None, None)
@@ -217,11 +223,7 @@ def _aligned(t: torch.Tensor, slot: int, held: list | None = None, stream: int |
     if ok:
         return t
     if held is None:
-        held = []
-        try:
-            return _aligned(t, slot, held, _stream(t.device))
-        finally:
-            _scratch_give(held)
+        return _as_own_call(_aligned, t.device, t, slot)
     src = t.t() if col else t  # rows along dim 0, the contiguous (or copied-to-contiguous) axis along 1
     rows, cols = src.shape
     buf = _padded_buffer(slot, rows, aligned_leading_dim(cols, t.element_size()), t, held, stream)
