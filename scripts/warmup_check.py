@@ -43,19 +43,31 @@ if backend == "vendor-alone":  # torch's own first call: what any first GEMM of 
 else:
     call = ((lambda: tritonblas.matmul(a, b, backend=backend)) if c is None
             else (lambda: tritonblas.addmm(c, a, b, backend=backend)))
+profile = len(sys.argv) > 8 and sys.argv[8] == "profile"
+if profile:
+    import cProfile
+    prof = cProfile.Profile()
+    prof.enable()
 t0 = time.perf_counter()
 call()
 sync()
-print(time.perf_counter() - t0)
+took = time.perf_counter() - t0
+if profile:
+    import pstats
+    prof.disable()
+    pstats.Stats(prof, stream=sys.stderr).sort_stats("cumtime").print_stats(40)
+print(took)
 """
 
 
-def first_call_s(problem, cache: str, backend: str) -> float:
+def first_call_s(problem, cache: str, backend: str, profile: bool = False) -> float:
     env = {**os.environ, "TRITON_CACHE_DIR": cache}
     args = [str(problem.m), str(problem.n), str(problem.k), problem.dtype, problem.layout, problem.bias,
-            backend]
+            backend, "profile" if profile else ""]
     out = subprocess.run([sys.executable, "-c", CHILD, *args], env=env, capture_output=True, text=True,
                          check=True, timeout=600)
+    if profile:
+        print(f"cProfile of the first call of {problem.short()}:\n{out.stderr}")
     return float(out.stdout.strip().splitlines()[-1])
 
 
@@ -69,6 +81,8 @@ def main() -> int:
     ap.add_argument("--backend", choices=["dispatch", "triton"], default="dispatch",
                     help="the first call through dispatch (torch.mm where it was chosen) or the kernels "
                          "alone (backend='triton'): what warm-up is for")
+    ap.add_argument("--profile", action="store_true",
+                    help="print a cProfile of the first problem's warm first call (where its time goes)")
     args = ap.parse_args()
 
     import tritonblas
@@ -81,6 +95,8 @@ def main() -> int:
     backend = None if args.backend == "dispatch" else args.backend
     results = tritonblas.warmup(problems=problems, progress=False, backend=backend)
     warm = [first_call_s(p, cache, args.backend) for p in problems]
+    if args.profile and problems:
+        first_call_s(problems[0], cache, args.backend, profile=True)
     alone = [first_call_s(p, cache, "vendor-alone") for p in problems]
     rows = [{"problem": p.short(), "status": r.status, "config": r.config and r.config.short(),
              "cold_s": c, "warm_s": w, "torch_first_s": t}

@@ -62,3 +62,53 @@ def test_unknown_attribute_is_an_attribute_error():
 
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         tritonblas.nope  # noqa: B018
+
+
+def test_first_gemm_without_a_tuning_database_loads_no_sqlalchemy(tmp_path):
+    """A user who never tuned has no database file: the first GEMM must not pay SQLAlchemy's import
+    (0.3 s of a 0.9 s first call here) to find that out. With the file present it is opened."""
+    code = """
+import sys, json, torch, tritonblas
+tritonblas.matmul(torch.ones(4, 4, dtype=torch.float16), torch.ones(4, 4, dtype=torch.float16))
+from tritonblas import dispatch
+from tritonblas.config import device_for_arch
+# the shipped file's layer too (4096^3 bf16 is in configs/sm_90.json)
+assert dispatch.select(4096, 4096, 4096, "bf16", device=device_for_arch("sm_90")).source == "shipped"
+print(json.dumps("sqlalchemy" in sys.modules))
+"""
+    env = {"PATH": "/usr/bin:/bin", "TRITON_INTERPRET": "1", "HOME": str(tmp_path),
+           "XDG_CACHE_HOME": str(tmp_path / "cache"), "TRITONBLAS_DB": str(tmp_path / "absent.sqlite")}
+
+    def sqlalchemy_loaded() -> bool:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                             env=env)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    assert not sqlalchemy_loaded()
+    del env["TRITONBLAS_DB"]  # the default file, under XDG_CACHE_HOME: absent too
+    assert not sqlalchemy_loaded()
+    from tuning_db import TuningDB
+
+    TuningDB(str(tmp_path / "present.sqlite")).close()
+    env["TRITONBLAS_DB"] = str(tmp_path / "present.sqlite")
+    assert sqlalchemy_loaded()
+
+
+def test_first_cuda_call_hashes_triton_in_a_thread():
+    """launch.prefetch_compile_key fills triton's per-process key cache from a thread (the hash of its
+    compiler files and libtriton.so that every compile-cache lookup starts with), once per process."""
+    code = """
+import threading
+from tritonblas import launch
+from triton.runtime.cache import triton_key
+launch.prefetch_compile_key()
+launch.prefetch_compile_key()  # once per process: one thread
+threads = [t for t in threading.enumerate() if t.name == "tritonblas-triton-key"]
+assert len(threads) <= 1, threads
+for t in threads:
+    t.join()
+print(triton_key.cache_info().currsize)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={"PATH": "/usr/bin:/bin"})
+    assert out.stdout.strip().splitlines()[-1] == "1"

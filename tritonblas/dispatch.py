@@ -156,6 +156,10 @@ def _open_db():
         if not _state.enabled:
             return None
         try:
+            from tuning_db.location import absent_sqlite_file
+
+            if absent_sqlite_file(_state.url):  # no tuning database: SQLAlchemy stays unloaded
+                return None
             from tuning_db import TuningDB, default_url, normalize_url
             from tuning_db.engine import sqlite_path
 

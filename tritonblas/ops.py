@@ -34,7 +34,7 @@ import torch
 from . import dispatch, record
 from .config import BACKENDS, INTERPRETER_DEVICE, DeviceInfo, GemmConfig, Problem
 from .device import interpreter_enabled, tensor_device_info
-from .launch import is_out_of_resources, launch_gemm
+from .launch import is_out_of_resources, launch_gemm, prefetch_compile_key
 from .validate import (
     TORCH_DTYPES,
     check_bias,
@@ -201,6 +201,8 @@ def _prepare(signature: tuple | None, op: str, a: torch.Tensor, b: torch.Tensor,
         return plan
     read_at = dispatch.generation()  # before anything is selected (not while compiling: no guard on it)
     device = tensor_device_info(a)  # first: it raises for tensors no kernel can take, empty ones too
+    if a.is_cuda:
+        prefetch_compile_key()  # the first compile-cache lookup's hash, in a thread while we select
     # As torch.addmm: with beta == 0 the input is ignored, NaN/inf in it included.
     problem = Problem(m, n, k, TORCH_DTYPES[a.dtype], _layout(a, b), _bias_kind(None if beta == 0.0 else bias,
                                                                                  m, n))

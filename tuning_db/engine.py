@@ -24,19 +24,13 @@ from .errors import (
     ReadOnlyDatabaseError,
     TuningDBError,
 )
+from .location import ENV_VAR, default_path
 
-ENV_VAR = "TRITONBLAS_DB"
 BUSY_TIMEOUT_S = 30.0
 # Files SQLite keeps next to a database: the write-ahead log, its index, the rollback journal.
 _SIDE_FILES = ("-wal", "-shm", "-journal")
 # Execution option that marks a write transaction (BEGIN IMMEDIATE on SQLite).
 WRITE_OPTION = "tuning_db_write"
-
-
-def default_path() -> Path:
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("tritonblas")) / "tuning.sqlite"
 
 
 def default_url() -> str:

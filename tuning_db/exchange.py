@@ -26,11 +26,10 @@ from dataclasses import dataclass
 from datetime import date as Date
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from .engine import refuse_database_file
 from .schemas import (
     Arch,
     DeviceName,
@@ -50,8 +49,10 @@ from .schemas import (
     holds_config,
     utc,
 )
-from .store import ImportPolicy, TuningDB
 from .textfile import read_bounded_text
+
+if TYPE_CHECKING:  # reading a config file (dispatch's shipped layer) loads no SQLAlchemy
+    from .store import ImportPolicy, TuningDB
 
 FILE_SCHEMA_VERSION = 1
 MAX_FILE_BYTES = 64 * 2**20
@@ -277,6 +278,8 @@ def _pick(winners: Iterable[Winner], arch: str, device_name: str | None) -> list
 def export_file(db: TuningDB, path: str | Path, arch: str, *, device_name: str | None = None,
                 env: EnvIdentity | None = None) -> ConfigFile:
     """Write the fresh winners of `arch` (one device) to `path`; returns the file as validated."""
+    from .engine import refuse_database_file
+
     refuse_database_file(Path(path), db.url, "config file to write")
     running = env or EnvIdentity.current()
     binding().check_arch(arch)
@@ -321,6 +324,8 @@ class ImportReport:
 def import_file(db: TuningDB, path: str | Path, policy: ImportPolicy = "faster",
                 env: EnvIdentity | None = None) -> ImportReport:
     """Validate all of `path`, then import every entry in one transaction (all or nothing)."""
+    from .engine import refuse_database_file
+
     refuse_database_file(Path(path), db.url, "config file")  # reading it would drop the DB's locks
     return import_config(db, load_config_file(path), Path(path), policy, env)
 
