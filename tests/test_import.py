@@ -94,21 +94,23 @@ print(json.dumps("sqlalchemy" in sys.modules))
     assert sqlalchemy_loaded()
 
 
-def test_first_cuda_call_hashes_triton_in_a_thread():
-    """launch.prefetch_compile_key fills triton's per-process key cache from a thread (the hash of its
-    compiler files and libtriton.so that every compile-cache lookup starts with), once per process."""
+def test_first_cuda_call_loads_triton_key_in_a_thread(tmp_path):
+    """launch.prefetch_compile_key installs triton's compile-cache key (tritonblas.compile_key) from a
+    thread, once per process, and the key is triton's own."""
     code = """
 import threading
+from triton.runtime import cache
 from tritonblas import launch
-from triton.runtime.cache import triton_key
+own = cache.triton_key
 launch.prefetch_compile_key()
 launch.prefetch_compile_key()  # once per process: one thread
 threads = [t for t in threading.enumerate() if t.name == "tritonblas-triton-key"]
 assert len(threads) <= 1, threads
 for t in threads:
     t.join()
-print(triton_key.cache_info().currsize)
+assert cache.triton_key is not own and cache.triton_key() == own()
+print("ok")
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={"PATH": "/usr/bin:/bin"})
-    assert out.stdout.strip().splitlines()[-1] == "1"
+                         env={"PATH": "/usr/bin:/bin", "TRITON_CACHE_DIR": str(tmp_path)})
+    assert out.stdout.strip().splitlines()[-1] == "ok"

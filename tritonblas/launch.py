@@ -28,20 +28,18 @@ def _kernels():
 
 @functools.cache
 def prefetch_compile_key() -> None:
-    """Start hashing triton's own files in a thread, once per process. Before triton looks a compiled
-    kernel up in its cache it hashes its compiler sources and libtriton.so (`triton_key`, cached per
-    process): 0.41 s of a 2.4 s warm first call on the H200 (scripts/warmup_check.py --profile,
-    2026-11-30). File reads and hashlib release the GIL, so the hash runs while the calling thread
-    selects a config and imports the kernels; the first launch then finds it done."""
-    threading.Thread(target=_hash_triton, name="tritonblas-triton-key", daemon=True).start()
+    """Start, once per process, a thread that loads (or computes and stores) triton's compile-cache key
+    (tritonblas.compile_key): it runs while the calling thread selects a config and imports the
+    kernels, and the first launch waits for it instead of hashing triton's files a second time."""
+    threading.Thread(target=_install_compile_key, name="tritonblas-triton-key", daemon=True).start()
 
 
-def _hash_triton() -> None:
+def _install_compile_key() -> None:
     try:
-        from triton.runtime.cache import triton_key
+        from . import compile_key
 
-        triton_key()
-    except Exception:  # noqa: BLE001 (only a head start: the launch computes the key itself if this failed)
+        compile_key.install()
+    except Exception:  # noqa: BLE001 (only a head start: triton computes its key itself if this failed)
         pass
 
 
@@ -440,6 +438,7 @@ def _launch(plan: _Plan, tensors: tuple, floats: tuple) -> None:
         _ensure_allocator()
     compiled = plan.compiled
     if compiled is None:
+        _install_compile_key()  # waits for prefetch_compile_key's thread, if one is running
         compiled = plan.kernel[(plan.progs,)](*args, **plan.constexprs, num_warps=plan.num_warps,
                                               num_stages=plan.num_stages)
         # The fast path passes constexprs positionally: only keep it when their order is the kernel's.
