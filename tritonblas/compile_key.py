@@ -23,11 +23,14 @@ _lock = threading.Lock()
 
 
 def _covered_files(root: Path) -> list[Path]:
-    """Every file triton_key reads, and a few more: runtime/cache.py, the compiler, backend and language
-    packages, and the libtriton shared object."""
+    """Every file triton_key reads: runtime/cache.py, the libtriton shared object, and the modules of the
+    compiler, backends and language packages. Like its pkgutil.walk_packages, the walk enters packages
+    only (folders with an __init__.py): the backends' folders of CUDA headers and tools hold thousands
+    of files, whose walk took 0.29 s on the H200 host."""
     files = [root / "runtime" / "cache.py", *sorted((root / "_C").glob("libtriton.*"))]
     for sub in ("compiler", "backends", "language"):
-        for folder, _, names in sorted(os.walk(root / sub)):
+        for folder, dirs, names in os.walk(root / sub):
+            dirs[:] = sorted(d for d in dirs if os.path.isfile(os.path.join(folder, d, "__init__.py")))
             files += [Path(folder) / name for name in sorted(names) if name.endswith(".py")]
     return files
 
