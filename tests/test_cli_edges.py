@@ -189,3 +189,27 @@ def test_select_without_a_gpu_says_how_to_ask_for_one(monkeypatch):
     from tritonblas.config import device_for_arch
 
     assert tritonblas.select(64, 64, 64, "bf16", device=device_for_arch("sm_80")).device.sm_count == 108
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["explain"], "Missing argument 'm'. (see 'tritonblas explain --help')"),
+    (["bench", "--nope"], "No such option: --nope (see 'tritonblas bench --help')"),
+    (["db", "show", "--layout", "xx", "1", "2", "3"], "Invalid value for '--layout'"),
+    (["nocmd"], "No such command 'nocmd'. (see 'tritonblas --help')"),
+])
+def test_typer_usage_errors_are_one_line_too(args, expected):
+    """typer's own usage errors (unknown option or command, missing argument, bad choice) read like ours:
+    one line naming the problem and the help to run, not a usage line and a five-line box."""
+    assert expected in one_line_error(runner.invoke(app, args, prog_name="tritonblas"))
+
+
+def test_tritonblas_tune_usage_error_is_one_line():
+    from tritonblas.cli import tune_app
+
+    line = one_line_error(runner.invoke(tune_app, ["--nope"], prog_name="tritonblas-tune"))
+    assert "No such option: --nope" in line and "tritonblas-tune --help" in line
+
+
+def test_no_arguments_still_show_help():
+    result = runner.invoke(app, [], prog_name="tritonblas")
+    assert "Usage: tritonblas" in result.output and "Commands" in result.output

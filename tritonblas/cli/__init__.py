@@ -11,9 +11,10 @@ from __future__ import annotations
 import typer
 
 from . import bench, db, explain, tune, warmup
-from .common import SIZE_ARGS, command, configure_console, version_option
+from .common import SIZE_ARGS, Group, command, configure_console, version_option
 
-app = typer.Typer(name="tritonblas", no_args_is_help=True, add_completion=False, rich_markup_mode="markdown")
+app = typer.Typer(name="tritonblas", cls=Group, no_args_is_help=True, add_completion=False,
+                  rich_markup_mode="markdown")
 command(app, "tune")(tune.tune)
 command(app, "bench")(bench.bench)
 command(app, "explain", context_settings=SIZE_ARGS)(explain.explain)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import NoReturn
 
 import typer
+import typer.core
 from rich.console import Console
 
 from ..config import Problem
@@ -39,6 +40,46 @@ DEVICE_HELP = "GPU index to run on (as in --devices; a CPU worker in Triton's in
 CREATES_FOLDERS = "Missing folders are created."
 
 
+class _OneLineUsageErrors:
+    """typer shows a usage error (an unknown option, a missing argument, a bad choice) as a usage line, a
+    hint and the message in a five-line box; our own checks end in one line. So the top-level command
+    runs in click's non-standalone mode and prints such an error as one line on stderr, with the help
+    command to run, exit code 2. Help for no arguments (no_args_is_help) is shown as typer shows it."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, False, **extra)
+        except typer.Abort:
+            err_console.print("Aborted.", markup=False)
+            raise SystemExit(1) from None
+        except Exception as exc:
+            if type(exc).__name__ == "NoArgsIsHelpError" or not _is_usage_error(exc):
+                if hasattr(exc, "show"):  # typer's own rendering (help, for no_args_is_help)
+                    return super().main(args, prog_name, complete_var, True, **extra)
+                raise
+            ctx = getattr(exc, "ctx", None)
+            hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+            err_console.print(f"error: {exc.format_message()}{hint}", markup=False, soft_wrap=True)
+            raise SystemExit(exc.exit_code) from None
+        raise SystemExit(code if isinstance(code, int) else 0)
+
+
+def _is_usage_error(exc: BaseException) -> bool:
+    """click's exceptions (vendored by typer: not importable by a public name) by their interface."""
+    return callable(getattr(exc, "format_message", None)) and isinstance(getattr(exc, "exit_code", None),
+                                                                         int)
+
+
+class Group(_OneLineUsageErrors, typer.core.TyperGroup):
+    """The `tritonblas` command group (and `db`), with one-line usage errors."""
+
+
+class Command(_OneLineUsageErrors, typer.core.TyperCommand):
+    """A command, with one-line usage errors when it is the program (`tritonblas-tune`)."""
+
+
 def command(app: typer.Typer, name: str, *, prog: str | None = None, **settings) -> Callable:
     """Register the decorated function as command `name` of `app`, its docstring as the help. `prog`:
     the program its examples name, where that is not `tritonblas <name>` (tritonblas-tune)."""
@@ -46,7 +87,7 @@ def command(app: typer.Typer, name: str, *, prog: str | None = None, **settings)
         text = inspect.getdoc(fn) or ""
         if prog is not None:
             text = text.replace(f"tritonblas {name}", prog)
-        app.command(None if prog else name, help=text, **settings)(fn)
+        app.command(None if prog else name, help=text, cls=Command, **settings)(fn)
         return fn
 
     return register
