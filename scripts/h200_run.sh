@@ -125,9 +125,14 @@ case "${1:-}" in
     CUDA_VISIBLE_DEVICES=$FIRST TRITONBLAS_DB=/tmp/none.sqlite timeout 540 python3 scripts/mlp_step.py \
       ${MLP_ARGS:-} ${BACKEND:+--backend "$BACKEND"} --json "$OUT/mlp${BACKEND:+_$BACKEND}.json" 2>&1 \
       | tee "$OUT/mlp${BACKEND:+_$BACKEND}.txt" ;;
-  warmup)  # issue 18: the first call of a shape in a fresh process, cold and after tritonblas.warmup
-    CUDA_VISIBLE_DEVICES=$FIRST timeout 540 python3 scripts/warmup_check.py --shapes "$SHAPES" \
-      --limit "${LIMIT:-8}" --json "$OUT/warmup.json" 2>&1 | tee "$OUT/warmup.txt" ;;
+  warmup)  # issue 18: the first call of a shape in a fresh process, cold and after tritonblas.warmup;
+    # bytecode compiled first, as `pip install` does (the wheels above are unpacked with --no-compile)
+    python3 -m compileall -q /tmp/site tritonblas tuning_db > /dev/null
+    for backend in ${WARM_BACKENDS:-triton dispatch}; do
+      CUDA_VISIBLE_DEVICES=$FIRST timeout 270 python3 scripts/warmup_check.py --shapes "$SHAPES" \
+        --limit "${LIMIT:-8}" --backend "$backend" --json "$OUT/warmup-$backend.json" 2>&1 \
+        | grep -v Warning | tee "$OUT/warmup-$backend.txt"
+    done ;;
   heuristic)  # the heuristic alone (a copy of the tree without the shipped file) and the untuned shapes,
     # side by side; then a tuning run kept for its measurements (no export), for fitting the model
     bench_heuristic "$FIRST" &
