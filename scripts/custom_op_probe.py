@@ -4,12 +4,15 @@ every compile-cache lookup), each timed in this fresh process.
     python scripts/custom_op_probe.py
 A probe, not a test."""
 
+import argparse
 import time
 
 import torch
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.parse_args()
     if torch.cuda.is_available():
         torch.zeros(1, device="cuda")
         torch.cuda.synchronize()

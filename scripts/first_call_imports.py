@@ -5,19 +5,22 @@ on import where no .pyc is found, or triton parsing kernel sources).
     python scripts/first_call_imports.py [--no-gc]
 A probe, not a test."""
 
+import argparse
 import cProfile
 import gc
 import io
 import pstats
-import sys
 import time
 
 import torch
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--no-gc", action="store_true", help="disable garbage collection first")
+    args = ap.parse_args()
     torch.randn(64, 64, device="cuda" if torch.cuda.is_available() else "cpu")
-    if "--no-gc" in sys.argv:  # is the time of a heavy line a garbage collection that fell into it?
+    if args.no_gc:  # is the time of a heavy line a garbage collection that fell into it?
         gc.disable()
     prof = cProfile.Profile()
     t0 = time.perf_counter()

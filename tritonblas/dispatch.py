@@ -1,11 +1,11 @@
 """Config selection at call time, in layers: in-process cache -> user tuning DB (fresh winners) ->
 shipped configs/<arch>.json -> nearest tuned neighbour -> the analytical heuristic.
 
-The dispatch key is a `Problem` (m, n, k, dtype, layout, bias kind). The DB is found
-(tuning_db.default_url(), so $TRITONBLAS_DB) and opened on the first cache miss, once per process; a
-cached selection never touches it again. A DB that cannot be used (locked, corrupt, read-only, newer
-schema) costs one warning per process, never a failed matmul: selection goes on without it. A SQLite DB
-file that does not exist is simply skipped: dispatch never creates one.
+The dispatch key is a `Problem` (m, n, k, dtype, layout, bias kind). The user DB (`userdb`: found by
+tuning_db.default_url(), so $TRITONBLAS_DB) is opened on the first cache miss, once per process; a
+cached selection never touches it again. A DB that cannot be used costs one warning per process, never a
+failed matmul: selection goes on without it. A SQLite DB file that does not exist is simply skipped:
+dispatch never creates one. The neighbour layer's distance and search are `neighbors`'.
 
 Selections are cached here (`_selections`) and in ops' plans. Dropping them (`clear_cache`,
 `set_database`, `set_shipped_dir`, a config reported as failing to compile) bumps `_state.generation`;
@@ -18,41 +18,22 @@ import contextlib
 import dataclasses
 import functools
 import logging
-import math
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from . import heuristic, log
+from . import heuristic, log, neighbors
 from .config import BiasKind, DeviceInfo, GemmConfig, Problem, config_supports, require_supported
+from .userdb import UserDB
 
 Source = Literal["db", "shipped", "neighbor", "heuristic", "user"]
 SHIPPED_DIR = Path(__file__).parent / "configs"
-# A neighbour further than this (Euclidean distance in log2 M, N, K: 3.0 is e.g. 8x in one dimension)
-# says little about the new shape; the heuristic is the better guess past it.
-MAX_NEIGHBOR_DISTANCE = 3.0
 # A neighbour's config that the model predicts this much slower than its own best pick for the new
 # shape is not used: 2000x3000x1000 took a 2048^3-like pointer config at 0.30x torch.mm, where K=1000
 # (a leading dim triton does not specialize) wants TMA (bench of untuned shapes, 2026-11-30).
 NEIGHBOR_SLACK = 1.5
-# Penalties added to a neighbour's size distance. A different bias kind changes only the epilogue. A
-# different layout changes how the pointer loop loads (which axis is contiguous, how wide a load is), so
-# only TMA configs cross layouts, and only for 16-bit operands: a descriptor copies the same box of a
-# tile whichever axis is contiguous (kernels/common.py: built in storage order, the tile transposed in
-# shared memory, which Hopper's 16-bit MMA reads either way).
-BIAS_PENALTY = 0.25
-LAYOUT_PENALTY = 0.5
-# A neighbour whose tuning run found torch.mm fastest is followed only this close (1.0: a factor 2 in one
-# dimension, or the same sizes in another bias kind or layout: torch takes them all). Further away it
-# says that the kernels lost there, not what to run here (cuBLAS picks its kernel per shape): such a
-# winner is left out of the pool, and the nearest kernel winner, or else the heuristic (which has its
-# own vendor rule, heuristic.vendor_preferred), decides.
-VENDOR_NEIGHBOR_DISTANCE = 1.0
-_DTYPES = ("fp16", "bf16", "fp32")
-_LAYOUTS = ("nn", "nt", "tn", "tt")
-_BIASES = ("none", "scalar", "row", "column", "full")
 
 
 @dataclass(frozen=True)
@@ -86,27 +67,19 @@ class Selection:
 
 
 class _State:
-    """Process-wide dispatch state: which DB, the opened DB, shipped files and neighbour indexes."""
+    """Process-wide dispatch state: the user DB, shipped files, neighbour indexes, failed configs."""
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
-        self.url: str | None = None  # None: tuning_db.default_url() at first use
-        self.enabled = True
+        self.user_db = UserDB(self.lock)
         # Bumped, under the lock, once every cached selection has been dropped: what a thread computed
         # from the state it read before is stored only if this has not moved since (cache_if_current).
         self.generation = 0
-        self.reset()
-
-    def reset(self) -> None:
-        self.warned = False
         self.forget()
 
     def forget(self) -> None:
         """Close the DB and drop what was read from it or from shipped files; the next miss reopens."""
-        if getattr(self, "db", None) is not None:
-            self.db.close()
-        self.db = None
-        self.db_opened = False
+        self.user_db.close()
         self.shipped: dict[str, dict[tuple, object]] = {}
         self.shipped_kernels: dict[str, dict[tuple, object]] = {}  # the torch winners' kernel fallbacks
         self.db_neighbors: dict[str, list[object]] = {}
@@ -140,69 +113,15 @@ def cache_if_current(read_at: int, cache: dict, key: object, value: object, cap:
         return True
 
 
-def _warn(exc: BaseException) -> None:
-    if not _state.warned:
-        _state.warned = True
-        log.warn(f"tritonblas: the tuning database cannot be used ({exc}); dispatch falls back to the "
-                 "shipped configs and the heuristic", stacklevel=4)
-
-
-def _open_db():
-    """The user DB, opened once; None when disabled, absent or unusable (after one warning)."""
-    with _state.lock:
-        if _state.db_opened:
-            return _state.db
-        _state.db_opened = True
-        if not _state.enabled:
-            return None
-        try:
-            from tuning_db.location import absent_sqlite_file
-
-            if absent_sqlite_file(_state.url):  # no tuning database: SQLAlchemy stays unloaded
-                return None
-            from tuning_db import TuningDB, default_url, normalize_url
-            from tuning_db.engine import sqlite_path
-
-            url = normalize_url(_state.url) if _state.url else default_url()
-            path = sqlite_path(url)
-            if path is not None and not path.exists():
-                return None
-            _state.db = TuningDB(url, create=False, migrate=False)  # a reader never writes or waits
-            log.get().info("dispatch reads the tuning database %s", _shown(url))
-        except Exception as exc:  # any failure to open (even a missing driver) must not fail a matmul
-            _warn(exc)
-        return _state.db
-
-
-def _shown(url: str) -> str:
-    from sqlalchemy.engine import make_url
-
-    return make_url(url).render_as_string(hide_password=True)
-
-
 def _db_call(fn):
-    """Run a read on the user DB; a DB that fails now is dropped for the rest of the process."""
-    db = _open_db()
-    if db is None:
-        return None
-    from tuning_db import TuningDBError
-
-    try:
-        return fn(db)
-    except (TuningDBError, OSError) as exc:
-        with _state.lock:
-            _state.db = None
-        _warn(exc)
-        return None
+    """A read on the user DB (userdb.UserDB.call): None without a usable one."""
+    return _state.user_db.call(fn)
 
 
 def set_database(url: str | None | Literal[False]) -> None:
     """Use the DB at `url` from now on (None: tuning_db.default_url(); False: no user DB at all).
     Clears every cache, so the next dispatch reopens."""
-    with _state.lock:
-        _state.url = url or None
-        _state.enabled = url is not False
-        _state.reset()
+    _state.user_db.choose(url)
     clear_cache()
 
 
@@ -210,7 +129,7 @@ def set_database(url: str | None | Literal[False]) -> None:
 def using_database(url: str | None | Literal[False]) -> Iterator[None]:
     """set_database for the duration of a with-block; the previous choice is restored after it."""
     with _state.lock:
-        before = (_state.url, _state.enabled)
+        before = (_state.user_db.url, _state.user_db.enabled)
     set_database(url)
     try:
         yield
@@ -354,49 +273,17 @@ def _from_shipped(problem: Problem, device: DeviceInfo, enable_streamk: bool | N
                      f"configs/{device.arch}.json, tuned on {entry.key.device_name}" + why)
 
 
-def _distance(a: Problem, key) -> tuple[float, str]:
-    """Distance of a tuned key from problem `a`: log2 sizes (Euclidean) plus the bias and layout
-    penalties; and the sum spelled out, for explain."""
-    size = math.dist([math.log2(max(x, 1)) for x in (a.m, a.n, a.k)],
-                     [math.log2(max(x, 1)) for x in (key.m, key.n, key.k)])
-    d, parts = size, [f"sizes {size:.2f}"]
-    if key.bias != a.bias:
-        d += BIAS_PENALTY
-        parts.append(f"bias {key.bias} {BIAS_PENALTY}")
-    if key.layout != a.layout:
-        d += LAYOUT_PENALTY
-        parts.append(f"layout {key.layout} {LAYOUT_PENALTY}")
-    return d, " + ".join(parts)
-
-
-def _crosses_layout(config: GemmConfig, problem: Problem) -> bool:
-    """Whether a winner of another layout may serve `problem` (see LAYOUT_PENALTY)."""
-    return config.backend == "torch" or (config.tma and problem.dtype != "fp32")
-
-
 def _from_neighbor(problem: Problem, device: DeviceInfo, enable_streamk: bool | None,
                    backend: str | None = None) -> Selection | None:
-    """The nearest tuned problem of the same arch and dtypes whose config is feasible here: in another
-    bias kind, or another layout for a TMA config, at a penalty (_distance); a torch.mm winner only
-    within VENDOR_NEIGHBOR_DISTANCE."""
+    """The nearest tuned problem of the same arch and dtypes whose config is feasible here
+    (neighbors.nearest: another bias kind, or another layout for a TMA config, at a penalty), unless
+    the model puts its config far behind its own pick or prefers torch.mm."""
     pool = list(_shipped(device.arch).values()) + _db_neighbors(device.arch)
-    best = None
-    for w in pool:
-        k = w.key
-        if (k.a_dtype, k.b_dtype, k.out_dtype) != (problem.dtype, problem.dtype, problem.out):
-            continue
-        if k.layout != problem.layout and not _crosses_layout(w.config, problem):
-            continue
-        if not _family_ok(w.config, enable_streamk, backend) or not _feasible(w.config, problem, device):
-            continue
-        d, why = _distance(problem, k)
-        if w.config.backend == "torch" and d > VENDOR_NEIGHBOR_DISTANCE:
-            continue
-        if d <= MAX_NEIGHBOR_DISTANCE and (best is None or (d, k.sort_key()) < best[0]):
-            best = ((d, k.sort_key()), w, why)
-    if best is None:
+    found = neighbors.nearest(problem, pool, lambda config: _family_ok(config, enable_streamk, backend)
+                              and _feasible(config, problem, device))
+    if found is None:
         return None
-    (d, _), w, why = best
+    w, d, why = found
     tuned = (f"tuned for {w.key.m}x{w.key.n}x{w.key.k} {w.key.layout} bias={w.key.bias}, distance {d:.2f} "
              f"({why})")
     if w.config.backend == "torch":
@@ -488,45 +375,6 @@ def _user_config_ok(config: GemmConfig, problem: Problem, device: DeviceInfo) ->
     return config_supports(config, problem, device) is None
 
 
-def _check_int(name: str, v: object) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise TypeError(f"{name} must be an int, got {type(v).__name__}")
-    if v < 0:
-        raise ValueError(f"{name} must be >= 0, got {v}")
-    return v
-
-
-def _dtype_name(name: str, v: object) -> str:
-    import torch
-
-    from .validate import TORCH_DTYPES
-
-    if isinstance(v, torch.dtype):
-        v = TORCH_DTYPES.get(v, str(v))
-    if not isinstance(v, str) or v not in _DTYPES:
-        raise ValueError(f"{name} must be one of {', '.join(_DTYPES)} (or the torch dtype), got {v!r}")
-    return v
-
-
-def _device_info(device: object) -> DeviceInfo:
-    if isinstance(device, DeviceInfo):
-        return device
-    import torch
-
-    from .device import device_info, interpreter_enabled
-
-    if device is None:
-        if interpreter_enabled() or not torch.cuda.is_available():
-            return device_info(torch.device("cpu"))
-        return device_info(torch.device("cuda"))
-    try:
-        dev = torch.device(device)
-    except (TypeError, RuntimeError) as exc:
-        raise ValueError(f"device must be a torch.device, a device string or a DeviceInfo, got {device!r}"
-                         ) from exc
-    return device_info(dev)
-
-
 def select(m: int, n: int, k: int, dtype: object, *, out_dtype: object = None, layout: str = "nn",
            bias: BiasKind | None = None, enable_streamk: bool | None = None, device: object = None,
            config: GemmConfig | None = None, backend: str | None = None) -> Selection:
@@ -539,27 +387,13 @@ def select(m: int, n: int, k: int, dtype: object, *, out_dtype: object = None, l
     checking that it can run the problem. backend: None (dispatch decides), "triton" (kernels only),
     "torch" (torch.mm pinned).
     """
-    from .validate import check_options
+    from .validate import check_options, device_info_of, problem_of
 
-    problem = _problem(m, n, k, dtype, out_dtype, layout, bias)
+    problem = problem_of(m, n, k, dtype, out_dtype, layout, bias)
     check_options(enable_streamk, config, backend)  # the same checks as matmul's, conflicts included
-    info = _device_info(device)
+    info = device_info_of(device)
     if config is not None:
         require_supported(config, problem, info)
         est = 0.0 if config.backend == "torch" else heuristic.estimate(config, problem, info).total_us / 1000
         return Selection(config, "user", est, False, problem, info, "given by the caller")
     return _selection(problem, info, enable_streamk, backend)
-
-
-def _problem(m, n, k, dtype, out_dtype, layout, bias) -> Problem:
-    m, n, k = _check_int("m", m), _check_int("n", n), _check_int("k", k)
-    dt = _dtype_name("dtype", dtype)
-    out = dt if out_dtype is None else _dtype_name("out_dtype", out_dtype)
-    if out != dt:
-        raise ValueError(f"out_dtype {out} differs from dtype {dt}: the kernels write the operand dtype")
-    if layout not in _LAYOUTS:
-        raise ValueError(f"layout must be one of {', '.join(_LAYOUTS)}, got {layout!r}")
-    bias = "none" if bias is None else bias
-    if bias not in _BIASES:
-        raise ValueError(f"bias must be None or one of {', '.join(_BIASES)}, got {bias!r}")
-    return Problem(m, n, k, dt, layout, bias)

@@ -6,7 +6,7 @@ import numbers
 
 import torch
 
-from .config import BACKENDS, GemmConfig
+from .config import BACKENDS, DeviceInfo, GemmConfig, Problem
 
 TORCH_DTYPES: dict[torch.dtype, str] = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 _STRIDED = torch.strided
@@ -168,3 +168,58 @@ def _check_out_tensor(out: object, m: int, n: int, a: torch.Tensor) -> None:
     if tuple(out.shape) != (m, n):
         raise ValueError(f"out has shape {tuple(out.shape)}, expected ({m}, {n})")
     check_same("out", out, "a", a)
+
+
+_DTYPES = ("fp16", "bf16", "fp32")
+_LAYOUTS = ("nn", "nt", "tn", "tt")
+_BIASES = ("none", "scalar", "row", "column", "full")
+
+
+def problem_of(m, n, k, dtype, out_dtype, layout, bias) -> Problem:
+    """select()'s problem arguments, checked by name."""
+    m, n, k = _check_int("m", m), _check_int("n", n), _check_int("k", k)
+    dt = _dtype_name("dtype", dtype)
+    out = dt if out_dtype is None else _dtype_name("out_dtype", out_dtype)
+    if out != dt:
+        raise ValueError(f"out_dtype {out} differs from dtype {dt}: the kernels write the operand dtype")
+    if layout not in _LAYOUTS:
+        raise ValueError(f"layout must be one of {', '.join(_LAYOUTS)}, got {layout!r}")
+    bias = "none" if bias is None else bias
+    if bias not in _BIASES:
+        raise ValueError(f"bias must be None or one of {', '.join(_BIASES)}, got {bias!r}")
+    return Problem(m, n, k, dt, layout, bias)
+
+
+def _check_int(name: str, v: object) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TypeError(f"{name} must be an int, got {type(v).__name__}")
+    if v < 0:
+        raise ValueError(f"{name} must be >= 0, got {v}")
+    return v
+
+
+def _dtype_name(name: str, v: object) -> str:
+    if isinstance(v, torch.dtype):
+        v = TORCH_DTYPES.get(v, str(v))
+    if not isinstance(v, str) or v not in _DTYPES:
+        raise ValueError(f"{name} must be one of {', '.join(_DTYPES)} (or the torch dtype), got {v!r}")
+    return v
+
+
+def device_info_of(device: object) -> DeviceInfo:
+    """select()'s device argument: None (the current CUDA device, or the interpreter), a torch device or
+    device string, or a DeviceInfo."""
+    if isinstance(device, DeviceInfo):
+        return device
+    from .device import device_info, interpreter_enabled
+
+    if device is None:
+        if interpreter_enabled() or not torch.cuda.is_available():
+            return device_info(torch.device("cpu"))
+        return device_info(torch.device("cuda"))
+    try:
+        dev = torch.device(device)
+    except (TypeError, RuntimeError) as exc:
+        raise ValueError(f"device must be a torch.device, a device string or a DeviceInfo, got {device!r}"
+                         ) from exc
+    return device_info(dev)

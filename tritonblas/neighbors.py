@@ -1,0 +1,72 @@
+"""The nearest tuned problem: how far a tuned key is from a new problem, and which tuned winners may
+serve it. Pure functions over `Problem`s and tuning_db keys; dispatch's neighbour layer adds the
+heuristic's checks on top (dispatch._from_neighbor)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+
+from .config import GemmConfig, Problem
+
+# A neighbour further than this (Euclidean distance in log2 M, N, K: 3.0 is e.g. 8x in one dimension)
+# says little about the new shape; the heuristic is the better guess past it.
+MAX_NEIGHBOR_DISTANCE = 3.0
+# Penalties added to a neighbour's size distance. A different bias kind changes only the epilogue. A
+# different layout changes how the pointer loop loads (which axis is contiguous, how wide a load is), so
+# only TMA configs cross layouts, and only for 16-bit operands: a descriptor copies the same box of a
+# tile whichever axis is contiguous (kernels/common.py: built in storage order, the tile transposed in
+# shared memory, which Hopper's 16-bit MMA reads either way).
+BIAS_PENALTY = 0.25
+LAYOUT_PENALTY = 0.5
+# A neighbour whose tuning run found torch.mm fastest is followed only this close (1.0: a factor 2 in one
+# dimension, or the same sizes in another bias kind or layout: torch takes them all). Further away it
+# says that the kernels lost there, not what to run here (cuBLAS picks its kernel per shape): such a
+# winner is left out of the pool, and the nearest kernel winner, or else the heuristic (which has its
+# own vendor rule, heuristic.vendor_preferred), decides.
+VENDOR_NEIGHBOR_DISTANCE = 1.0
+
+
+def distance(a: Problem, key) -> tuple[float, str]:
+    """Distance of a tuned key from problem `a`: log2 sizes (Euclidean) plus the bias and layout
+    penalties; and the sum spelled out, for explain."""
+    size = math.dist([math.log2(max(x, 1)) for x in (a.m, a.n, a.k)],
+                     [math.log2(max(x, 1)) for x in (key.m, key.n, key.k)])
+    d, parts = size, [f"sizes {size:.2f}"]
+    if key.bias != a.bias:
+        d += BIAS_PENALTY
+        parts.append(f"bias {key.bias} {BIAS_PENALTY}")
+    if key.layout != a.layout:
+        d += LAYOUT_PENALTY
+        parts.append(f"layout {key.layout} {LAYOUT_PENALTY}")
+    return d, " + ".join(parts)
+
+
+def crosses_layout(config: GemmConfig, problem: Problem) -> bool:
+    """Whether a winner of another layout may serve `problem` (see LAYOUT_PENALTY)."""
+    return config.backend == "torch" or (config.tma and problem.dtype != "fp32")
+
+
+def nearest(problem: Problem, pool: Iterable[object], usable: Callable[[GemmConfig], bool]
+            ) -> tuple[object, float, str] | None:
+    """The winner of `pool` nearest to `problem` (ties: the key's sort order) among those of the same
+    dtypes, a layout it may cross, a config `usable` here, within MAX_NEIGHBOR_DISTANCE (a torch.mm
+    winner within VENDOR_NEIGHBOR_DISTANCE); with its distance and the distance spelled out."""
+    best = None
+    for w in pool:
+        k = w.key
+        if (k.a_dtype, k.b_dtype, k.out_dtype) != (problem.dtype, problem.dtype, problem.out):
+            continue
+        if k.layout != problem.layout and not crosses_layout(w.config, problem):
+            continue
+        if not usable(w.config):
+            continue
+        d, why = distance(problem, k)
+        if w.config.backend == "torch" and d > VENDOR_NEIGHBOR_DISTANCE:
+            continue
+        if d <= MAX_NEIGHBOR_DISTANCE and (best is None or (d, k.sort_key()) < best[0]):
+            best = ((d, k.sort_key()), w, why)
+    if best is None:
+        return None
+    (d, _), w, why = best
+    return w, d, why
