@@ -374,9 +374,9 @@ def run_op(op: str, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
 def prime_workspace(config: GemmConfig, plan: StreamKPlan, device: torch.device) -> torch.Tensor:
     """Size the Stream-K scratch as the launch will and fill it with NaN: the launch reuses it, so the
     slots it wrote partials to can be read back (see `written_slots`)."""
-    from tritonblas import launch
+    from tritonblas import scratch
 
-    ws, _ = launch._workspace(device, plan.programs * config.block_m * config.block_n,
+    ws, _ = scratch.workspace(device, plan.programs * config.block_m * config.block_n,
                               plan.tiles - plan.dp_tiles)
     return ws.fill_(float("nan"))
 
@@ -398,7 +398,7 @@ def check_case(op: str, dtype: str, path: str, shape: tuple[int, int, int], layo
                scale: str, launches: list[Launch], device: str = "cpu") -> None:
     """Run one matrix case and check it: accuracy vs float64 and torch, operands read in place, the
     exact config run, and for Stream-K the planned split (partials written, counters reset)."""
-    from tritonblas import launch
+    from tritonblas import scratch
 
     m, n, k = shape
     a, b = operands(m, n, k, GPU_DTYPES[dtype], layout, device)
@@ -424,7 +424,7 @@ def check_case(op: str, dtype: str, path: str, shape: tuple[int, int, int], layo
         # The split really happened: exactly the planned programs wrote partials, and every tile's
         # arrival counter is back at zero for the next launch.
         assert written_slots(ws, config, plan) == plan.slots
-        assert not launch._workspace(a.device, 0, 0)[1].any()
+        assert not scratch.workspace(a.device, 0, 0)[1].any()
 
 
 # Op variants of the path matrix -> (op, bias kind, scale); the bias matrix varies both for addmm.

@@ -35,7 +35,7 @@ from shapes import (
 )
 
 import tritonblas
-from tritonblas import GemmConfig, launch
+from tritonblas import GemmConfig, launch, scratch
 from tritonblas.config import Problem, config_supports, device_for_arch
 from tritonblas.device import interpreter_enabled
 
@@ -133,7 +133,7 @@ def test_gpu_streamk_bitwise_reproducible_and_counters_reset():
         tritonblas.matmul(x, y, config=config_for_path("sk_mixed", *other, True))
         again = tritonblas.matmul(a, b, config=config)
         assert torch.equal(again.view(torch.int16), first.view(torch.int16)), i
-        assert not launch._workspace(dev, 0, 0)[1].any()
+        assert not scratch.workspace(dev, 0, 0)[1].any()
 
 
 def test_gpu_streamk_split_written_as_planned():
@@ -332,7 +332,7 @@ def _scratch_ranges(launched) -> list[tuple[int, int]]:
 
 
 def _pool_ranges() -> list[tuple[int, int]]:
-    bufs = [t for free in list(launch._scratch_free.values()) for buf in list(free)
+    bufs = [t for free in list(scratch.free_lists.values()) for buf in list(free)
             for t in (buf if isinstance(buf, tuple) else (buf,))]
     return [(t.data_ptr(), t.data_ptr() + t.untyped_storage().nbytes()) for t in bufs]
 
@@ -353,11 +353,11 @@ def test_gpu_graph_replays_interleaved_with_eager_calls_own_their_scratch(monkey
         real(plan, tensors, floats)
 
     monkeypatch.setattr(launch, "_launch", spy)
-    kept = {key: [id(buf) for buf in free] for key, free in launch._scratch_free.items()}
+    kept = {key: [id(buf) for buf in free] for key, free in scratch.free_lists.items()}
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         g_out = tritonblas.matmul(g_a, g_b, config=config)
-    assert {key: [id(buf) for buf in free] for key, free in launch._scratch_free.items()} == kept
+    assert {key: [id(buf) for buf in free] for key, free in scratch.free_lists.items()} == kept
     captured = _scratch_ranges(launched)
     assert len(captured) == 4  # padded A, padded B, partials, counters
     launched.clear()

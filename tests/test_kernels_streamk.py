@@ -6,7 +6,7 @@ import torch
 from shapes import STREAMK_SPLITS, prime_workspace, reference, rel_error, sk_config, sk_plan, written_slots
 
 import tritonblas
-from tritonblas import launch
+from tritonblas import launch, scratch
 
 CPU = torch.device("cpu")
 
@@ -27,7 +27,7 @@ def test_kernel_runs_the_planned_split(shape, config, programs, dp, owners, idle
     assert written_slots(ws, config, plan) == plan.slots
     ref = reference(a, b, bias, 0.5, 2.0)
     assert rel_error(out, ref) <= 2 * rel_error(torch.addmm(bias, a, b, beta=0.5, alpha=2.0), ref) + 1e-7
-    assert not launch._workspace(CPU, 0, 0)[1].any()
+    assert not scratch.workspace(CPU, 0, 0)[1].any()
 
 
 def _problem(m, n, k, dtype=torch.float32, seed=0):
@@ -45,7 +45,7 @@ def test_bitwise_reproducible_across_runs_and_workspace_reuse(dtype):
               (_problem(100, 33, 40, dtype, 3), sk_config(32, 32, 32, 6))]
     for (x, y), other in others:
         tritonblas.matmul(x, y, config=other)
-        assert not launch._workspace(CPU, 0, 0)[1].any()
+        assert not scratch.workspace(CPU, 0, 0)[1].any()
         again = tritonblas.matmul(a, b, config=config)
         assert torch.equal(again.view(torch.int16 if dtype == torch.float16 else torch.int32),
                            first.view(torch.int16 if dtype == torch.float16 else torch.int32))
@@ -53,20 +53,20 @@ def test_bitwise_reproducible_across_runs_and_workspace_reuse(dtype):
 
 def test_workspace_grows_and_is_reused():
     tritonblas.matmul(*_problem(127, 127, 127), config=sk_config(32, 32, 32, 7))
-    ws, cnt = launch._workspace(CPU, 0, 0)
+    ws, cnt = scratch.workspace(CPU, 0, 0)
     assert ws.numel() >= 7 * 32 * 32
     tritonblas.matmul(*_problem(15, 17, 127), config=sk_config(16, 16, 16, 3))
-    assert launch._workspace(CPU, 0, 0) == (ws, cnt)  # big enough: reused
+    assert scratch.workspace(CPU, 0, 0) == (ws, cnt)  # big enough: reused
     tritonblas.matmul(*_problem(127, 127, 127), config=sk_config(32, 32, 32, 20))
-    grown, counters = launch._workspace(CPU, 0, 0)
+    grown, counters = scratch.workspace(CPU, 0, 0)
     assert grown.numel() >= 20 * 32 * 32 and not counters.any()
 
 
 def test_each_stream_gets_its_own_scratch(monkeypatch):
     # Launches on two streams may overlap: they must never share partials, counters or copy buffers.
     streams = iter([1, 1, 2, 1, 2])
-    monkeypatch.setattr(launch, "_stream", lambda device: next(streams))
-    first, again, other = (launch._workspace(CPU, 64, 4) for _ in range(3))
+    monkeypatch.setattr(scratch, "current_stream", lambda device: next(streams))
+    first, again, other = (scratch.workspace(CPU, 64, 4) for _ in range(3))
     assert first == again and first[0] is not other[0] and first[1] is not other[1]
     src = torch.randn(9, 13)
     assert launch._aligned(src, 0).data_ptr() != launch._aligned(src, 0).data_ptr()

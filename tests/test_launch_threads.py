@@ -17,7 +17,7 @@ import torch
 from shapes import reference, rel_error
 
 import tritonblas
-from tritonblas import GemmConfig, launch
+from tritonblas import GemmConfig, launch, scratch
 
 THREADS = 8
 CALLS = 6
@@ -118,7 +118,7 @@ def _hammer(config: GemmConfig, calls: int = CALLS) -> list[tuple[int, float]]:
 @pytest.mark.parametrize("path", list(CONFIGS))
 def test_threads_in_flight_at_once_never_share_scratch(path, streams, stub, monkeypatch):
     if streams == "own_streams":  # as one CUDA stream per thread: the stream id is the thread's
-        monkeypatch.setattr(launch, "_stream", lambda device: threading.get_ident())
+        monkeypatch.setattr(scratch, "current_stream", lambda device: threading.get_ident())
     kernels = stub(threading.Barrier(THREADS, timeout=60))
     errors = _hammer(CONFIGS[path])
     wrong = [(seed, round(err, 2)) for seed, err in errors if err > 1e-6]
@@ -146,10 +146,10 @@ def test_scratch_is_reused_call_after_call_and_counters_are_zero(stub):
 
 
 def test_after_threads_the_pool_keeps_one_set_per_call_that_was_in_flight(stub):
-    launch._scratch_free.clear()
+    scratch.free_lists.clear()
     stub(threading.Barrier(THREADS, timeout=60))
     assert all(err < 1e-6 for _, err in _hammer(CONFIGS["copy_streamk"], calls=3))
-    kept = {key[0]: len(free) for key, free in launch._scratch_free.items() if key[-1] == 0}
+    kept = {key[0]: len(free) for key, free in scratch.free_lists.items() if key[-1] == 0}
     assert kept == {0: THREADS, 1: THREADS, "streamk": THREADS}, kept
 
 
@@ -158,12 +158,13 @@ def test_a_graph_capture_allocates_its_own_and_leaves_the_pool_alone(stub, monke
     # and nothing is taken from or given to the kept buffers: a replay must not write eager memory.
     kernels = stub()
     eager = _copy_streamk_call(kernels)
-    pool = {key: list(free) for key, free in launch._scratch_free.items()}
-    stream = launch._stream
-    monkeypatch.setattr(launch, "_stream", lambda device: None)  # as torch.cuda.is_current_stream_capturing
+    pool = {key: list(free) for key, free in scratch.free_lists.items()}
+    stream = scratch.current_stream
+    # as while torch.cuda.is_current_stream_capturing():
+    monkeypatch.setattr(scratch, "current_stream", lambda device: None)
     assert not _copy_streamk_call(kernels) & eager
-    assert {key: list(free) for key, free in launch._scratch_free.items()} == pool
-    monkeypatch.setattr(launch, "_stream", stream)
+    assert {key: list(free) for key, free in scratch.free_lists.items()} == pool
+    monkeypatch.setattr(scratch, "current_stream", stream)
     assert _copy_streamk_call(kernels) == eager  # the eager calls' buffers, as before the capture
 
 
@@ -186,23 +187,23 @@ def test_scratch_is_given_back_when_a_launch_fails(stub, monkeypatch):
 def _workspace_on(stream: int, floats: int = 40, counters: int = 2) -> tuple[torch.Tensor, torch.Tensor]:
     """A Stream-K workspace taken on `stream` and given back, as one call would."""
     held: list = []
-    pair = launch._workspace(CPU, floats, counters, held, stream)
-    launch._scratch_give(held)
+    pair = scratch.workspace(CPU, floats, counters, held, stream)
+    scratch.give(held)
     return pair
 
 
 def test_pool_dropped_at_the_cap_starts_over(monkeypatch):
-    launch._scratch_free.clear()
-    monkeypatch.setattr(launch, "_scratch_allocated", [0, 0])
-    monkeypatch.setattr(launch, "_SCRATCH_CAP_BYTES", 64 * 4)
+    scratch.free_lists.clear()
+    monkeypatch.setattr(scratch, "_allocated", [0, 0])
+    monkeypatch.setattr(scratch, "CAP_BYTES", 64 * 4)
     held: list = []
-    ws, cnt = launch._workspace(CPU, 40, 2, held, 0)  # 168 bytes, held by a call on stream 0
+    ws, cnt = scratch.workspace(CPU, 40, 2, held, 0)  # 168 bytes, held by a call on stream 0
     kept = _workspace_on(1)  # 168 more on stream 1: over the cap, the pool starts over with this one
-    launch._scratch_give(held)  # stream 0's pair, held through the drop, goes back to a dropped list
+    scratch.give(held)  # stream 0's pair, held through the drop, goes back to a dropped list
     assert _workspace_on(1) == kept  # the newest is kept and reused
     assert _workspace_on(0)[0] is not ws  # the dropped one is not
     # One buffer over the cap is still kept, as the padded buffers were before.
-    monkeypatch.setattr(launch, "_SCRATCH_CAP_BYTES", 64)
+    monkeypatch.setattr(scratch, "CAP_BYTES", 64)
     big = _workspace_on(2, floats=100)
     assert _workspace_on(2, floats=100) == big
 

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from shapes import DTYPES, LAYOUTS, assert_close, make_bias, op_reference, operands, run_op, sk_plan
 
-from tritonblas import GemmConfig, launch
+from tritonblas import GemmConfig, scratch
 from tritonblas.config import INTERPRETER_DEVICE, Problem, config_supports
 
 CPU = torch.device("cpu")
@@ -216,7 +216,7 @@ def test_streamk_is_bitwise_reproducible_in_any_program_order(case, m2, n2, k2):
     with program_order(list(order)):
         shuffled = _run_with_timeout(lambda: tritonblas.matmul(a, b, config=config))
     assert torch.equal(_bits(again), _bits(first)) and torch.equal(_bits(shuffled), _bits(first))
-    assert not launch._workspace(CPU, 0, 0)[1].any()  # every tile counter back at zero
+    assert not scratch.workspace(CPU, 0, 0)[1].any()  # every tile counter back at zero
 
 
 @pytest.mark.parametrize("order", ["reversed", "odd_first"])
