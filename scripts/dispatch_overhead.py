@@ -7,7 +7,7 @@ wall clock; the problem is tiny so the GPU keeps up and the host is the bottlene
   matmul(out=)  tritonblas.matmul(a, b, out=out): argument checks + dispatch hit + launch
   matmul        tritonblas.matmul(a, b): the same plus allocating the output
   select        tritonblas.select for the same problem (argument checks + the cached dispatch lookup)
-and, with the kernel launch replaced by a no-op (ops' binding of launch.launch_gemm), the pure Python
+and, with the kernel launch replaced by a no-op (call_path's binding of launch.launch_gemm), the pure Python
 cost of the public path. The figure the issue asks for is "matmul(out=) - direct" (<= 5 us). Without a
 GPU only the select and no-op rows are run (in Triton's interpreter).
 """
@@ -56,7 +56,7 @@ def main() -> None:
 
     import tritonblas
     import tuning_db
-    from tritonblas import launch, ops
+    from tritonblas import call_path, launch
     from tritonblas.device import device_info
 
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype]
@@ -83,18 +83,18 @@ def main() -> None:
     select = lambda: tritonblas.select(args.m, args.n, args.k, args.dtype, device=info,  # noqa: E731
                                        backend="triton")
     rows.update(per_call_us({"select": select}, args.calls, args.trials, sync))
-    if not hasattr(ops, "launch_gemm"):
-        raise SystemExit("ops.launch_gemm is gone: point the no-launch stub below at the launch the public "
-                         "ops make now")
-    real = ops.launch_gemm
-    ops.launch_gemm = lambda *x: None  # the pure host cost of the public path, kernel launch excluded
+    if not hasattr(call_path, "launch_gemm"):
+        raise SystemExit("call_path.launch_gemm is gone: point the no-launch stub below at the launch the "
+                         "public ops make now")
+    real = call_path.launch_gemm
+    call_path.launch_gemm = lambda *x: None  # the pure host cost of the public path, kernel launch excluded
     try:
         rows.update(per_call_us({
             "matmul(out=), no launch": lambda: tritonblas.matmul(a, b, out=out, backend="triton"),
             "matmul, no launch": lambda: tritonblas.matmul(a, b, backend="triton"),
         }, args.calls, args.trials, lambda: None))
     finally:
-        ops.launch_gemm = real
+        call_path.launch_gemm = real
     for name, us in rows.items():
         print(f"  {name:26s} {us:8.2f} us/call")
     if gpu:

@@ -4,7 +4,7 @@ Kept with the tests rather than in scripts/ because --baseline imports another t
 
 Usage: TRITON_INTERPRET=1 python tests/ops_overhead.py [--baseline DIR] [--rounds 7] [--trials 3]
                                                       [--calls 20000]
-A benchmark, not a test. ops.launch_gemm (the binding the public ops launch through) is replaced by a
+A benchmark, not a test. call_path.launch_gemm (the binding the public ops launch through) is replaced by a
 no-op, so what is timed is the Python of the call path: the cache lookup, the per-call checks, the
 output allocation and the launch's arguments. 64x64x64 on CPU tensors (the interpreter device),
 backend="triton" (the kernels' path; torch.mm would run for real). Rows:
@@ -45,10 +45,14 @@ def child(root: str, trials: int, calls: int) -> dict[str, list[float]]:
     import torch
 
     import tritonblas
-    from tritonblas import ops
+
+    try:  # the module whose launch_gemm binding the public ops launch through (ops itself before 2026-12)
+        from tritonblas import call_path as launcher
+    except ImportError:
+        from tritonblas import ops as launcher
 
     assert Path(tritonblas.__file__).resolve().is_relative_to(Path(root).resolve()), tritonblas.__file__
-    ops.launch_gemm = lambda *args: None  # the host cost alone
+    launcher.launch_gemm = lambda *args: None  # the host cost alone
     torch.manual_seed(0)
     f16, f32 = torch.float16, torch.float32
     a, b, w, bias = (torch.randn(64, 64, dtype=f16) for _ in range(4))
@@ -86,9 +90,9 @@ def transparent_rows() -> dict:
     import torch.nn.functional as F
 
     import tritonblas
-    from tritonblas import ops
+    from tritonblas import call_path
 
-    ops.launch_gemm = lambda *args: None
+    call_path.launch_gemm = lambda *args: None
     torch.manual_seed(0)
     a, b, w = (torch.randn(64, 64, dtype=torch.float16) for _ in range(3))
     bias = torch.randn(64, dtype=torch.float16)

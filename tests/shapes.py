@@ -343,16 +343,16 @@ class Launch:
 
 def record_launches(monkeypatch) -> list[Launch]:
     """Wrap the ops' launcher: record what each launch got (operands, config, precision), then run it."""
-    import tritonblas.ops
+    import tritonblas.call_path
 
     calls: list[Launch] = []
-    real = tritonblas.ops.launch_gemm
+    real = tritonblas.call_path.launch_gemm
 
     def spy(a, b, c, bias, alpha, beta, config, sm_count, precision):
         calls.append(Launch(a, b, c, config, precision))
         return real(a, b, c, bias, alpha, beta, config, sm_count, precision)
 
-    monkeypatch.setattr(tritonblas.ops, "launch_gemm", spy)
+    monkeypatch.setattr(tritonblas.call_path, "launch_gemm", spy)
     return calls
 
 

@@ -20,7 +20,8 @@ import tritonblas
 from tritonblas import dispatch, heuristic
 from tritonblas.cli import app
 from tritonblas.config import INTERPRETER_DEVICE, GemmConfig, Problem, config_supports, device_for_arch
-from tritonblas.ops import _config_from_list, _config_to_list
+from tritonblas.core_op import config_from_list as _config_from_list
+from tritonblas.core_op import config_to_list as _config_to_list
 from tritonblas.tuning.protocol import BenchResult
 from tritonblas.tuning.space import candidate_space
 from tritonblas.tuning.tuner import MIN_TIMED, tune_problem

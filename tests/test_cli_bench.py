@@ -120,7 +120,7 @@ def test_run_time_fallbacks_are_counted_in_the_table_and_json(timed, tmp_path, m
     refused = []
 
     def call(config, problem, device, *, cutoff_ms=None):
-        if problem.m == 17 and not refused:  # as ops._fall_back: report, then the next selection runs
+        if problem.m == 17 and not refused:  # as call_path._fall_back: report, then the next selection runs
             sel = dispatch.select(problem.m, problem.n, problem.k, problem.dtype, device=device)
             refused.append(sel.config)
             dispatch.report_compile_failure(problem, device, sel.config,

@@ -7,7 +7,7 @@ import torch
 from triton.runtime.errors import OutOfResources
 
 import tritonblas
-from tritonblas import dispatch, ops
+from tritonblas import call_path, dispatch
 from tritonblas.config import INTERPRETER_DEVICE, Problem
 
 
@@ -22,8 +22,8 @@ def fresh_dispatch(tmp_path):
 
 
 def _failing_launch(monkeypatch, refuse):
-    """ops.launch_gemm raising OutOfResources for the configs `refuse` says no to; returns the log."""
-    real, tried = ops.launch_gemm, []
+    """call_path.launch_gemm raising OutOfResources for the configs `refuse` says no to; returns the log."""
+    real, tried = call_path.launch_gemm, []
 
     def launch(a, b, c, bias, alpha, beta, config, sm_count, precision):
         tried.append(config)
@@ -31,7 +31,7 @@ def _failing_launch(monkeypatch, refuse):
             raise OutOfResources(300000, 232448, "shared memory")
         return real(a, b, c, bias, alpha, beta, config, sm_count, precision)
 
-    monkeypatch.setattr(ops, "launch_gemm", launch)
+    monkeypatch.setattr(call_path, "launch_gemm", launch)
     return tried
 
 
@@ -56,7 +56,7 @@ def test_every_selection_uncompilable_is_a_clear_error_and_out_is_untouched(fres
     with pytest.warns(RuntimeWarning), \
             pytest.raises(RuntimeError, match="could not be compiled for 33x17x40"):
         tritonblas.matmul(a, b, out=out)
-    assert len(set(tried)) == len(tried) == ops._MAX_COMPILE_FALLBACKS + 1
+    assert len(set(tried)) == len(tried) == call_path.MAX_COMPILE_FALLBACKS + 1
     assert torch.equal(out, torch.full((33, 17), 7.0).half())
 
 
@@ -64,7 +64,7 @@ def test_other_launch_errors_propagate_without_fallback(fresh_dispatch, monkeypa
     def boom(*args):
         raise ValueError("boom")
 
-    monkeypatch.setattr(ops, "launch_gemm", boom)
+    monkeypatch.setattr(call_path, "launch_gemm", boom)
     with pytest.raises(ValueError, match="boom"):
         tritonblas.matmul(torch.randn(8, 8).half(), torch.randn(8, 8).half())
     assert not dispatch._state.failed

@@ -14,7 +14,7 @@ from test_dispatch_fallback import fresh_dispatch  # noqa: F401  (the fixture: n
 from triton.runtime.errors import OutOfResources
 
 import tritonblas
-from tritonblas import dispatch, ops
+from tritonblas import call_path, dispatch
 
 ROOT = Path(__file__).resolve().parents[1]
 NO_DB = "/nonexistent/tritonblas-test.sqlite"  # absent: dispatch skips it
@@ -46,14 +46,14 @@ def test_each_decision_is_logged_once_at_debug(fresh_dispatch, caplog):  # noqa:
 def test_a_fallback_is_a_warning_record_and_a_runtime_warning(fresh_dispatch, monkeypatch, caplog):  # noqa: F811
     a, b = torch.randn(33, 40).half(), torch.randn(40, 17).half()
     first = tritonblas.select(33, 17, 40, "fp16").config
-    real = ops.launch_gemm
+    real = call_path.launch_gemm
 
     def launch(*args):
         if args[6] == first:
             raise OutOfResources(300000, 232448, "shared memory")
         return real(*args)
 
-    monkeypatch.setattr(ops, "launch_gemm", launch)
+    monkeypatch.setattr(call_path, "launch_gemm", launch)
     with caplog.at_level(logging.WARNING, logger="tritonblas"), \
             pytest.warns(RuntimeWarning, match="could not be compiled"):
         tritonblas.matmul(a, b)

@@ -9,7 +9,7 @@ from shapes import ERROR_SHAPE, record_launches
 from test_ops_errors import CASES
 
 import tritonblas
-from tritonblas import dispatch, ops
+from tritonblas import call_path, dispatch, ops
 
 M, N, K = ERROR_SHAPE
 f16 = torch.float16
@@ -56,8 +56,10 @@ def test_repeated_calls_skip_the_checks_and_match_torch(x, monkeypatch):
     def refuse(*args, **kw):
         raise AssertionError("checked path taken on a cache hit")
 
-    for name in ("check_operands", "check_out", "check_bias", "check_tensor", "_prepare"):
-        monkeypatch.setattr(ops, name, refuse)
+    for module in (ops, call_path):  # the ops' own checks, the shared ones and the planning
+        for name in ("check_operands", "check_out", "check_bias", "check_tensor", "prepare"):
+            if hasattr(module, name):
+                monkeypatch.setattr(module, name, refuse)
     a, b, bias, w = x.a, x.b, x.bias, x.w
     ref = (a.float() @ b.float()).to(f16)
     torch.testing.assert_close(tritonblas.matmul(a, b), ref, rtol=2e-3, atol=2e-3)
@@ -153,9 +155,9 @@ def test_tf32_flag_is_read_on_every_hit(monkeypatch):
 
 def test_clearing_dispatch_drops_the_cached_configs(x):
     _warm(x)
-    assert ops._plans
+    assert call_path.plans
     dispatch.clear_cache()
-    assert not ops._plans
+    assert not call_path.plans
 
 
 def test_compile_after_eager_hits(x):
@@ -176,8 +178,8 @@ def test_plans_hold_the_dispatch_key_as_a_problem(x):
 
     dispatch.clear_cache()
     tritonblas.addmm(x.bias, x.a, x.b)
-    (plan,) = ops._plans.values()
-    assert isinstance(plan, ops.Plan) and plan.problem == Problem(M, N, K, "fp16", "nn", "row")
+    (plan,) = call_path.plans.values()
+    assert isinstance(plan, call_path.Plan) and plan.problem == Problem(M, N, K, "fp16", "nn", "row")
     assert plan.config == dispatch.select(M, N, K, "fp16", bias="row").config
 
 
@@ -232,7 +234,7 @@ def test_a_selection_dropped_while_a_call_selects_is_not_stored(switchable_heuri
     assert not first.is_alive()
     if where == "plans":
         assert [c.config for c in launches] == [SMALL]
-    assert not ops._plans and not dispatch._selections
+    assert not call_path.plans and not dispatch._selections
     tritonblas.matmul(a, b, backend="triton")
     assert launches[-1].config == OTHER
     assert dispatch.select(M, N, K, "fp16").config == OTHER
@@ -243,7 +245,7 @@ def test_a_compile_failure_drops_the_stored_plan(switchable_heuristic, monkeypat
     from triton.runtime.errors import OutOfResources
 
     launches = record_launches(monkeypatch)
-    real = ops.launch_gemm
+    real = call_path.launch_gemm
 
     def refuse_small(a, b, c, bias, alpha, beta, config, sm_count, precision):
         if config == SMALL:
@@ -251,12 +253,12 @@ def test_a_compile_failure_drops_the_stored_plan(switchable_heuristic, monkeypat
             raise OutOfResources(300000, 232448, "shared memory")
         return real(a, b, c, bias, alpha, beta, config, sm_count, precision)
 
-    monkeypatch.setattr(ops, "launch_gemm", refuse_small)
+    monkeypatch.setattr(call_path, "launch_gemm", refuse_small)
     a, b = _t(M, K), _t(K, N)
     with pytest.warns(RuntimeWarning, match="could not be compiled"):
         tritonblas.matmul(a, b, backend="triton")
-    assert not ops._plans
+    assert not call_path.plans
     tritonblas.matmul(a, b, backend="triton")
-    (plan,) = ops._plans.values()
+    (plan,) = call_path.plans.values()
     assert plan.config == OTHER
     assert not launches or all(c.config == OTHER for c in launches)

@@ -178,9 +178,9 @@ def _run(code: str, **env) -> subprocess.CompletedProcess:
 
 def test_tritonblas_enabled_turns_it_on_at_import():
     code = ("import sys, torch, tritonblas\n"
-            "from tritonblas import ops\n"
+            "from tritonblas import call_path\n"
             "n = []\n"
-            "ops.launch_gemm = lambda *a: n.append(1)\n"
+            "call_path.launch_gemm = lambda *a: n.append(1)\n"
             "torch.mm(torch.randn(4, 4), torch.randn(4, 4))\n"
             "print(sys.modules['tritonblas.transparent'].is_enabled(), len(n))")
     on = _run(code, TRITON_INTERPRET="1", TRITONBLAS_ENABLED="1")

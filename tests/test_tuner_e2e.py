@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import tritonblas
-from tritonblas import dispatch, ops
+from tritonblas import call_path, dispatch
 from tritonblas.config import INTERPRETER_DEVICE, Problem
 from tritonblas.tuning.benchmark import GpuBenchmark
 from tritonblas.tuning.run import tune_problems
@@ -50,8 +50,8 @@ def test_tune_then_matmul_runs_the_db_winner(url, monkeypatch):
             assert all(r.status == "ok" and r.rel_error < 1e-2 for r in rows)
     dispatch.clear_cache()
     launched = []
-    real = ops.launch_gemm
-    monkeypatch.setattr(ops, "launch_gemm", lambda *a: launched.append(a[6]) or real(*a))
+    real = call_path.launch_gemm
+    monkeypatch.setattr(call_path, "launch_gemm", lambda *a: launched.append(a[6]) or real(*a))
     for p, o in zip(E2E, outcomes, strict=True):
         s = dispatch.select(p.m, p.n, p.k, p.dtype, layout=p.layout, bias=p.bias)
         assert (s.source, s.config, s.time_ms) == ("db", o.winner.config, o.winner.median_ms)

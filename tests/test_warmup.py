@@ -13,7 +13,7 @@ from test_db_support import key, winner
 from typer.testing import CliRunner
 
 import tritonblas
-from tritonblas import dispatch, ops
+from tritonblas import call_path, dispatch
 from tritonblas.cli import app
 from tritonblas.config import Problem
 from tritonblas.parallel import run_first_launches
@@ -37,8 +37,8 @@ def empty_dispatch(tmp_path, monkeypatch):
 def launches(monkeypatch):
     """The configs the kernels were launched with (and still run)."""
     seen = []
-    real = ops.launch_gemm
-    monkeypatch.setattr(ops, "launch_gemm", lambda *a, **k: seen.append(a[6]) or real(*a, **k))
+    real = call_path.launch_gemm
+    monkeypatch.setattr(call_path, "launch_gemm", lambda *a, **k: seen.append(a[6]) or real(*a, **k))
     return seen
 
 
@@ -68,14 +68,14 @@ def test_warmup_reads_shapes_files_and_config_files(tmp_path):
 
 
 def test_a_failing_problem_does_not_stop_the_others(monkeypatch):
-    real = ops.launch_gemm
+    real = call_path.launch_gemm
 
     def refuse(*args, **kwargs):
         if args[0].shape[0] == 17:
             raise RuntimeError("fake: no room")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(ops, "launch_gemm", refuse)
+    monkeypatch.setattr(call_path, "launch_gemm", refuse)
     results = tritonblas.warmup(problems=[Problem(17, 32, 32, "fp16"), Problem(32, 32, 32, "fp16")],
                                 progress=False)
     assert [r.status for r in results] == ["failed", "compiled"]
@@ -117,7 +117,7 @@ def test_the_cli_needs_problems_and_fails_a_failed_problem(monkeypatch, tmp_path
         "error: give the problems with --shapes FILE or --file CONFIG_FILE"
     missing = runner.invoke(app, ["warmup", "--file", str(tmp_path / "none.json")])
     assert missing.exit_code == 1 and "cannot read config file" in missing.stderr
-    monkeypatch.setattr(ops, "launch_gemm", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("fake")))
+    monkeypatch.setattr(call_path, "launch_gemm", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("fake")))
     result = runner.invoke(app, ["warmup", "--shapes", TINY])
     assert result.exit_code == 1 and "2 of 2 problems failed to warm up" in result.stderr
     assert "failed: 32x32x32 fp16 nn: RuntimeError: fake" in result.stderr

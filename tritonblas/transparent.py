@@ -41,8 +41,8 @@ import torch
 
 from . import log
 from . import record as _record
+from .call_path import gemm_body
 from .device import interpreter_enabled
-from .ops import _gemm
 
 _lock = threading.RLock()
 _library = None  # the torch.library.Library holding the registrations while enabled
@@ -118,7 +118,7 @@ def _unregister() -> None:
 
 def _mm(a, b):
     if _routable(a, b) and a.shape[1] == b.shape[0]:
-        return _gemm(a, b, None, 0.0, 1.0)
+        return gemm_body(a, b, None, 0.0, 1.0)
     if _debug():
         _left_to_torch("mm", a, b)
     return _mm_out(a, b, out=a.new_empty(0))
@@ -127,7 +127,7 @@ def _mm(a, b):
 def _addmm(bias, a, b, *, beta=1, alpha=1):
     if _routable(a, b) and a.shape[1] == b.shape[0] and type(beta) in _NUMBERS and type(alpha) in _NUMBERS \
             and _bias_ok(bias, a, b):
-        return _gemm(a, b, bias, float(beta), float(alpha))
+        return gemm_body(a, b, bias, float(beta), float(alpha))
     if _debug():
         _left_to_torch("addmm", a, b, bias)
     return _addmm_out(bias, a, b, beta=beta, alpha=alpha, out=a.new_empty(0))

@@ -1,0 +1,84 @@
+"""The core op `tritonblas::gemm`: the one node autograd and torch.compile see for a GEMM of the library.
+
+Its body is ops.gemm_body (lookup-or-prepare, then launch, as every eager call); its backward runs the
+library's kernels too; its fake implementation gives torch.compile the output's shape. ops imports this
+module on the first call that needs it (autograd, torch.compile): an eager call never goes through the
+custom op, and registering it is not free (0.14-0.24 s in a fresh process on the H200).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from .call_path import gemm_body
+from .config import BACKENDS, GemmConfig
+
+# (enable_streamk, backend) <-> the custom op's `family` int (its schema has no Optional[bool]). A
+# family restriction already means the kernels, so (False, "triton") is (False, None).
+FAMILY = {(None, None): -1, (False, None): 0, (True, None): 1, (None, "triton"): 2, (None, "torch"): 3,
+          (False, "triton"): 0, (True, "triton"): 1}
+RESTRICTION = {-1: (None, None), 0: (False, None), 1: (True, None), 2: (None, "triton"), 3: (None, "torch")}
+
+
+# The custom op's schema takes the config as list[int]: every GemmConfig field in declaration order
+# (bools as 0/1, grid None as 0, backend as its index in BACKENDS), so a field added to GemmConfig
+# cannot be dropped on the way.
+_CONFIG_FIELDS = tuple(GemmConfig.model_fields)
+_BOOL_FIELDS = frozenset(f for f, info in GemmConfig.model_fields.items() if info.annotation is bool)
+
+
+def config_to_list(config: GemmConfig | None) -> list[int]:
+    if config is None:
+        return []
+    return [BACKENDS.index(config.backend) if f == "backend" else int(getattr(config, f) or 0)
+            for f in _CONFIG_FIELDS]
+
+
+def config_from_list(values: list[int]) -> GemmConfig | None:
+    return _config_from_tuple(tuple(values)) if values else None
+
+
+@functools.lru_cache(maxsize=1024)
+def _config_from_tuple(values: tuple[int, ...]) -> GemmConfig:
+    """Cached: validating a GemmConfig costs ~5 us, paid once per distinct config."""
+    fields = dict(zip(_CONFIG_FIELDS, values, strict=True))
+    fields = {f: bool(v) if f in _BOOL_FIELDS else v for f, v in fields.items()}
+    fields["grid"] = fields["grid"] or None
+    fields["backend"] = BACKENDS[fields["backend"]]
+    return GemmConfig(**fields)
+
+
+@torch.library.custom_op("tritonblas::gemm", mutates_args=())
+def gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, beta: float, alpha: float,
+         family: int, config: list[int]) -> torch.Tensor:
+    """alpha * a @ b + beta * bias for checked 2-D operands: the node autograd and torch.compile see."""
+    return gemm_body(a, b, bias, beta, alpha, *RESTRICTION[family], config_from_list(config))
+
+
+@gemm.register_fake
+def _(a, b, bias, beta, alpha, family, config):
+    return a.new_empty((a.shape[0], b.shape[1]))
+
+
+def _setup_context(ctx, inputs, output):
+    a, b, bias, beta, alpha, family, config = inputs
+    ctx.save_for_backward(a, b)
+    ctx.bias_shape = None if bias is None else bias.shape
+    ctx.beta, ctx.alpha, ctx.family = beta, alpha, family
+
+
+def _backward(ctx, grad):
+    a, b = ctx.saved_tensors
+    grad_a = grad_b = grad_bias = None
+    if ctx.needs_input_grad[0]:
+        grad_a = gemm(grad, b.t(), None, 0.0, ctx.alpha, ctx.family, [])
+    if ctx.needs_input_grad[1]:
+        grad_b = gemm(a.t(), grad, None, 0.0, ctx.alpha, ctx.family, [])
+    if ctx.bias_shape is not None and ctx.needs_input_grad[2]:
+        grad_bias = (grad.float().sum_to_size(ctx.bias_shape) * ctx.beta).to(grad.dtype)
+    return grad_a, grad_b, grad_bias, None, None, None, None
+
+
+gemm.register_autograd(_backward, setup_context=_setup_context)
