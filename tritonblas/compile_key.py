@@ -83,10 +83,10 @@ def _install_locked() -> None:
 def _write(path: Path, doc: dict) -> None:
     """Atomically (a temporary file renamed over it): a reader never sees half a key. A cache folder that
     cannot be written only costs the next process the hash."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         tmp.write_text(json.dumps(doc))
         os.replace(tmp, path)
     except OSError:
-        pass
+        tmp.unlink(missing_ok=True)  # (itself an OSError only where nothing could be written anyway)
