@@ -20,6 +20,8 @@
 #                                                 (BACKEND=triton: the kernels alone)
 #               bash scripts/h200_run.sh verify   GPU suite + large sizes, MLP block (GPU 0); classes (GPU 1)
 #               bash scripts/h200_run.sh mlp      scripts/mlp_step.py: the MLP block, eager and compiled
+#               bash scripts/h200_run.sh graph    kernel time in CUDA-graph replay vs torch and the roofline:
+#                                                 small, skinny (operands rotated past L2), misaligned
 #               bash scripts/h200_run.sh warmup   first call in a fresh process, cold vs after `tritonblas
 #                                                 warmup` (scripts/warmup_check.py; target <= 0.5 s)
 # Then here: copy sm_90.json to configs/, `tritonblas db check --shapes scripts/shapes.yaml --file
@@ -125,6 +127,13 @@ case "${1:-}" in
     CUDA_VISIBLE_DEVICES=$FIRST TRITONBLAS_DB=/tmp/none.sqlite timeout 540 python3 scripts/mlp_step.py \
       ${MLP_ARGS:-} ${BACKEND:+--backend "$BACKEND"} --json "$OUT/mlp${BACKEND:+_$BACKEND}.json" 2>&1 \
       | tee "$OUT/mlp${BACKEND:+_$BACKEND}.txt" ;;
+  graph)  # issues 15 and 16: graph-replay tables per class file (BACKEND=dispatch: what dispatch runs)
+    for f in ${GRAPH_CLASSES:-small skinny misaligned}; do
+      rotate=0; [ "$f" = skinny ] && rotate=256  # skinny's target: no call finds its operands in L2
+      CUDA_VISIBLE_DEVICES=$FIRST timeout 280 python3 scripts/graph_probe.py --shapes "scripts/classes/$f.yaml" \
+        --rotate-mb "$rotate" --backend "${BACKEND:-triton}" --json "$OUT/graph-$f.json" 2>&1 \
+        | grep -v Warning | tee "$OUT/graph-$f.txt"
+    done ;;
   warmup)  # issue 18: the first call of a shape in a fresh process, cold and after tritonblas.warmup;
     # bytecode compiled first, as `pip install` does (the wheels above are unpacked with --no-compile)
     # (and triton's: the device image has no .pyc for it, 44 modules compiled from source in every
