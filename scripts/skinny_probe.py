@@ -122,7 +122,7 @@ def main() -> int:
         disp_ms = do_bench(lambda: tritonblas.matmul(a, b), rep=100)
         best = None
         pa, pb = (b.t(), a.t()) if transpose else (a, b)
-        pm, pn = pb.shape[1] if False else pa.shape[0], pb.shape[1]
+        pm, pn = pa.shape[0], pb.shape[1]
         c = torch.empty(pm, pn, device="cuda", dtype=dtype)
         bms = [1, 16] if pm == 1 else [min(64, max(16, triton.next_power_of_2(pm)))]
         for bm in bms:

@@ -55,9 +55,9 @@ class _OneLineUsageErrors:
             err_console.print("Aborted.", markup=False)
             raise SystemExit(1) from None
         except Exception as exc:
-            if type(exc).__name__ == "NoArgsIsHelpError" or not _is_usage_error(exc):
-                if hasattr(exc, "show"):  # typer's own rendering (help, for no_args_is_help)
-                    return super().main(args, prog_name, complete_var, True, **extra)
+            if type(exc).__name__ == "NoArgsIsHelpError":  # no command ran: typer's own help rendering
+                return super().main(args, prog_name, complete_var, True, **extra)
+            if not _is_usage_error(exc):
                 raise
             ctx = getattr(exc, "ctx", None)
             hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
