@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -157,6 +158,25 @@ class StreamKPlan:
     def slots(self) -> frozenset[int]:
         """Workspace slots the partials of split tiles go to: slot p for program p."""
         return frozenset(p for own in self.owners if len(own) > 1 for p in own)
+
+    @property
+    def groups(self) -> int:
+        """Fix-up groups per split tile: Q = cdiv(S, ceil(sqrt(S))) for S > 4, else one (no tree)."""
+        s = self.splits
+        return 1 if s <= 4 else cdiv(s, math.isqrt(s - 1) + 1)
+
+    @property
+    def group_slots(self) -> frozenset[int]:
+        """Slots of the tree fix-up's group sums, after the programs' own: Q per split tile."""
+        if self.groups == 1:
+            return frozenset()
+        return frozenset(range(self.programs, self.programs + (self.tiles - self.dp_tiles) * self.groups))
+
+    def workspace(self, config: GemmConfig) -> tuple[int, int]:
+        """(fp32 floats, counters) the launch sizes its Stream-K scratch to."""
+        sk_tiles = self.tiles - self.dp_tiles
+        tree = sk_tiles * self.groups if self.groups > 1 else 0
+        return (self.programs + tree) * config.block_m * config.block_n, sk_tiles + tree
 
 
 def sk_plan(config: GemmConfig, m: int, n: int, k: int, sm_count: int = SM_COUNT) -> StreamKPlan:
@@ -376,14 +396,16 @@ def prime_workspace(config: GemmConfig, plan: StreamKPlan, device: torch.device)
     slots it wrote partials to can be read back (see `written_slots`)."""
     from tritonblas import scratch
 
-    ws, _ = scratch.workspace(device, plan.programs * config.block_m * config.block_n,
-                              plan.tiles - plan.dp_tiles)
+    ws, _ = scratch.workspace(device, *plan.workspace(config))
     return ws.fill_(float("nan"))
 
 
-def written_slots(ws: torch.Tensor, config: GemmConfig, plan: StreamKPlan) -> frozenset[int]:
+def written_slots(ws: torch.Tensor, config: GemmConfig, plan: StreamKPlan, first: int = 0,
+                  count: int | None = None) -> frozenset[int]:
+    """Slots first .. first + count - 1 (default: the programs' own) that hold something but NaN."""
     size = config.block_m * config.block_n
-    return frozenset(s for s in range(plan.programs) if not ws[s * size:(s + 1) * size].isnan().all())
+    count = plan.programs if count is None else count
+    return frozenset(s for s in range(first, first + count) if not ws[s * size:(s + 1) * size].isnan().all())
 
 
 def same_view(x: torch.Tensor, y: torch.Tensor) -> bool:

@@ -3,10 +3,13 @@ runs and workspace reuse, and every launch leaves the tile counters at zero."""
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 from shapes import STREAMK_SPLITS, prime_workspace, reference, rel_error, sk_config, sk_plan, written_slots
 
 import tritonblas
 from tritonblas import launch, scratch
+from tritonblas.kernels.streamk import fixup_groups
 
 CPU = torch.device("cpu")
 
@@ -25,6 +28,8 @@ def test_kernel_runs_the_planned_split(shape, config, programs, dp, owners, idle
     # Exactly the planned programs wrote partials (the rest of the NaN-filled scratch is untouched
     # and never read), the result is right, and the counters are back at zero.
     assert written_slots(ws, config, plan) == plan.slots
+    # With S > 4 the fix-up is a tree: every group of every split tile left its sum in its slot.
+    assert written_slots(ws, config, plan, plan.programs, 4 * plan.tiles) == plan.group_slots
     ref = reference(a, b, bias, 0.5, 2.0)
     assert rel_error(out, ref) <= 2 * rel_error(torch.addmm(bias, a, b, beta=0.5, alpha=2.0), ref) + 1e-7
     assert not scratch.workspace(CPU, 0, 0)[1].any()
@@ -76,3 +81,23 @@ def test_k0_with_streamk_config_runs_persistent_and_needs_no_workspace():
     out = tritonblas.addmm(torch.ones(5), torch.randn(3, 0), torch.randn(0, 5), beta=2.0,
                            config=sk_config(16, 16, 16, 4))
     assert torch.equal(out, torch.full((3, 5), 2.0))
+
+
+@triton.jit
+def _groups_kernel(splits_ptr, out_ptr):
+    i = tl.program_id(0)
+    group, groups = fixup_groups(tl.load(splits_ptr + i))
+    tl.store(out_ptr + 2 * i, group)
+    tl.store(out_ptr + 2 * i + 1, groups)
+
+
+def test_host_and_kernel_agree_on_the_fixup_tree():
+    """The host sizes the group slots and counters the kernel's tree uses: the two (G, Q) must match,
+    and the groups must cover the S segments with none empty."""
+    splits = torch.arange(1, 140, dtype=torch.int32)
+    out = torch.zeros(2 * len(splits), dtype=torch.int32)
+    _groups_kernel[(len(splits),)](splits, out)
+    for s, (g, q) in zip(splits.tolist(), out.view(-1, 2).tolist(), strict=True):
+        assert (g, q) == launch.fixup_groups(s), s
+        assert (q - 1) * g < s <= q * g  # the last group holds at least one segment
+        assert q == 1 or g * g >= s > (g - 1) * (g - 1)  # G = ceil(sqrt(S)) once there is a tree

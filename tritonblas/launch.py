@@ -6,6 +6,7 @@ Kernels (and so triton) are imported on first launch, not when `tritonblas` is i
 from __future__ import annotations
 
 import functools
+import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -138,6 +139,26 @@ def _aligned(t: torch.Tensor, slot: int, held: list | None = None, stream: int |
 _COPY_ROWS, _COPY_COLS = 16, 256
 
 
+def fixup_groups(splits: int) -> tuple[int, int]:
+    """(G, Q) of a Stream-K tile split S ways: G = ceil(sqrt(S)) segments per fix-up group and Q =
+    cdiv(S, G) groups; one group up to S = 4 (the kernel's fixup_groups, kernels/streamk.py)."""
+    group = splits if splits <= 4 else math.isqrt(splits - 1) + 1
+    return group, cdiv(splits, group)
+
+
+def streamk_workspace(config: GemmConfig, m: int, n: int, k: int, programs: int) -> tuple[int, int]:
+    """(fp32 partial floats, counters) a Stream-K launch needs: a slot per program and, where the fix-up
+    is a tree, a slot per group of each split tile; a counter per split tile and per group."""
+    tiles = cdiv(m, config.block_m) * cdiv(n, config.block_n)
+    sk_tiles = tiles % programs
+    groups = 0
+    if sk_tiles:
+        splits = min(programs // sk_tiles, cdiv(k, config.block_k))
+        groups = fixup_groups(splits)[1] if splits > 1 else 1
+    tree = sk_tiles * groups if groups > 1 else 0
+    return (programs + tree) * config.block_m * config.block_n, sk_tiles + tree
+
+
 def program_count(config: GemmConfig, m: int, n: int, k: int, sm_count: int) -> int:
     """Programs launched for `config` on an (m, n, k) problem."""
     tiles = cdiv(m, config.block_m) * cdiv(n, config.block_n)
@@ -264,12 +285,10 @@ def _make_plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Te
                       WARP_SPEC=config.warp_specialize)
     ints = (m, n, k, progs, *a.stride(), *b.stride(), *c.stride(), sbm, sbn)
     streamk = config.streamk and k > 0
-    partial_floats = progs * config.block_m * config.block_n if streamk else 0
-    constexprs["INT64"] = needs_int64((a, b, c, bias), partial_floats)
+    workspace = streamk_workspace(config, m, n, k, progs) if streamk else None
+    constexprs["INT64"] = needs_int64((a, b, c, bias), workspace[0] if workspace else 0)
     # K == 0 has no iterations to split: the persistent kernel writes beta * bias (or zeros).
     if streamk:
-        tiles = cdiv(m, config.block_m) * cdiv(n, config.block_n)
-        workspace = (partial_floats, tiles % progs)
         return _Plan(streamk_kernel, progs, ints, constexprs, config.num_warps, config.num_stages, workspace,
                      tma=use_tma)
     return _Plan(persistent_kernel, progs, ints, constexprs, config.num_warps, config.num_stages, None,

@@ -9,10 +9,19 @@ H200 that ran the split part at ~0.45 of the data-parallel rate (512x1024x32768,
 101 us vs 66 us K-aligned; the retired streamk probe, docs/notes/streamk-split.md, 2026-11-30). The
 programs left over (NUM_PROGS - S*T < T) have no segment.
 
-A split tile's programs write their fp32 partials to workspace slot p and bump the tile's counter. The
-program whose bump completes the count (the last to arrive, whoever it is) sums the S partials in
-segment order (its own read back too), so the result is bitwise the same run to run, runs the shared
-epilogue and resets the counter to 0 for the next launch.
+A split tile's programs write their fp32 partials to workspace slot p. The fix-up is a two-level tree
+when S > 4: segment j belongs to group j // G (G = ceil(sqrt(S)), Q = cdiv(S, G) groups); each program
+bumps its group's counter, the last of a group to arrive sums the group's partials in segment order into
+a group slot (after the NUM_PROGS program slots) and bumps the tile's counter, and the last group to
+finish sums the Q group partials in group order and runs the shared epilogue. So the longest chain of
+reads is G + Q (12 for S = 33) instead of S: one program reading 33 partials of 64 KB was ~28 of 66 us
+on 256x256x65536 (docs/notes/kernel-levers.md, row 18). With S <= 4 there is one group (Q = 1) and the
+tile's counter is bumped directly, as before. The sum order is fixed either way (segments in order
+within a group, groups in order), so the result is bitwise the same run to run, whoever arrives last;
+each last arriver resets the counter it completed to 0 for the next launch. Nobody ever waits.
+
+Workspace (sized by the host, launch.streamk_workspace): NUM_PROGS + T * Q slots of BLOCK_M x BLOCK_N
+fp32; counters: T tile counters, then T * Q group counters.
 """
 
 import triton
@@ -22,28 +31,80 @@ from .common import epilogue, k_loop, operand_sources, tile_coords, widened
 
 
 @triton.jit
-def _fix_up(acc, c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, stride_cm, stride_cn, stride_biasm,
-            stride_biasn, alpha, beta, pid, pid_m, pid_n, sk_tile, sk_tiles, splits,
-            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr, INT64: tl.constexpr):
-    """Publish this segment's partial; the last of the tile's `splits` programs to arrive sums them all
-    (program order: slot j*sk_tiles + sk_tile for segment j) and writes the tile."""
-    tile_offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-    tl.store(ws_ptr + widened(pid, INT64) * BLOCK_M * BLOCK_N + tile_offs, acc, cache_modifier=".cg")
+def fixup_groups(splits):
+    """(G, Q): segments per group, ceil(sqrt(S)), and groups, cdiv(S, G); one group up to S = 4.
+    launch.fixup_groups is the host's copy (the workspace it sizes holds the Q group slots)."""
+    group = splits
+    if splits > 4:
+        group = tl.full((), 1, tl.int32)
+        while group * group < splits:
+            group += 1
+    return group, tl.cdiv(splits, group)
+
+
+@triton.jit
+def _sum_slots(ws_ptr, tile_offs, first, count, stride, INT64: tl.constexpr,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The fp32 sum, in slot order, of `count` workspace slots first, first + stride, ..."""
+    total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for j in range(0, count):
+        slot = widened(first + j * stride, INT64)
+        total += tl.load(ws_ptr + slot * BLOCK_M * BLOCK_N + tile_offs, cache_modifier=".cg")
+    return total
+
+
+@triton.jit
+def _publish(ws_ptr, tile_offs, slot, partial, counter, INT64: tl.constexpr,
+             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Store `partial` in `slot`, then bump `counter`: the value it had (arrivals before this one)."""
+    tl.store(ws_ptr + widened(slot, INT64) * BLOCK_M * BLOCK_N + tile_offs, partial, cache_modifier=".cg")
     # Every thread's partial must be written before the counter says so.
     tl.debug_barrier()
-    arrived = tl.atomic_add(counter_ptr + sk_tile, 1, sem="acq_rel", scope="gpu")
-    if arrived == splits - 1:
-        # Every partial, this program's own included, is read back: its registers are then free, so
-        # the fix-up never holds two BLOCK_M x BLOCK_N fp32 tiles (256 registers per thread for
-        # 128x256 on 8 warps, a sure spill).
-        total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for j in range(0, splits):
-            slot = widened(j * sk_tiles + sk_tile, INT64)
-            total += tl.load(ws_ptr + slot * BLOCK_M * BLOCK_N + tile_offs,
-                             cache_modifier=".cg")
-        epilogue(total, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, stride_biasm, stride_biasn,
-                 alpha, beta, pid_m, pid_n, BLOCK_M, BLOCK_N, HAS_BIAS, INT64)
-        tl.atomic_xchg(counter_ptr + sk_tile, 0, sem="relaxed", scope="gpu")
+    return tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
+
+
+@triton.jit
+def _fix_up(acc, c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, stride_cm, stride_cn, stride_biasm,
+            stride_biasn, alpha, beta, pid, pid_m, pid_n, sk_tile, sk_tiles, splits, seg, NUM_PROGS,
+            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr, INT64: tl.constexpr):
+    """Publish this segment's partial; the last arrivals sum them (see the module docstring) and the
+    last of all writes the tile. Every partial, this program's own included, is read back: its
+    registers are then free, so the fix-up never holds two BLOCK_M x BLOCK_N fp32 tiles (256 registers
+    per thread for 128x256 on 8 warps, a sure spill)."""
+    tile_offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    group, groups = fixup_groups(splits)
+    tile_counter = counter_ptr + sk_tile
+    if groups == 1:
+        if _publish(ws_ptr, tile_offs, pid, acc, tile_counter, INT64, BLOCK_M, BLOCK_N) == splits - 1:
+            total = _sum_slots(ws_ptr, tile_offs, sk_tile, splits, sk_tiles, INT64, BLOCK_M, BLOCK_N)
+            _write_tile(total, c_ptr, bias_ptr, tile_counter, M, N, stride_cm, stride_cn, stride_biasm,
+                        stride_biasn, alpha, beta, pid_m, pid_n, BLOCK_M, BLOCK_N, HAS_BIAS, INT64)
+    else:
+        q = seg // group
+        first = q * group
+        group_counter = counter_ptr + sk_tiles + sk_tile * groups + q
+        in_group = min(group, splits - first)
+        if _publish(ws_ptr, tile_offs, pid, acc, group_counter, INT64, BLOCK_M, BLOCK_N) == in_group - 1:
+            part = _sum_slots(ws_ptr, tile_offs, first * sk_tiles + sk_tile, in_group, sk_tiles, INT64,
+                              BLOCK_M, BLOCK_N)
+            tl.atomic_xchg(group_counter, 0, sem="relaxed", scope="gpu")
+            group_slots = NUM_PROGS + sk_tile * groups
+            if _publish(ws_ptr, tile_offs, group_slots + q, part, tile_counter, INT64, BLOCK_M,
+                        BLOCK_N) == groups - 1:
+                total = _sum_slots(ws_ptr, tile_offs, group_slots, groups, 1, INT64, BLOCK_M, BLOCK_N)
+                _write_tile(total, c_ptr, bias_ptr, tile_counter, M, N, stride_cm, stride_cn,
+                            stride_biasm, stride_biasn, alpha, beta, pid_m, pid_n, BLOCK_M, BLOCK_N,
+                            HAS_BIAS, INT64)
+
+
+@triton.jit
+def _write_tile(total, c_ptr, bias_ptr, tile_counter, M, N, stride_cm, stride_cn, stride_biasm,
+                stride_biasn, alpha, beta, pid_m, pid_n, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                HAS_BIAS: tl.constexpr, INT64: tl.constexpr):
+    """The shared epilogue on the summed tile; then the tile's counter back to 0 for the next launch."""
+    epilogue(total, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, stride_biasm, stride_biasn,
+             alpha, beta, pid_m, pid_n, BLOCK_M, BLOCK_N, HAS_BIAS, INT64)
+    tl.atomic_xchg(tile_counter, 0, sem="relaxed", scope="gpu")
 
 
 @triton.jit
@@ -90,5 +151,5 @@ def streamk_gemm_kernel(
                      alpha, beta, pid_m, pid_n, BLOCK_M, BLOCK_N, HAS_BIAS, INT64)
         else:
             _fix_up(acc, c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, stride_cm, stride_cn, stride_biasm,
-                    stride_biasn, alpha, beta, pid, pid_m, pid_n, sk_tile, sk_tiles, splits,
+                    stride_biasn, alpha, beta, pid, pid_m, pid_n, sk_tile, sk_tiles, splits, seg, NUM_PROGS,
                     BLOCK_M, BLOCK_N, HAS_BIAS, INT64)
