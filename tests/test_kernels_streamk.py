@@ -8,7 +8,7 @@ import triton.language as tl
 from shapes import STREAMK_SPLITS, prime_workspace, reference, rel_error, sk_config, sk_plan, written_slots
 
 import tritonblas
-from tritonblas import launch, scratch
+from tritonblas import arith, launch, scratch
 from tritonblas.kernels.streamk import fixup_groups
 
 CPU = torch.device("cpu")
@@ -98,6 +98,6 @@ def test_host_and_kernel_agree_on_the_fixup_tree():
     out = torch.zeros(2 * len(splits), dtype=torch.int32)
     _groups_kernel[(len(splits),)](splits, out)
     for s, (g, q) in zip(splits.tolist(), out.view(-1, 2).tolist(), strict=True):
-        assert (g, q) == launch.fixup_groups(s), s
+        assert (g, q) == arith.fixup_groups(s), s
         assert (q - 1) * g < s <= q * g  # the last group holds at least one segment
         assert q == 1 or g * g >= s > (g - 1) * (g - 1)  # G = ceil(sqrt(S)) once there is a tree

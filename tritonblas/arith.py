@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 
 def cdiv(a: int, b: int) -> int:
     """ceil(a / b) for b > 0, in integers."""
@@ -16,3 +18,10 @@ def gemm_flops(m: int, n: int, k: int) -> int:
 def tflops(m: int, n: int, k: int, ms: float | None) -> float | None:
     """The rate of an (m, n, k) GEMM that took `ms` milliseconds; None when no time is known."""
     return gemm_flops(m, n, k) / (ms * 1e9) if ms else None
+
+
+def fixup_groups(splits: int) -> tuple[int, int]:
+    """(G, Q) of a Stream-K tile split S ways: G = ceil(sqrt(S)) segments per fix-up group and Q =
+    cdiv(S, G) groups; one group up to S = 4 (the kernel's fixup_groups, kernels/streamk.py)."""
+    group = splits if splits <= 4 else math.isqrt(splits - 1) + 1
+    return group, cdiv(splits, group)

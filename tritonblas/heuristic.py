@@ -18,7 +18,7 @@ import itertools
 import math
 from dataclasses import dataclass
 
-from .arith import cdiv, gemm_flops
+from .arith import cdiv, fixup_groups, gemm_flops
 from .config import (
     DTYPE_BYTES,
     DeviceInfo,
@@ -155,8 +155,10 @@ def estimate(config: GemmConfig, problem: Problem, device: DeviceInfo) -> Estima
                 # The last arriver reads the split's fp32 partials at about twice one SM's fair share
                 # of bandwidth: 256x256x65536 with 128x128 tiles (33 partials of 64 KB) took 66 us
                 # against ~38 us with no fix-up at all.
+                # The tree fix-up (S > 4) reads G partials then Q group sums on its longest chain.
                 per_sm_bytes_us = _BANDWIDTH_TBS[arch] * 1e6 / device.sm_count * 2
-                fixup = split * config.block_m * config.block_n * 4 / per_sm_bytes_us
+                fixup = sum(fixup_groups(split)) if split > 4 else split
+                fixup *= config.block_m * config.block_n * 4 / per_sm_bytes_us
     else:
         waves = cdiv(tiles, max(1, min(programs, tiles)))
     compute_us = waves * tile_us + fixup

@@ -6,7 +6,6 @@ Kernels (and so triton) are imported on first launch, not when `tritonblas` is i
 from __future__ import annotations
 
 import functools
-import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from . import scratch
-from .arith import cdiv
+from .arith import cdiv, fixup_groups
 from .config import GemmConfig, aligned_leading_dim
 
 
@@ -137,13 +136,6 @@ def _aligned(t: torch.Tensor, slot: int, held: list | None = None, stream: int |
 # pad_copy_kernel's block: 16 x 256 elements per program (27.0 us for the 33.5 MB B of 127x4097x4095,
 # scripts/copy_probe.py).
 _COPY_ROWS, _COPY_COLS = 16, 256
-
-
-def fixup_groups(splits: int) -> tuple[int, int]:
-    """(G, Q) of a Stream-K tile split S ways: G = ceil(sqrt(S)) segments per fix-up group and Q =
-    cdiv(S, G) groups; one group up to S = 4 (the kernel's fixup_groups, kernels/streamk.py)."""
-    group = splits if splits <= 4 else math.isqrt(splits - 1) + 1
-    return group, cdiv(splits, group)
 
 
 def streamk_workspace(config: GemmConfig, m: int, n: int, k: int, programs: int) -> tuple[int, int]:
