@@ -24,12 +24,15 @@ POINTERS = {"a_ptr": "*bf16", "b_ptr": "*bf16", "c_ptr": "*bf16", "bias_ptr": "*
             "counter_ptr": "*i32", "src_ptr": "*fp16", "dst_ptr": "*fp16"}
 
 
-def compile_kernel(kernel, constexprs: dict, num_warps: int = 8, num_stages: int = 3) -> int:
+def compile_kernel(kernel, constexprs: dict, num_warps: int = 8, num_stages: int = 3,
+                   types: dict | None = None) -> int:
     names = kernel.arg_names
     sig = {}
     for name in names:
         if name in constexprs:
             sig[name] = "constexpr"
+        elif types and name in types:
+            sig[name] = types[name]
         elif name in POINTERS:
             sig[name] = POINTERS[name]
         else:
@@ -46,13 +49,21 @@ def gemm_variants():
     for kernel, tma in itertools.product((persistent_gemm_kernel, streamk_gemm_kernel), (False, True)):
         constexprs = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, HAS_BIAS=True, EVEN_K=tma,
                           PRECISION="ieee", USE_TMA=tma, A_COL=tma, B_COL=not tma, A_DIV=8, B_DIV=8,
-                          FLATTEN=False, WARP_SPEC=False, INT64=True)
-        yield f"{kernel.__name__} tma={tma} int64=True", kernel, constexprs
+                          FLATTEN=False, WARP_SPEC=False, INT64=True, HOST_DESC=False, a_host=None,
+                          b_host=None)
+        yield f"{kernel.__name__} tma={tma} int64=True", kernel, constexprs, None
+    # Host-built descriptors (kernel arguments of triton's tensordesc type), A column-major as above.
+    for kernel in (persistent_gemm_kernel, streamk_gemm_kernel):
+        constexprs = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, HAS_BIAS=True, EVEN_K=True,
+                          PRECISION="ieee", USE_TMA=True, A_COL=True, B_COL=False, A_DIV=8, B_DIV=8,
+                          FLATTEN=False, WARP_SPEC=False, INT64=False, HOST_DESC=True)
+        types = {"a_host": "tensordesc<bf16[64, 128]>", "b_host": "tensordesc<bf16[64, 128]>"}
+        yield f"{kernel.__name__} tma=True host descriptors", kernel, constexprs, types
 
 
 def main() -> None:
-    for name, kernel, constexprs in gemm_variants():
-        print(name, compile_kernel(kernel, constexprs), flush=True)
+    for name, kernel, constexprs, types in gemm_variants():
+        print(name, compile_kernel(kernel, constexprs, types=types), flush=True)
     print("pad_copy_kernel", compile_kernel(pad_copy_kernel, dict(BLOCK_R=16, BLOCK_C=256), 4, 1))
 
 

@@ -94,3 +94,26 @@ def test_aligned_copy_reuses_its_buffer_per_slot():
     assert torch.equal(first_a, a) and torch.equal(first_b, b)
     again = launch._aligned(b, 0)
     assert again.data_ptr() == first_a.data_ptr() and torch.equal(again, b)
+
+
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+@pytest.mark.parametrize("streamk", [False, True], ids=["persistent", "streamk"])
+def test_host_built_descriptors_match_device_built(layout, streamk, launches):
+    """host_descriptors: the TMA descriptors come from the host as kernel arguments; the result is the
+    device-built path's, bitwise (same boxes, same K loop, same sum order)."""
+    m, n, k = TMA_SHAPES[1]
+    a, b = operands(m, n, k, torch.float16, layout)
+    bias = torch.randn(n).to(torch.float16)
+    device_built = _config(streamk)
+    host_built = GemmConfig(**{**device_built.model_dump(), "host_descriptors": True})
+    ours, theirs = run_op("addmm", a, b, bias, 0.5, 2.0, config=host_built)
+    assert_close(ours, theirs, reference(a, b, bias, 0.5, 2.0))
+    assert torch.equal(ours, run_op("addmm", a, b, bias, 0.5, 2.0, config=device_built)[0])
+    assert launches[0].config.host_descriptors and launch._tma_ready(launches[0].a)[0]
+
+
+def test_host_descriptors_need_tma():
+    from tritonblas.config import INTERPRETER_DEVICE, Problem, config_supports
+
+    config = GemmConfig(block_m=32, block_n=32, block_k=32, host_descriptors=True)
+    assert "need tma" in config_supports(config, Problem(64, 64, 64, "fp16"), INTERPRETER_DEVICE)

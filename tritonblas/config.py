@@ -51,6 +51,7 @@ class GemmConfig(BaseModel):
     streamk: bool = False
     grid: int | None = Field(default=None, ge=1, le=MAX_GRID)
     tma: bool = False  # load A/B tiles with Hopper tensor descriptors (TMA) instead of pointers
+    host_descriptors: bool = False  # TMA descriptors built on the host, kernel arguments (tma only)
     # The persistent tile loop (Stream-K: its data-parallel loop) as triton's tl.range options:
     flatten: bool = False  # one flattened tile x K loop, prefetching the next tile's first K blocks
     warp_specialize: bool = False  # producer/consumer warps
@@ -106,7 +107,8 @@ class GemmConfig(BaseModel):
             return "torch"
         fam = "SK" if self.streamk else "P"
         grid = "sms" if self.grid is None else str(self.grid)
-        flags = "".join(f" {name}" for name, on in (("tma", self.tma), ("flat", self.flatten),
+        flags = "".join(f" {name}" for name, on in (("tma", self.tma), ("hdesc", self.host_descriptors),
+                                                     ("flat", self.flatten),
                                                      ("ws", self.warp_specialize),
                                                      ("copy", self.aligned_copy)) if on)
         return (
@@ -308,6 +310,8 @@ def config_supports(config: GemmConfig, problem: Problem, device: DeviceInfo) ->
     aligned = operands_aligned(problem)
     if config.aligned_copy and aligned:
         return "aligned_copy applies only when a leading dimension is not a multiple of 16 bytes"
+    if config.host_descriptors and not config.tma:
+        return "host_descriptors are TMA descriptors: they need tma=True"
     if config.tma:
         if device.arch not in TMA_ARCHS:
             return f"tensor descriptors (tma) need sm_90 or newer, device is {device.arch}"

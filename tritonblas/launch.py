@@ -230,10 +230,30 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.T
         tensors = (a, b, c, bias if has_bias else c)
         if plan.workspace is not None:
             tensors = (*tensors, *scratch.workspace(device, *plan.workspace, held, stream))
-        _launch(plan, tensors, (alpha, beta))
+        host = _host_descriptors(a, b, plan.constexprs) if plan.constexprs["HOST_DESC"] else (None, None)
+        _launch(plan, tensors, (alpha, beta, *host))
     finally:
         if held:  # every kernel of this call is enqueued (or failed to launch): the next user runs after
             scratch.give(held)
+
+
+def _host_descriptors(a: torch.Tensor, b: torch.Tensor, constexprs: dict) -> tuple:
+    """TMA descriptors of A and B built here, as kernel arguments (config.host_descriptors): the same
+    storage-order shapes, strides and boxes as the kernels' make_operand_descs builds on the device.
+    Made per call (they hold the data pointers); triton's launcher encodes each into the launch."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    bm, bn, bk = constexprs["BLOCK_M"], constexprs["BLOCK_N"], constexprs["BLOCK_K"]
+    (m, k), n = a.shape, b.shape[1]
+    if constexprs["A_COL"]:
+        a_desc = TensorDescriptor(a, [k, m], [a.stride(1), 1], [bk, bm])
+    else:
+        a_desc = TensorDescriptor(a, [m, k], [a.stride(0), 1], [bm, bk])
+    if constexprs["B_COL"]:
+        b_desc = TensorDescriptor(b, [n, k], [b.stride(1), 1], [bn, bk])
+    else:
+        b_desc = TensorDescriptor(b, [k, n], [b.stride(0), 1], [bk, bn])
+    return a_desc, b_desc
 
 
 # Offsets past this many elements wrap in 32-bit index arithmetic.
@@ -275,16 +295,18 @@ def _make_plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Te
                       PRECISION=precision, USE_TMA=use_tma, A_COL=a_col, B_COL=b_col,
                       A_DIV=_vector_divisor(a, 0), B_DIV=_vector_divisor(b, 1), FLATTEN=config.flatten,
                       WARP_SPEC=config.warp_specialize)
+    host_desc = use_tma and config.host_descriptors
     ints = (m, n, k, progs, *a.stride(), *b.stride(), *c.stride(), sbm, sbn)
     streamk = config.streamk and k > 0
     workspace = streamk_workspace(config, m, n, k, progs) if streamk else None
     constexprs["INT64"] = needs_int64((a, b, c, bias), workspace[0] if workspace else 0)
+    constexprs["HOST_DESC"] = host_desc
     # K == 0 has no iterations to split: the persistent kernel writes beta * bias (or zeros).
     if streamk:
         return _Plan(streamk_kernel, progs, ints, constexprs, config.num_warps, config.num_stages, workspace,
-                     tma=use_tma)
+                     tma=use_tma and not host_desc)
     return _Plan(persistent_kernel, progs, ints, constexprs, config.num_warps, config.num_stages, None,
-                 tma=use_tma)
+                 tma=use_tma and not host_desc)
 
 
 def _launch(plan: _Plan, tensors: tuple, floats: tuple) -> None:

@@ -10,15 +10,16 @@ from .common import epilogue, k_loop, operand_sources, tile_coords
 def persistent_gemm_kernel(
     a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, NUM_PROGS,
     stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_biasm, stride_biasn,
-    alpha, beta,
+    alpha, beta, a_host, b_host,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, PRECISION: tl.constexpr,
     USE_TMA: tl.constexpr, A_COL: tl.constexpr, B_COL: tl.constexpr,
     A_DIV: tl.constexpr, B_DIV: tl.constexpr, FLATTEN: tl.constexpr, WARP_SPEC: tl.constexpr,
-    INT64: tl.constexpr,
+    INT64: tl.constexpr, HOST_DESC: tl.constexpr,
 ):
-    a_desc, b_desc = operand_sources(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                                     BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, A_COL, B_COL)
+    a_desc, b_desc = operand_sources(a_ptr, b_ptr, a_host, b_host, M, N, K, stride_am, stride_ak,
+                                     stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, HOST_DESC,
+                                     A_COL, B_COL)
     num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     iters = tl.cdiv(K, BLOCK_K)
     # flatten lets the pipeliner prefetch the next tile's first K blocks during this tile's epilogue.

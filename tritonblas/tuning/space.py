@@ -35,7 +35,9 @@ def _neighbours(cfg: GemmConfig) -> Iterable[GemmConfig]:
     for s in (cfg.num_stages + 1, cfg.num_stages - 1):
         if 1 <= s <= 8:
             yield _with(cfg, num_stages=s)
-    yield _with(cfg, tma=not cfg.tma)
+    yield _with(cfg, tma=not cfg.tma, host_descriptors=False)
+    if cfg.tma:  # descriptors built on the host: 1.1-2.3 us less a kernel (scripts/tma_desc_probe.py)
+        yield _with(cfg, host_descriptors=not cfg.host_descriptors)
     yield _with(cfg, warp_specialize=not cfg.warp_specialize, num_warps=8)
     yield _with(cfg, flatten=not cfg.flatten)
     for g in (4, 16, 8):
