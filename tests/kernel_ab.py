@@ -15,6 +15,16 @@ CASES = [  # (m, n, k, config fields): the persistent and Stream-K kernels, TMA 
     (512, 512, 32768, dict(block_m=128, block_n=128, block_k=64, num_warps=4, num_stages=3, streamk=True,
                            tma=True)),
     (1920, 1920, 8192, dict(block_m=128, block_n=256, block_k=64, num_warps=8, num_stages=3, streamk=True)),
+    # The tree fix-up (S = 33 splits of each of 4 tiles: G = 6, Q = 6): kernel-levers row 24.
+    (256, 256, 65536, dict(block_m=128, block_n=128, block_k=64, num_warps=4, num_stages=3, streamk=True,
+                           tma=True)),
+    # Host-built vs device-built descriptors on small problems: kernel-levers row 25.
+    (512, 512, 512, dict(block_m=64, block_n=128, block_k=64, num_warps=4, num_stages=4, tma=True)),
+    (512, 512, 512, dict(block_m=64, block_n=128, block_k=64, num_warps=4, num_stages=4, tma=True,
+                         host_descriptors=True)),
+    (1024, 1024, 1024, dict(block_m=64, block_n=128, block_k=64, num_warps=4, num_stages=4, tma=True)),
+    (1024, 1024, 1024, dict(block_m=64, block_n=128, block_k=64, num_warps=4, num_stages=4, tma=True,
+                            host_descriptors=True)),
 ]
 
 
