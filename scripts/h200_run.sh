@@ -20,6 +20,7 @@
 #                                                 (BACKEND=triton: the kernels alone)
 #               bash scripts/h200_run.sh verify   GPU suite + large sizes, MLP block (GPU 0); classes (GPU 1)
 #               bash scripts/h200_run.sh mlp      scripts/mlp_step.py: the MLP block, eager and compiled
+#               bash scripts/h200_run.sh ab       tests/kernel_ab.py on base.tar's tree and on this one
 #               bash scripts/h200_run.sh graph    kernel time in CUDA-graph replay vs torch and the roofline:
 #                                                 small, skinny (operands rotated past L2), misaligned
 #               bash scripts/h200_run.sh warmup   first call in a fresh process, cold vs after `tritonblas
@@ -127,6 +128,13 @@ case "${1:-}" in
     CUDA_VISIBLE_DEVICES=$FIRST TRITONBLAS_DB=/tmp/none.sqlite timeout 540 python3 scripts/mlp_step.py \
       ${MLP_ARGS:-} ${BACKEND:+--backend "$BACKEND"} --json "$OUT/mlp${BACKEND:+_$BACKEND}.json" 2>&1 \
       | tee "$OUT/mlp${BACKEND:+_$BACKEND}.txt" ;;
+  ab)  # kernel A/B: tests/kernel_ab.py (this tree's cases) against a base tree's package and this one's;
+    # the base comes as a tarball made here: `git archive main -o base.tar` (untracked: it travels)
+    rm -rf /tmp/base && mkdir -p /tmp/base && tar -xf "${BASE_TAR:-base.tar}" -C /tmp/base || exit 1
+    for tree in /tmp/base "$PWD"; do
+      echo "== $tree"
+      CUDA_VISIBLE_DEVICES=$FIRST PYTHONPATH="/tmp/site:$tree" timeout 250 python3 tests/kernel_ab.py
+    done 2>&1 | grep -v Warning | tee "$OUT/kernel_ab.txt" ;;
   graph)  # issues 15 and 16: graph-replay tables per class file (BACKEND=dispatch: what dispatch runs)
     for f in ${GRAPH_CLASSES:-small skinny misaligned}; do
       rotate=0; [ "$f" = skinny ] && rotate=256  # skinny's target: no call finds its operands in L2
