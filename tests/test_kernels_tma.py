@@ -5,6 +5,7 @@ import pytest
 import torch
 from shapes import TMA_SHAPES, assert_close, operands, record_launches, reference, run_op
 
+import tritonblas
 from tritonblas import GemmConfig, launch
 
 
@@ -117,3 +118,12 @@ def test_host_descriptors_need_tma():
 
     config = GemmConfig(block_m=32, block_n=32, block_k=32, host_descriptors=True)
     assert "need tma" in config_supports(config, Problem(64, 64, 64, "fp16"), INTERPRETER_DEVICE)
+
+
+def test_host_descriptors_with_k_0_write_beta_times_bias():
+    # K = 0 has no columns to describe: the plan takes the device-built path, which no iteration reads.
+    config = GemmConfig(block_m=32, block_n=32, block_k=32, tma=True, host_descriptors=True)
+    bias = torch.randn(40).to(torch.float16)
+    out = tritonblas.addmm(bias, torch.randn(24, 0).to(torch.float16), torch.randn(0, 40).to(torch.float16),
+                           beta=2.0, config=config)
+    assert torch.equal(out, (2.0 * bias.float()).to(torch.float16).expand(24, 40))
