@@ -1,32 +1,52 @@
-"""Kernel time of fixed configs, to compare two trees' kernels on the same configs (issue 20: the 64-bit
-offsets must leave problems that fit at their 32-bit speed). Run from each tree's root on a GPU:
-    python tests/kernel_ab.py            # prints one line per (problem, config): median us
+"""Kernel time of fixed configs, to compare two trees' kernels on the same configs. Run from each
+tree's root on a GPU:
+    python tests/kernel_ab.py            # one line per (problem, config): eager and graph-replay us
 or this file against another tree's package (`bash scripts/h200_run.sh ab`); a config the tree does not
 know (a field it lacks) prints "n/a". A benchmark, not a test (not collected: no test_ prefix).
+Eager is `tritonblas.matmul` with the config, host time included; "graph" is the same call replayed from
+a CUDA graph of REPS calls, per call: the kernel's own time, which is what the kernel levers change.
 """
 
 import sys
 
+REPS = 20
+SK = dict(streamk=True, tma=True)  # Stream-K on TMA loads: the family the streamk class tunes to
 CASES = [  # (m, n, k, config fields): the persistent and Stream-K kernels, TMA and pointer loads
     (4096, 4096, 4096, dict(block_m=128, block_n=256, block_k=64, num_warps=8, num_stages=3, tma=True,
                             flatten=True)),
-    (1024, 1024, 1024, dict(block_m=128, block_n=128, block_k=64, num_warps=4, num_stages=4)),
     (3000, 2000, 5000, dict(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3)),
     (16, 4096, 14336, dict(block_m=16, block_n=64, block_k=256, num_warps=4, num_stages=5)),
-    (512, 512, 32768, dict(block_m=128, block_n=128, block_k=64, num_warps=4, num_stages=3, streamk=True,
-                           tma=True)),
     (1920, 1920, 8192, dict(block_m=128, block_n=256, block_k=64, num_warps=8, num_stages=3, streamk=True)),
-    # The tree fix-up (S = 33 splits of each of 4 tiles: G = 6, Q = 6): kernel-levers row 24.
-    (256, 256, 65536, dict(block_m=128, block_n=128, block_k=64, num_warps=4, num_stages=3, streamk=True,
-                           tma=True)),
-    # Host-built vs device-built descriptors on small problems: kernel-levers row 25.
-    (512, 512, 512, dict(block_m=64, block_n=128, block_k=64, num_warps=4, num_stages=4, tma=True)),
-    (512, 512, 512, dict(block_m=64, block_n=128, block_k=64, num_warps=4, num_stages=4, tma=True,
-                         host_descriptors=True)),
-    (1024, 1024, 1024, dict(block_m=64, block_n=128, block_k=64, num_warps=4, num_stages=4, tma=True)),
-    (1024, 1024, 1024, dict(block_m=64, block_n=128, block_k=64, num_warps=4, num_stages=4, tma=True,
-                            host_descriptors=True)),
+    # The tree fix-up (kernel-levers row 24): S splits of each leftover tile, S > 4 takes the tree.
+    (256, 256, 65536, dict(block_m=128, block_n=128, block_k=64, num_warps=4, num_stages=3, **SK)),  # S 33
+    (128, 128, 8192, dict(block_m=128, block_n=128, block_k=64, num_warps=4, num_stages=3, **SK)),  # S 128
+    (512, 512, 32768, dict(block_m=128, block_n=128, block_k=64, num_warps=4, num_stages=3, **SK)),  # S 8
+    (768, 3072, 8192, dict(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3, **SK)),  # S 11
+    (2176, 2176, 4096, dict(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3, **SK)),  # S 5
+    (256, 2048, 28672, dict(block_m=64, block_n=128, block_k=64, num_warps=4, num_stages=4, **SK)),  # S 2
+    (1024, 1024, 16384, dict(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3, **SK)),  # S 2
 ]
+# Host-built vs device-built descriptors (kernel-levers row 25): small problems, both families.
+for _m, _n, _k, _bm, _bn in ((256, 256, 256, 64, 64), (512, 512, 512, 64, 128), (768, 768, 768, 64, 128),
+                             (1024, 1024, 512, 128, 128), (1024, 1024, 1024, 64, 128),
+                             (64, 1024, 512, 64, 64), (128, 128, 8192, 128, 128)):
+    for _host in (False, True):
+        CASES.append((_m, _n, _k, dict(block_m=_bm, block_n=_bn, block_k=64, num_warps=4, num_stages=4,
+                                       tma=True, streamk=_k >= 8192, host_descriptors=_host)))
+
+
+def _graph_us(torch, do_bench, call) -> float:
+    """Per-call time of `call` replayed from a CUDA graph of REPS calls (captured on a side stream)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        call()  # warm: compile and allocate outside the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):  # the warm call's scratch (keyed by stream) serves
+        for _ in range(REPS):
+            call()
+    return do_bench(graph.replay, rep=200) * 1e3 / REPS
 
 
 def main() -> int:
@@ -34,11 +54,12 @@ def main() -> int:
         print(__doc__)
         return 0
     import torch
-    import triton.testing
+    from triton.testing import do_bench
 
     import tritonblas
 
     for m, n, k, fields in CASES:
+        torch.manual_seed(0)
         a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
         out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
@@ -47,10 +68,17 @@ def main() -> int:
         except ValueError as exc:  # pydantic's ValidationError is a ValueError
             print(f"{m}x{n}x{k} {fields}: n/a ({str(exc).splitlines()[0]})", flush=True)
             continue
-        tritonblas.matmul(a, b, config=cfg, out=out)
-        ms = triton.testing.do_bench(lambda a=a, b=b, cfg=cfg, out=out: tritonblas.matmul(a, b, config=cfg,
-                                                                                   out=out), rep=100)
-        print(f"{m}x{n}x{k} {cfg.short()}: {ms * 1e3:.1f} us", flush=True)
+
+        def call(a=a, b=b, cfg=cfg, out=out):
+            return tritonblas.matmul(a, b, config=cfg, out=out)
+
+        call()
+        err = (out.float() - (a.float() @ b.float())).abs().max().item()
+        eager = do_bench(call, rep=100) * 1e3
+        graph = _graph_us(torch, do_bench, call)
+        torch_graph = _graph_us(torch, do_bench, lambda a=a, b=b, out=out: torch.mm(a, b, out=out))
+        print(f"{m}x{n}x{k} {cfg.short()}: eager {eager:.1f} us, graph {graph:.2f} us "
+              f"(torch.mm graph {torch_graph:.2f}), max err {err:.3g}", flush=True)
     return 0
 
 
