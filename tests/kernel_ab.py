@@ -17,7 +17,7 @@ CASES = [  # (m, n, k, config fields): the persistent and Stream-K kernels, TMA 
     (3000, 2000, 5000, dict(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3)),
     (16, 4096, 14336, dict(block_m=16, block_n=64, block_k=256, num_warps=4, num_stages=5)),
     (1920, 1920, 8192, dict(block_m=128, block_n=256, block_k=64, num_warps=8, num_stages=3, streamk=True)),
-    # The tree fix-up (kernel-levers row 24): S splits of each leftover tile, S > 4 takes the tree.
+    # The tree fix-up (kernel-levers row 24): S splits of each leftover tile, S >= 12 takes the tree.
     (256, 256, 65536, dict(block_m=128, block_n=128, block_k=64, num_warps=4, num_stages=3, **SK)),  # S 33
     (128, 128, 8192, dict(block_m=128, block_n=128, block_k=64, num_warps=4, num_stages=3, **SK)),  # S 128
     (512, 512, 32768, dict(block_m=128, block_n=128, block_k=64, num_warps=4, num_stages=3, **SK)),  # S 8

@@ -161,9 +161,9 @@ class StreamKPlan:
 
     @property
     def groups(self) -> int:
-        """Fix-up groups per split tile: Q = cdiv(S, ceil(sqrt(S))) for S > 4, else one (no tree)."""
+        """Fix-up groups per split tile: Q = cdiv(S, ceil(sqrt(S))) for S >= 12, else one (no tree)."""
         s = self.splits
-        return 1 if s <= 4 else cdiv(s, math.isqrt(s - 1) + 1)
+        return 1 if s < 12 else cdiv(s, math.isqrt(s - 1) + 1)
 
     @property
     def group_slots(self) -> frozenset[int]:

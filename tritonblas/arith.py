@@ -20,8 +20,23 @@ def tflops(m: int, n: int, k: int, ms: float | None) -> float | None:
     return gemm_flops(m, n, k) / (ms * 1e9) if ms else None
 
 
+# Splits from which the Stream-K fix-up is a two-level tree (kernels/streamk.py mirrors it). The tree's
+# second level (a group sum stored, a fence, one more counter) cost about 3 partial reads on the H200:
+# 2176x2176x4096 (S = 5) 81.3 -> 84.9 us and 512x512x32768 (S = 8) 55.9 -> 58.4 with the tree, 768x3072x8192
+# (S = 11) 89.5 -> 89.3, 256x256x65536 (S = 33) 85.8 -> 58.7, 128x128x8192 (S = 128) 218 -> 59
+# (tests/kernel_ab.py, graph replay, 2026-11-30). So it pays once G + Q + 3 < S.
+TREE_MIN_SPLITS = 12
+TREE_EXTRA_READS = 3
+
+
 def fixup_groups(splits: int) -> tuple[int, int]:
     """(G, Q) of a Stream-K tile split S ways: G = ceil(sqrt(S)) segments per fix-up group and Q =
-    cdiv(S, G) groups; one group up to S = 4 (the kernel's fixup_groups, kernels/streamk.py)."""
-    group = splits if splits <= 4 else math.isqrt(splits - 1) + 1
+    cdiv(S, G) groups; one group below TREE_MIN_SPLITS (the kernel's fixup_groups, kernels/streamk.py)."""
+    group = splits if splits < TREE_MIN_SPLITS else math.isqrt(splits - 1) + 1
     return group, cdiv(splits, group)
+
+
+def fixup_chain(splits: int) -> int:
+    """Partial reads (of one tile's fp32 accumulator) on the fix-up's longest chain for S splits."""
+    group, groups = fixup_groups(splits)
+    return splits if groups == 1 else group + groups + TREE_EXTRA_READS

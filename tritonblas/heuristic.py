@@ -18,7 +18,7 @@ import itertools
 import math
 from dataclasses import dataclass
 
-from .arith import cdiv, fixup_groups, gemm_flops
+from .arith import cdiv, fixup_chain, gemm_flops
 from .config import (
     DTYPE_BYTES,
     DeviceInfo,
@@ -155,10 +155,9 @@ def estimate(config: GemmConfig, problem: Problem, device: DeviceInfo) -> Estima
                 # The last arriver reads the split's fp32 partials at about twice one SM's fair share
                 # of bandwidth: 256x256x65536 with 128x128 tiles (33 partials of 64 KB) took 66 us
                 # against ~38 us with no fix-up at all.
-                # The tree fix-up (S > 4) reads G partials then Q group sums on its longest chain.
+                # The tree fix-up reads G partials then Q group sums on its longest chain (fixup_chain).
                 per_sm_bytes_us = _BANDWIDTH_TBS[arch] * 1e6 / device.sm_count * 2
-                fixup = sum(fixup_groups(split)) if split > 4 else split
-                fixup *= config.block_m * config.block_n * 4 / per_sm_bytes_us
+                fixup = fixup_chain(split) * config.block_m * config.block_n * 4 / per_sm_bytes_us
     else:
         waves = cdiv(tiles, max(1, min(programs, tiles)))
     compute_us = waves * tile_us + fixup
@@ -193,7 +192,7 @@ def splits_tiles(config: GemmConfig, problem: Problem, programs: int) -> bool:
     """Whether a Stream-K config splits any tile's K loop on `programs` programs. When it does not, it
     runs exactly the persistent kernel's schedule (its data-parallel loop, then one program per
     leftover tile), so the persistent twin stands for it."""
-    return problem.k > 0 and streamk_split(config, problem, programs) > 1
+    return problem.k > 0 and streamk_split(config, problem, min(config.grid or programs, programs)) > 1
 
 
 def streaming_efficiency(config: GemmConfig, problem: Problem) -> float:
@@ -276,13 +275,31 @@ def candidates(problem: Problem, device: DeviceInfo, enable_streamk: bool | None
             # Flattened only on the persistent family: Stream-K's flattened data-parallel loop ran 3.5%
             # (TMA) to 7% (pointers) slower than its plain one (tuning run of 2026-11-30, lever 19); the
             # tuner still tries it as a neighbour.
-            cfg = GemmConfig(block_m=bm, block_n=bn, block_k=bk, num_warps=warps, num_stages=stages,
-                             streamk=sk, tma=tma, flatten=tma and not sk, aligned_copy=copy)
-            if sk and enable_streamk is None and not splits_tiles(cfg, problem, device.sm_count):
-                continue  # the same schedule as its persistent twin (splits_tiles), which is listed
-            if config_supports(cfg, problem, device) is None:
-                out.append(cfg)
+            fields = dict(block_m=bm, block_n=bn, block_k=bk, num_warps=warps, num_stages=stages,
+                          streamk=sk, tma=tma, flatten=tma and not sk, aligned_copy=copy)
+            cfg = GemmConfig(**fields)
+            for grid in streamk_grids(cfg, problem, device.sm_count) if sk else (None,):
+                cfg = GemmConfig(**fields, grid=grid)
+                if sk and enable_streamk is None and not splits_tiles(cfg, problem, device.sm_count):
+                    continue  # the same schedule as its persistent twin (splits_tiles), which is listed
+                if config_supports(cfg, problem, device) is None:
+                    out.append(cfg)
     return out
+
+
+# Splits per tile the Stream-K grids below offer when the tiles do not fill the SMs.
+STREAMK_SPLITS = (2, 3, 4, 6, 8, 12, 16, 24, 32)
+
+
+def streamk_grids(config: GemmConfig, problem: Problem, sm_count: int) -> tuple[int | None, ...]:
+    """Stream-K grids worth pricing: one program per SM (None), and, when the tiles are fewer than the
+    SMs, grids that cut every tile's K loop in exactly s segments, s in STREAMK_SPLITS and fewer than
+    the split one program per SM gives (the same schedule with idle programs otherwise). A tile split
+    128 ways has a long fix-up: 128x128x8192 (one 128x128 tile) took 59 us on 132 programs with the
+    tree fix-up, torch.mm 7.3 (tests/kernel_ab.py, graph replay, H200, 2026-11-30)."""
+    tiles = cdiv(problem.m, config.block_m) * cdiv(problem.n, config.block_n)
+    default_split = min(sm_count // tiles, cdiv(problem.k, config.block_k))
+    return (None, *(tiles * s for s in STREAMK_SPLITS if s < default_split))
 
 
 def rank(problem: Problem, device: DeviceInfo, enable_streamk: bool | None = None) -> list[Estimate]:

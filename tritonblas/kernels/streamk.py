@@ -10,12 +10,12 @@ H200 that ran the split part at ~0.45 of the data-parallel rate (512x1024x32768,
 programs left over (NUM_PROGS - S*T < T) have no segment.
 
 A split tile's programs write their fp32 partials to workspace slot p. The fix-up is a two-level tree
-when S > 4: segment j belongs to group j // G (G = ceil(sqrt(S)), Q = cdiv(S, G) groups); each program
+when S >= 12: segment j belongs to group j // G (G = ceil(sqrt(S)), Q = cdiv(S, G) groups); each program
 bumps its group's counter, the last of a group to arrive sums the group's partials in segment order into
 a group slot (after the NUM_PROGS program slots) and bumps the tile's counter, and the last group to
 finish sums the Q group partials in group order and runs the shared epilogue. So the longest chain of
 reads is G + Q (12 for S = 33) instead of S: one program reading 33 partials of 64 KB was ~28 of 66 us
-on 256x256x65536 (docs/notes/kernel-levers.md, row 18). With S <= 4 there is one group (Q = 1) and the
+on 256x256x65536 (docs/notes/kernel-levers.md, row 18). With S < 12 there is one group (Q = 1) and the
 tile's counter is bumped directly, as before. The sum order is fixed either way (segments in order
 within a group, groups in order), so the result is bitwise the same run to run, whoever arrives last;
 each last arriver resets the counter it completed to 0 for the next launch. Nobody ever waits.
@@ -32,10 +32,11 @@ from .common import epilogue, k_loop, operand_sources, tile_coords, widened
 
 @triton.jit
 def fixup_groups(splits):
-    """(G, Q): segments per group, ceil(sqrt(S)), and groups, cdiv(S, G); one group up to S = 4.
-    launch.fixup_groups is the host's copy (the workspace it sizes holds the Q group slots)."""
+    """(G, Q): segments per group, ceil(sqrt(S)), and groups, cdiv(S, G); one group below S = 12
+    (arith.TREE_MIN_SPLITS: where the tree's second level pays, measured there). arith.fixup_groups is
+    the host's copy (the workspace it sizes holds the Q group slots)."""
     group = splits
-    if splits > 4:
+    if splits >= 12:
         group = tl.full((), 1, tl.int32)
         while group * group < splits:
             group += 1

@@ -57,7 +57,7 @@ def _grids(cfg: GemmConfig, problem: Problem, device: DeviceInfo) -> Iterable[Ge
     tiles = cdiv(problem.m, cfg.block_m) * cdiv(problem.n, cfg.block_n)
     grids = [None, 2 * sms]
     if cfg.streamk and tiles < sms:
-        grids += [tiles * s for s in (2, 3, 4) if tiles * s <= 2 * sms]
+        grids += [tiles * s for s in heuristic.STREAMK_SPLITS if tiles * s <= 2 * sms]
     for g in grids:
         yield _with(cfg, grid=g)
 
