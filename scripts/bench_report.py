@@ -1,10 +1,14 @@
 """A markdown table (and optionally the PNG bar chart) from a `tritonblas bench --json` file.
 
 Usage: python scripts/bench_report.py docs/benchmarks/h200-bench-shipped.json [--png out.png]
+       python scripts/bench_report.py a.json b.json --by-file scripts/shapes.yaml scripts/classes/*.yaml
 Columns: TFLOP/s ours and torch.mm, ratio, and our fraction of the roofline
 (max(FLOPs / peak, bytes / bandwidth), tritonblas.heuristic's figures for the file's arch). The last
 line counts run-time fallbacks (RuntimeWarnings of configs triton refused to compile, issue 21) and
 names their problems; files written before the count have none recorded ("not recorded").
+--by-file: one summary line per shapes file instead (the rows of every JSON given whose problem the file
+lists): geomean vs torch, the lowest row and the backend that ran it, rows below 0.97x, rows torch.mm
+ran, and the geomeans of roofline time over ours and over torch's.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from pathlib import Path
 from tritonblas.bench import BenchRow, fallback_count, geomean, write_plot
 from tritonblas.config import GemmConfig, Problem, device_for_arch
 from tritonblas.heuristic import roofline_us
+from tritonblas.shapes import load_problems
 
 
 def rows_from(data: dict) -> list[BenchRow]:
@@ -45,6 +50,30 @@ def table(rows: list[BenchRow], arch: str) -> str:
     return "\n".join(lines)
 
 
+def by_file(rows: list[BenchRow], arch: str, files: list[Path]) -> str:
+    """One line per shapes file over the rows of the problems it lists."""
+    device = device_for_arch(arch)
+    lines = ["| file | problems | geomean vs torch | min (problem, backend that ran) | below 0.97x "
+             "| torch.mm ran | ours / limit | torch / limit |", "|---|---|---|---|---|---|---|---|"]
+    for path in files:
+        wanted = set(load_problems(path))
+        mine = [r for r in rows if r.problem in wanted and r.speedup]
+        if not mine:
+            lines.append(f"| `{path}` | 0 | - | - | - | - | - | - |")
+            continue
+        low = min(mine, key=lambda r: r.speedup)
+        limit = {id(r): roofline_us(r.problem, device) for r in mine}
+        ran = "torch" if low.config and low.config.is_vendor else "triton"
+        cells = [f"`{path}`", str(len(mine)), _f(geomean([r.speedup for r in mine]), ".3f", "x"),
+                 f"{low.speedup:.2f}x ({low.problem.short()}, {ran})",
+                 str(sum(r.speedup < 0.97 for r in mine)),
+                 str(sum(bool(r.config and r.config.is_vendor) for r in mine)),
+                 _f(geomean([limit[id(r)] / (r.ms * 1e3) for r in mine]), ".2f"),
+                 _f(geomean([limit[id(r)] / (r.torch_ms * 1e3) for r in mine]), ".2f")]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def fallbacks_line(rows: list[BenchRow], recorded: bool = True) -> str:
     """The run-time fallbacks of a bench file: their count and the problems that took them."""
     if not recorded:
@@ -60,12 +89,17 @@ def _f(v: float | None, spec: str, suffix: str = "") -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("json", type=Path)
+    ap.add_argument("json", type=Path, nargs="+")
     ap.add_argument("--png", type=Path)
+    ap.add_argument("--by-file", type=Path, nargs="+", metavar="SHAPES")
     args = ap.parse_args()
-    data = json.loads(args.json.read_text())
-    rows = rows_from(data)
-    print(table(rows, data["arch"]))
+    files = [json.loads(p.read_text()) for p in args.json]
+    data = files[0]
+    rows = [row for d in files for row in rows_from(d)]
+    if args.by_file:
+        print(by_file(rows, data["arch"], args.by_file))
+    else:
+        print(table(rows, data["arch"]))
     print(fallbacks_line(rows, "fallback_warnings" in data))
     if args.png:
         write_plot(args.png, rows, f"tritonblas vs torch.mm on {data['device']} ({data['created_at'][:10]})")

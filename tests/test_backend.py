@@ -351,6 +351,32 @@ def test_tuned_vendor_winner_is_stored_and_dispatched(paths, torch_calls, launch
     assert [x.config for x in launches] == [fastest]
 
 
+@pytest.mark.parametrize("torch_ms, vendor_wins", [
+    (0.3, True),  # the baseline beats every kernel (fake times 0.5-1.5 ms) although the candidate read 5 ms
+    (None, False),  # no baseline: the candidate's own (slow) timing stands
+])
+def test_baseline_counts_as_a_timing_of_the_vendor_candidate(tmp_path, torch_ms, vendor_wins):
+    # torch.mm timed as a candidate while kernels compiled read 71.1 us against its 29.3 us baseline
+    # (512x4096x4096 nt row bf16, tune-all run of 2026-11-30) and a 50.3 us kernel won: the later baseline
+    # times the same call, so it decides between torch.mm and the fastest kernel.
+    p = Problem(33, 17, 100, "fp32")
+    bench = FakeBench({VENDOR: BenchResult("ok", 5.0, 4.9, 5.1, 0.0)}, torch_ms=torch_ms)
+    with TuningDB(str(tmp_path / "t.sqlite")) as db:
+        out = tune_problem(p, INTERPRETER_DEVICE, db, bench=bench, budget_s=60, early_stop=False, vendor=True)
+        rows = {m.config: m for m in db.measurements(out.key)}
+        assert rows[VENDOR].median_ms == 5.0  # the candidate's row keeps what it read
+        fastest = min((c for c in rows if c.backend == "triton"), key=fake_ms)
+        assert out.winner.config == (VENDOR if vendor_wins else fastest)
+        assert out.winner.median_ms == (torch_ms if vendor_wins else fake_ms(fastest))
+        assert db.get_winner(out.key).config == out.winner.config
+    # Not without the vendor candidate: a kernel-only tuning keeps its fastest kernel.
+    with TuningDB(str(tmp_path / "k.sqlite")) as db:
+        out = tune_problem(p, INTERPRETER_DEVICE, db, bench=FakeBench(torch_ms=0.3), budget_s=60,
+                           early_stop=False, vendor=False)
+        assert out.winner.config.backend == "triton"
+        assert out.winner.speedup == pytest.approx(0.3 / out.winner.median_ms)
+
+
 def test_export_import_round_trip_keeps_the_backend(tmp_path):
     p, q = Problem(1000, 1000, 1000, "bf16"), Problem(4096, 4096, 4096, "bf16")
     kernel = GemmConfig(block_m=128, block_n=256, block_k=64, num_warps=8, num_stages=3)
