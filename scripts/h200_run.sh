@@ -129,7 +129,7 @@ case "${1:-}" in
       ${MLP_ARGS:-} ${BACKEND:+--backend "$BACKEND"} --json "$OUT/mlp${BACKEND:+_$BACKEND}.json" 2>&1 \
       | tee "$OUT/mlp${BACKEND:+_$BACKEND}.txt" ;;
   ab)  # kernel A/B: tests/kernel_ab.py (this tree's cases) against a base tree's package and this one's;
-    # the base comes as a tarball made here: `git archive main -o base.tar` (untracked: it travels)
+    # the base comes as a tarball made here: `git archive main -o base.tar` (ignored: carry ["base.tar"])
     rm -rf /tmp/base && mkdir -p /tmp/base && tar -xf "${BASE_TAR:-base.tar}" -C /tmp/base || exit 1
     for tree in /tmp/base "$PWD"; do
       echo "== $tree"
