@@ -378,6 +378,31 @@ def test_fastest_kernel_meets_torch_again_before_it_wins(tmp_path, torch_ms, ven
         assert out.winner.speedup == pytest.approx(0.3 / out.winner.median_ms)
 
 
+def test_a_failing_rematch_keeps_the_candidates_timings(tmp_path):
+    # The final match runs the fastest kernel again: an error there (out of memory, say) is no timing,
+    # not a crash; the kernel's candidate timing and torch.mm's baseline decide.
+    p = Problem(33, 17, 100, "fp32")
+    calls = {}
+
+    def once_then_fail(config):
+        def outcome():
+            calls[config] = calls.get(config, 0) + 1
+            if calls[config] > 1:
+                raise RuntimeError("CUDA out of memory")
+            return BenchResult("ok", fake_ms(config), fake_ms(config), fake_ms(config), 0.0)
+        return outcome
+
+    space = candidate_space(p, INTERPRETER_DEVICE, vendor=True)
+    bench = FakeBench({c: once_then_fail(c) for c in space if c.backend == "triton"}, torch_ms=5.0)
+    bench.outcomes[VENDOR] = BenchResult("ok", 5.0, 4.9, 5.1, 0.0)
+    with TuningDB(str(tmp_path / "t.sqlite")) as db:
+        out = tune_problem(p, INTERPRETER_DEVICE, db, bench=bench, budget_s=60, early_stop=False, vendor=True)
+    fastest = min((c for c in space if c.backend == "triton"), key=fake_ms)
+    assert calls[fastest] == 1 + REMATCH_ROUNDS
+    assert out.winner.config == fastest and out.winner.median_ms == fake_ms(fastest)
+    assert out.winner.torch_ms == 5.0
+
+
 def test_export_import_round_trip_keeps_the_backend(tmp_path):
     p, q = Problem(1000, 1000, 1000, "bf16"), Problem(4096, 4096, 4096, "bf16")
     kernel = GemmConfig(block_m=128, block_n=256, block_k=64, num_warps=8, num_stages=3)

@@ -165,7 +165,7 @@ def vendor_beats(kernel_ms: float, torch_ms: float | None, margin: float = VENDO
 
 
 def _rematch(bench: Benchmark, kernel: GemmConfig, problem: Problem, device: DeviceInfo,
-             rounds: int = REMATCH_ROUNDS) -> tuple[float | None, float | None]:
+             timeout_s: float, rounds: int = REMATCH_ROUNDS) -> tuple[float | None, float | None]:
     """(kernel ms, torch.mm ms): medians of `rounds` alternating timings of the fastest kernel and
     torch.mm's baseline call, once every candidate is timed: the protocol of `tritonblas bench`, so the
     winner is the one users measure. Timed once each, at different moments of the run, the two
@@ -175,7 +175,7 @@ def _rematch(bench: Benchmark, kernel: GemmConfig, problem: Problem, device: Dev
     bench (tune-all run and bench of 2026-11-30)."""
     kernel_runs, torch_runs = [], []
     for _ in range(rounds):
-        result = bench(kernel, problem, device)
+        result = _run_one(bench, kernel, problem, device, None, timeout_s)  # a failure is no timing
         if result.status == "ok":
             kernel_runs.append(result.median_ms)
         ms = _baseline(bench, problem, device)
@@ -226,7 +226,7 @@ def tune_problem(problem: Problem, device: DeviceInfo, db, *, bench: Benchmark |
     try:
         results = _measure_all(bench, space, problem, device, deadline, early_stop and not exhaustive,
                                candidate_timeout_s)
-        best, ms, torch_ms = _decide(bench, results, space, problem, device)
+        best, ms, torch_ms = _decide(bench, results, space, problem, device, candidate_timeout_s)
     finally:
         bench.finish(problem)
     env = EnvIdentity.current()
@@ -247,7 +247,8 @@ def tune_problem(problem: Problem, device: DeviceInfo, db, *, bench: Benchmark |
 
 
 def _decide(bench: Benchmark, results: dict[GemmConfig, BenchResult], space: list[GemmConfig],
-            problem: Problem, device: DeviceInfo) -> tuple[GemmConfig | None, float | None, float | None]:
+            problem: Problem, device: DeviceInfo,
+            timeout_s: float) -> tuple[GemmConfig | None, float | None, float | None]:
     """(winner, its ms, torch.mm's ms). With torch.mm a candidate, a kernel that timed fastest meets it
     again side by side (_rematch) and wins unless torch.mm beats it there (vendor_beats); the
     candidates' rows keep what they read."""
@@ -255,7 +256,7 @@ def _decide(bench: Benchmark, results: dict[GemmConfig, BenchResult], space: lis
     ms = None if best is None else results[best].median_ms
     if best is None or best.backend != "triton" or not vendor_on(space):
         return best, ms, _baseline(bench, problem, device)
-    kernel_ms, torch_ms = _rematch(bench, best, problem, device)
+    kernel_ms, torch_ms = _rematch(bench, best, problem, device, timeout_s)
     ms = kernel_ms or ms
     if vendor_beats(ms, torch_ms):
         return GemmConfig.vendor(), torch_ms, torch_ms
