@@ -20,6 +20,13 @@ def tflops(m: int, n: int, k: int, ms: float | None) -> float | None:
     return gemm_flops(m, n, k) / (ms * 1e9) if ms else None
 
 
+def streamk_split(tiles: int, programs: int, iters: int) -> int:
+    """K segments the Stream-K kernel (kernels/streamk.py) gives each of the tiles left after full waves
+    of `programs`: min(programs // leftover tiles, K iterations); 0 when the tiles fill whole waves."""
+    rest = tiles % programs
+    return min(programs // rest, max(iters, 1)) if rest else 0
+
+
 # Splits from which the Stream-K fix-up is a two-level tree (kernels/streamk.py mirrors it). The tree's
 # second level (a group sum stored, a fence, one more counter) cost about 3 partial reads on the H200:
 # 2176x2176x4096 (S = 5) 81.3 -> 84.9 us and 512x512x32768 (S = 8) 55.9 -> 58.4 with the tree, 768x3072x8192

@@ -18,6 +18,7 @@ import itertools
 import math
 from dataclasses import dataclass
 
+from . import arith
 from .arith import cdiv, fixup_chain, gemm_flops
 from .config import (
     DTYPE_BYTES,
@@ -181,11 +182,9 @@ def estimate(config: GemmConfig, problem: Problem, device: DeviceInfo) -> Estima
 
 
 def streamk_split(config: GemmConfig, problem: Problem, programs: int) -> int:
-    """K segments per tile that Stream-K's kernel gives each tile left after its full waves of
-    `programs` (0 when the tiles fill whole waves): min(programs // leftover tiles, K iterations)."""
+    """K segments per leftover tile of `config` on `problem` on `programs` programs (arith.streamk_split)."""
     tiles = cdiv(problem.m, config.block_m) * cdiv(problem.n, config.block_n)
-    rest = tiles % programs
-    return min(programs // rest, max(cdiv(problem.k, config.block_k), 1)) if rest else 0
+    return arith.streamk_split(tiles, programs, cdiv(problem.k, config.block_k))
 
 
 def splits_tiles(config: GemmConfig, problem: Problem, programs: int) -> bool:
@@ -277,8 +276,7 @@ def candidates(problem: Problem, device: DeviceInfo, enable_streamk: bool | None
             # tuner still tries it as a neighbour.
             fields = dict(block_m=bm, block_n=bn, block_k=bk, num_warps=warps, num_stages=stages,
                           streamk=sk, tma=tma, flatten=tma and not sk, aligned_copy=copy)
-            cfg = GemmConfig(**fields)
-            for grid in streamk_grids(cfg, problem, device.sm_count) if sk else (None,):
+            for grid in streamk_grids((bm, bn, bk), problem, device.sm_count) if sk else (None,):
                 cfg = GemmConfig(**fields, grid=grid)
                 if sk and enable_streamk is None and not splits_tiles(cfg, problem, device.sm_count):
                     continue  # the same schedule as its persistent twin (splits_tiles), which is listed
@@ -291,14 +289,15 @@ def candidates(problem: Problem, device: DeviceInfo, enable_streamk: bool | None
 STREAMK_SPLITS = (2, 3, 4, 6, 8, 12, 16, 24, 32)
 
 
-def streamk_grids(config: GemmConfig, problem: Problem, sm_count: int) -> tuple[int | None, ...]:
+def streamk_grids(blocks: tuple[int, int, int], problem: Problem, sm_count: int) -> tuple[int | None, ...]:
     """Stream-K grids worth pricing: one program per SM (None), and, when the tiles are fewer than the
     SMs, grids that cut every tile's K loop in exactly s segments, s in STREAMK_SPLITS and fewer than
     the split one program per SM gives (the same schedule with idle programs otherwise). A tile split
     128 ways has a long fix-up: 128x128x8192 (one 128x128 tile) took 59 us on 132 programs with the
     tree fix-up, torch.mm 7.3 (tests/kernel_ab.py, graph replay, H200, 2026-11-30)."""
-    tiles = cdiv(problem.m, config.block_m) * cdiv(problem.n, config.block_n)
-    default_split = min(sm_count // tiles, cdiv(problem.k, config.block_k))
+    block_m, block_n, block_k = blocks
+    tiles = cdiv(problem.m, block_m) * cdiv(problem.n, block_n)
+    default_split = min(sm_count // tiles, cdiv(problem.k, block_k))
     return (None, *(tiles * s for s in STREAMK_SPLITS if s < default_split))
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from . import scratch
-from .arith import cdiv, fixup_groups
+from .arith import cdiv, fixup_groups, streamk_split
 from .config import GemmConfig, aligned_leading_dim
 
 
@@ -143,10 +143,8 @@ def streamk_workspace(config: GemmConfig, m: int, n: int, k: int, programs: int)
     is a tree, a slot per group of each split tile; a counter per split tile and per group."""
     tiles = cdiv(m, config.block_m) * cdiv(n, config.block_n)
     sk_tiles = tiles % programs
-    groups = 0
-    if sk_tiles:
-        splits = min(programs // sk_tiles, cdiv(k, config.block_k))
-        groups = fixup_groups(splits)[1] if splits > 1 else 1
+    splits = streamk_split(tiles, programs, cdiv(k, config.block_k))
+    groups = fixup_groups(splits)[1] if splits > 1 else 1
     tree = sk_tiles * groups if groups > 1 else 0
     return (programs + tree) * config.block_m * config.block_n, sk_tiles + tree
 
