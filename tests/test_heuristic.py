@@ -113,6 +113,15 @@ def test_full_waves_make_streamk_no_better_than_persistent_with_the_same_tile(pr
             assert e.total_us <= sk.total_us
 
 
+@pytest.mark.parametrize("mnk", [(0, 64, 64), (64, 0, 64), (64, 64, 0), (0, 0, 0)])
+@pytest.mark.parametrize("device", DEVICES, ids=lambda d: d.arch)
+def test_empty_problems_are_ranked(mnk, device):
+    # Outputs with no element (M or N = 0) have no tiles: the Stream-K grids priced for few tiles
+    # divided by that count, and select() raised ZeroDivisionError for 0x5x5.
+    ranked = heuristic.rank(Problem(*mnk, "bf16"), device)
+    assert ranked and config_supports(ranked[0].config, Problem(*mnk, "bf16"), device) is None
+
+
 def test_no_feasible_config_is_a_clear_error():
     tiny = DeviceInfo(arch="sm_90", name="no-smem", sm_count=8, smem_per_block=1024)
     problem = Problem(128, 128, 128, "fp16")
