@@ -219,10 +219,12 @@ def _vendor_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bias2d: to
     dtype (bias None: no bias term, as with beta == 0; K = 0 gives beta * bias). torch honours
     allow_tf32 for fp32 as the kernels' precision does."""
     if bias2d is not None:
-        if bias2d.stride(0) == 0 and bias2d.stride(1) == 1:
+        if bias2d.stride(1) == 1 and (bias2d.stride(0) == 0 or bias2d.shape[0] == 1):
             # A row bias goes in as the (N,) vector it is: cuBLASLt then fuses it into the GEMM's
             # epilogue, where the broadcast 2-D view is first copied into out (512x6144x4096 bf16, nt,
-            # row bias: 48.0 us vs F.linear's 39.9 us on the H200, 2026-11-30).
+            # row bias: 48.0 us vs F.linear's 39.9 us on the H200, 2026-11-30). With one row the
+            # broadcast view has stride (N, 1), not 0: 1x6144x4096 took a copy and a non-bias kernel,
+            # 58.7 us vs torch.addmm's 24.1 (scripts/vendor_probe.py, h200-vendor-probe.json).
             bias2d = bias2d[0]
         torch.addmm(bias2d, a, b, beta=beta, alpha=alpha, out=out)
     elif alpha == 1.0:
