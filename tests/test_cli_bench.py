@@ -152,11 +152,11 @@ def test_run_time_fallbacks_are_counted_in_the_table_and_json(timed, tmp_path, m
 def test_a_gpu_bench_alternates_ours_and_torch_and_reports_medians():
     from tritonblas.bench import BENCH_ROUNDS, _timed_head_to_head
     from tritonblas.config import Problem, device_for_arch
-    from tritonblas.tuning.protocol import BenchResult
+    from tritonblas.tuning.protocol import Benchmark, BenchResult
 
     calls, ours_ms, torch_ms = [], iter([3.0, 1.0, 2.0]), iter([5.0, 9.0, 4.0])
 
-    class Alternating:
+    class Alternating(Benchmark):  # the protocol's head_to_head: rounds of one call to each side
         def __call__(self, config, problem, device):
             calls.append("ours")
             return BenchResult("ok", median_ms=next(ours_ms))
@@ -169,3 +169,14 @@ def test_a_gpu_bench_alternates_ours_and_torch_and_reports_medians():
                                              device_for_arch("sm_90"))
     assert BENCH_ROUNDS == 3 and calls == ["ours", "torch"] * 3
     assert ours.median_ms == 2.0 and torch_median == 5.0
+
+
+def test_interleaved_timing_alternates_which_side_goes_first():
+    # GpuBenchmark.head_to_head times ours and torch call by call in one loop (interleaved_ms); each
+    # side must lead as often as it follows, or whatever the first call leaves behind (a warmer clock,
+    # caches) favours one side.
+    from tritonblas.tuning.benchmark import call_order
+
+    orders = [call_order(rep, 2) for rep in range(6)]
+    assert orders == [[0, 1], [1, 0]] * 3
+    assert all(sorted(call_order(rep, 3)) == [0, 1, 2] for rep in range(4))

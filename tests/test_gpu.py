@@ -428,3 +428,16 @@ def test_gpu_tuner_times_torch_mm_as_a_candidate(tmp_path):
     vendor = GemmConfig.vendor()
     assert rows[vendor].status == "ok" and rows[vendor].median_ms > 0
     assert out.winner.median_ms == min(m.median_ms for m in rows.values() if m.status == "ok")
+
+
+def test_gpu_head_to_head_interleaves_and_agrees_with_itself():
+    # The bench's side-by-side timing (GpuBenchmark.head_to_head, interleaved_ms): torch.mm pinned on
+    # our side runs the very call the torch side runs, so the two medians must agree closely.
+    from tritonblas.device import device_info
+    from tritonblas.tuning.benchmark import GpuBenchmark
+
+    info = device_info(torch.device("cuda"))
+    p = Problem(2048, 2048, 2048, "bf16")
+    ours, torch_ms = GpuBenchmark(backend="torch").head_to_head(None, p, info)
+    assert ours.status == "ok" and ours.p20_ms <= ours.median_ms <= ours.p80_ms
+    assert 0.9 < ours.median_ms / torch_ms < 1.1

@@ -89,27 +89,18 @@ def bench_problem(problem: Problem, info: DeviceInfo, bench) -> BenchRow:
     return row
 
 
-# Rounds of ours-then-torch; each side's time is the median over them. One round each, ours first, read
+# Rounds of ours-then-torch (the interpreter's wall clock needs one). One round each, ours first, read
 # the same cuBLAS kernel on both sides (rows where dispatch chose torch.mm) at 0.83x-1.25x, 1.047x
 # geomean over the 28 above 0.1 ms (docs/benchmarks/h200.md, 2026-11-30): the second of two long runs of
-# large GEMMs ran slower. Alternating spreads that drift over both sides.
+# large GEMMs ran slower. On a GPU the benchmark interleaves single calls (GpuBenchmark.head_to_head), so
+# a drift of the clock between two timing runs reaches both sides alike.
 BENCH_ROUNDS = 3
 
 
 def _timed_head_to_head(bench, problem: Problem, info: DeviceInfo):
     """(our BenchResult, torch's median ms): config=None goes through dispatch, exactly as a user's
-    tritonblas.matmul does; the two sides alternate for BENCH_ROUNDS rounds."""
-    ours_runs, torch_runs = [], []
-    # One round in the interpreter, where the wall-clock times mean nothing anyway.
-    for _ in range(1 if info.arch == "interpreter" else BENCH_ROUNDS):
-        ours = bench(None, problem, info)
-        if ours.status != "ok":
-            return ours, bench.baseline(problem, info)
-        ours_runs.append(ours)
-        torch_runs.append(bench.baseline(problem, info))
-    ours_runs.sort(key=lambda r: r.median_ms)
-    known = [t for t in torch_runs if t is not None]
-    return ours_runs[len(ours_runs) // 2], statistics.median(known) if known else None
+    tritonblas.matmul does, timed side by side with torch (bench.head_to_head)."""
+    return bench.head_to_head(None, problem, info, 1 if info.arch == "interpreter" else BENCH_ROUNDS)
 
 
 def _bench_problem(problem: Problem, info: DeviceInfo, bench, caught: list) -> BenchRow:

@@ -199,6 +199,79 @@ class GpuBenchmark(Benchmark):
         fn = self._torch_call(inp.a, inp.b, inp.bias, torch.empty_like(inp.out))
         return self._time(fn, self.rep_ms, self.warmup_ms)[0]
 
+    def head_to_head(self, config: GemmConfig | None, problem: Problem, device: DeviceInfo,
+                     rounds: int = 3) -> tuple[BenchResult, float | None]:
+        """`config` and torch.mm timed call by call in one loop (interleaved_ms) over `rounds` times
+        each side's repetition budget; the interpreter's wall clock keeps the alternating rounds."""
+        inp = self._setup(problem, device)
+        if inp.a.device.type == "cpu":
+            return super().head_to_head(config, problem, device, rounds)
+        if config not in self._verified:
+            failure = self._verify(config, inp, inp.out)
+            if failure is not None:
+                return failure, self.baseline(problem, device)
+        ours = self._call(config, inp, inp.out)
+        theirs = self._torch_call(inp.a, inp.b, inp.bias, torch.empty_like(inp.out))
+        ours_ms, torch_ms = interleaved_ms([ours, theirs], rounds * self.rep_ms, self.warmup_ms)
+        med, p20, p80 = _median_p20_p80(ours_ms)
+        return BenchResult("ok", med, p20, p80, self._verified[config]), _median_p20_p80(torch_ms)[0]
+
     def finish(self, problem: Problem) -> None:
         self._inputs = None
         self._verified.clear()
+
+
+def call_order(rep: int, count: int) -> list[int]:
+    """Which function goes when in repetition `rep` of interleaved_ms: in order, then reversed, so
+    each side follows the other as often as it leads (what runs just before a call warms the clock
+    and the caches it finds)."""
+    order = list(range(count))
+    return order if rep % 2 == 0 else order[::-1]
+
+
+def interleaved_ms(fns: list, rep_ms: float, warmup_ms: float) -> list[list[float]]:
+    """Per function, the ms of each of its calls, timed as triton.testing.do_bench times one (the L2
+    flushed before every call, CUDA events around it) but with the functions' calls interleaved in one
+    loop (call_order). Timed in separate do_bench runs, the same cuBLAS call on both sides read
+    0.93x-1.07x on large GEMMs (h200-classes-rematch-a.json, 2026-11-30): the clock drifted between
+    runs. Each function gets about the repetitions do_bench would give it for `rep_ms`."""
+    import triton
+
+    driver = triton.runtime.driver.active
+    device = driver.get_device_interface()
+    cache = driver.get_empty_cache_for_benchmark()
+
+    def one_round(rep: int = 0) -> None:
+        for j in call_order(rep, len(fns)):
+            driver.clear_cache(cache)
+            fns[j]()
+
+    one_round()
+    device.synchronize()
+    start, end = device.Event(enable_timing=True), device.Event(enable_timing=True)
+    start.record()
+    for rep in range(3):
+        one_round(rep)
+    end.record()
+    device.synchronize()
+    round_ms = max(start.elapsed_time(end) / 3, 1e-3)
+    for rep in range(max(1, int(warmup_ms * len(fns) / round_ms))):
+        one_round(rep)
+    reps = max(5, int(rep_ms * len(fns) / round_ms))
+    events = [[(device.Event(enable_timing=True), device.Event(enable_timing=True)) for _ in range(reps)]
+              for _ in fns]
+    for rep in range(reps):
+        for j in call_order(rep, len(fns)):
+            driver.clear_cache(cache)
+            events[j][rep][0].record()
+            fns[j]()
+            events[j][rep][1].record()
+    device.synchronize()
+    return [[max(s.elapsed_time(e), 1e-6) for s, e in per_fn] for per_fn in events]
+
+
+def _median_p20_p80(times: list[float]) -> tuple[float, float, float]:
+    """do_bench's quantiles (0.5, 0.2, 0.8), interpolated the same way (torch.quantile's linear)."""
+    q = torch.quantile(torch.tensor(times, dtype=torch.float64), torch.tensor([0.5, 0.2, 0.8],
+                                                                               dtype=torch.float64))
+    return tuple(float(x) for x in q)

@@ -1,14 +1,16 @@
 """The benchmark protocol the tuner drives, and what a benchmark reports about one candidate.
 
-`Benchmark` is the interface (prepare / ready / __call__ / baseline / finish); `BenchResult` one
-candidate's outcome; `error_result` turns an exception of compiling or launching into a recorded
-failure. The real implementation is `tuning.benchmark.GpuBenchmark`; tests drive the tuner with fakes.
+`Benchmark` is the interface (prepare / ready / __call__ / baseline / head_to_head / finish);
+`BenchResult` one candidate's outcome; `error_result` turns an exception of compiling or launching into
+a recorded failure. The real implementation is `tuning.benchmark.GpuBenchmark`; tests drive the tuner
+with fakes.
 """
 
 from __future__ import annotations
 
 import inspect
 import math
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -63,6 +65,22 @@ class Benchmark:
 
     def baseline(self, problem: Problem, device: DeviceInfo) -> float | None:
         return None
+
+    def head_to_head(self, config: GemmConfig | None, problem: Problem, device: DeviceInfo,
+                     rounds: int = 3) -> tuple[BenchResult, float | None]:
+        """(`config`'s result, torch.mm's median ms) timed side by side: here `rounds` alternating rounds
+        of __call__ and baseline, each side's median over them (a failure of `config` ends it early);
+        a benchmark that can interleave single calls overrides this (GpuBenchmark)."""
+        ours_runs, torch_runs = [], []
+        for _ in range(rounds):
+            ours = self(config, problem, device)
+            if ours.status != "ok":
+                return ours, self.baseline(problem, device)
+            ours_runs.append(ours)
+            torch_runs.append(self.baseline(problem, device))
+        ours_runs.sort(key=lambda r: r.median_ms)
+        known = [t for t in torch_runs if t is not None]
+        return ours_runs[len(ours_runs) // 2], statistics.median(known) if known else None
 
     def finish(self, problem: Problem) -> None:
         """Release what was built for `problem` (inputs, references)."""
