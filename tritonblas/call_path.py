@@ -189,14 +189,15 @@ def run_plan(plan: Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | 
     config = plan.config
     if config is None:
         return out
+    if config.backend == "torch":  # _run_config inlined: one frame less on the hot path (~0.1 us)
+        # torch.addmm broadcasts the bias itself: no 2-D view to build (1.5 us a call on the CPU box)
+        _vendor_gemm(a, b, out, None if plan.problem.bias == "none" else bias, alpha, beta)
+        return out
     # The bias kind is "none" for addmm with beta == 0 too: the input is ignored.
     bias2d = None if plan.problem.bias == "none" else torch.broadcast_to(bias, (plan.m, plan.n))
     precision = "tf32" if not plan.fp32 or _allow_tf32() else "ieee"
     try:  # free when nothing is raised (zero-cost exceptions): the hot path pays nothing for it
-        if config.backend == "torch":  # _run_config inlined: one frame less on the hot path (~0.1 us)
-            _vendor_gemm(a, b, out, bias2d, alpha, beta)
-        else:
-            launch_gemm(a, b, out, bias2d, alpha, beta, config, plan.device.sm_count, precision)
+        launch_gemm(a, b, out, bias2d, alpha, beta, config, plan.device.sm_count, precision)
     except Exception as exc:
         if plan.user_config:
             raise
@@ -213,20 +214,22 @@ def _run_config(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bias2d: tor
         launch_gemm(a, b, out, bias2d, alpha, beta, config, sm_count, precision)
 
 
-def _vendor_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bias2d: torch.Tensor | None,
+def _vendor_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bias: torch.Tensor | None,
                  alpha: float, beta: float) -> None:
     """torch.mm / torch.addmm with the kernels' contract: out = alpha * (a @ b) + beta * bias in a's
-    dtype (bias None: no bias term, as with beta == 0; K = 0 gives beta * bias). torch honours
-    allow_tf32 for fp32 as the kernels' precision does."""
-    if bias2d is not None:
-        if bias2d.stride(1) == 1 and (bias2d.stride(0) == 0 or bias2d.shape[0] == 1):
+    dtype, bias anything torch.addmm broadcasts (None: no bias term, as with beta == 0; K = 0 gives
+    beta * bias). torch honours allow_tf32 for fp32 as the kernels' precision does."""
+    if bias is not None:
+        if bias.dim() == 2 and bias.stride(1) == 1 and (bias.shape[0] == 1 or bias.stride(0) == 0):
             # A row bias goes in as the (N,) vector it is: cuBLASLt then fuses it into the GEMM's
-            # epilogue, where the broadcast 2-D view is first copied into out (512x6144x4096 bf16, nt,
-            # row bias: 48.0 us vs F.linear's 39.9 us on the H200, 2026-11-30). With one row the
-            # broadcast view has stride (N, 1), not 0: 1x6144x4096 took a copy and a non-bias kernel,
-            # 58.7 us vs torch.addmm's 24.1 (scripts/vendor_probe.py, h200-vendor-probe.json).
-            bias2d = bias2d[0]
-        torch.addmm(bias2d, a, b, beta=beta, alpha=alpha, out=out)
+            # epilogue, where a 2-D one is first copied into out (512x6144x4096 bf16, nt, row bias:
+            # 48.0 us vs F.linear's 39.9 us on the H200, 2026-11-30; 1x6144x4096, whose broadcast view
+            # has stride (N, 1): a copy and a non-bias kernel, 58.7 vs 24.1 us, scripts/vendor_probe.py).
+            bias = bias[0]
+        if alpha == 1.0 and beta == 1.0:  # keyword parsing costs 0.6 us
+            torch.addmm(bias, a, b, out=out)
+        else:
+            torch.addmm(bias, a, b, beta=beta, alpha=alpha, out=out)
     elif alpha == 1.0:
         torch.mm(a, b, out=out)
     else:  # beta=0: out is not read (torch.addmm ignores its input then, NaN included)
