@@ -400,9 +400,27 @@ def test_fastest_kernel_meets_torch_again_before_it_wins(tmp_path, torch_ms, ven
         assert out.winner.speedup == pytest.approx(0.3 / out.winner.median_ms)
 
 
+def test_final_match_is_the_benchmarks_side_by_side_timing(tmp_path):
+    # The final match is bench.head_to_head (on a GPU: calls interleaved one by one, as `tritonblas
+    # bench` times a row), and its numbers decide, whatever the candidates read before.
+    class SideBySide(FakeBench):
+        def head_to_head(self, config, problem, device, rounds=3):
+            self.matched = (config, rounds)
+            return BenchResult("ok", 9.0, 9.0, 9.0, 0.0), 4.0  # torch.mm faster side by side
+
+    p = Problem(33, 17, 100, "fp32")
+    bench = SideBySide({VENDOR: BenchResult("ok", 50.0, 50.0, 50.0, 0.0)}, torch_ms=50.0)
+    with TuningDB(str(tmp_path / "t.sqlite")) as db:
+        out = tune_problem(p, INTERPRETER_DEVICE, db, bench=bench, budget_s=60, early_stop=False, vendor=True)
+    fastest = min((c for c in candidate_space(p, INTERPRETER_DEVICE, vendor=True) if c.backend == "triton"),
+                  key=fake_ms)
+    assert bench.matched == (fastest, REMATCH_ROUNDS)
+    assert out.winner.config == VENDOR and out.winner.median_ms == 4.0 and out.winner.torch_ms == 4.0
+
+
 def test_a_failing_rematch_keeps_the_candidates_timings(tmp_path):
-    # The final match runs the fastest kernel again: an error there (out of memory, say) is no timing,
-    # not a crash; the kernel's candidate timing and torch.mm's baseline decide.
+    # The final match runs the fastest kernel again: an error there (out of memory, say) ends the match
+    # and is no timing, not a crash; the kernel's candidate timing and torch.mm's baseline decide.
     p = Problem(33, 17, 100, "fp32")
     calls = {}
 
@@ -420,7 +438,7 @@ def test_a_failing_rematch_keeps_the_candidates_timings(tmp_path):
     with TuningDB(str(tmp_path / "t.sqlite")) as db:
         out = tune_problem(p, INTERPRETER_DEVICE, db, bench=bench, budget_s=60, early_stop=False, vendor=True)
     fastest = min((c for c in space if c.backend == "triton"), key=fake_ms)
-    assert calls[fastest] == 1 + REMATCH_ROUNDS
+    assert calls[fastest] == 2  # its candidate timing, then the final match's first call, which raised
     assert out.winner.config == fastest and out.winner.median_ms == fake_ms(fastest)
     assert out.winner.torch_ms == 5.0
 

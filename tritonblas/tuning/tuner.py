@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 import socket
-import statistics
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -166,23 +165,27 @@ def vendor_beats(kernel_ms: float, torch_ms: float | None, margin: float = VENDO
 
 def _rematch(bench: Benchmark, kernel: GemmConfig, problem: Problem, device: DeviceInfo,
              timeout_s: float, rounds: int = REMATCH_ROUNDS) -> tuple[float | None, float | None]:
-    """(kernel ms, torch.mm ms): medians of `rounds` alternating timings of the fastest kernel and
-    torch.mm's baseline call, once every candidate is timed: the protocol of `tritonblas bench`, so the
-    winner is the one users measure. Timed once each, at different moments of the run, the two
-    disagreed with the bench: torch.mm as a candidate (while candidates compiled in threads) read
-    512x4096x4096 nt row bf16 at 71.1 us against its 29.3 us baseline, and a 50.3 us kernel won (0.58x);
-    5120^3 bf16's kernel won at 1.06x (baseline timed last, after every kernel) and read 0.89x in the
-    bench (tune-all run and bench of 2026-11-30)."""
-    kernel_runs, torch_runs = [], []
-    for _ in range(rounds):
-        result = _run_one(bench, kernel, problem, device, None, timeout_s)  # a failure is no timing
-        if result.status == "ok":
-            kernel_runs.append(result.median_ms)
-        ms = _baseline(bench, problem, device)
-        if ms is not None:
-            torch_runs.append(ms)
-    return (statistics.median(kernel_runs) if kernel_runs else None,
-            statistics.median(torch_runs) if torch_runs else None)
+    """(kernel ms, torch.mm ms): the fastest kernel and torch.mm's baseline call timed side by side once
+    every candidate is timed (bench.head_to_head, `rounds` times a side's repetitions: on a GPU calls
+    interleaved one by one), the protocol of `tritonblas bench`, so the winner is the one users measure.
+    Timed once each, at different moments of the run, the two disagreed with the bench: torch.mm as a
+    candidate (while candidates compiled in threads) read 512x4096x4096 nt row bf16 at 71.1 us against
+    its 29.3 us baseline, and a 50.3 us kernel won (0.58x); 5120^3 bf16's kernel won at 1.06x (baseline
+    timed last, after every kernel) and read 0.89x in the bench (tune-all run and bench of 2026-11-30).
+    An error or an over-long run of the kernel here is no timing (its candidate timing stands)."""
+    start = time.monotonic()
+    try:
+        result, torch_ms = bench.head_to_head(kernel, problem, device, rounds)
+    except Exception:  # out of memory, say: the candidate timings decide
+        return None, _baseline(bench, problem, device)
+    took_ok = time.monotonic() - start <= timeout_s * rounds
+    kernel_ms = result.median_ms if isinstance(result, BenchResult) and result.status == "ok" and took_ok \
+        else None
+    return kernel_ms, _positive(torch_ms)
+
+
+def _positive(ms: float | None) -> float | None:
+    return ms if ms is not None and math.isfinite(ms) and ms > 0 else None
 
 
 def _baseline(bench: Benchmark, problem: Problem, device: DeviceInfo) -> float | None:
@@ -190,7 +193,7 @@ def _baseline(bench: Benchmark, problem: Problem, device: DeviceInfo) -> float |
         ms = bench.baseline(problem, device)
     except Exception:  # torch failing to time is no reason to lose the tuning result
         return None
-    return ms if ms is not None and math.isfinite(ms) and ms > 0 else None
+    return _positive(ms)
 
 
 def tune_problem(problem: Problem, device: DeviceInfo, db, *, bench: Benchmark | BenchmarkFn | None = None,
