@@ -32,6 +32,8 @@ RUNS = {
     "bench_report": (["bench_report.py", str(BENCH / "h200-bench-shipped.json")], "geomean speedup"),
     "heuristic_vs_sweep": (["heuristic_vs_sweep.py", str(BENCH / "h200-sweep1-bf16.json"),
                             str(BENCH / "h200-tune4-measurements.json"), "--min-us", "0"], "geomean"),
+    "eager_bound": (["eager_bound.py", str(BENCH / "h200-graph-skinny.json"), "--rows"],
+                    "efficiency 1.00: geomean bound 1.213x over 22 rows"),
     "tuner_order": (["tuner_order.py", str(BENCH / "h200-tune4-measurements.json"), "--first", "8"],
                     "regret geomean"),
     # On the CPU: the select and no-launch rows, in Triton's interpreter.
