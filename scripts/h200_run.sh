@@ -90,14 +90,14 @@ case "${1:-}" in
     bench "$LAST" "$UNTUNED" bench_untuned
     bench_heuristic "$LAST"
     wait ;;
-  tune-all)  # issue 17: one tuning run for the suite and every class file (~140 problems: more than one
-    # call at BUDGET=6 on two GPUs). The first call starts from an empty DB; RESUME=1 goes on with
+  tune-all)  # issue 17: one tuning run for the suite, every class file and the MLP block's GEMMs
+    # (scripts/mlp_shapes.yaml; ~150 problems: more than one call at BUDGET=6 on two GPUs). The first call starts from an empty DB; RESUME=1 goes on with
     # /tmp/tune.sqlite (while the machine stays warm) or with SEED_DB (an earlier call's $OUT/tune.sqlite
     # carried in the tree); tuned problems are skipped. Each call exports every fresh winner to
     # $OUT/sm_90.json, even when TUNE_TIMEOUT cut it short, and lists what the file still misses.
     if [ -n "${SEED_DB:-}" ]; then copy_db "$SEED_DB" /tmp/tune.sqlite
     elif [ -z "${RESUME:-}" ] || [ ! -f /tmp/tune.sqlite ]; then empty_db /tmp/tune.sqlite; fi
-    all=(); for f in ${ALL_SHAPES:-scripts/shapes.yaml scripts/classes/*.yaml}; do all+=(--shapes "$f"); done
+    all=(); for f in ${ALL_SHAPES:-scripts/shapes.yaml scripts/classes/*.yaml scripts/mlp_shapes.yaml}; do all+=(--shapes "$f"); done
     timeout "${TUNE_TIMEOUT:-540}" python3 -m tritonblas tune "${all[@]}" --db /tmp/tune.sqlite \
       --budget-s "${BUDGET:-6}" --devices "$DEVICES" > "$OUT/tune.txt" 2>&1
     tail -4 "$OUT/tune.txt"
