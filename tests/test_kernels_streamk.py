@@ -9,6 +9,7 @@ from shapes import STREAMK_SPLITS, prime_workspace, reference, rel_error, sk_con
 
 import tritonblas
 from tritonblas import arith, launch, scratch
+from tritonblas.config import Problem, fixup_stages, smem_bytes
 from tritonblas.kernels.streamk import fixup_groups
 
 CPU = torch.device("cpu")
@@ -127,3 +128,28 @@ def test_tree_fixup_is_right_and_bitwise_reproducible(shape, config):
     assert rel_error(first, ref) <= 2 * rel_error(torch.mm(a, b), ref) + 1e-3
     assert not scratch.workspace(CPU, 0, 0)[1].any()
     assert torch.equal(tritonblas.matmul(a, b, config=config).view(torch.int16), first.view(torch.int16))
+
+
+# Both fix-up loops (pipelined and one by one, config.fixup_stages picks by warps and tile) over a
+# plain split (S = 5) and the tree (S = 33, G + Q reads of groups): the same sums in the same order.
+@pytest.mark.parametrize("shape, splits", [((48, 17, 100), 5), ((16, 16, 640), 33)], ids=["split", "tree"])
+def test_pipelined_and_plain_fixup_give_the_same_bits(shape, splits):
+    m, n, k = shape
+    a, b = _problem(m, n, k, torch.float16, seed=3)
+    four, eight = sk_config(16, 16, 16, splits), sk_config(16, 16, 16, splits).model_copy(
+        update={"num_warps": 8})
+    assert fixup_stages(four) == 3 and fixup_stages(eight) == 1
+    ours = tritonblas.matmul(a, b, config=four)
+    assert torch.equal(ours.view(torch.int16), tritonblas.matmul(a, b, config=eight).view(torch.int16))
+    ref = reference(a, b)
+    assert rel_error(ours, ref) <= 2 * rel_error(torch.mm(a, b), ref) + 1e-3
+
+
+def test_fixup_stages_rule_and_its_shared_memory():
+    small, big = sk_config(128, 128, 64, 132), sk_config(128, 256, 64, 132)
+    assert fixup_stages(small) == 3 and fixup_stages(big.model_copy(update={"num_warps": 4})) == 1
+    problem = Problem(768, 3072, 8192, "bf16")
+    three = small.model_copy(update={"num_stages": 3})  # operand buffers 96 KiB < two partials
+    assert smem_bytes(three, problem) == 2 * 128 * 128 * 4 + 1024
+    persistent = three.model_copy(update={"streamk": False})
+    assert smem_bytes(persistent, problem) == 3 * (128 * 64 + 64 * 128) * 2 + 1024

@@ -14,7 +14,7 @@ import torch
 
 from . import scratch
 from .arith import cdiv, fixup_groups, streamk_split
-from .config import GemmConfig, aligned_leading_dim
+from .config import GemmConfig, aligned_leading_dim, fixup_stages
 
 
 @functools.cache
@@ -316,6 +316,7 @@ def _make_plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Te
     constexprs["HOST_DESC"] = host_desc
     # K == 0 has no iterations to split: the persistent kernel writes beta * bias (or zeros).
     if streamk:
+        constexprs["FIXUP_STAGES"] = fixup_stages(config)
         return _Plan(streamk_kernel, progs, ints, constexprs, config.num_warps, config.num_stages, workspace,
                      tma=use_tma and not host_desc)
     return _Plan(persistent_kernel, progs, ints, constexprs, config.num_warps, config.num_stages, None,

@@ -27,7 +27,10 @@ fp32; counters: T tile counters, then T * Q group counters.
 import triton
 import triton.language as tl
 
+from ..arith import PIPELINED_FIXUP_STAGES
 from .common import epilogue, k_loop, operand_sources, tile_coords, widened
+
+_PIPELINED_FIXUP_STAGES = tl.constexpr(PIPELINED_FIXUP_STAGES)
 
 
 @triton.jit
@@ -45,20 +48,23 @@ def fixup_groups(splits):
 
 @triton.jit
 def _sum_slots(ws_ptr, tile_offs, first, count, stride, INT64: tl.constexpr,
-               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, FIXUP_STAGES: tl.constexpr):
     """The fp32 sum, in slot order, of `count` workspace slots first, first + stride, ...
 
-    The reads are pipelined (cp.async into shared memory, the mainloop's buffers being free by now):
-    one by one, each partial paid a full round trip, 0.85-1.5 us per 64 KB partial on one SM of the
-    H200 (kernel-levers row 18). Two partials in flight for tiles up to 128x128 (128 KB of shared
-    memory), one for larger tiles (a 128x256 partial is 128 KB alone)."""
+    FIXUP_STAGES (1, or arith.PIPELINED_FIXUP_STAGES) > 1 pipelines the reads (cp.async into shared
+    memory the mainloop no longer uses, two partials in flight); the host chooses it
+    (config.fixup_stages) from what the
+    H200 measured: read one by one, each 64 KB partial paid a full round trip (0.85-1.5 us on one SM),
+    and pipelined the fix-up took 256x256x65536 from 58.8 to 49.2 us, 128x128x8192 58.8 -> 38.7 and
+    512x512x32768 59.9 -> 52.6 with 128x128 tiles on 4 warps, while 128x128 tiles on 8 warps ran
+    1.6-2.6% slower (kernel-levers row 30)."""
     total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    if BLOCK_M * BLOCK_N <= 128 * 128:
-        for j in tl.range(0, count, num_stages=3):
+    if FIXUP_STAGES > 1:  # tl.range's num_stages must be a literal int to the compiler, not a parameter
+        for j in tl.range(0, count, num_stages=_PIPELINED_FIXUP_STAGES):
             slot = widened(first + j * stride, INT64)
             total += tl.load(ws_ptr + slot * BLOCK_M * BLOCK_N + tile_offs, cache_modifier=".cg")
     else:
-        for j in tl.range(0, count, num_stages=2):
+        for j in range(0, count):
             slot = widened(first + j * stride, INT64)
             total += tl.load(ws_ptr + slot * BLOCK_M * BLOCK_N + tile_offs, cache_modifier=".cg")
     return total
@@ -77,7 +83,8 @@ def _publish(ws_ptr, tile_offs, slot, partial, counter, INT64: tl.constexpr,
 @triton.jit
 def _fix_up(acc, c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, stride_cm, stride_cn, stride_biasm,
             stride_biasn, alpha, beta, pid, pid_m, pid_n, sk_tile, sk_tiles, splits, seg, NUM_PROGS,
-            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr, INT64: tl.constexpr):
+            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr, INT64: tl.constexpr,
+            FIXUP_STAGES: tl.constexpr):
     """Publish this segment's partial; the last arrivals sum them (see the module docstring) and the
     last of all writes the tile. Every partial, this program's own included, is read back: its
     registers are then free, so the fix-up never holds two BLOCK_M x BLOCK_N fp32 tiles (256 registers
@@ -87,7 +94,8 @@ def _fix_up(acc, c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, stride_cm, stride_c
     tile_counter = counter_ptr + sk_tile
     if groups == 1:
         if _publish(ws_ptr, tile_offs, pid, acc, tile_counter, INT64, BLOCK_M, BLOCK_N) == splits - 1:
-            total = _sum_slots(ws_ptr, tile_offs, sk_tile, splits, sk_tiles, INT64, BLOCK_M, BLOCK_N)
+            total = _sum_slots(ws_ptr, tile_offs, sk_tile, splits, sk_tiles, INT64, BLOCK_M, BLOCK_N,
+                               FIXUP_STAGES)
             _write_tile(total, c_ptr, bias_ptr, tile_counter, M, N, stride_cm, stride_cn, stride_biasm,
                         stride_biasn, alpha, beta, pid_m, pid_n, BLOCK_M, BLOCK_N, HAS_BIAS, INT64)
     else:
@@ -97,12 +105,13 @@ def _fix_up(acc, c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, stride_cm, stride_c
         in_group = min(group, splits - first)
         if _publish(ws_ptr, tile_offs, pid, acc, group_counter, INT64, BLOCK_M, BLOCK_N) == in_group - 1:
             part = _sum_slots(ws_ptr, tile_offs, first * sk_tiles + sk_tile, in_group, sk_tiles, INT64,
-                              BLOCK_M, BLOCK_N)
+                              BLOCK_M, BLOCK_N, FIXUP_STAGES)
             tl.atomic_xchg(group_counter, 0, sem="relaxed", scope="gpu")
             group_slots = NUM_PROGS + sk_tile * groups
             if _publish(ws_ptr, tile_offs, group_slots + q, part, tile_counter, INT64, BLOCK_M,
                         BLOCK_N) == groups - 1:
-                total = _sum_slots(ws_ptr, tile_offs, group_slots, groups, 1, INT64, BLOCK_M, BLOCK_N)
+                total = _sum_slots(ws_ptr, tile_offs, group_slots, groups, 1, INT64, BLOCK_M, BLOCK_N,
+                                   FIXUP_STAGES)
                 _write_tile(total, c_ptr, bias_ptr, tile_counter, M, N, stride_cm, stride_cn,
                             stride_biasm, stride_biasn, alpha, beta, pid_m, pid_n, BLOCK_M, BLOCK_N,
                             HAS_BIAS, INT64)
@@ -127,7 +136,7 @@ def streamk_gemm_kernel(
     HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, PRECISION: tl.constexpr,
     USE_TMA: tl.constexpr, A_COL: tl.constexpr, B_COL: tl.constexpr,
     A_DIV: tl.constexpr, B_DIV: tl.constexpr, FLATTEN: tl.constexpr, WARP_SPEC: tl.constexpr,
-    INT64: tl.constexpr, HOST_DESC: tl.constexpr,
+    INT64: tl.constexpr, HOST_DESC: tl.constexpr, FIXUP_STAGES: tl.constexpr = 1,
 ):
     a_desc, b_desc = operand_sources(a_ptr, b_ptr, a_host, b_host, M, N, K, stride_am, stride_ak,
                                      stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, HOST_DESC,
@@ -164,4 +173,4 @@ def streamk_gemm_kernel(
         else:
             _fix_up(acc, c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, stride_cm, stride_cn, stride_biasm,
                     stride_biasn, alpha, beta, pid, pid_m, pid_n, sk_tile, sk_tiles, splits, seg, NUM_PROGS,
-                    BLOCK_M, BLOCK_N, HAS_BIAS, INT64)
+                    BLOCK_M, BLOCK_N, HAS_BIAS, INT64, FIXUP_STAGES)
