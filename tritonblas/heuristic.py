@@ -27,6 +27,7 @@ from .config import (
     Problem,
     aligned_leading_dim,
     config_supports,
+    fixup_stages,
     operand_alignment,
     operand_leading_dims,
     operands_aligned,
@@ -158,6 +159,10 @@ def estimate(config: GemmConfig, problem: Problem, device: DeviceInfo) -> Estima
                 # against ~38 us with no fix-up at all.
                 # The tree fix-up reads G partials then Q group sums on its longest chain (fixup_chain).
                 per_sm_bytes_us = _BANDWIDTH_TBS[arch] * 1e6 / device.sm_count * 2
+                if fixup_stages(config) > 1:
+                    # Pipelined reads (two partials in flight) took 6.4-9.6 us off chains of 8-15
+                    # reads of 64 KB (512x512x32768, 256x256x65536; kernel-levers row 30): ~3x the rate.
+                    per_sm_bytes_us *= 3
                 fixup = fixup_chain(split) * config.block_m * config.block_n * 4 / per_sm_bytes_us
     else:
         waves = cdiv(tiles, max(1, min(programs, tiles)))
