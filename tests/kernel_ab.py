@@ -1,6 +1,7 @@
 """Kernel time of fixed configs, to compare two trees' kernels on the same configs. Run from each
 tree's root on a GPU:
     python tests/kernel_ab.py            # one line per (problem, config): eager and graph-replay us
+    python tests/kernel_ab.py --fixup    # only the Stream-K fix-up cases (FIXUP_CASES)
 or this file against another tree's package (`bash scripts/h200_run.sh ab`); a config the tree does not
 know (a field it lacks) prints "n/a". A benchmark, not a test (not collected: no test_ prefix).
 Eager is `tritonblas.matmul` with the config, host time included; "graph" is the same call replayed from
@@ -34,6 +35,16 @@ for _m, _n, _k, _bm, _bn in ((256, 256, 256, 64, 64), (512, 512, 512, 64, 128), 
         CASES.append((_m, _n, _k, dict(block_m=_bm, block_n=_bn, block_k=64, num_warps=4, num_stages=4,
                                        tma=True, streamk=_k >= 8192, host_descriptors=_host)))
 
+# The fix-up's pipelined reads (kernel-levers row 30) by mainloop kind: the streamk class's winners
+# (pointer loads, 5-6 stages, 4 warps) and the same tiles by TMA at 3 stages; `--fixup` runs only these.
+FIXUP_CASES = []
+for _m, _n, _k, _bm, _bn, _bk in ((768, 3072, 8192, 128, 128, 64), (2176, 2176, 4096, 128, 128, 64),
+                                  (512, 512, 32768, 128, 128, 64), (512, 512, 32768, 64, 128, 128),
+                                  (256, 256, 65536, 128, 128, 64), (256, 2048, 28672, 128, 128, 64)):
+    for _tma, _stages in ((False, 5), (True, 3)):
+        FIXUP_CASES.append((_m, _n, _k, dict(block_m=_bm, block_n=_bn, block_k=_bk, num_warps=4,
+                                             num_stages=_stages if _bk == 64 else 4, **dict(SK, tma=_tma))))
+
 
 def _graph_us(torch, do_bench, call) -> float:
     """Per-call time of `call` replayed from a CUDA graph of REPS calls (captured on a side stream)."""
@@ -58,7 +69,7 @@ def main() -> int:
 
     import tritonblas
 
-    for m, n, k, fields in CASES:
+    for m, n, k, fields in FIXUP_CASES if "--fixup" in sys.argv else CASES:
         torch.manual_seed(0)
         a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)

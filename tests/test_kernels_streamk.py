@@ -130,26 +130,36 @@ def test_tree_fixup_is_right_and_bitwise_reproducible(shape, config):
     assert torch.equal(tritonblas.matmul(a, b, config=config).view(torch.int16), first.view(torch.int16))
 
 
-# Both fix-up loops (pipelined and one by one, config.fixup_stages picks by warps and tile) over a
-# plain split (S = 5) and the tree (S = 33, G + Q reads of groups): the same sums in the same order.
-@pytest.mark.parametrize("shape, splits", [((48, 17, 100), 5), ((16, 16, 640), 33)], ids=["split", "tree"])
+# Both fix-up loops (pipelined and one by one; config.fixup_stages picks by loads, warps and tile) over
+# a plain split (S = 5) and the tree (S = 33, G + Q reads of groups): the same sums in the same order.
+# Sizes with 16-byte aligned rows, so the TMA config runs TMA and so the pipelined loop.
+@pytest.mark.parametrize("shape, splits", [((48, 32, 96), 5), ((16, 16, 640), 33)], ids=["split", "tree"])
 def test_pipelined_and_plain_fixup_give_the_same_bits(shape, splits):
     m, n, k = shape
     a, b = _problem(m, n, k, torch.float16, seed=3)
-    four, eight = sk_config(16, 16, 16, splits), sk_config(16, 16, 16, splits).model_copy(
-        update={"num_warps": 8})
-    assert fixup_stages(four) == 3 and fixup_stages(eight) == 1
-    ours = tritonblas.matmul(a, b, config=four)
-    assert torch.equal(ours.view(torch.int16), tritonblas.matmul(a, b, config=eight).view(torch.int16))
+    tma = sk_config(16, 16, 16, splits).model_copy(update={"tma": True})
+    plain = tma.model_copy(update={"num_warps": 8})
+    c = torch.empty(m, n, dtype=torch.float16)
+    stages = [launch._make_plan(a, b, c, None, cfg, 4, "ieee").constexprs["FIXUP_STAGES"]
+              for cfg in (tma, plain)]
+    assert stages == [arith.PIPELINED_FIXUP_STAGES, 1]
+    ours = tritonblas.matmul(a, b, config=tma)
+    assert torch.equal(ours.view(torch.int16), tritonblas.matmul(a, b, config=plain).view(torch.int16))
     ref = reference(a, b)
     assert rel_error(ours, ref) <= 2 * rel_error(torch.mm(a, b), ref) + 1e-3
 
 
 def test_fixup_stages_rule_and_its_shared_memory():
-    small, big = sk_config(128, 128, 64, 132), sk_config(128, 256, 64, 132)
-    assert fixup_stages(small) == 3 and fixup_stages(big.model_copy(update={"num_warps": 4})) == 1
+    tma = sk_config(128, 128, 64, 132).model_copy(update={"tma": True, "num_stages": 3})
+    assert fixup_stages(tma) == arith.PIPELINED_FIXUP_STAGES
+    for other in ({"tma": False}, {"num_warps": 8}, {"block_n": 256}):  # measured slower pipelined
+        assert fixup_stages(tma.model_copy(update=other)) == 1
     problem = Problem(768, 3072, 8192, "bf16")
-    three = small.model_copy(update={"num_stages": 3})  # operand buffers 96 KiB < two partials
-    assert smem_bytes(three, problem) == 2 * 128 * 128 * 4 + 1024
-    persistent = three.model_copy(update={"streamk": False})
+    assert smem_bytes(tma, problem) == 2 * 128 * 128 * 4 + 1024  # operand buffers 96 KiB < two partials
+    persistent = tma.model_copy(update={"streamk": False})
     assert smem_bytes(persistent, problem) == 3 * (128 * 64 + 64 * 128) * 2 + 1024
+    # A TMA config on operands TMA cannot read (a row of 17 halves) reads its partials one by one too.
+    a, b = _problem(48, 17, 96, torch.float16)
+    plan = launch._make_plan(a, b, torch.empty(48, 17, dtype=torch.float16), None,
+                             sk_config(16, 16, 16, 5).model_copy(update={"tma": True}), 4, "ieee")
+    assert plan.constexprs["FIXUP_STAGES"] == 1

@@ -265,12 +265,16 @@ def smem_bytes(config: GemmConfig, problem: Problem, arch: str = "sm_90") -> int
 
 def fixup_stages(config: GemmConfig) -> int:
     """The Stream-K fix-up's pipeline depth (kernels/streamk.py `_sum_slots`): 3 (two fp32 partials in
-    flight, in shared memory) for tiles up to 128x128 on 4 warps, else 1 (read one by one). Measured on
-    the H200 (kernel-levers row 30): pipelined, 128x128 tiles on 4 warps ran 12-34% faster where the
-    fix-up reads 8 to 128 partials, on 8 warps 1.6-2.6% slower; compiled for sm_90 the two buffers
-    reuse the operand buffers where those are larger (128x128x64 at 3 stages: 96 -> 128 KiB)."""
-    small = config.num_warps == 4 and config.block_m * config.block_n <= 128 * 128
-    return PIPELINED_FIXUP_STAGES if small else 1
+    flight, in shared memory) for TMA tiles up to 128x128 on 4 warps, else 1 (read one by one; launch
+    also reads one by one where a TMA config falls back to pointers). Measured on the H200, graph
+    replay, each config against itself read one by one (kernel-levers row 30): 128x128 TMA tiles at 3
+    stages on 4 warps ran 3-17% faster (256x256x65536 59.0 -> 49.2 us, 512x512x32768 60.0 -> 52.3,
+    768x3072x8192 100.0 -> 91.7), the same tiles by pointers at 5 stages 0-8% slower (256x256x65536
+    41.1 -> 44.5), 128x128 TMA tiles on 8 warps 1.6-2.6% slower, 64x128 tiles within 0.6%. Compiled
+    for sm_90 the two buffers reuse the operand buffers where those are larger (128x128x64 at 3 TMA
+    stages: 96 -> 128 KiB)."""
+    pipelined = config.tma and config.num_warps == 4 and config.block_m * config.block_n <= 128 * 128
+    return PIPELINED_FIXUP_STAGES if pipelined else 1
 
 
 def _one_element_loads(problem: Problem, copied: bool) -> tuple[bool, bool]:

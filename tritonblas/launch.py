@@ -316,7 +316,7 @@ def _make_plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Te
     constexprs["HOST_DESC"] = host_desc
     # K == 0 has no iterations to split: the persistent kernel writes beta * bias (or zeros).
     if streamk:
-        constexprs["FIXUP_STAGES"] = fixup_stages(config)
+        constexprs["FIXUP_STAGES"] = fixup_stages(config) if use_tma else 1
         return _Plan(streamk_kernel, progs, ints, constexprs, config.num_warps, config.num_stages, workspace,
                      tma=use_tma and not host_desc)
     return _Plan(persistent_kernel, progs, ints, constexprs, config.num_warps, config.num_stages, None,
