@@ -1,6 +1,6 @@
 """Re-pick a shipped config file's winners against torch.mm's baseline of the same tuning run.
 
-Usage: python scripts/repick_vendor.py configs/sm_90.json [--margin 0.02] [--dry-run]
+Usage: python scripts/repick_vendor.py configs/sm_90.json [--margin 0] [--dry-run]
 
 Every entry of an exported file carries `torch_ms`, torch.mm (torch.addmm with a bias) timed in the
 tuning run on the same inputs with the same protocol as the winner's `median_ms`. Until 2026-11-30 the
@@ -22,10 +22,12 @@ import sys
 from pathlib import Path
 
 
-def repick(doc: dict, margin: float) -> list[dict]:
-    """Rewrite `doc`'s entries in place; returns the entries that changed (after the change)."""
-    from tritonblas.tuning.tuner import vendor_beats
+def repick(doc: dict, margin: float | None = None) -> list[dict]:
+    """Rewrite `doc`'s entries in place; returns the entries that changed (after the change). margin:
+    None for the tuner's own (tuning.tuner.VENDOR_MARGIN)."""
+    from tritonblas.tuning.tuner import VENDOR_MARGIN, vendor_beats
 
+    margin = VENDOR_MARGIN if margin is None else margin
     changed = []
     for entry in doc["entries"]:
         torch_ms = entry.get("torch_ms")
@@ -43,8 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("file", type=Path, help="an exported config file, rewritten in place")
-    ap.add_argument("--margin", type=float, default=0.02,
-                    help="the baseline must beat the kernel by more than this fraction (default 0.02)")
+    ap.add_argument("--margin", type=float, default=None,
+                    help="the baseline must beat the kernel by more than this fraction (default: the "
+                         "tuner's, tuning.tuner.VENDOR_MARGIN)")
     ap.add_argument("--dry-run", action="store_true",
                     help="list the entries that would change; write nothing")
     args = ap.parse_args(argv)

@@ -510,7 +510,7 @@ def test_repick_vendor_turns_a_kernel_beaten_by_its_baseline_into_a_torch_winner
     kernel = GemmConfig(block_m=16, block_n=32, block_k=256, num_warps=4, num_stages=5)
     with TuningDB(str(tmp_path / "a.sqlite")) as db:
         db.upsert_winner(winner(slow, H200, kernel, 0.0188, torch_ms=0.0111))  # lost to its baseline
-        db.upsert_winner(winner(fast, H200, kernel, 0.100, torch_ms=0.101))  # within the 2% margin
+        db.upsert_winner(winner(fast, H200, kernel, 0.100, torch_ms=0.101))  # torch.mm slower: kept
         export_file(db, tmp_path / "sm_90.json", "sm_90")
     script = Path(__file__).parent.parent / "scripts" / "repick_vendor.py"
     run = subprocess.run([sys.executable, str(script), str(tmp_path / "sm_90.json")], capture_output=True,
