@@ -27,7 +27,6 @@ from .config import (
     Problem,
     aligned_leading_dim,
     config_supports,
-    fixup_stages,
     operand_alignment,
     operand_leading_dims,
     operands_aligned,
@@ -159,10 +158,12 @@ def estimate(config: GemmConfig, problem: Problem, device: DeviceInfo) -> Estima
                 # against ~38 us with no fix-up at all.
                 # The tree fix-up reads G partials then Q group sums on its longest chain (fixup_chain).
                 per_sm_bytes_us = _BANDWIDTH_TBS[arch] * 1e6 / device.sm_count * 2
-                if fixup_stages(config) > 1:
-                    # Pipelined reads (two partials in flight) took 6.4-9.6 us off chains of 8-15
-                    # reads of 64 KB (512x512x32768, 256x256x65536; kernel-levers row 30): ~3x the rate.
-                    per_sm_bytes_us *= 3
+                # Not discounted where the reads are pipelined (config.fixup_stages): priced at 3x
+                # the rate (what 128x128 TMA tiles gained on chains of 8-15 reads, kernel-levers row
+                # 30), the model put 768^3's Stream-K 64x64 tiles (6.4 us) ahead of Persistent
+                # 128x64x128 (6.8 us), the tuning run of 2026-11-30 timed only Stream-K candidates
+                # there within its budget, and its best kernel read 14.2 us where the previous file's
+                # Persistent 64x128x128 ran 9.5 us.
                 fixup = fixup_chain(split) * config.block_m * config.block_n * 4 / per_sm_bytes_us
     else:
         waves = cdiv(tiles, max(1, min(programs, tiles)))
