@@ -26,12 +26,22 @@ def problems_from(data: list[dict]) -> list[dict]:
         return data
     grouped: dict[tuple, dict] = {}
     for row in data:
-        key = (row["m"], row["n"], row["k"], row["dtype"])
+        # Runs before the layout and bias fields (h200-tune3/4) were all nn without bias.
+        layout, bias = row.get("layout", "nn"), row.get("bias", "none")
+        key = (row["m"], row["n"], row["k"], row["dtype"], layout, bias)
         entry = grouped.setdefault(key, {"m": row["m"], "n": row["n"], "k": row["k"], "dtype": row["dtype"],
-                                         "rows": []})
-        if row["status"] == "ok" and "stopped early" not in (row["note"] or ""):
+                                         "layout": layout, "bias": bias, "rows": []})
+        # The kernels only: torch.mm's candidate row (backend torch) is not a config the model ranks.
+        if row["status"] == "ok" and "stopped early" not in (row["note"] or "") and \
+                row["config"].get("backend", "triton") == "triton":
             entry["rows"].append({"config": row["config"], "ms": row["median_ms"]})
     return [g for g in grouped.values() if g["rows"]]
+
+
+def problem_of(entry: dict) -> Problem:
+    """The problem a grouped entry (or a sweep's, nn without bias) stands for."""
+    return Problem(entry["m"], entry["n"], entry["k"], entry["dtype"], entry.get("layout", "nn"),
+                   entry.get("bias", "none"))
 
 
 def main() -> None:
@@ -43,7 +53,7 @@ def main() -> None:
     for path in args.sweeps:
         ratios = []
         for r in problems_from(json.load(open(path))):
-            problem = Problem(r["m"], r["n"], r["k"], r["dtype"])
+            problem = problem_of(r)
             measured = []
             for row in r["rows"]:
                 if math.isnan(row["ms"]):

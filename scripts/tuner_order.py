@@ -14,9 +14,9 @@ import argparse
 import json
 import math
 
-from heuristic_vs_sweep import problems_from
+from heuristic_vs_sweep import problem_of, problems_from
 
-from tritonblas.config import GemmConfig, Problem, device_for_arch
+from tritonblas.config import GemmConfig, device_for_arch
 
 
 def main() -> None:
@@ -29,8 +29,7 @@ def main() -> None:
     device = device_for_arch("sm_90", "NVIDIA H200", 132)
     problems = problems_from(json.load(open(args.rows)))
     # The kernels' order (vendor=False): the rows hold no torch.mm measurement.
-    spaces = {id(r): candidate_space(Problem(r["m"], r["n"], r["k"], r["dtype"]), device, vendor=False)
-              for r in problems}
+    spaces = {id(r): candidate_space(problem_of(r), device, vendor=False) for r in problems}
     for n in (int(x) for x in args.first.split(",")):
         regrets, unmeasured = [], 0
         for r in problems:
