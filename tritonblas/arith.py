@@ -33,10 +33,10 @@ def streamk_split(tiles: int, programs: int, iters: int) -> int:
 # (S = 11) 89.5 -> 89.3, 256x256x65536 (S = 33) 85.8 -> 58.7, 128x128x8192 (S = 128) 218 -> 59
 # (tests/kernel_ab.py, graph replay, 2026-11-30). So it pays once G + Q + 3 < S.
 TREE_MIN_SPLITS = 12
+TREE_EXTRA_READS = 3
 # Pipeline depth of the Stream-K fix-up's reads where config.fixup_stages pipelines them (the kernel's
 # tl.range takes it as a literal): two partials in flight.
 PIPELINED_FIXUP_STAGES = 3
-TREE_EXTRA_READS = 3
 
 
 def fixup_groups(splits: int) -> tuple[int, int]:

@@ -1,6 +1,6 @@
 """The core op `tritonblas::gemm`: the one node autograd and torch.compile see for a GEMM of the library.
 
-Its body is ops.gemm_body (lookup-or-prepare, then launch, as every eager call); its backward runs the
+Its body is call_path.gemm_body (lookup-or-prepare, then launch, as every eager call); its backward runs the
 library's kernels too; its fake implementation gives torch.compile the output's shape. ops imports this
 module on the first call that needs it (autograd, torch.compile): an eager call never goes through the
 custom op, and registering it is not free (0.14-0.24 s in a fresh process on the H200).

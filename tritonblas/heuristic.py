@@ -303,7 +303,7 @@ def streamk_grids(blocks: tuple[int, int, int], problem: Problem, sm_count: int)
     tree fix-up, torch.mm 7.3 (tests/kernel_ab.py, graph replay, H200, 2026-11-30)."""
     block_m, block_n, block_k = blocks
     tiles = cdiv(problem.m, block_m) * cdiv(problem.n, block_n)
-    default_split = min(sm_count // tiles, cdiv(problem.k, block_k)) if tiles else 0  # (M or N = 0)
+    default_split = arith.streamk_split(tiles, sm_count, cdiv(problem.k, block_k)) if tiles < sm_count else 0
     return (None, *(tiles * s for s in STREAMK_SPLITS if s < default_split))
 
 
