@@ -133,7 +133,7 @@ case "${1:-}" in
     rm -rf /tmp/base && mkdir -p /tmp/base && tar -xf "${BASE_TAR:-base.tar}" -C /tmp/base || exit 1
     for tree in /tmp/base "$PWD"; do
       echo "== $tree"
-      CUDA_VISIBLE_DEVICES=$FIRST PYTHONPATH="/tmp/site:$tree" timeout 250 python3 tests/kernel_ab.py
+      CUDA_VISIBLE_DEVICES=$FIRST PYTHONPATH="/tmp/site:$tree" timeout 250 python3 tests/kernel_ab.py ${AB_ARGS:-}
     done 2>&1 | grep -v Warning | tee "$OUT/kernel_ab.txt" ;;
   graph)  # issues 15 and 16: graph-replay tables per class file (BACKEND=dispatch: what dispatch runs)
     for f in ${GRAPH_CLASSES:-small skinny misaligned}; do

@@ -2,6 +2,7 @@
 tree's root on a GPU:
     python tests/kernel_ab.py            # one line per (problem, config): eager and graph-replay us
     python tests/kernel_ab.py --fixup    # only the Stream-K fix-up cases (FIXUP_CASES)
+    python tests/kernel_ab.py --chunks   # only the chunked, deferred fix-up's cases (CHUNK_CASES)
 or this file against another tree's package (`bash scripts/h200_run.sh ab`); a config the tree does not
 know (a field it lacks) prints "n/a". A benchmark, not a test (not collected: no test_ prefix).
 Eager is `tritonblas.matmul` with the config, host time included; "graph" is the same call replayed from
@@ -45,6 +46,22 @@ for _m, _n, _k, _bm, _bn, _bk in ((768, 3072, 8192, 128, 128, 64), (2176, 2176, 
         FIXUP_CASES.append((_m, _n, _k, dict(block_m=_bm, block_n=_bn, block_k=_bk, num_warps=4,
                                              num_stages=_stages if _bk == 64 else 4, **dict(SK, tma=_tma))))
 
+# The fix-up's row chunks, claimed after the data-parallel tiles (kernel-levers row 31): the streamk and
+# small classes' shipped Stream-K winners, 128x128 TMA tiles (row 30's pipelined set) and 128x256 tiles
+# on 8 warps where the deferred fix-up splits them; `--chunks` runs only these.
+CHUNK_CASES = []
+for _m, _n, _k, _bm, _bn, _bk, _w, _s, _tma in (
+        (768, 3072, 8192, 128, 128, 64, 4, 5, False), (2176, 2176, 4096, 128, 128, 64, 4, 5, False),
+        (1792, 1792, 8192, 128, 128, 64, 4, 5, False), (256, 2048, 28672, 128, 128, 64, 4, 6, False),
+        (512, 512, 32768, 64, 128, 128, 4, 4, False), (1024, 1024, 16384, 128, 128, 64, 4, 5, True),
+        (768, 3072, 8192, 128, 128, 64, 4, 3, True), (2176, 2176, 4096, 128, 128, 64, 4, 3, True),
+        (256, 256, 65536, 128, 128, 64, 4, 3, True), (128, 128, 8192, 128, 128, 64, 4, 3, True),
+        (2176, 2176, 4096, 128, 256, 64, 8, 3, True), (6144, 1024, 8192, 128, 256, 64, 8, 3, True),
+        (768, 768, 768, 64, 64, 128, 4, 4, False), (128, 128, 8192, 32, 32, 256, 4, 5, False),
+        (64, 1024, 512, 16, 64, 256, 4, 5, False)):
+    CHUNK_CASES.append((_m, _n, _k, dict(block_m=_bm, block_n=_bn, block_k=_bk, num_warps=_w, num_stages=_s,
+                                         streamk=True, tma=_tma)))
+
 
 def _graph_us(torch, do_bench, call) -> float:
     """Per-call time of `call` replayed from a CUDA graph of REPS calls (captured on a side stream)."""
@@ -69,7 +86,8 @@ def main() -> int:
 
     import tritonblas
 
-    for m, n, k, fields in FIXUP_CASES if "--fixup" in sys.argv else CASES:
+    cases = FIXUP_CASES if "--fixup" in sys.argv else CHUNK_CASES if "--chunks" in sys.argv else CASES
+    for m, n, k, fields in cases:
         torch.manual_seed(0)
         a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)

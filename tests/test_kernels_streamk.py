@@ -9,7 +9,7 @@ from shapes import STREAMK_SPLITS, prime_workspace, reference, rel_error, sk_con
 
 import tritonblas
 from tritonblas import arith, launch, scratch
-from tritonblas.config import Problem, fixup_stages, smem_bytes
+from tritonblas.config import Problem, fixup_chunks, smem_bytes
 from tritonblas.kernels.streamk import fixup_groups
 
 CPU = torch.device("cpu")
@@ -130,36 +130,54 @@ def test_tree_fixup_is_right_and_bitwise_reproducible(shape, config):
     assert torch.equal(tritonblas.matmul(a, b, config=config).view(torch.int16), first.view(torch.int16))
 
 
-# Both fix-up loops (pipelined and one by one; config.fixup_stages picks by loads, warps and tile) over
-# a plain split (S = 5) and the tree (S = 33, G + Q reads of groups): the same sums in the same order.
-# Sizes with 16-byte aligned rows, so the TMA config runs TMA and so the pipelined loop.
-@pytest.mark.parametrize("shape, splits", [((48, 32, 96), 5), ((16, 16, 640), 33)], ids=["split", "tree"])
-def test_pipelined_and_plain_fixup_give_the_same_bits(shape, splits):
+# The fix-up's row chunks over every way a tile gets summed (config.fixup_chunks picks the count from
+# the tile; forced here, the interpreter's tiles being too small for more than one): the same sums in
+# the same order, so the same bits, and every counter back at zero.
+FIXUP_PATHS = [
+    # 6 data-parallel tiles, then 2 split 3 ways (the deferred claims): with 4 chunks the program of
+    # segment 0 claims chunks 0 and 3 after its data-parallel tile.
+    ("deferred", (100, 33, 100), sk_config(32, 32, 32, 6)),
+    # 1 data-parallel wave of 7, 1 tile split 7 ways: chunk c's claimer runs before the last arrival
+    # (the interpreter runs programs in order), so the last arrival sums the claimed chunks.
+    ("deferred_last_arrival_sums", (63, 17, 100), sk_config(16, 16, 16, 7)),
+    # 1 tile in 4 segments, no data-parallel tile: each program claims as it arrives, the last sums all.
+    ("immediate", (15, 17, 127), sk_config(32, 32, 16, 4)),
+    # 1 tile in 33 segments, no data-parallel tile: the two-level tree, group sums chunk by chunk.
+    ("tree", (16, 16, 640), sk_config(16, 16, 16, 33)),
+    # 2 data-parallel waves of 4 tiles, 1 tile split 4 ways, S = 4 < chunks (8): claims wrap around.
+    ("deferred_more_chunks_than_splits", (48, 48, 64), sk_config(16, 16, 16, 4)),
+]
+
+
+@pytest.mark.parametrize("shape, config", [p[1:] for p in FIXUP_PATHS], ids=[p[0] for p in FIXUP_PATHS])
+def test_fixup_chunks_give_the_same_bits_on_every_path(monkeypatch, shape, config):
     m, n, k = shape
     a, b = _problem(m, n, k, torch.float16, seed=3)
-    tma = sk_config(16, 16, 16, splits).model_copy(update={"tma": True})
-    plain = tma.model_copy(update={"num_warps": 8})
-    c = torch.empty(m, n, dtype=torch.float16)
-    stages = [launch._make_plan(a, b, c, None, cfg, 4, "ieee").constexprs["FIXUP_STAGES"]
-              for cfg in (tma, plain)]
-    assert stages == [arith.PIPELINED_FIXUP_STAGES, 1]
-    ours = tritonblas.matmul(a, b, config=tma)
-    assert torch.equal(ours.view(torch.int16), tritonblas.matmul(a, b, config=plain).view(torch.int16))
-    ref = reference(a, b)
-    assert rel_error(ours, ref) <= 2 * rel_error(torch.mm(a, b), ref) + 1e-3
+    bias = torch.randn(n).to(torch.float16)
+    outs = []
+    for chunks in (1, 2, 4, 8):
+        if chunks > config.block_m:
+            continue
+        monkeypatch.setattr(launch, "fixup_chunks", lambda _config, chunks=chunks: chunks)
+        monkeypatch.setattr(launch, "_plans", {})
+        outs.append(tritonblas.addmm(bias, a, b, beta=0.5, alpha=2.0, config=config))
+        assert not scratch.workspace(CPU, 0, 0)[1].any()
+    assert all(torch.equal(o.view(torch.int16), outs[0].view(torch.int16)) for o in outs[1:])
+    ref = reference(a, b, bias, 0.5, 2.0)
+    assert rel_error(outs[0], ref) <= 2 * rel_error(torch.addmm(bias, a, b, beta=0.5, alpha=2.0), ref) + 1e-3
 
 
-def test_fixup_stages_rule_and_its_shared_memory():
-    tma = sk_config(128, 128, 64, 132).model_copy(update={"tma": True, "num_stages": 3})
-    assert fixup_stages(tma) == arith.PIPELINED_FIXUP_STAGES
-    for other in ({"tma": False}, {"num_warps": 8}, {"block_n": 256}):  # measured slower pipelined
-        assert fixup_stages(tma.model_copy(update=other)) == 1
+def test_fixup_chunks_rule():
+    def chunks(bm, bn):
+        return fixup_chunks(sk_config(bm, bn, 64, 132))
+    # Chunks of 4096 fp32 (32 values a thread on 4 warps), at most 8 (the counter's claim bits).
+    assert [chunks(128, 128), chunks(64, 128), chunks(128, 256), chunks(256, 256), chunks(32, 32)] == [
+        4, 2, 8, 8, 1]
     problem = Problem(768, 3072, 8192, "bf16")
-    assert smem_bytes(tma, problem) == 2 * 128 * 128 * 4 + 1024  # operand buffers 96 KiB < two partials
-    persistent = tma.model_copy(update={"streamk": False})
-    assert smem_bytes(persistent, problem) == 3 * (128 * 64 + 64 * 128) * 2 + 1024
-    # A TMA config on operands TMA cannot read (a row of 17 halves) reads its partials one by one too.
+    tma = sk_config(128, 128, 64, 132).model_copy(update={"tma": True, "num_stages": 3})
+    # The fix-up reads chunks into registers: Stream-K asks for the persistent kernel's shared memory.
+    assert smem_bytes(tma, problem) == smem_bytes(tma.model_copy(update={"streamk": False}), problem)
     a, b = _problem(48, 17, 96, torch.float16)
-    plan = launch._make_plan(a, b, torch.empty(48, 17, dtype=torch.float16), None,
-                             sk_config(16, 16, 16, 5).model_copy(update={"tma": True}), 4, "ieee")
-    assert plan.constexprs["FIXUP_STAGES"] == 1
+    plan = launch._make_plan(a, b, torch.empty(48, 17, dtype=torch.float16), None, sk_config(64, 128, 16, 5),
+                             4, "ieee")
+    assert plan.constexprs["FIXUP_CHUNKS"] == 2

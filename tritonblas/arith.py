@@ -34,11 +34,6 @@ def streamk_split(tiles: int, programs: int, iters: int) -> int:
 # (tests/kernel_ab.py, graph replay, 2026-11-30). So it pays once G + Q + 3 < S.
 TREE_MIN_SPLITS = 12
 TREE_EXTRA_READS = 3
-# Pipeline depth of the Stream-K fix-up's reads where config.fixup_stages pipelines them (the kernel's
-# tl.range takes it as a literal): two partials in flight.
-PIPELINED_FIXUP_STAGES = 3
-
-
 def fixup_groups(splits: int) -> tuple[int, int]:
     """(G, Q) of a Stream-K tile split S ways: G = ceil(sqrt(S)) segments per fix-up group and Q =
     cdiv(S, G) groups; one group below TREE_MIN_SPLITS (the kernel's fixup_groups, kernels/streamk.py)."""
@@ -47,6 +42,16 @@ def fixup_groups(splits: int) -> tuple[int, int]:
 
 
 def fixup_chain(splits: int) -> int:
-    """Partial reads (of one tile's fp32 accumulator) on the fix-up's longest chain for S splits."""
+    """Partial reads (of one tile's fp32 accumulator) on the fix-up's longest chain for S splits when
+    one program sums the tile (no data-parallel tiles to hide it behind)."""
     group, groups = fixup_groups(splits)
     return splits if groups == 1 else group + groups + TREE_EXTRA_READS
+
+
+def fixup_reads(splits: int, chunks: int, deferred: bool) -> float:
+    """Whole-tile partial reads on the fix-up's critical path (kernels/streamk.py): deferred (the
+    problem has data-parallel tiles), the program of segment j sums chunks j, j + S, ... of the
+    `chunks`, each over the S partials; else fixup_chain."""
+    if deferred:
+        return cdiv(chunks, splits) * splits / chunks
+    return fixup_chain(splits)

@@ -11,8 +11,6 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
 
-from .arith import PIPELINED_FIXUP_STAGES
-
 DType = Literal["fp16", "bf16", "fp32"]
 BiasKind = Literal["none", "scalar", "row", "column", "full"]
 Layout = Literal["nn", "nt", "tn", "tt"]
@@ -235,8 +233,6 @@ def smem_bytes(config: GemmConfig, problem: Problem, arch: str = "sm_90") -> int
       flattened loop's peeled last block takes one stage of A and B instead, when that is larger.
       (Issue 21: 256x128x64 at 4 stages, TMA, flattened, on 2911x926x11 asked for 4 x 48 KiB + a
       256x128 fp16 tile + 32 B = 262176 B.)
-    - Stream-K: at least the fix-up's buffers (fixup_stages - 1 fp32 tiles), which reuse the operand
-      buffers.
     - 1 KiB for barriers and alignment (triton's figure was at most 96 B over the buffers). Not
       counted: the epilogue's layout conversion of the fp32 accumulator, which shares the operand
       buffers (triton asks for the larger of the two) and is at most 128 KiB within the register rule.
@@ -258,23 +254,15 @@ def smem_bytes(config: GemmConfig, problem: Problem, arch: str = "sm_90") -> int
         need += max(a_tile + b_tile, out_tile)
     elif (config.flatten and stages > 1) or problem.k == 1:
         need += out_tile
-    if config.streamk:  # the fix-up's pipelined partial reads reuse the operand buffers (streamk.py)
-        need = max(need, (fixup_stages(config) - 1) * bm * bn * 4)
     return need + 1024
 
 
-def fixup_stages(config: GemmConfig) -> int:
-    """The Stream-K fix-up's pipeline depth (kernels/streamk.py `_sum_slots`): 3 (two fp32 partials in
-    flight, in shared memory) for TMA tiles up to 128x128 on 4 warps, else 1 (read one by one; launch
-    also reads one by one where a TMA config falls back to pointers). Measured on the H200, graph
-    replay, each config against itself read one by one (kernel-levers row 30): 128x128 TMA tiles at 3
-    stages on 4 warps ran 3-17% faster (256x256x65536 59.0 -> 49.2 us, 512x512x32768 60.0 -> 52.3,
-    768x3072x8192 100.0 -> 91.7), the same tiles by pointers at 5 stages 0-8% slower (256x256x65536
-    41.1 -> 44.5), 128x128 TMA tiles on 8 warps 1.6-2.6% slower, 64x128 tiles within 0.6%. Compiled
-    for sm_90 the two buffers reuse the operand buffers where those are larger (128x128x64 at 3 TMA
-    stages: 96 -> 128 KiB)."""
-    pipelined = config.tma and config.num_warps == 4 and config.block_m * config.block_n <= 128 * 128
-    return PIPELINED_FIXUP_STAGES if pipelined else 1
+def fixup_chunks(config: GemmConfig) -> int:
+    """Row chunks the Stream-K fix-up sums a split tile in (kernels/streamk.py): chunks of 4096 fp32
+    (16 KiB: 32 values a thread on 4 warps, four partials' chunks in flight, 64 KiB, as one whole
+    128x128 partial was), at most 8 (the tile counter's claim bits). With data-parallel tiles the chunks
+    are summed by up to 8 programs instead of one."""
+    return min(8, max(1, config.block_m * config.block_n // 4096))
 
 
 def _one_element_loads(problem: Problem, copied: bool) -> tuple[bool, bool]:

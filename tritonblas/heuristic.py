@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 
 from . import arith
-from .arith import cdiv, fixup_chain, gemm_flops
+from .arith import cdiv, fixup_reads, gemm_flops
 from .config import (
     DTYPE_BYTES,
     DeviceInfo,
@@ -27,6 +27,7 @@ from .config import (
     Problem,
     aligned_leading_dim,
     config_supports,
+    fixup_chunks,
     operand_alignment,
     operand_leading_dims,
     operands_aligned,
@@ -153,18 +154,13 @@ def estimate(config: GemmConfig, problem: Problem, device: DeviceInfo) -> Estima
             # vs Persistent 91.6 us, H200 2026-11-30; docs/notes/streamk-split.md).
             waves += cdiv(iters, split) / iters
             if split > 1:
-                # The last arriver reads the split's fp32 partials at about twice one SM's fair share
-                # of bandwidth: 256x256x65536 with 128x128 tiles (33 partials of 64 KB) took 66 us
-                # against ~38 us with no fix-up at all.
-                # The tree fix-up reads G partials then Q group sums on its longest chain (fixup_chain).
+                # The fix-up's reads at about twice one SM's fair share of bandwidth: 256x256x65536
+                # with 128x128 tiles (33 partials of 64 KB read by one program) took 66 us against
+                # ~38 us with no fix-up at all. What is on the critical path: arith.fixup_reads (the
+                # tree's chain, or with data-parallel tiles one program's chunks).
                 per_sm_bytes_us = _BANDWIDTH_TBS[arch] * 1e6 / device.sm_count * 2
-                # Not discounted where the reads are pipelined (config.fixup_stages): priced at 3x
-                # the rate (what 128x128 TMA tiles gained on chains of 8-15 reads, kernel-levers row
-                # 30), the model put 768^3's Stream-K 64x64 tiles (6.4 us) ahead of Persistent
-                # 128x64x128 (6.8 us), the tuning run of 2026-11-30 timed only Stream-K candidates
-                # there within its budget, and its best kernel read 14.2 us where the previous file's
-                # Persistent 64x128x128 ran 9.5 us.
-                fixup = fixup_chain(split) * config.block_m * config.block_n * 4 / per_sm_bytes_us
+                reads = fixup_reads(split, fixup_chunks(config), tiles >= programs)
+                fixup = reads * config.block_m * config.block_n * 4 / per_sm_bytes_us
     else:
         waves = cdiv(tiles, max(1, min(programs, tiles)))
     compute_us = waves * tile_us + fixup

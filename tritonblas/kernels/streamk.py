@@ -1,4 +1,4 @@
-"""Stream-K GEMM with a K-aligned split and last-arriver fix-up: no program ever waits on another.
+"""Stream-K GEMM with a K-aligned split and a fixed-order fix-up: no program ever waits on another.
 
 Tiles in full waves (num_tiles // NUM_PROGS * NUM_PROGS) run data-parallel. Each of the T remaining
 tiles has its K loop cut into S = min(NUM_PROGS // T, K iterations) even segments: program p < S*T runs
@@ -9,28 +9,37 @@ H200 that ran the split part at ~0.45 of the data-parallel rate (512x1024x32768,
 101 us vs 66 us K-aligned; the retired streamk probe, docs/notes/streamk-split.md, 2026-11-30). The
 programs left over (NUM_PROGS - S*T < T) have no segment.
 
-A split tile's programs write their fp32 partials to workspace slot p. The fix-up is a two-level tree
-when S >= 12: segment j belongs to group j // G (G = ceil(sqrt(S)), Q = cdiv(S, G) groups); each program
-bumps its group's counter, the last of a group to arrive sums the group's partials in segment order into
-a group slot (after the NUM_PROGS program slots) and bumps the tile's counter, and the last group to
-finish sums the Q group partials in group order and runs the shared epilogue. So the longest chain of
-reads is G + Q (12 for S = 33) instead of S: one program reading 33 partials of 64 KB was ~28 of 66 us
-on 256x256x65536 (docs/notes/kernel-levers.md, row 18). With S < 12 there is one group (Q = 1) and the
-tile's counter is bumped directly, as before. The sum order is fixed either way (segments in order
-within a group, groups in order), so the result is bitwise the same run to run, whoever arrives last;
-each last arriver resets the counter it completed to 0 for the next launch. Nobody ever waits.
+Every program runs its segment first and its data-parallel tiles after. A split tile's programs write
+their fp32 partials to workspace slot p, and the tile is summed in slot order in FIXUP_CHUNKS row chunks
+(config.fixup_chunks), four partials' loads in flight at a time: read whole, one after another, each
+64 KB partial paid a round trip (0.85-1.5 us on one SM, kernel-levers row 18). Who sums a chunk is
+settled by one counter per split tile, arrivals in its low 20 bits and a claim bit per chunk above:
+- With data-parallel tiles, chunk c is claimed by the program of segment c mod S after its data-parallel
+  tiles, by when the partials are long in: the fix-up left on the critical path is one chunk's S reads,
+  not the whole tile's on one program (768x3072x8192, S = 11: ~7-11 us of ~71, kernel-levers row 31).
+  Whichever of chunk c's claim and the tile's last arrival comes later sums the chunk.
+- Without (no program has other work to hide it behind), each program claims its chunks as it
+  arrives, so the last to arrive sums every chunk; from S >= 12 as a two-level tree instead: segment j
+  belongs to group j // G (G = ceil(sqrt(S)), Q = cdiv(S, G) groups), the last of a group to arrive sums
+  the group's partials in segment order into a group slot (after the NUM_PROGS program slots) and
+  arrives at the tile's counter, and the last group sums the Q group slots in group order. The longest
+  chain of reads is then G + Q (12 for S = 33) instead of S (256x256x65536: 85.8 -> 58.7 us, row 24).
+The sum order is fixed either way, so the result is bitwise the same run to run, whoever sums; the
+event that completes a counter resets it to 0 for the next launch.
 
 Workspace (sized by the host, launch.streamk_workspace): NUM_PROGS + T * Q slots of BLOCK_M x BLOCK_N
-fp32; counters: T tile counters, then T * Q group counters.
+fp32 (Q = 1, no group slots, unless the tree runs); counters: T tile counters, then T * Q group counters.
 """
 
 import triton
 import triton.language as tl
 
-from ..arith import PIPELINED_FIXUP_STAGES
 from .common import epilogue, k_loop, operand_sources, tile_coords, widened
 
-_PIPELINED_FIXUP_STAGES = tl.constexpr(PIPELINED_FIXUP_STAGES)
+# A tile counter: arrivals below bit 20 (S <= NUM_PROGS <= config.MAX_GRID < 2**20), chunk c's claim at
+# bit 20 + c (<= 8 chunks: config.fixup_chunks), so it stays a positive int32.
+_CLAIM_BIT = tl.constexpr(20)
+_ARRIVALS = tl.constexpr(1 << 20)
 
 
 @triton.jit
@@ -47,84 +56,125 @@ def fixup_groups(splits):
 
 
 @triton.jit
-def _sum_slots(ws_ptr, tile_offs, first, count, stride, INT64: tl.constexpr,
-               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, FIXUP_STAGES: tl.constexpr):
-    """The fp32 sum, in slot order, of `count` workspace slots first, first + stride, ...
+def _chunk_offsets(chunk, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, FIXUP_CHUNKS: tl.constexpr):
+    """Offsets, within a BLOCK_M x BLOCK_N slot, of row chunk `chunk` of FIXUP_CHUNKS."""
+    rows = chunk * (BLOCK_M // FIXUP_CHUNKS) + tl.arange(0, BLOCK_M // FIXUP_CHUNKS)
+    return rows[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
 
-    FIXUP_STAGES (1, or arith.PIPELINED_FIXUP_STAGES) > 1 pipelines the reads (cp.async into shared
-    memory the mainloop no longer uses, two partials in flight); the host chooses it
-    (config.fixup_stages) from what the
-    H200 measured: read one by one, each 64 KB partial paid a full round trip (0.85-1.5 us on one SM),
-    and pipelined the fix-up took 256x256x65536 from 58.8 to 49.2 us, 128x128x8192 58.8 -> 38.7 and
-    512x512x32768 59.9 -> 52.6 with 128x128 tiles on 4 warps, while 128x128 tiles on 8 warps ran
-    1.6-2.6% slower (kernel-levers row 30)."""
-    total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    if FIXUP_STAGES > 1:  # tl.range's num_stages must be a literal int to the compiler, not a parameter
-        for j in tl.range(0, count, num_stages=_PIPELINED_FIXUP_STAGES):
-            slot = widened(first + j * stride, INT64)
-            total += tl.load(ws_ptr + slot * BLOCK_M * BLOCK_N + tile_offs, cache_modifier=".cg")
-    else:
-        for j in range(0, count):
-            slot = widened(first + j * stride, INT64)
-            total += tl.load(ws_ptr + slot * BLOCK_M * BLOCK_N + tile_offs, cache_modifier=".cg")
+
+@triton.jit
+def _slot_rows(ws_ptr, offs, slot, valid, INT64: tl.constexpr, SLOT: tl.constexpr):
+    """Rows `offs` of workspace slot `slot`; -0.0 where not `valid`: x + -0.0 is x for every x, bit for
+    bit, so an unrolled read past the last slot adds nothing."""
+    return tl.load(ws_ptr + widened(slot, INT64) * SLOT + offs, mask=valid, other=-0.0, cache_modifier=".cg")
+
+
+@triton.jit
+def _sum_chunk(ws_ptr, first, count, stride, chunk, INT64: tl.constexpr, BLOCK_M: tl.constexpr,
+               BLOCK_N: tl.constexpr, FIXUP_CHUNKS: tl.constexpr):
+    """The fp32 sum, in slot order, of one row chunk of `count` slots first, first + stride, ...: four
+    slots' loads are issued before the first add, and added in order."""
+    offs = _chunk_offsets(chunk, BLOCK_M, BLOCK_N, FIXUP_CHUNKS)
+    total = tl.zeros((BLOCK_M // FIXUP_CHUNKS, BLOCK_N), dtype=tl.float32)
+    for j in range(0, count, 4):
+        slot = first + j * stride
+        p0 = _slot_rows(ws_ptr, offs, slot, True, INT64, BLOCK_M * BLOCK_N)
+        p1 = _slot_rows(ws_ptr, offs, slot + stride, j + 1 < count, INT64, BLOCK_M * BLOCK_N)
+        p2 = _slot_rows(ws_ptr, offs, slot + 2 * stride, j + 2 < count, INT64, BLOCK_M * BLOCK_N)
+        p3 = _slot_rows(ws_ptr, offs, slot + 3 * stride, j + 3 < count, INT64, BLOCK_M * BLOCK_N)
+        total += p0
+        total += p1
+        total += p2
+        total += p3
     return total
 
 
 @triton.jit
-def _publish(ws_ptr, tile_offs, slot, partial, counter, INT64: tl.constexpr,
-             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Store `partial` in `slot`, then bump `counter`: the value it had (arrivals before this one)."""
-    tl.store(ws_ptr + widened(slot, INT64) * BLOCK_M * BLOCK_N + tile_offs, partial, cache_modifier=".cg")
-    # Every thread's partial must be written before the counter says so.
+def _chunk_epilogue(total, chunk, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, stride_biasm, stride_biasn,
+                    alpha, beta, pid_m, pid_n, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                    HAS_BIAS: tl.constexpr, INT64: tl.constexpr, FIXUP_CHUNKS: tl.constexpr):
+    """The shared epilogue on row chunk `chunk` of tile (pid_m, pid_n): the tile of BLOCK_M //
+    FIXUP_CHUNKS rows at row-tile index pid_m * FIXUP_CHUNKS + chunk."""
+    epilogue(total, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, stride_biasm, stride_biasn, alpha, beta,
+             pid_m * FIXUP_CHUNKS + chunk, pid_n, BLOCK_M // FIXUP_CHUNKS, BLOCK_N, HAS_BIAS, INT64)
+
+
+@triton.jit
+def _arrive(counter, delta):
+    """Add `delta` to `counter` once every thread's stores before it are done; the value it had."""
     tl.debug_barrier()
-    return tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
+    return tl.atomic_add(counter, delta, sem="acq_rel", scope="gpu")
 
 
 @triton.jit
-def _fix_up(acc, c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, stride_cm, stride_cn, stride_biasm,
-            stride_biasn, alpha, beta, pid, pid_m, pid_n, sk_tile, sk_tiles, splits, seg, NUM_PROGS,
+def _write_chunks(claims, c_ptr, bias_ptr, ws_ptr, M, N, stride_cm, stride_cn, stride_biasm, stride_biasn,
+                  alpha, beta, pid_m, pid_n, sk_tile, sk_tiles, splits,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr, INT64: tl.constexpr,
+                  FIXUP_CHUNKS: tl.constexpr):
+    """Sum the split tile's partials over every chunk whose claim bit is set in `claims`, and write it."""
+    for c in range(0, FIXUP_CHUNKS):
+        if (claims >> (_CLAIM_BIT + c)) & 1:
+            total = _sum_chunk(ws_ptr, sk_tile, splits, sk_tiles, c, INT64, BLOCK_M, BLOCK_N, FIXUP_CHUNKS)
+            _chunk_epilogue(total, c, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, stride_biasm, stride_biasn,
+                            alpha, beta, pid_m, pid_n, BLOCK_M, BLOCK_N, HAS_BIAS, INT64, FIXUP_CHUNKS)
+
+
+@triton.jit
+def _claims(seg, splits, FIXUP_CHUNKS: tl.constexpr):
+    """The claim bits of segment `seg`'s program: chunks c < FIXUP_CHUNKS with c mod S == seg."""
+    bits = tl.zeros((), tl.int32)
+    for c in range(seg, FIXUP_CHUNKS, splits):
+        bits += tl.full((), _ARRIVALS, tl.int32) << c
+    return bits
+
+
+@triton.jit
+def _settle(counter, before, delta, splits, c_ptr, bias_ptr, ws_ptr, M, N, stride_cm, stride_cn,
+            stride_biasm, stride_biasn, alpha, beta, pid_m, pid_n, sk_tile, sk_tiles,
             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr, INT64: tl.constexpr,
-            FIXUP_STAGES: tl.constexpr):
-    """Publish this segment's partial; the last arrivals sum them (see the module docstring) and the
-    last of all writes the tile. Every partial, this program's own included, is read back: its
-    registers are then free, so the fix-up never holds two BLOCK_M x BLOCK_N fp32 tiles (256 registers
-    per thread for 128x256 on 8 warps, a sure spill)."""
-    tile_offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-    group, groups = fixup_groups(splits)
-    tile_counter = counter_ptr + sk_tile
-    if groups == 1:
-        if _publish(ws_ptr, tile_offs, pid, acc, tile_counter, INT64, BLOCK_M, BLOCK_N) == splits - 1:
-            total = _sum_slots(ws_ptr, tile_offs, sk_tile, splits, sk_tiles, INT64, BLOCK_M, BLOCK_N,
-                               FIXUP_STAGES)
-            _write_tile(total, c_ptr, bias_ptr, tile_counter, M, N, stride_cm, stride_cn, stride_biasm,
-                        stride_biasn, alpha, beta, pid_m, pid_n, BLOCK_M, BLOCK_N, HAS_BIAS, INT64)
-    else:
-        q = seg // group
-        first = q * group
-        group_counter = counter_ptr + sk_tiles + sk_tile * groups + q
-        in_group = min(group, splits - first)
-        if _publish(ws_ptr, tile_offs, pid, acc, group_counter, INT64, BLOCK_M, BLOCK_N) == in_group - 1:
-            part = _sum_slots(ws_ptr, tile_offs, first * sk_tiles + sk_tile, in_group, sk_tiles, INT64,
-                              BLOCK_M, BLOCK_N, FIXUP_STAGES)
-            tl.atomic_xchg(group_counter, 0, sem="relaxed", scope="gpu")
-            group_slots = NUM_PROGS + sk_tile * groups
-            if _publish(ws_ptr, tile_offs, group_slots + q, part, tile_counter, INT64, BLOCK_M,
-                        BLOCK_N) == groups - 1:
-                total = _sum_slots(ws_ptr, tile_offs, group_slots, groups, 1, INT64, BLOCK_M, BLOCK_N,
-                                   FIXUP_STAGES)
-                _write_tile(total, c_ptr, bias_ptr, tile_counter, M, N, stride_cm, stride_cn,
-                            stride_biasm, stride_biasn, alpha, beta, pid_m, pid_n, BLOCK_M, BLOCK_N,
-                            HAS_BIAS, INT64)
+            FIXUP_CHUNKS: tl.constexpr):
+    """After adding `delta` to a tile counter that held `before`: the chunks this event completes (all
+    S arrived and claimed) are this program's to sum; the event that completes them all resets it."""
+    after = before + delta
+    if after % _ARRIVALS == splits:
+        done = delta  # a claim after the last arrival: its own chunks
+        if before % _ARRIVALS < splits:  # the last arrival: every chunk claimed so far, its own included
+            done = after - splits
+        _write_chunks(done, c_ptr, bias_ptr, ws_ptr, M, N, stride_cm, stride_cn, stride_biasm,
+                      stride_biasn, alpha, beta, pid_m, pid_n, sk_tile, sk_tiles, splits, BLOCK_M,
+                      BLOCK_N, HAS_BIAS, INT64, FIXUP_CHUNKS)
+    if after == splits + ((tl.full((), 1, tl.int32) << FIXUP_CHUNKS) - 1) * _ARRIVALS:
+        tl.atomic_xchg(counter, 0, sem="relaxed", scope="gpu")
 
 
 @triton.jit
-def _write_tile(total, c_ptr, bias_ptr, tile_counter, M, N, stride_cm, stride_cn, stride_biasm,
-                stride_biasn, alpha, beta, pid_m, pid_n, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                HAS_BIAS: tl.constexpr, INT64: tl.constexpr):
-    """The shared epilogue on the summed tile; then the tile's counter back to 0 for the next launch."""
-    epilogue(total, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, stride_biasm, stride_biasn,
-             alpha, beta, pid_m, pid_n, BLOCK_M, BLOCK_N, HAS_BIAS, INT64)
-    tl.atomic_xchg(tile_counter, 0, sem="relaxed", scope="gpu")
+def _tree_fix_up(c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, stride_cm, stride_cn, stride_biasm,
+                 stride_biasn, alpha, beta, pid_m, pid_n, sk_tile, sk_tiles, splits, seg, NUM_PROGS,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr, INT64: tl.constexpr,
+                 FIXUP_CHUNKS: tl.constexpr):
+    """The two-level fix-up of a split tile whose partial this program has just stored (S >= 12, no
+    data-parallel tiles: see the module docstring)."""
+    group, groups = fixup_groups(splits)
+    q = seg // group
+    first = q * group
+    group_counter = counter_ptr + sk_tiles + sk_tile * groups + q
+    if _arrive(group_counter, 1) == min(group, splits - first) - 1:
+        group_slot = NUM_PROGS + sk_tile * groups + q
+        for c in range(0, FIXUP_CHUNKS):
+            part = _sum_chunk(ws_ptr, first * sk_tiles + sk_tile, min(group, splits - first), sk_tiles, c,
+                              INT64, BLOCK_M, BLOCK_N, FIXUP_CHUNKS)
+            tl.store(ws_ptr + widened(group_slot, INT64) * BLOCK_M * BLOCK_N +
+                     _chunk_offsets(c, BLOCK_M, BLOCK_N, FIXUP_CHUNKS), part, cache_modifier=".cg")
+        tl.atomic_xchg(group_counter, 0, sem="relaxed", scope="gpu")
+        tile_counter = counter_ptr + sk_tile
+        if _arrive(tile_counter, 1) == groups - 1:
+            for c in range(0, FIXUP_CHUNKS):
+                total = _sum_chunk(ws_ptr, NUM_PROGS + sk_tile * groups, groups, 1, c, INT64, BLOCK_M,
+                                   BLOCK_N, FIXUP_CHUNKS)
+                _chunk_epilogue(total, c, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, stride_biasm,
+                                stride_biasn, alpha, beta, pid_m, pid_n, BLOCK_M, BLOCK_N, HAS_BIAS, INT64,
+                                FIXUP_CHUNKS)
+            tl.atomic_xchg(tile_counter, 0, sem="relaxed", scope="gpu")
 
 
 @triton.jit
@@ -136,7 +186,7 @@ def streamk_gemm_kernel(
     HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, PRECISION: tl.constexpr,
     USE_TMA: tl.constexpr, A_COL: tl.constexpr, B_COL: tl.constexpr,
     A_DIV: tl.constexpr, B_DIV: tl.constexpr, FLATTEN: tl.constexpr, WARP_SPEC: tl.constexpr,
-    INT64: tl.constexpr, HOST_DESC: tl.constexpr, FIXUP_STAGES: tl.constexpr = 1,
+    INT64: tl.constexpr, HOST_DESC: tl.constexpr, FIXUP_CHUNKS: tl.constexpr,
 ):
     a_desc, b_desc = operand_sources(a_ptr, b_ptr, a_host, b_host, M, N, K, stride_am, stride_ak,
                                      stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, HOST_DESC,
@@ -145,6 +195,41 @@ def streamk_gemm_kernel(
     num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     iters_per_tile = tl.cdiv(K, BLOCK_K)
     dp_tiles = (num_tiles // NUM_PROGS) * NUM_PROGS
+    sk_tiles = num_tiles - dp_tiles
+    splits = min(NUM_PROGS // max(sk_tiles, 1), iters_per_tile)
+    split_here = (pid < splits * sk_tiles) & (splits > 1)
+    sk_tile = pid % max(sk_tiles, 1)
+    seg = pid // max(sk_tiles, 1)
+    # Chunk claims wait for the data-parallel tiles where there are any (module docstring).
+    deferred = dp_tiles > 0
+    claims = _claims(seg, splits, FIXUP_CHUNKS)
+    tree = (fixup_groups(splits)[1] > 1) & (dp_tiles == 0)
+
+    if pid < splits * sk_tiles:
+        pid_m, pid_n = tile_coords(dp_tiles + sk_tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        acc = k_loop(acc, a_ptr, b_ptr, a_desc, b_desc, M, N, K, stride_am, stride_ak, stride_bk,
+                     stride_bn, pid_m, pid_n, seg * iters_per_tile // splits,
+                     (seg + 1) * iters_per_tile // splits, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION,
+                     USE_TMA, A_COL, B_COL, A_DIV, B_DIV, INT64)
+        if splits == 1:
+            epilogue(acc, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, stride_biasm, stride_biasn,
+                     alpha, beta, pid_m, pid_n, BLOCK_M, BLOCK_N, HAS_BIAS, INT64)
+        else:
+            # Every partial is read back from its slot, this program's own included: its registers are
+            # then free, so the fix-up never holds two BLOCK_M x BLOCK_N fp32 tiles.
+            tile_offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+            tl.store(ws_ptr + widened(pid, INT64) * BLOCK_M * BLOCK_N + tile_offs, acc, cache_modifier=".cg")
+            if tree:
+                _tree_fix_up(c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, stride_cm, stride_cn, stride_biasm,
+                             stride_biasn, alpha, beta, pid_m, pid_n, sk_tile, sk_tiles, splits, seg,
+                             NUM_PROGS, BLOCK_M, BLOCK_N, HAS_BIAS, INT64, FIXUP_CHUNKS)
+            else:
+                delta = 1 if deferred else 1 + claims
+                counter = counter_ptr + sk_tile
+                _settle(counter, _arrive(counter, delta), delta, splits, c_ptr, bias_ptr, ws_ptr, M, N,
+                        stride_cm, stride_cn, stride_biasm, stride_biasn, alpha, beta, pid_m, pid_n,
+                        sk_tile, sk_tiles, BLOCK_M, BLOCK_N, HAS_BIAS, INT64, FIXUP_CHUNKS)
 
     # The data-parallel loop is the persistent kernel's, with its levers (see persistent.py).
     for tile_id in tl.range(pid, dp_tiles, NUM_PROGS, flatten=FLATTEN, warp_specialize=WARP_SPEC):
@@ -156,21 +241,10 @@ def streamk_gemm_kernel(
         epilogue(acc, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, stride_biasm, stride_biasn,
                  alpha, beta, pid_m, pid_n, BLOCK_M, BLOCK_N, HAS_BIAS, INT64)
 
-    sk_tiles = num_tiles - dp_tiles
-    splits = min(NUM_PROGS // max(sk_tiles, 1), iters_per_tile)
-    if pid < splits * sk_tiles:
-        sk_tile = pid % sk_tiles
-        seg = pid // sk_tiles
+    if split_here & deferred & (claims != 0):
         pid_m, pid_n = tile_coords(dp_tiles + sk_tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        acc = k_loop(acc, a_ptr, b_ptr, a_desc, b_desc, M, N, K, stride_am, stride_ak, stride_bk,
-                     stride_bn, pid_m, pid_n, seg * iters_per_tile // splits,
-                     (seg + 1) * iters_per_tile // splits, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION,
-                     USE_TMA, A_COL, B_COL, A_DIV, B_DIV, INT64)
-        if splits == 1:
-            epilogue(acc, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, stride_biasm, stride_biasn,
-                     alpha, beta, pid_m, pid_n, BLOCK_M, BLOCK_N, HAS_BIAS, INT64)
-        else:
-            _fix_up(acc, c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, stride_cm, stride_cn, stride_biasm,
-                    stride_biasn, alpha, beta, pid, pid_m, pid_n, sk_tile, sk_tiles, splits, seg, NUM_PROGS,
-                    BLOCK_M, BLOCK_N, HAS_BIAS, INT64, FIXUP_STAGES)
+        counter = counter_ptr + sk_tile
+        before = tl.atomic_add(counter, claims, sem="acq_rel", scope="gpu")
+        _settle(counter, before, claims, splits, c_ptr, bias_ptr, ws_ptr, M, N, stride_cm, stride_cn,
+                stride_biasm, stride_biasn, alpha, beta, pid_m, pid_n, sk_tile, sk_tiles, BLOCK_M, BLOCK_N,
+                HAS_BIAS, INT64, FIXUP_CHUNKS)
