@@ -52,21 +52,21 @@ def gemm_variants():
                           FLATTEN=False, WARP_SPEC=False, INT64=True, HOST_DESC=False, a_host=None,
                           b_host=None)
         if kernel is streamk_gemm_kernel:
-            constexprs["FIXUP_CHUNKS"] = 1
+            constexprs.update(FIXUP_CHUNKS=1, DEFERRED=False)
         yield f"{kernel.__name__} tma={tma} int64=True", kernel, constexprs, None
-    # The Stream-K fix-up in row chunks (FIXUP_CHUNKS 4: config.fixup_chunks of 128x128 tiles).
+    # The Stream-K fix-up in row chunks (FIXUP_CHUNKS 4: config.fixup_chunks of 128x128 tiles), deferred.
     constexprs = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, HAS_BIAS=True, EVEN_K=True,
                       PRECISION="ieee", USE_TMA=True, A_COL=False, B_COL=False, A_DIV=8, B_DIV=8,
                       FLATTEN=False, WARP_SPEC=False, INT64=False, HOST_DESC=False, a_host=None, b_host=None,
-                      FIXUP_CHUNKS=4)
-    yield "streamk_gemm_kernel tma=True chunked fix-up", streamk_gemm_kernel, constexprs, None
+                      FIXUP_CHUNKS=4, DEFERRED=True)
+    yield "streamk_gemm_kernel tma=True chunked fix-up, deferred", streamk_gemm_kernel, constexprs, None
     # Host-built descriptors (kernel arguments of triton's tensordesc type), A column-major as above.
     for kernel in (persistent_gemm_kernel, streamk_gemm_kernel):
         constexprs = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, HAS_BIAS=True, EVEN_K=True,
                           PRECISION="ieee", USE_TMA=True, A_COL=True, B_COL=False, A_DIV=8, B_DIV=8,
                           FLATTEN=False, WARP_SPEC=False, INT64=False, HOST_DESC=True)
         if kernel is streamk_gemm_kernel:
-            constexprs["FIXUP_CHUNKS"] = 4
+            constexprs.update(FIXUP_CHUNKS=4, DEFERRED=False)
         types = {"a_host": "tensordesc<bf16[64, 128]>", "b_host": "tensordesc<bf16[64, 128]>"}
         yield f"{kernel.__name__} tma=True host descriptors", kernel, constexprs, types
 

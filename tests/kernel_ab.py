@@ -3,6 +3,7 @@ tree's root on a GPU:
     python tests/kernel_ab.py            # one line per (problem, config): eager and graph-replay us
     python tests/kernel_ab.py --fixup    # only the Stream-K fix-up cases (FIXUP_CASES)
     python tests/kernel_ab.py --chunks   # only the chunked, deferred fix-up's cases (CHUNK_CASES)
+    python tests/kernel_ab.py --chunks --both-modes   # and each with data-parallel tiles both ways
 or this file against another tree's package (`bash scripts/h200_run.sh ab`); a config the tree does not
 know (a field it lacks) prints "n/a". A benchmark, not a test (not collected: no test_ prefix).
 Eager is `tritonblas.matmul` with the config, host time included; "graph" is the same call replayed from
@@ -58,7 +59,8 @@ for _m, _n, _k, _bm, _bn, _bk, _w, _s, _tma in (
         (256, 256, 65536, 128, 128, 64, 4, 3, True), (128, 128, 8192, 128, 128, 64, 4, 3, True),
         (2176, 2176, 4096, 128, 256, 64, 8, 3, True), (6144, 1024, 8192, 128, 256, 64, 8, 3, True),
         (768, 768, 768, 64, 64, 128, 4, 4, False), (128, 128, 8192, 32, 32, 256, 4, 5, False),
-        (64, 1024, 512, 16, 64, 256, 4, 5, False)):
+        (64, 1024, 512, 16, 64, 256, 4, 5, False), (896, 3072, 8192, 128, 128, 64, 4, 5, False),
+        (1536, 3072, 8192, 128, 128, 64, 4, 5, False)):
     CHUNK_CASES.append((_m, _n, _k, dict(block_m=_bm, block_n=_bn, block_k=_bk, num_warps=_w, num_stages=_s,
                                          streamk=True, tma=_tma)))
 
@@ -98,17 +100,36 @@ def main() -> int:
             print(f"{m}x{n}x{k} {fields}: n/a ({str(exc).splitlines()[0]})", flush=True)
             continue
 
-        def call(a=a, b=b, cfg=cfg, out=out):
-            return tritonblas.matmul(a, b, config=cfg, out=out)
+        for label in _modes(m, n, cfg):
+            def call(a=a, b=b, cfg=cfg, out=out):
+                return tritonblas.matmul(a, b, config=cfg, out=out)
 
-        call()
-        err = (out.float() - (a.float() @ b.float())).abs().max().item()
-        eager = do_bench(call, rep=100) * 1e3
-        graph = _graph_us(torch, do_bench, call)
-        torch_graph = _graph_us(torch, do_bench, lambda a=a, b=b, out=out: torch.mm(a, b, out=out))
-        print(f"{m}x{n}x{k} {cfg.short()}: eager {eager:.1f} us, graph {graph:.2f} us "
-              f"(torch.mm graph {torch_graph:.2f}), max err {err:.3g}", flush=True)
+            call()
+            err = (out.float() - (a.float() @ b.float())).abs().max().item()
+            eager = do_bench(call, rep=100) * 1e3
+            graph = _graph_us(torch, do_bench, call)
+            torch_graph = _graph_us(torch, do_bench, lambda a=a, b=b, out=out: torch.mm(a, b, out=out))
+            print(f"{m}x{n}x{k} {cfg.short()}{label}: eager {eager:.1f} us, graph {graph:.2f} us "
+                  f"(torch.mm graph {torch_graph:.2f}), max err {err:.3g}", flush=True)
     return 0
+
+
+def _modes(m: int, n: int, cfg):
+    """With `--both-modes`, on a tree that has the deferred fix-up (arith.fixup_deferred), each problem
+    with data-parallel tiles on 132 SMs runs twice, the mode forced each way; else once, as launched."""
+    from tritonblas import launch
+
+    tiles = -(-m // cfg.block_m) * -(-n // cfg.block_n)
+    rule = getattr(launch, "fixup_deferred", None)
+    if "--both-modes" not in sys.argv or rule is None or tiles < 132:
+        yield ""
+        return
+    for mode in (False, True):
+        launch.fixup_deferred = lambda *_args, mode=mode: mode
+        launch._plans.clear()
+        yield f" deferred={mode}"
+    launch.fixup_deferred = rule
+    launch._plans.clear()
 
 
 if __name__ == "__main__":

@@ -161,10 +161,9 @@ class StreamKPlan:
 
     @property
     def groups(self) -> int:
-        """Fix-up groups per split tile: Q = cdiv(S, ceil(sqrt(S))) for S >= 12 with no data-parallel
-        tiles, else one (no tree: with data-parallel tiles the chunks are claimed after them)."""
+        """Fix-up groups per split tile: Q = cdiv(S, ceil(sqrt(S))) for S >= 12, else one (no tree)."""
         s = self.splits
-        return 1 if s < 12 or self.dp_tiles else cdiv(s, math.isqrt(s - 1) + 1)
+        return 1 if s < 12 else cdiv(s, math.isqrt(s - 1) + 1)
 
     @property
     def group_slots(self) -> frozenset[int]:
@@ -227,10 +226,6 @@ STREAMK_SPLITS = [
     # 1 leftover tile of 7 iterations after a full wave of 7: shared by all seven programs.
     ("tile_shared_by_seven", (63, 17, 100), sk_config(16, 16, 16, 7), 7, 7, ((0, 1, 2, 3, 4, 5, 6),), 0,
      {0, 1, 2, 3, 4, 5, 6}),
-    # 1 leftover tile split 13 ways after a full wave: S >= 12, but its chunks are claimed after the
-    # data-parallel tiles, so no tree and no group slots.
-    ("deferred_no_tree", (112, 32, 208), sk_config(16, 16, 16, 13), 13, 13, (tuple(range(13)),), 0,
-     set(range(13))),
 ]
 
 

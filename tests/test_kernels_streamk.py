@@ -130,37 +130,44 @@ def test_tree_fixup_is_right_and_bitwise_reproducible(shape, config):
     assert torch.equal(tritonblas.matmul(a, b, config=config).view(torch.int16), first.view(torch.int16))
 
 
-# The fix-up's row chunks over every way a tile gets summed (config.fixup_chunks picks the count from
-# the tile; forced here, the interpreter's tiles being too small for more than one): the same sums in
-# the same order, so the same bits, and every counter back at zero.
+# The fix-up's row chunks over every way a tile gets summed, the mode forced (arith.fixup_deferred
+# defers 128x128 tiles and up only) and the chunk count too (config.fixup_chunks gives the
+# interpreter's small tiles one): the same sums in the same order, so the same bits, and every
+# counter back at zero.
 FIXUP_PATHS = [
-    # 6 data-parallel tiles, then 2 split 3 ways (the deferred claims): with 4 chunks the program of
-    # segment 0 claims chunks 0 and 3 after its data-parallel tile.
-    ("deferred", (100, 33, 100), sk_config(32, 32, 32, 6)),
+    # 6 data-parallel tiles, then 2 split 3 ways: with 4 chunks the program of segment 0 claims chunks 0
+    # and 3 after its data-parallel tile; segment 2's claim comes after the last arrival.
+    ("deferred", (100, 33, 100), sk_config(32, 32, 32, 6), True),
     # 1 data-parallel wave of 7, 1 tile split 7 ways: chunk c's claimer runs before the last arrival
     # (the interpreter runs programs in order), so the last arrival sums the claimed chunks.
-    ("deferred_last_arrival_sums", (63, 17, 100), sk_config(16, 16, 16, 7)),
-    # 1 tile in 4 segments, no data-parallel tile: each program claims as it arrives, the last sums all.
-    ("immediate", (15, 17, 127), sk_config(32, 32, 16, 4)),
-    # 1 tile in 33 segments, no data-parallel tile: the two-level tree, group sums chunk by chunk.
-    ("tree", (16, 16, 640), sk_config(16, 16, 16, 33)),
+    ("deferred_last_arrival_sums", (63, 17, 100), sk_config(16, 16, 16, 7), True),
     # 2 data-parallel waves of 4 tiles, 1 tile split 4 ways, S = 4 < chunks (8): claims wrap around.
-    ("deferred_more_chunks_than_splits", (48, 48, 64), sk_config(16, 16, 16, 4)),
+    ("deferred_more_chunks_than_splits", (48, 48, 64), sk_config(16, 16, 16, 4), True),
+    # The same two problems with the data-parallel tiles first: the last arrival sums every chunk.
+    ("data_parallel_first", (100, 33, 100), sk_config(32, 32, 32, 6), False),
+    ("data_parallel_first_seven", (63, 17, 100), sk_config(16, 16, 16, 7), False),
+    # 1 tile in 4 segments, no data-parallel tile.
+    ("no_data_parallel", (15, 17, 127), sk_config(32, 32, 16, 4), False),
+    # 1 tile in 33 segments, no data-parallel tile: the two-level tree, group sums chunk by chunk.
+    ("tree", (16, 16, 640), sk_config(16, 16, 16, 33), False),
+    # 1 tile split 13 ways after a full wave of 13, deferred: no tree (no group slots, no group counters).
+    ("deferred_no_tree", (112, 32, 208), sk_config(16, 16, 16, 13), True),
 ]
 
 
-@pytest.mark.parametrize("shape, config", [p[1:] for p in FIXUP_PATHS], ids=[p[0] for p in FIXUP_PATHS])
-def test_fixup_chunks_give_the_same_bits_on_every_path(monkeypatch, shape, config):
+@pytest.mark.parametrize("shape, config, deferred", [p[1:] for p in FIXUP_PATHS],
+                         ids=[p[0] for p in FIXUP_PATHS])
+def test_fixup_chunks_give_the_same_bits_on_every_path(monkeypatch, shape, config, deferred):
     m, n, k = shape
     a, b = _problem(m, n, k, torch.float16, seed=3)
     bias = torch.randn(n).to(torch.float16)
+    monkeypatch.setattr(launch, "fixup_deferred", lambda *_args: deferred)
     outs = []
     for chunks in (1, 2, 4, 8):
-        if chunks > config.block_m:
-            continue
         monkeypatch.setattr(launch, "fixup_chunks", lambda _config, chunks=chunks: chunks)
         monkeypatch.setattr(launch, "_plans", {})
         outs.append(tritonblas.addmm(bias, a, b, beta=0.5, alpha=2.0, config=config))
+        assert next(iter(launch._plans.values())).constexprs["DEFERRED"] is deferred
         assert not scratch.workspace(CPU, 0, 0)[1].any()
     assert all(torch.equal(o.view(torch.int16), outs[0].view(torch.int16)) for o in outs[1:])
     ref = reference(a, b, bias, 0.5, 2.0)
@@ -181,3 +188,16 @@ def test_fixup_chunks_rule():
     plan = launch._make_plan(a, b, torch.empty(48, 17, dtype=torch.float16), None, sk_config(64, 128, 16, 5),
                              4, "ieee")
     assert plan.constexprs["FIXUP_CHUNKS"] == 2
+
+
+def test_fixup_deferred_rule():
+    # Deferred: data-parallel tiles (tiles >= programs), S >= 6, tiles of 4+ chunks (128x128 and up).
+    assert arith.fixup_deferred(144, 132, 11, 4)  # 768x3072x8192 on 128x128 tiles
+    assert not arith.fixup_deferred(196, 132, 2, 4)  # 1792^3-ish: two splits, data-parallel tiles first
+    assert not arith.fixup_deferred(144, 132, 11, 1)  # 768^3 on 64x64 tiles: one chunk
+    assert not arith.fixup_deferred(16, 132, 8, 4)  # no data-parallel tile to hide it behind
+    # The launch and the workspace follow it: no tree (so no group slots) where deferred.
+    config = sk_config(128, 128, 64, 132)
+    assert launch.streamk_workspace(config, 128, 13 * 128, 128 * 64, 12) == (12 * 128 * 128, 1)
+    # One tile split 12 ways on 12 programs: the tree, G 4, Q 3.
+    assert launch.streamk_workspace(config, 128, 128, 128 * 64, 12) == ((12 + 3) * 128 * 128, 1 + 3)

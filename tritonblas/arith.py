@@ -34,6 +34,8 @@ def streamk_split(tiles: int, programs: int, iters: int) -> int:
 # (tests/kernel_ab.py, graph replay, 2026-11-30). So it pays once G + Q + 3 < S.
 TREE_MIN_SPLITS = 12
 TREE_EXTRA_READS = 3
+
+
 def fixup_groups(splits: int) -> tuple[int, int]:
     """(G, Q) of a Stream-K tile split S ways: G = ceil(sqrt(S)) segments per fix-up group and Q =
     cdiv(S, G) groups; one group below TREE_MIN_SPLITS (the kernel's fixup_groups, kernels/streamk.py)."""
@@ -43,15 +45,28 @@ def fixup_groups(splits: int) -> tuple[int, int]:
 
 def fixup_chain(splits: int) -> int:
     """Partial reads (of one tile's fp32 accumulator) on the fix-up's longest chain for S splits when
-    one program sums the tile (no data-parallel tiles to hide it behind)."""
+    the last segment to arrive sums the tile (or the tree's last group, from TREE_MIN_SPLITS)."""
     group, groups = fixup_groups(splits)
     return splits if groups == 1 else group + groups + TREE_EXTRA_READS
 
 
+# Where the Stream-K fix-up is deferred (kernels/streamk.py: segments first, chunks claimed after the
+# data-parallel tiles): from this many splits, on tiles of at least this many chunks. H200, graph replay,
+# against the data-parallel tiles first (tests/kernel_ab.py --chunks, kernel-levers row 31).
+DEFER_MIN_SPLITS = 6
+DEFER_MIN_CHUNKS = 4
+
+
+def fixup_deferred(tiles: int, programs: int, splits: int, chunks: int) -> bool:
+    """Whether the Stream-K kernel claims the fix-up's chunks after its data-parallel tiles (there are
+    some: tiles >= programs) instead of summing the tile when its last segment arrives."""
+    return tiles >= programs and splits >= DEFER_MIN_SPLITS and chunks >= DEFER_MIN_CHUNKS
+
+
 def fixup_reads(splits: int, chunks: int, deferred: bool) -> float:
-    """Whole-tile partial reads on the fix-up's critical path (kernels/streamk.py): deferred (the
-    problem has data-parallel tiles), the program of segment j sums chunks j, j + S, ... of the
-    `chunks`, each over the S partials; else fixup_chain."""
+    """Whole-tile partial reads on the fix-up's critical path (kernels/streamk.py): deferred
+    (fixup_deferred), the program of segment j sums chunks j, j + S, ... of the `chunks`, each over
+    the S partials; else fixup_chain."""
     if deferred:
         return cdiv(chunks, splits) * splits / chunks
     return fixup_chain(splits)

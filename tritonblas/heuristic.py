@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 
 from . import arith
-from .arith import cdiv, fixup_reads, gemm_flops
+from .arith import cdiv, fixup_deferred, fixup_reads, gemm_flops
 from .config import (
     DTYPE_BYTES,
     DeviceInfo,
@@ -157,9 +157,10 @@ def estimate(config: GemmConfig, problem: Problem, device: DeviceInfo) -> Estima
                 # The fix-up's reads at about twice one SM's fair share of bandwidth: 256x256x65536
                 # with 128x128 tiles (33 partials of 64 KB read by one program) took 66 us against
                 # ~38 us with no fix-up at all. What is on the critical path: arith.fixup_reads (the
-                # tree's chain, or with data-parallel tiles one program's chunks).
+                # tree's chain, or deferred one program's chunks).
                 per_sm_bytes_us = _BANDWIDTH_TBS[arch] * 1e6 / device.sm_count * 2
-                reads = fixup_reads(split, fixup_chunks(config), tiles >= programs)
+                chunks = fixup_chunks(config)
+                reads = fixup_reads(split, chunks, fixup_deferred(tiles, programs, split, chunks))
                 fixup = reads * config.block_m * config.block_n * 4 / per_sm_bytes_us
     else:
         waves = cdiv(tiles, max(1, min(programs, tiles)))

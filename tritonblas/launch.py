@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from . import scratch
-from .arith import cdiv, fixup_groups, streamk_split
+from .arith import cdiv, fixup_deferred, fixup_groups, streamk_split
 from .config import GemmConfig, aligned_leading_dim, fixup_chunks
 
 
@@ -140,12 +140,13 @@ _COPY_ROWS, _COPY_COLS = 16, 256
 
 def streamk_workspace(config: GemmConfig, m: int, n: int, k: int, programs: int) -> tuple[int, int]:
     """(fp32 partial floats, counters) a Stream-K launch needs: a slot per program and, where the fix-up
-    is a tree (S >= 12 and no data-parallel tiles), a slot per group of each split tile; a counter per
-    split tile and per group."""
+    is a tree (S >= 12, not deferred), a slot per group of each split tile; a counter per split tile
+    and per group."""
     tiles = cdiv(m, config.block_m) * cdiv(n, config.block_n)
     sk_tiles = tiles % programs
     splits = streamk_split(tiles, programs, cdiv(k, config.block_k))
-    groups = fixup_groups(splits)[1] if splits > 1 and tiles < programs else 1
+    tree = splits > 1 and not fixup_deferred(tiles, programs, splits, fixup_chunks(config))
+    groups = fixup_groups(splits)[1] if tree else 1
     tree = sk_tiles * groups if groups > 1 else 0
     return (programs + tree) * config.block_m * config.block_n, sk_tiles + tree
 
@@ -317,7 +318,10 @@ def _make_plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Te
     constexprs["HOST_DESC"] = host_desc
     # K == 0 has no iterations to split: the persistent kernel writes beta * bias (or zeros).
     if streamk:
+        tiles = cdiv(m, config.block_m) * cdiv(n, config.block_n)
+        splits = streamk_split(tiles, progs, cdiv(k, config.block_k))
         constexprs["FIXUP_CHUNKS"] = fixup_chunks(config)
+        constexprs["DEFERRED"] = fixup_deferred(tiles, progs, splits, constexprs["FIXUP_CHUNKS"])
         return _Plan(streamk_kernel, progs, ints, constexprs, config.num_warps, config.num_stages, workspace,
                      tma=use_tma and not host_desc)
     return _Plan(persistent_kernel, progs, ints, constexprs, config.num_warps, config.num_stages, None,

@@ -9,26 +9,27 @@ H200 that ran the split part at ~0.45 of the data-parallel rate (512x1024x32768,
 101 us vs 66 us K-aligned; the retired streamk probe, docs/notes/streamk-split.md, 2026-11-30). The
 programs left over (NUM_PROGS - S*T < T) have no segment.
 
-Every program runs its segment first and its data-parallel tiles after. A split tile's programs write
-their fp32 partials to workspace slot p, and the tile is summed in slot order in FIXUP_CHUNKS row chunks
-(config.fixup_chunks), four partials' loads in flight at a time: read whole, one after another, each
-64 KB partial paid a round trip (0.85-1.5 us on one SM, kernel-levers row 18). Who sums a chunk is
-settled by one counter per split tile, arrivals in its low 20 bits and a claim bit per chunk above:
-- With data-parallel tiles, chunk c is claimed by the program of segment c mod S after its data-parallel
-  tiles, by when the partials are long in: the fix-up left on the critical path is one chunk's S reads,
-  not the whole tile's on one program (768x3072x8192, S = 11: ~7-11 us of ~71, kernel-levers row 31).
-  Whichever of chunk c's claim and the tile's last arrival comes later sums the chunk.
-- Without (no program has other work to hide it behind), each program claims its chunks as it
-  arrives, so the last to arrive sums every chunk; from S >= 12 as a two-level tree instead: segment j
-  belongs to group j // G (G = ceil(sqrt(S)), Q = cdiv(S, G) groups), the last of a group to arrive sums
-  the group's partials in segment order into a group slot (after the NUM_PROGS program slots) and
-  arrives at the tile's counter, and the last group sums the Q group slots in group order. The longest
-  chain of reads is then G + Q (12 for S = 33) instead of S (256x256x65536: 85.8 -> 58.7 us, row 24).
+A split tile's programs write their fp32 partials to workspace slot p, and the tile is summed in slot
+order in FIXUP_CHUNKS row chunks (config.fixup_chunks), four partials' loads in flight at a time: read
+whole, one after another, each 64 KB partial paid a round trip (0.85-1.5 us on one SM, kernel-levers
+row 18). Who sums a chunk is settled by one counter per split tile, arrivals in its low 20 bits and a
+claim bit per chunk above; nobody waits:
+- DEFERRED (the host's arith.fixup_deferred: data-parallel tiles, many splits, big tiles): every
+  program runs its segment first and its data-parallel tiles after; chunk c is claimed by the program
+  of segment c mod S after its data-parallel tiles, by when the partials are long in, so the fix-up on
+  the critical path is a chunk's S reads, not the tile's on one program. Whichever of chunk c's claim
+  and the tile's last arrival comes later sums the chunk.
+- Else the data-parallel tiles run first, and each program claims its chunks as it arrives, so the last
+  to arrive sums every chunk; from S >= 12 as a two-level tree instead: segment j belongs to group
+  j // G (G = ceil(sqrt(S)), Q = cdiv(S, G) groups), the last of a group to arrive sums the group's
+  partials in segment order into a group slot (after the NUM_PROGS program slots) and arrives at the
+  tile's counter, and the last group sums the Q group slots in group order. The longest chain of reads
+  is then G + Q (12 for S = 33) instead of S (256x256x65536: 85.8 -> 58.7 us, row 24).
 The sum order is fixed either way, so the result is bitwise the same run to run, whoever sums; the
 event that completes a counter resets it to 0 for the next launch.
 
 Workspace (sized by the host, launch.streamk_workspace): NUM_PROGS + T * Q slots of BLOCK_M x BLOCK_N
-fp32 (Q = 1, no group slots, unless the tree runs); counters: T tile counters, then T * Q group counters.
+fp32 (no group slots unless the tree runs); counters: T tile counters, then T * Q group counters.
 """
 
 import triton
@@ -178,6 +179,63 @@ def _tree_fix_up(c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, stride_cm, stride_c
 
 
 @triton.jit
+def _split_segment(a_ptr, b_ptr, a_desc, b_desc, c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, K, NUM_PROGS,
+                   stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_biasm,
+                   stride_biasn, alpha, beta, pid, dp_tiles, sk_tiles, splits, iters_per_tile,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                   HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, PRECISION: tl.constexpr,
+                   USE_TMA: tl.constexpr, A_COL: tl.constexpr, B_COL: tl.constexpr, A_DIV: tl.constexpr,
+                   B_DIV: tl.constexpr, INT64: tl.constexpr, FIXUP_CHUNKS: tl.constexpr,
+                   DEFERRED: tl.constexpr):
+    """Program `pid`'s K segment of its leftover tile: written whole when the tile is not split, else
+    stored as a partial and summed as the module docstring says (deferred: arrive now, claim later)."""
+    sk_tile = pid % sk_tiles
+    seg = pid // sk_tiles
+    pid_m, pid_n = tile_coords(dp_tiles + sk_tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc = k_loop(acc, a_ptr, b_ptr, a_desc, b_desc, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                 pid_m, pid_n, seg * iters_per_tile // splits, (seg + 1) * iters_per_tile // splits,
+                 BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION, USE_TMA, A_COL, B_COL, A_DIV, B_DIV, INT64)
+    if splits == 1:
+        epilogue(acc, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, stride_biasm, stride_biasn,
+                 alpha, beta, pid_m, pid_n, BLOCK_M, BLOCK_N, HAS_BIAS, INT64)
+    else:
+        # Every partial is read back from its slot, this program's own included: its registers are
+        # then free, so the fix-up never holds two BLOCK_M x BLOCK_N fp32 tiles.
+        tile_offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+        tl.store(ws_ptr + widened(pid, INT64) * BLOCK_M * BLOCK_N + tile_offs, acc, cache_modifier=".cg")
+        if (fixup_groups(splits)[1] > 1) & (not DEFERRED):
+            _tree_fix_up(c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, stride_cm, stride_cn, stride_biasm,
+                         stride_biasn, alpha, beta, pid_m, pid_n, sk_tile, sk_tiles, splits, seg, NUM_PROGS,
+                         BLOCK_M, BLOCK_N, HAS_BIAS, INT64, FIXUP_CHUNKS)
+        else:
+            delta = 1
+            if not DEFERRED:
+                delta += _claims(seg, splits, FIXUP_CHUNKS)
+            counter = counter_ptr + sk_tile
+            _settle(counter, _arrive(counter, delta), delta, splits, c_ptr, bias_ptr, ws_ptr, M, N,
+                    stride_cm, stride_cn, stride_biasm, stride_biasn, alpha, beta, pid_m, pid_n, sk_tile,
+                    sk_tiles, BLOCK_M, BLOCK_N, HAS_BIAS, INT64, FIXUP_CHUNKS)
+
+
+@triton.jit
+def _claim_chunks(c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, stride_cm, stride_cn, stride_biasm,
+                  stride_biasn, alpha, beta, pid, dp_tiles, sk_tiles, splits,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, HAS_BIAS: tl.constexpr,
+                  INT64: tl.constexpr, FIXUP_CHUNKS: tl.constexpr):
+    """Deferred: claim this program's chunks of its split tile, and sum them if every partial is in."""
+    sk_tile = pid % sk_tiles
+    claims = _claims(pid // sk_tiles, splits, FIXUP_CHUNKS)
+    if (claims != 0) & (splits > 1):  # (the host defers split tiles only: arith.fixup_deferred)
+        pid_m, pid_n = tile_coords(dp_tiles + sk_tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        counter = counter_ptr + sk_tile
+        before = tl.atomic_add(counter, claims, sem="acq_rel", scope="gpu")
+        _settle(counter, before, claims, splits, c_ptr, bias_ptr, ws_ptr, M, N, stride_cm, stride_cn,
+                stride_biasm, stride_biasn, alpha, beta, pid_m, pid_n, sk_tile, sk_tiles, BLOCK_M, BLOCK_N,
+                HAS_BIAS, INT64, FIXUP_CHUNKS)
+
+
+@triton.jit
 def streamk_gemm_kernel(
     a_ptr, b_ptr, c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, K, NUM_PROGS,
     stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_biasm, stride_biasn,
@@ -186,7 +244,7 @@ def streamk_gemm_kernel(
     HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, PRECISION: tl.constexpr,
     USE_TMA: tl.constexpr, A_COL: tl.constexpr, B_COL: tl.constexpr,
     A_DIV: tl.constexpr, B_DIV: tl.constexpr, FLATTEN: tl.constexpr, WARP_SPEC: tl.constexpr,
-    INT64: tl.constexpr, HOST_DESC: tl.constexpr, FIXUP_CHUNKS: tl.constexpr,
+    INT64: tl.constexpr, HOST_DESC: tl.constexpr, FIXUP_CHUNKS: tl.constexpr, DEFERRED: tl.constexpr,
 ):
     a_desc, b_desc = operand_sources(a_ptr, b_ptr, a_host, b_host, M, N, K, stride_am, stride_ak,
                                      stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, HOST_DESC,
@@ -197,39 +255,17 @@ def streamk_gemm_kernel(
     dp_tiles = (num_tiles // NUM_PROGS) * NUM_PROGS
     sk_tiles = num_tiles - dp_tiles
     splits = min(NUM_PROGS // max(sk_tiles, 1), iters_per_tile)
-    split_here = (pid < splits * sk_tiles) & (splits > 1)
-    sk_tile = pid % max(sk_tiles, 1)
-    seg = pid // max(sk_tiles, 1)
-    # Chunk claims wait for the data-parallel tiles where there are any (module docstring).
-    deferred = dp_tiles > 0
-    claims = _claims(seg, splits, FIXUP_CHUNKS)
-    tree = (fixup_groups(splits)[1] > 1) & (dp_tiles == 0)
+    in_split = pid < splits * sk_tiles
 
-    if pid < splits * sk_tiles:
-        pid_m, pid_n = tile_coords(dp_tiles + sk_tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        acc = k_loop(acc, a_ptr, b_ptr, a_desc, b_desc, M, N, K, stride_am, stride_ak, stride_bk,
-                     stride_bn, pid_m, pid_n, seg * iters_per_tile // splits,
-                     (seg + 1) * iters_per_tile // splits, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION,
-                     USE_TMA, A_COL, B_COL, A_DIV, B_DIV, INT64)
-        if splits == 1:
-            epilogue(acc, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, stride_biasm, stride_biasn,
-                     alpha, beta, pid_m, pid_n, BLOCK_M, BLOCK_N, HAS_BIAS, INT64)
-        else:
-            # Every partial is read back from its slot, this program's own included: its registers are
-            # then free, so the fix-up never holds two BLOCK_M x BLOCK_N fp32 tiles.
-            tile_offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-            tl.store(ws_ptr + widened(pid, INT64) * BLOCK_M * BLOCK_N + tile_offs, acc, cache_modifier=".cg")
-            if tree:
-                _tree_fix_up(c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, stride_cm, stride_cn, stride_biasm,
-                             stride_biasn, alpha, beta, pid_m, pid_n, sk_tile, sk_tiles, splits, seg,
-                             NUM_PROGS, BLOCK_M, BLOCK_N, HAS_BIAS, INT64, FIXUP_CHUNKS)
-            else:
-                delta = 1 if deferred else 1 + claims
-                counter = counter_ptr + sk_tile
-                _settle(counter, _arrive(counter, delta), delta, splits, c_ptr, bias_ptr, ws_ptr, M, N,
-                        stride_cm, stride_cn, stride_biasm, stride_biasn, alpha, beta, pid_m, pid_n,
-                        sk_tile, sk_tiles, BLOCK_M, BLOCK_N, HAS_BIAS, INT64, FIXUP_CHUNKS)
+    # DEFERRED (the host's arith.fixup_deferred): segments first, so that the fix-up's chunks are
+    # claimed after the data-parallel tiles; else the data-parallel tiles first, as before the chunks.
+    if DEFERRED:
+        if in_split:
+            _split_segment(a_ptr, b_ptr, a_desc, b_desc, c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, K,
+                           NUM_PROGS, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                           stride_biasm, stride_biasn, alpha, beta, pid, dp_tiles, sk_tiles, splits,
+                           iters_per_tile, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, HAS_BIAS, EVEN_K, PRECISION,
+                           USE_TMA, A_COL, B_COL, A_DIV, B_DIV, INT64, FIXUP_CHUNKS, DEFERRED)
 
     # The data-parallel loop is the persistent kernel's, with its levers (see persistent.py).
     for tile_id in tl.range(pid, dp_tiles, NUM_PROGS, flatten=FLATTEN, warp_specialize=WARP_SPEC):
@@ -241,10 +277,14 @@ def streamk_gemm_kernel(
         epilogue(acc, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, stride_biasm, stride_biasn,
                  alpha, beta, pid_m, pid_n, BLOCK_M, BLOCK_N, HAS_BIAS, INT64)
 
-    if split_here & deferred & (claims != 0):
-        pid_m, pid_n = tile_coords(dp_tiles + sk_tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        counter = counter_ptr + sk_tile
-        before = tl.atomic_add(counter, claims, sem="acq_rel", scope="gpu")
-        _settle(counter, before, claims, splits, c_ptr, bias_ptr, ws_ptr, M, N, stride_cm, stride_cn,
-                stride_biasm, stride_biasn, alpha, beta, pid_m, pid_n, sk_tile, sk_tiles, BLOCK_M, BLOCK_N,
-                HAS_BIAS, INT64, FIXUP_CHUNKS)
+    if DEFERRED:
+        if in_split:
+            _claim_chunks(c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, stride_cm, stride_cn, stride_biasm,
+                          stride_biasn, alpha, beta, pid, dp_tiles, sk_tiles, splits, BLOCK_M, BLOCK_N,
+                          GROUP_M, HAS_BIAS, INT64, FIXUP_CHUNKS)
+    elif in_split:
+        _split_segment(a_ptr, b_ptr, a_desc, b_desc, c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, K, NUM_PROGS,
+                       stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_biasm,
+                       stride_biasn, alpha, beta, pid, dp_tiles, sk_tiles, splits, iters_per_tile, BLOCK_M,
+                       BLOCK_N, BLOCK_K, GROUP_M, HAS_BIAS, EVEN_K, PRECISION, USE_TMA, A_COL, B_COL, A_DIV,
+                       B_DIV, INT64, FIXUP_CHUNKS, DEFERRED)
