@@ -115,20 +115,23 @@ def main() -> int:
 
 
 def _modes(m: int, n: int, cfg):
-    """With `--both-modes`, on a tree that has the deferred fix-up (arith.fixup_deferred), each problem
+    """With `--both-modes`, on a tree that has the deferred fix-up (config.fixup_plan), each problem
     with data-parallel tiles on 132 SMs runs twice, the mode forced each way; else once, as launched."""
     from tritonblas import launch
 
     tiles = -(-m // cfg.block_m) * -(-n // cfg.block_n)
-    rule = getattr(launch, "fixup_deferred", None)
+    rule = getattr(launch, "fixup_plan", None)
     if "--both-modes" not in sys.argv or rule is None or tiles < 132:
         yield ""
         return
     for mode in (False, True):
-        launch.fixup_deferred = lambda *_args, mode=mode: mode
+        def forced(config, tiles, programs, splits, tma, mode=mode):
+            chunks = min(8, max(1, config.block_m * config.block_n // 4096))
+            return (chunks if mode or tma else 1), mode
+        launch.fixup_plan = forced
         launch._plans.clear()
         yield f" deferred={mode}"
-    launch.fixup_deferred = rule
+    launch.fixup_plan = rule
     launch._plans.clear()
 
 

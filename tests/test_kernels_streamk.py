@@ -9,7 +9,7 @@ from shapes import STREAMK_SPLITS, prime_workspace, reference, rel_error, sk_con
 
 import tritonblas
 from tritonblas import arith, launch, scratch
-from tritonblas.config import Problem, fixup_chunks, smem_bytes
+from tritonblas.config import Problem, fixup_plan, smem_bytes
 from tritonblas.kernels.streamk import fixup_groups
 
 CPU = torch.device("cpu")
@@ -130,10 +130,9 @@ def test_tree_fixup_is_right_and_bitwise_reproducible(shape, config):
     assert torch.equal(tritonblas.matmul(a, b, config=config).view(torch.int16), first.view(torch.int16))
 
 
-# The fix-up's row chunks over every way a tile gets summed, the mode forced (arith.fixup_deferred
-# defers 128x128 tiles and up only) and the chunk count too (config.fixup_chunks gives the
-# interpreter's small tiles one): the same sums in the same order, so the same bits, and every
-# counter back at zero.
+# The fix-up's row chunks over every way a tile gets summed, the mode and the chunk count forced
+# (config.fixup_plan defers 128x128 tiles and up only, and gives the interpreter's small tiles one
+# chunk): the same sums in the same order, so the same bits, and every counter back at zero.
 FIXUP_PATHS = [
     # 6 data-parallel tiles, then 2 split 3 ways: with 4 chunks the program of segment 0 claims chunks 0
     # and 3 after its data-parallel tile; segment 2's claim comes after the last arrival.
@@ -161,10 +160,9 @@ def test_fixup_chunks_give_the_same_bits_on_every_path(monkeypatch, shape, confi
     m, n, k = shape
     a, b = _problem(m, n, k, torch.float16, seed=3)
     bias = torch.randn(n).to(torch.float16)
-    monkeypatch.setattr(launch, "fixup_deferred", lambda *_args: deferred)
     outs = []
     for chunks in (1, 2, 4, 8):
-        monkeypatch.setattr(launch, "fixup_chunks", lambda _config, chunks=chunks: chunks)
+        monkeypatch.setattr(launch, "fixup_plan", lambda *_args, chunks=chunks: (chunks, deferred))
         monkeypatch.setattr(launch, "_plans", {})
         outs.append(tritonblas.addmm(bias, a, b, beta=0.5, alpha=2.0, config=config))
         assert next(iter(launch._plans.values())).constexprs["DEFERRED"] is deferred
@@ -174,20 +172,25 @@ def test_fixup_chunks_give_the_same_bits_on_every_path(monkeypatch, shape, confi
     assert rel_error(outs[0], ref) <= 2 * rel_error(torch.addmm(bias, a, b, beta=0.5, alpha=2.0), ref) + 1e-3
 
 
-def test_fixup_chunks_rule():
-    def chunks(bm, bn):
-        return fixup_chunks(sk_config(bm, bn, 64, 132))
-    # Chunks of 4096 fp32 (32 values a thread on 4 warps), at most 8 (the counter's claim bits).
-    assert [chunks(128, 128), chunks(64, 128), chunks(128, 256), chunks(256, 256), chunks(32, 32)] == [
-        4, 2, 8, 8, 1]
+def test_fixup_plan_rule():
+    def plan(bm, bn, tiles, splits, tma=False):
+        return fixup_plan(sk_config(bm, bn, 64, 132), tiles, 132, splits, tma)
+    # Chunks of 4096 fp32 (32 values a thread on 4 warps), at most 8 (the counter's claim bits), where
+    # deferred or on TMA; a pointer tile summed on arrival reads whole partials.
+    assert [plan(128, 128, 144, 11), plan(128, 256, 153, 6), plan(256, 256, 140, 16)] == [
+        (4, True), (8, True), (8, True)]
+    assert [plan(128, 128, 196, 2), plan(128, 128, 196, 2, tma=True), plan(64, 128, 32, 4, tma=True)] == [
+        (1, False), (4, False), (2, False)]
+    assert plan(64, 64, 144, 11) == (1, False)  # one chunk's worth: not deferred
     problem = Problem(768, 3072, 8192, "bf16")
     tma = sk_config(128, 128, 64, 132).model_copy(update={"tma": True, "num_stages": 3})
-    # The fix-up reads chunks into registers: Stream-K asks for the persistent kernel's shared memory.
+    # The fix-up reads into registers: Stream-K asks for the persistent kernel's shared memory.
     assert smem_bytes(tma, problem) == smem_bytes(tma.model_copy(update={"streamk": False}), problem)
     a, b = _problem(48, 17, 96, torch.float16)
-    plan = launch._make_plan(a, b, torch.empty(48, 17, dtype=torch.float16), None, sk_config(64, 128, 16, 5),
-                             4, "ieee")
-    assert plan.constexprs["FIXUP_CHUNKS"] == 2
+    launched = launch._make_plan(a, b, torch.empty(48, 17, dtype=torch.float16), None,
+                                 sk_config(64, 128, 16, 5).model_copy(update={"tma": True}), 4, "ieee")
+    # (A row of 17 halves cannot be read by TMA: the pointer loop runs, so whole partials.)
+    assert (launched.constexprs["FIXUP_CHUNKS"], launched.constexprs["DEFERRED"]) == (1, False)
 
 
 def test_fixup_deferred_rule():

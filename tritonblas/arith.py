@@ -51,8 +51,12 @@ def fixup_chain(splits: int) -> int:
 
 
 # Where the Stream-K fix-up is deferred (kernels/streamk.py: segments first, chunks claimed after the
-# data-parallel tiles): from this many splits, on tiles of at least this many chunks. H200, graph replay,
-# against the data-parallel tiles first (tests/kernel_ab.py --chunks, kernel-levers row 31).
+# data-parallel tiles): from this many splits, on tiles of at least this many chunks. H200, bf16, graph
+# replay, deferred against data-parallel tiles first (tests/kernel_ab.py --chunks --both-modes, row 31):
+# S 11 768x3072x8192 128x128 74.3 -> 70.7 us (pointers) and 91.6 -> 87.8 (TMA); S 6 2176x2176x4096
+# 128x256 79.3 -> 74.0; S 5 even (2176x2176x4096 73.8 -> 71.5, 1536x3072x8192 135.2 -> 138.6); S 2-3
+# slower (1792x1792x8192 91.4 -> 96.1, 896x3072x8192 80.5 -> 85.1), one chunk too (768^3 64x64, S 11:
+# 11.0 -> 12.0): a claim is one more atomic on the critical path.
 DEFER_MIN_SPLITS = 6
 DEFER_MIN_CHUNKS = 4
 

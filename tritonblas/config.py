@@ -11,6 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
 
+from .arith import fixup_deferred
+
 DType = Literal["fp16", "bf16", "fp32"]
 BiasKind = Literal["none", "scalar", "row", "column", "full"]
 Layout = Literal["nn", "nt", "tn", "tt"]
@@ -257,12 +259,21 @@ def smem_bytes(config: GemmConfig, problem: Problem, arch: str = "sm_90") -> int
     return need + 1024
 
 
-def fixup_chunks(config: GemmConfig) -> int:
-    """Row chunks the Stream-K fix-up sums a split tile in (kernels/streamk.py): chunks of 4096 fp32
-    (16 KiB: 32 values a thread on 4 warps, four partials' chunks in flight, 64 KiB, as one whole
-    128x128 partial was), at most 8 (the tile counter's claim bits). With data-parallel tiles the chunks
-    are summed by up to 8 programs instead of one."""
-    return min(8, max(1, config.block_m * config.block_n // 4096))
+def fixup_plan(config: GemmConfig, tiles: int, programs: int, splits: int, tma: bool) -> tuple[int, bool]:
+    """(FIXUP_CHUNKS, DEFERRED) of a Stream-K launch (kernels/streamk.py) whose `tiles` leave `splits`
+    segments per leftover tile on `programs` programs; `tma`: its loads run TMA.
+
+    A tile holds chunks of 4096 fp32 (32 values a thread on 4 warps, so four chunks in flight are as
+    many as one whole 128x128 partial), at most 8 (the tile counter's claim bits). Deferred
+    (arith.fixup_deferred) the chunks are claimed by up to 8 programs. Else the last to arrive sums
+    them: in chunks on TMA tiles, whole partials one at a time on pointer tiles, as before chunks. H200,
+    graph replay against whole partials (pipelined by cp.async on TMA tiles on 4 warps, kernel-levers
+    row 30), bf16 (tests/kernel_ab.py --chunks --both-modes, row 31): TMA 128x128 128x128x8192 38.8 ->
+    35.1 us, 256x256x65536 49.0 -> 47.7, 1024x1024x16384 60.6 -> 58.9; pointer 128x128 at 5 stages
+    slower in chunks, 768x3072x8192 72.7 -> 74.3, 2176x2176x4096 71.1 -> 73.8."""
+    chunks = min(8, max(1, config.block_m * config.block_n // 4096))
+    deferred = fixup_deferred(tiles, programs, splits, chunks)
+    return (chunks if deferred or tma else 1), deferred
 
 
 def _one_element_loads(problem: Problem, copied: bool) -> tuple[bool, bool]:

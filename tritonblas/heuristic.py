@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 
 from . import arith
-from .arith import cdiv, fixup_deferred, fixup_reads, gemm_flops
+from .arith import cdiv, fixup_reads, gemm_flops
 from .config import (
     DTYPE_BYTES,
     DeviceInfo,
@@ -27,7 +27,7 @@ from .config import (
     Problem,
     aligned_leading_dim,
     config_supports,
-    fixup_chunks,
+    fixup_plan,
     operand_alignment,
     operand_leading_dims,
     operands_aligned,
@@ -159,8 +159,7 @@ def estimate(config: GemmConfig, problem: Problem, device: DeviceInfo) -> Estima
                 # ~38 us with no fix-up at all. What is on the critical path: arith.fixup_reads (the
                 # tree's chain, or deferred one program's chunks).
                 per_sm_bytes_us = _BANDWIDTH_TBS[arch] * 1e6 / device.sm_count * 2
-                chunks = fixup_chunks(config)
-                reads = fixup_reads(split, chunks, fixup_deferred(tiles, programs, split, chunks))
+                reads = fixup_reads(split, *fixup_plan(config, tiles, programs, split, config.tma))
                 fixup = reads * config.block_m * config.block_n * 4 / per_sm_bytes_us
     else:
         waves = cdiv(tiles, max(1, min(programs, tiles)))

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import torch
 
 from . import scratch
-from .arith import cdiv, fixup_deferred, fixup_groups, streamk_split
-from .config import GemmConfig, aligned_leading_dim, fixup_chunks
+from .arith import cdiv, fixup_groups, streamk_split
+from .config import GemmConfig, aligned_leading_dim, fixup_plan
 
 
 @functools.cache
@@ -145,7 +145,7 @@ def streamk_workspace(config: GemmConfig, m: int, n: int, k: int, programs: int)
     tiles = cdiv(m, config.block_m) * cdiv(n, config.block_n)
     sk_tiles = tiles % programs
     splits = streamk_split(tiles, programs, cdiv(k, config.block_k))
-    tree = splits > 1 and not fixup_deferred(tiles, programs, splits, fixup_chunks(config))
+    tree = splits > 1 and not fixup_plan(config, tiles, programs, splits, config.tma)[1]
     groups = fixup_groups(splits)[1] if tree else 1
     tree = sk_tiles * groups if groups > 1 else 0
     return (programs + tree) * config.block_m * config.block_n, sk_tiles + tree
@@ -320,8 +320,7 @@ def _make_plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Te
     if streamk:
         tiles = cdiv(m, config.block_m) * cdiv(n, config.block_n)
         splits = streamk_split(tiles, progs, cdiv(k, config.block_k))
-        constexprs["FIXUP_CHUNKS"] = fixup_chunks(config)
-        constexprs["DEFERRED"] = fixup_deferred(tiles, progs, splits, constexprs["FIXUP_CHUNKS"])
+        constexprs["FIXUP_CHUNKS"], constexprs["DEFERRED"] = fixup_plan(config, tiles, progs, splits, use_tma)
         return _Plan(streamk_kernel, progs, ints, constexprs, config.num_warps, config.num_stages, workspace,
                      tma=use_tma and not host_desc)
     return _Plan(persistent_kernel, progs, ints, constexprs, config.num_warps, config.num_stages, None,

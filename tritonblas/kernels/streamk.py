@@ -10,9 +10,10 @@ H200 that ran the split part at ~0.45 of the data-parallel rate (512x1024x32768,
 programs left over (NUM_PROGS - S*T < T) have no segment.
 
 A split tile's programs write their fp32 partials to workspace slot p, and the tile is summed in slot
-order in FIXUP_CHUNKS row chunks (config.fixup_chunks), four partials' loads in flight at a time: read
-whole, one after another, each 64 KB partial paid a round trip (0.85-1.5 us on one SM, kernel-levers
-row 18). Who sums a chunk is settled by one counter per split tile, arrivals in its low 20 bits and a
+order in FIXUP_CHUNKS row chunks (launch: arith.fixup_chunks), four partials' chunks in flight at a
+time, or whole (one chunk) a partial at a time: each read is a round trip (0.85-1.5 us for a 64 KB
+partial on one SM, kernel-levers row 18), and a whole 128x128 tile is as many values as a thread can
+keep in flight. Who sums a chunk is settled by one counter per split tile, arrivals in its low 20 bits and a
 claim bit per chunk above; nobody waits:
 - DEFERRED (the host's arith.fixup_deferred: data-parallel tiles, many splits, big tiles): every
   program runs its segment first and its data-parallel tiles after; chunk c is claimed by the program
@@ -38,7 +39,7 @@ import triton.language as tl
 from .common import epilogue, k_loop, operand_sources, tile_coords, widened
 
 # A tile counter: arrivals below bit 20 (S <= NUM_PROGS <= config.MAX_GRID < 2**20), chunk c's claim at
-# bit 20 + c (<= 8 chunks: config.fixup_chunks), so it stays a positive int32.
+# bit 20 + c (<= 8 chunks: arith.fixup_chunks), so it stays a positive int32.
 _CLAIM_BIT = tl.constexpr(20)
 _ARRIVALS = tl.constexpr(1 << 20)
 
@@ -73,20 +74,24 @@ def _slot_rows(ws_ptr, offs, slot, valid, INT64: tl.constexpr, SLOT: tl.constexp
 @triton.jit
 def _sum_chunk(ws_ptr, first, count, stride, chunk, INT64: tl.constexpr, BLOCK_M: tl.constexpr,
                BLOCK_N: tl.constexpr, FIXUP_CHUNKS: tl.constexpr):
-    """The fp32 sum, in slot order, of one row chunk of `count` slots first, first + stride, ...: four
-    slots' loads are issued before the first add, and added in order."""
+    """The fp32 sum, in slot order, of one row chunk of `count` slots first, first + stride, ...: in
+    chunks, four slots' loads are issued before the first add, and added in order; a whole tile (one
+    chunk) is read a slot at a time, as many values in flight as four chunks of four."""
     offs = _chunk_offsets(chunk, BLOCK_M, BLOCK_N, FIXUP_CHUNKS)
     total = tl.zeros((BLOCK_M // FIXUP_CHUNKS, BLOCK_N), dtype=tl.float32)
-    for j in range(0, count, 4):
+    for j in range(0, count, 4 if FIXUP_CHUNKS > 1 else 1):
         slot = first + j * stride
         p0 = _slot_rows(ws_ptr, offs, slot, True, INT64, BLOCK_M * BLOCK_N)
-        p1 = _slot_rows(ws_ptr, offs, slot + stride, j + 1 < count, INT64, BLOCK_M * BLOCK_N)
-        p2 = _slot_rows(ws_ptr, offs, slot + 2 * stride, j + 2 < count, INT64, BLOCK_M * BLOCK_N)
-        p3 = _slot_rows(ws_ptr, offs, slot + 3 * stride, j + 3 < count, INT64, BLOCK_M * BLOCK_N)
-        total += p0
-        total += p1
-        total += p2
-        total += p3
+        if FIXUP_CHUNKS > 1:
+            p1 = _slot_rows(ws_ptr, offs, slot + stride, j + 1 < count, INT64, BLOCK_M * BLOCK_N)
+            p2 = _slot_rows(ws_ptr, offs, slot + 2 * stride, j + 2 < count, INT64, BLOCK_M * BLOCK_N)
+            p3 = _slot_rows(ws_ptr, offs, slot + 3 * stride, j + 3 < count, INT64, BLOCK_M * BLOCK_N)
+            total += p0
+            total += p1
+            total += p2
+            total += p3
+        else:
+            total += p0
     return total
 
 
