@@ -6,6 +6,8 @@ Run on a GPU host with TRITONBLAS_TEST_GPU=1 (tests/conftest.py then leaves the 
     TRITONBLAS_TEST_GPU=1 python -m pytest tests/test_gpu.py
 """
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -427,7 +429,16 @@ def test_gpu_tuner_times_torch_mm_as_a_candidate(tmp_path):
         rows = {m.config: m for m in db.measurements(out.key)}
     vendor = GemmConfig.vendor()
     assert rows[vendor].status == "ok" and rows[vendor].median_ms > 0
-    assert out.winner.median_ms == min(m.median_ms for m in rows.values() if m.status == "ok")
+    # The fastest candidate wins; a kernel that timed fastest meets torch.mm again side by side (the
+    # tuner's final match) and keeps the win only at least as fast there, at its match time.
+    won = out.winner
+    fastest = min(rows, key=lambda c: rows[c].median_ms if rows[c].status == "ok" else math.inf)
+    if won.config.backend == "triton":
+        assert won.config == fastest and won.median_ms <= out.torch_ms
+    elif fastest == vendor:
+        assert won.median_ms == rows[vendor].median_ms
+    else:  # the fastest kernel lost the final match
+        assert won.median_ms == out.torch_ms
 
 
 def test_gpu_head_to_head_interleaves_and_agrees_with_itself():
