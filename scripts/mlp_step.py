@@ -8,9 +8,10 @@ x @ W.T) and 6 backward (dX in nn, dW in tn). Both sides run the same code with 
 swapped, eager and under torch.compile(fullgraph=True) (forward compiled, backward through the compiled
 graph's autograd), on the same inputs. Our output and each gradient are checked as the tuner checks a
 candidate: relative error against the block in float64 at most twice the F.linear block's, plus one
-rounding of the dtype. On a GPU each step is timed with triton.testing.do_bench (median, cold L2); on
-CPU (Triton's interpreter, TRITON_INTERPRET=1) with the wall clock, where the times mean nothing (and
-bf16 fails the check there: the interpreter's bf16 tl.dot is ~3x less accurate; use --dtype fp16).
+rounding of the dtype. On a GPU the two steps are timed side by side, their calls interleaved (median,
+cold L2: the protocol of `tritonblas bench`); on CPU (Triton's interpreter, TRITON_INTERPRET=1) with the
+wall clock, where the times mean nothing (and bf16 fails the check there: the interpreter's bf16 tl.dot
+is ~3x less accurate; use --dtype fp16).
 
     python scripts/mlp_step.py                                  # M 2048 and 8192, d 4096, f 14336, bf16
     python scripts/mlp_step.py --m 4096 --d 2048 --f 8192 --json mlp.json
@@ -42,7 +43,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--modes", nargs="+", choices=("eager", "compile"), default=["eager", "compile"])
     p.add_argument("--compile-backend", default="inductor",
                    help="torch.compile backend (default inductor; aot_eager compiles fast on CPU)")
-    p.add_argument("--rep-ms", type=float, default=200.0, help="GPU: do_bench repetition time per side, ms")
+    p.add_argument("--rep-ms", type=float, default=200.0, help="GPU: timed calls per side, in ms of calls")
     p.add_argument("--reps", type=int, default=3, help="CPU: timed runs per side (median)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, help="write the results to this JSON file")
@@ -79,19 +80,25 @@ def rel_error(x, ref) -> float:
     return diff / scale if scale > 0 else diff
 
 
-def timer(fn, device, rep_ms: float, reps: int) -> float:
-    """Median ms of fn: do_bench on a GPU, the wall clock over `reps` runs on CPU."""
+def timer(fns: list, device, rep_ms: float, reps: int) -> list[float]:
+    """Median ms of each step. On a GPU their calls are interleaved one by one, L2 flushed before each
+    (tuning.benchmark.interleaved_ms, as `tritonblas bench` times ours against torch): timed in separate
+    do_bench runs, the block with every GEMM on torch.mm on both sides read 0.96x-1.02x (M 8192 eager
+    13.68 vs 13.15 ms, h200-mlp-tune8.json), the clock drifting between the runs. On CPU the wall clock
+    over `reps` runs each."""
     if device.type == "cuda":
-        import triton.testing
+        from tritonblas.tuning.benchmark import interleaved_ms
 
-        ms = triton.testing.do_bench(fn, warmup=max(rep_ms / 4, 25), rep=rep_ms, return_mode="median")
-        return float(ms)
-    times = []
-    for _ in range(max(reps, 1)):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+        return [statistics.median(t) for t in interleaved_ms(fns, rep_ms, max(rep_ms / 4, 25))]
+    out = []
+    for fn in fns:
+        times = []
+        for _ in range(max(reps, 1)):
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+        out.append(statistics.median(times))
+    return out
 
 
 def gemms(m: int, d: int, f: int, dtype: str, backend: str | None, device) -> list[dict]:
@@ -152,9 +159,10 @@ def run(args: argparse.Namespace) -> dict:
             torch_errors = {n: rel_error(t, r) for n, t, r in zip(names, theirs, ref, strict=True)}
             ok = all(errors[n] <= 2 * torch_errors[n] + unit for n in names)
             del got, theirs
-            ours_ms = timer(steps["ours"], device, args.rep_ms, args.reps)
-            torch_ms = timer(steps["torch"], device, args.rep_ms, args.reps)
-            flops = 3 * 2 * (3 * 2 * m * d * f)  # 3 GEMMs of 2*m*d*f FLOPs, forward + 2x backward
+            ours_ms, torch_ms = timer([steps["ours"], steps["torch"]], device, args.rep_ms, args.reps)
+            # 3 GEMMs of 2*m*d*f FLOPs forward, twice that backward (dX and dW); it counted twice this
+            # before 2026-11-30's eighth session (1275 TFLOP/s on an H200 read above the chip's peak).
+            flops = 3 * (3 * 2 * m * d * f)
             rows.append({"m": m, "d": d, "f": f, "mode": mode, "ours_ms": ours_ms, "torch_ms": torch_ms,
                          "ratio": torch_ms / ours_ms, "ours_tflops": flops / (ours_ms * 1e9),
                          "torch_tflops": flops / (torch_ms * 1e9), "max_rel_error": max(errors.values()),

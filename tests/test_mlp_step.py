@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "mlp_step.py"
 
 
@@ -33,5 +35,8 @@ def test_tiny_step_eager_and_compiled(tmp_path, capsys):
     doc = json.loads(path.read_text())
     assert [(r["m"], r["mode"], r["ok"]) for r in doc["rows"]] == [(16, "eager", True), (16, "compile", True)]
     assert all(r["ours_ms"] > 0 and r["torch_ms"] > 0 for r in doc["rows"])
+    # Nine GEMMs of 2*M*d*f FLOPs a step (three forward, six backward).
+    flops = 18 * 16 * 32 * 64
+    assert all(r["ours_tflops"] == pytest.approx(flops / (r["ours_ms"] * 1e9)) for r in doc["rows"])
     assert [g["layout"] for g in doc["gemms"]["16"]] == ["nt", "nt", "nn", "nn", "tn", "tn"]
     assert "geomean eager" in capsys.readouterr().out
