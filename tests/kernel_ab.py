@@ -4,6 +4,7 @@ tree's root on a GPU:
     python tests/kernel_ab.py --fixup    # only the Stream-K fix-up cases (FIXUP_CASES)
     python tests/kernel_ab.py --chunks   # only the chunked, deferred fix-up's cases (CHUNK_CASES)
     python tests/kernel_ab.py --chunks --both-modes   # and each with data-parallel tiles both ways
+    python tests/kernel_ab.py --bigtile  # 128x256 tiles: one exact wave, and a wave plus a split part
 or this file against another tree's package (`bash scripts/h200_run.sh ab`); a config the tree does not
 know (a field it lacks) prints "n/a". A benchmark, not a test (not collected: no test_ prefix).
 Eager is `tritonblas.matmul` with the config, host time included; "graph" is the same call replayed from
@@ -64,6 +65,23 @@ for _m, _n, _k, _bm, _bn, _bk, _w, _s, _tma in (
     CHUNK_CASES.append((_m, _n, _k, dict(block_m=_bm, block_n=_bn, block_k=_bk, num_warps=_w, num_stages=_s,
                                          streamk=True, tma=_tma)))
 
+# Where 128x256 Stream-K tiles lose their time (one tree, not an A/B; `--bigtile` runs only these): one
+# exact wave of 132 tiles (1536x2816x4096) on both kernels, then 2176x2176x4096 (153 tiles: a wave and
+# 21 tiles split 6 ways) on both, with the data-parallel loop's levers.
+_BIG = dict(block_m=128, block_n=256, block_k=64, num_warps=8, num_stages=3, tma=True)
+BIGTILE_CASES = [(3000, 2000, 5000, dict(_BIG, streamk=True)), (6144, 1024, 8192, dict(_BIG, streamk=True)),
+                 (1024, 1024, 16384, dict(_BIG, block_n=128, num_warps=4, num_stages=5, streamk=True)),
+                 (1792, 1792, 8192, dict(_BIG, block_n=128, num_warps=4, num_stages=5, streamk=True)),
+                 (512, 1024, 32768, dict(_BIG, block_n=128, num_warps=4, num_stages=5, streamk=True)),
+                 (256, 256, 65536, dict(_BIG, block_n=128, num_warps=4, streamk=True)),
+                 (512, 512, 32768, dict(_BIG, streamk=True)),
+(1536, 2816, 4096, dict(_BIG)), (1536, 2816, 4096, dict(_BIG, streamk=True)),
+                 (2176, 2176, 4096, dict(_BIG)), (2176, 2176, 4096, dict(_BIG, streamk=True)),
+                 (2176, 2176, 4096, dict(_BIG, streamk=True, flatten=True)),
+                 (2176, 2176, 4096, dict(_BIG, streamk=True, warp_specialize=True)),
+                 (2176, 2176, 4096, dict(_BIG, flatten=True)),
+                 (1536, 2816, 4096, dict(_BIG, flatten=True))]
+
 
 def _graph_us(torch, do_bench, call) -> float:
     """Per-call time of `call` replayed from a CUDA graph of REPS calls (captured on a side stream)."""
@@ -88,7 +106,8 @@ def main() -> int:
 
     import tritonblas
 
-    cases = FIXUP_CASES if "--fixup" in sys.argv else CHUNK_CASES if "--chunks" in sys.argv else CASES
+    sets = {"--fixup": FIXUP_CASES, "--chunks": CHUNK_CASES, "--bigtile": BIGTILE_CASES}
+    cases = next((cases for flag, cases in sets.items() if flag in sys.argv), CASES)
     for m, n, k, fields in cases:
         torch.manual_seed(0)
         a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
@@ -121,6 +140,18 @@ def _modes(m: int, n: int, cfg):
 
     tiles = -(-m // cfg.block_m) * -(-n // cfg.block_n)
     rule = getattr(launch, "fixup_plan", None)
+    if "--whole" in sys.argv and rule is not None and cfg.streamk:
+        # The rule's chunks, then whole partials (one chunk) wherever the rule does not defer.
+        for whole in (False, True):
+            def forced(config, tiles, programs, splits, tma, whole=whole):
+                chunks, deferred = rule(config, tiles, programs, splits, tma)
+                return (1 if whole and not deferred else chunks), deferred
+            launch.fixup_plan = forced
+            launch._plans.clear()
+            yield " whole" if whole else " rule"
+        launch.fixup_plan = rule
+        launch._plans.clear()
+        return
     if "--both-modes" not in sys.argv or rule is None or tiles < 132:
         yield ""
         return
