@@ -157,7 +157,7 @@ def _modes(m: int, n: int, cfg):
         return
     for mode in (False, True):
         def forced(config, tiles, programs, splits, tma, mode=mode):
-            chunks = min(8, max(1, config.block_m * config.block_n // 4096))
+            chunks = rule(config, tiles, programs, splits, True)[0]  # the tile's chunks: TMA always has them
             return (chunks if mode or tma else 1), mode
         launch.fixup_plan = forced
         launch._plans.clear()

@@ -145,10 +145,10 @@ def streamk_workspace(config: GemmConfig, m: int, n: int, k: int, programs: int)
     tiles = cdiv(m, config.block_m) * cdiv(n, config.block_n)
     sk_tiles = tiles % programs
     splits = streamk_split(tiles, programs, cdiv(k, config.block_k))
-    tree = splits > 1 and not fixup_plan(config, tiles, programs, splits, config.tma)[1]
-    groups = fixup_groups(splits)[1] if tree else 1
-    tree = sk_tiles * groups if groups > 1 else 0
-    return (programs + tree) * config.block_m * config.block_n, sk_tiles + tree
+    deferred = fixup_plan(config, tiles, programs, splits, config.tma)[1]
+    groups = fixup_groups(splits)[1] if splits > 1 and not deferred else 1
+    group_slots = sk_tiles * groups if groups > 1 else 0
+    return (programs + group_slots) * config.block_m * config.block_n, sk_tiles + group_slots
 
 
 def program_count(config: GemmConfig, m: int, n: int, k: int, sm_count: int) -> int:
