@@ -54,11 +54,11 @@ def gemm_variants():
         if kernel is streamk_gemm_kernel:
             constexprs.update(FIXUP_CHUNKS=1, DEFERRED=False)
         yield f"{kernel.__name__} tma={tma} int64=True", kernel, constexprs, None
-    # The Stream-K fix-up in row chunks (FIXUP_CHUNKS 4: config.fixup_chunks of 128x128 tiles), deferred.
+    # The Stream-K fix-up in row chunks, deferred (FIXUP_CHUNKS 8: config.fixup_plan's for 128x128).
     constexprs = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, HAS_BIAS=True, EVEN_K=True,
                       PRECISION="ieee", USE_TMA=True, A_COL=False, B_COL=False, A_DIV=8, B_DIV=8,
                       FLATTEN=False, WARP_SPEC=False, INT64=False, HOST_DESC=False, a_host=None, b_host=None,
-                      FIXUP_CHUNKS=4, DEFERRED=True)
+                      FIXUP_CHUNKS=8, DEFERRED=True)
     yield "streamk_gemm_kernel tma=True chunked fix-up, deferred", streamk_gemm_kernel, constexprs, None
     # Host-built descriptors (kernel arguments of triton's tensordesc type), A column-major as above.
     for kernel in (persistent_gemm_kernel, streamk_gemm_kernel):

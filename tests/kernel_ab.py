@@ -155,10 +155,17 @@ def _modes(m: int, n: int, cfg):
     if "--both-modes" not in sys.argv or rule is None or tiles < 132:
         yield ""
         return
+    from tritonblas import arith
+
+    # The chunk size deferred (2048 fp32 since row 33; a tree without arith.DEFERRED_CHUNK used 4096),
+    # and summed on arrival (4096 on TMA tiles, whole partials by pointers).
+    deferred_chunk = getattr(arith, "DEFERRED_CHUNK", 4096)
     for mode in (False, True):
         def forced(config, tiles, programs, splits, tma, mode=mode):
-            chunks = rule(config, tiles, programs, splits, True)[0]  # the tile's chunks: TMA always has them
-            return (chunks if mode or tma else 1), mode
+            tile = config.block_m * config.block_n
+            if mode:
+                return min(8, max(1, tile // deferred_chunk)), True
+            return (min(8, max(1, tile // 4096)) if tma else 1), False
         launch.fixup_plan = forced
         launch._plans.clear()
         yield f" deferred={mode}"

@@ -42,7 +42,12 @@ class TimedBench(Benchmark):
 @pytest.fixture
 def timed(monkeypatch, tmp_path):
     bench = TimedBench()
-    monkeypatch.setattr(benchmark_module, "GpuBenchmark", lambda **kw: bench)
+
+    def build(**kw):
+        bench.kwargs = kw
+        return bench
+
+    monkeypatch.setattr(benchmark_module, "GpuBenchmark", build)
     monkeypatch.setenv("TRITONBLAS_DB", str(tmp_path / "absent.sqlite"))  # dispatch: no user DB
     return bench
 
@@ -58,6 +63,8 @@ def test_bench_table_json_and_geomean(timed, tmp_path):
     result = runner.invoke(app, ["bench", "--shapes", _shapes(tmp_path, [16, 17]), "--json", str(js)])
     assert result.exit_code == 0, result.output
     assert timed.configs == [None, None]  # our side went through dispatch, no pinned config
+    # The report times every problem as users call it, not as the tuner replays small ones.
+    assert timed.kwargs["replay_small"] is False
     assert "geomean speedup over torch.mm: 1.000x" in result.output
     doc = json.loads(js.read_text())
     assert [r["speedup"] for r in doc["rows"]] == [2.0, 0.5]

@@ -175,10 +175,11 @@ def test_fixup_chunks_give_the_same_bits_on_every_path(monkeypatch, shape, confi
 def test_fixup_plan_rule():
     def plan(bm, bn, tiles, splits, tma=False):
         return fixup_plan(sk_config(bm, bn, 64, 132), tiles, 132, splits, tma)
-    # Chunks of 4096 fp32 (32 values a thread on 4 warps), at most 8 (the counter's claim bits), where
-    # deferred or on TMA; a pointer tile summed on arrival reads whole partials.
+    # Deferred: chunks of 2048 fp32, at most 8 (the counter's claim bits), so 8 claimers on 128x128.
+    # Summed on arrival: chunks of 4096 fp32 (32 values a thread on 4 warps) on TMA; a pointer tile
+    # reads whole partials.
     assert [plan(128, 128, 144, 11), plan(128, 256, 153, 6), plan(256, 256, 140, 16)] == [
-        (4, True), (8, True), (8, True)]
+        (8, True), (8, True), (8, True)]
     assert [plan(128, 128, 196, 2), plan(128, 128, 196, 2, tma=True), plan(64, 128, 32, 4, tma=True)] == [
         (1, False), (4, False), (2, False)]
     assert plan(64, 64, 144, 11) == (1, False)  # one chunk's worth: not deferred
@@ -194,11 +195,11 @@ def test_fixup_plan_rule():
 
 
 def test_fixup_deferred_rule():
-    # Deferred: data-parallel tiles (tiles >= programs), S >= 6, tiles of 4+ chunks (128x128 and up).
-    assert arith.fixup_deferred(144, 132, 11, 4)  # 768x3072x8192 on 128x128 tiles
-    assert not arith.fixup_deferred(196, 132, 2, 4)  # 1792^3-ish: two splits, data-parallel tiles first
-    assert not arith.fixup_deferred(144, 132, 11, 1)  # 768^3 on 64x64 tiles: one chunk
-    assert not arith.fixup_deferred(16, 132, 8, 4)  # no data-parallel tile to hide it behind
+    # Deferred: data-parallel tiles (tiles >= programs), S >= 6, tiles of 8 chunks (128x128 and up).
+    assert arith.fixup_deferred(144, 132, 11, 8)  # 768x3072x8192 on 128x128 tiles
+    assert not arith.fixup_deferred(196, 132, 2, 8)  # 1792^3-ish: two splits, data-parallel tiles first
+    assert not arith.fixup_deferred(144, 132, 11, 2)  # 768^3 on 64x64 tiles: two chunks
+    assert not arith.fixup_deferred(16, 132, 8, 8)  # no data-parallel tile to hide it behind
     # The launch and the workspace follow it: no tree (so no group slots) where deferred.
     config = sk_config(128, 128, 64, 132)
     assert launch.streamk_workspace(config, 128, 13 * 128, 128 * 64, 12) == (12 * 128 * 128, 1)

@@ -343,3 +343,26 @@ def test_streamk_that_splits_nothing_is_its_persistent_twin(m, n, k, splits):
 def test_small_shared_memory_prunes_big_tiles():
     space = candidate_space(Problem(4096, 4096, 4096, "fp16"), SMALL_SMEM, exhaustive=True)
     assert space and max(c.block_m * c.block_n for c in space) < 256 * 256
+
+
+def _class_problems(name: str) -> list[Problem]:
+    from pathlib import Path
+
+    from tritonblas.shapes import load_problems
+
+    return load_problems(Path(__file__).resolve().parent.parent / "scripts" / "classes" / f"{name}.yaml")
+
+
+def test_small_problems_are_timed_in_graph_replay_and_the_rest_cold():
+    from tritonblas.tuning.benchmark import replayed
+
+    # Every problem of the small class (operands of a few MB, kernels of a few us, where the cold-L2
+    # protocol's spread was wider than the gaps between candidates) is replayed ...
+    assert all(replayed(p) for p in _class_problems("small"))
+    # ... and no problem whose time is its operands' trip from HBM (a decode step's weight) or its
+    # math (the large and Stream-K classes).
+    for name in ("skinny", "large", "streamk"):
+        assert not any(replayed(p) for p in _class_problems(name)), name
+    assert replayed(Problem(1024, 1024, 1024, "bf16"))  # 2**31 FLOPs, 4 MB: the edge, included
+    assert not replayed(Problem(1024, 1024, 1025, "bf16"))
+    assert not replayed(Problem(1, 4096, 4096, "bf16"))  # 32 MB of weight

@@ -58,7 +58,11 @@ def fixup_chain(splits: int) -> int:
 # slower (1792x1792x8192 91.4 -> 96.1, 896x3072x8192 80.5 -> 85.1), one chunk too (768^3 64x64, S 11:
 # 11.0 -> 12.0): a claim is one more atomic on the critical path.
 DEFER_MIN_SPLITS = 6
-DEFER_MIN_CHUNKS = 4
+# Deferred chunks are DEFERRED_CHUNK fp32 (16 rows of a 128-wide tile): 8 to a 128x128 tile, so 8 of
+# its S programs share the reads (row 33); tiles of 8 chunks, 128x128 and up, are deferred (row 31's
+# set: one-chunk 64x64 tiles lost).
+DEFERRED_CHUNK = 2048
+DEFER_MIN_CHUNKS = 8
 
 
 def fixup_deferred(tiles: int, programs: int, splits: int, chunks: int) -> bool:

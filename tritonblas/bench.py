@@ -136,7 +136,8 @@ def run_bench(problems: list[Problem], device: int, db_url: str | None, on_row=l
 
     rows = []
     with dispatch.using_database(db_url), on_device(device, interpreter_enabled()) as info:
-        bench = GpuBenchmark(cpu_reps=CPU_REPS, backend=backend)
+        # Every problem on the cold single-call protocol, as users call it (not the tuner's replays).
+        bench = GpuBenchmark(cpu_reps=CPU_REPS, backend=backend, replay_small=False)
         for p in problems:
             rows.append(bench_problem(p, info, bench))
             on_row(rows[-1])

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
 
-from .arith import fixup_deferred
+from .arith import DEFERRED_CHUNK, fixup_deferred
 
 DType = Literal["fp16", "bf16", "fp32"]
 BiasKind = Literal["none", "scalar", "row", "column", "full"]
@@ -263,17 +263,19 @@ def fixup_plan(config: GemmConfig, tiles: int, programs: int, splits: int, tma: 
     """(FIXUP_CHUNKS, DEFERRED) of a Stream-K launch (kernels/streamk.py) whose `tiles` leave `splits`
     segments per leftover tile on `programs` programs; `tma`: its loads run TMA.
 
-    A tile holds chunks of 4096 fp32 (32 values a thread on 4 warps, so four chunks in flight are as
-    many as one whole 128x128 partial), at most 8 (the tile counter's claim bits). Deferred
-    (arith.fixup_deferred) the chunks are claimed by up to 8 programs. Else the last to arrive sums
-    them: in chunks on TMA tiles, whole partials one at a time on pointer tiles, as before chunks. H200,
-    graph replay against whole partials (pipelined by cp.async on TMA tiles on 4 warps, kernel-levers
-    row 30), bf16 (tests/kernel_ab.py --chunks --both-modes, row 31): TMA 128x128 128x128x8192 38.8 ->
-    35.1 us, 256x256x65536 49.0 -> 47.7, 1024x1024x16384 60.6 -> 58.9; pointer 128x128 at 5 stages
-    slower in chunks, 768x3072x8192 72.7 -> 74.3, 2176x2176x4096 71.1 -> 73.8."""
-    chunks = min(8, max(1, config.block_m * config.block_n // 4096))
-    deferred = fixup_deferred(tiles, programs, splits, chunks)
-    return (chunks if deferred or tma else 1), deferred
+    Summed on arrival, a tile holds chunks of 4096 fp32 (32 values a thread on 4 warps, so four chunks
+    in flight are as many as one whole 128x128 partial): on TMA tiles; pointer tiles read whole partials
+    one at a time. H200, graph replay against whole partials (pipelined by cp.async on TMA tiles on 4
+    warps, kernel-levers row 30), bf16 (tests/kernel_ab.py --chunks --both-modes, row 31): TMA 128x128
+    128x128x8192 38.8 -> 35.1 us, 256x256x65536 49.0 -> 47.7, 1024x1024x16384 60.6 -> 58.9; pointer
+    128x128 at 5 stages slower in chunks, 768x3072x8192 72.7 -> 74.3, 2176x2176x4096 71.1 -> 73.8.
+    Deferred (arith.fixup_deferred), chunks of 2048 fp32, at most 8 (the tile counter's claim bits):
+    up to 8 programs claim one each and read its S slots eight at a time (row 33)."""
+    deferred_chunks = min(8, max(1, config.block_m * config.block_n // DEFERRED_CHUNK))
+    deferred = fixup_deferred(tiles, programs, splits, deferred_chunks)
+    if deferred:
+        return deferred_chunks, True
+    return (min(8, max(1, config.block_m * config.block_n // 4096)) if tma else 1), False
 
 
 def _one_element_loads(problem: Problem, copied: bool) -> tuple[bool, bool]:

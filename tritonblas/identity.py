@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 # Bump when the way candidates are timed changes (warm-up, repetitions, L2 flush, statistic).
-TIMING_PROTOCOL = "do_bench-median-l2flush-v1"
+TIMING_PROTOCOL = "do_bench-median-l2flush-v2-small-replayed"
 _KERNEL_DIR = Path(__file__).parent / "kernels"
 
 

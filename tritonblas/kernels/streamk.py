@@ -10,16 +10,17 @@ H200 that ran the split part at ~0.45 of the data-parallel rate (512x1024x32768,
 programs left over (NUM_PROGS - S*T < T) have no segment.
 
 A split tile's programs write their fp32 partials to workspace slot p, and the tile is summed in slot
-order in FIXUP_CHUNKS row chunks (launch: arith.fixup_chunks), four partials' chunks in flight at a
-time, or whole (one chunk) a partial at a time: each read is a round trip (0.85-1.5 us for a 64 KB
-partial on one SM, kernel-levers row 18), and a whole 128x128 tile is as many values as a thread can
-keep in flight. Who sums a chunk is settled by one counter per split tile, arrivals in its low 20 bits and a
-claim bit per chunk above; nobody waits:
-- DEFERRED (the host's arith.fixup_deferred: data-parallel tiles, many splits, big tiles): every
+order in FIXUP_CHUNKS row chunks (launch: config.fixup_plan), eight or four partials' chunks in flight
+at a time (_sum_chunk), or whole (one chunk) a partial at a time: each read is a round trip (0.85-1.5
+us for a 64 KB partial on one SM, kernel-levers row 18), and a whole 128x128 tile is as many values as
+a thread can keep in flight. Who sums a chunk is settled by one counter per split tile, arrivals in
+its low 20 bits and a claim bit per chunk above; nobody waits:
+- DEFERRED (the host's config.fixup_plan: data-parallel tiles, many splits, big tiles): every
   program runs its segment first and its data-parallel tiles after; chunk c is claimed by the program
   of segment c mod S after its data-parallel tiles, by when the partials are long in, so the fix-up on
-  the critical path is a chunk's S reads, not the tile's on one program. Whichever of chunk c's claim
-  and the tile's last arrival comes later sums the chunk.
+  the critical path is a chunk's S reads, not the tile's on one program; the partials are stored with
+  an L2 keep hint, so those reads come from L2. Whichever of chunk c's claim and the tile's last
+  arrival comes later sums the chunk.
 - Else the data-parallel tiles run first, and each program claims its chunks as it arrives, so the last
   to arrive sums every chunk; from S >= 12 as a two-level tree instead: segment j belongs to group
   j // G (G = ceil(sqrt(S)), Q = cdiv(S, G) groups), the last of a group to arrive sums the group's
@@ -39,7 +40,7 @@ import triton.language as tl
 from .common import epilogue, k_loop, operand_sources, tile_coords, widened
 
 # A tile counter: arrivals below bit 20 (S <= NUM_PROGS <= config.MAX_GRID < 2**20), chunk c's claim at
-# bit 20 + c (<= 8 chunks: arith.fixup_chunks), so it stays a positive int32.
+# bit 20 + c (<= 8 chunks: config.fixup_plan), so it stays a positive int32.
 _CLAIM_BIT = tl.constexpr(20)
 _ARRIVALS = tl.constexpr(1 << 20)
 
@@ -72,26 +73,46 @@ def _slot_rows(ws_ptr, offs, slot, valid, INT64: tl.constexpr, SLOT: tl.constexp
 
 
 @triton.jit
+def _four_slots(ws_ptr, offs, slot, stride, j, count, INT64: tl.constexpr, SLOT: tl.constexpr):
+    """Rows `offs` of the slots j .. j + 3 of `count` (slot, slot + stride, ...), loads issued together."""
+    p0 = _slot_rows(ws_ptr, offs, slot, j < count, INT64, SLOT)
+    p1 = _slot_rows(ws_ptr, offs, slot + stride, j + 1 < count, INT64, SLOT)
+    p2 = _slot_rows(ws_ptr, offs, slot + 2 * stride, j + 2 < count, INT64, SLOT)
+    p3 = _slot_rows(ws_ptr, offs, slot + 3 * stride, j + 3 < count, INT64, SLOT)
+    return p0, p1, p2, p3
+
+
+@triton.jit
 def _sum_chunk(ws_ptr, first, count, stride, chunk, INT64: tl.constexpr, BLOCK_M: tl.constexpr,
                BLOCK_N: tl.constexpr, FIXUP_CHUNKS: tl.constexpr):
-    """The fp32 sum, in slot order, of one row chunk of `count` slots first, first + stride, ...: in
-    chunks, four slots' loads are issued before the first add, and added in order; a whole tile (one
-    chunk) is read a slot at a time, as many values in flight as four chunks of four."""
+    """The fp32 sum, in slot order, of one row chunk of `count` slots first, first + stride, ...
+
+    Each read is a round trip, so as many slots' loads as registers allow are issued before the first
+    add: a chunk of a tile of FIXUP_CHUNKS holds at most 128 / FIXUP_CHUNKS values a thread (the
+    accumulator rule, config_supports), so 8 slots at 8 chunks and 4 at 2-4 stay within 128; a whole
+    tile (one chunk) is read a slot at a time."""
     offs = _chunk_offsets(chunk, BLOCK_M, BLOCK_N, FIXUP_CHUNKS)
     total = tl.zeros((BLOCK_M // FIXUP_CHUNKS, BLOCK_N), dtype=tl.float32)
-    for j in range(0, count, 4 if FIXUP_CHUNKS > 1 else 1):
+    slot_size: tl.constexpr = BLOCK_M * BLOCK_N
+    width: tl.constexpr = 8 if FIXUP_CHUNKS >= 8 else (4 if FIXUP_CHUNKS > 1 else 1)
+    for j in range(0, count, width):
         slot = first + j * stride
-        p0 = _slot_rows(ws_ptr, offs, slot, True, INT64, BLOCK_M * BLOCK_N)
-        if FIXUP_CHUNKS > 1:
-            p1 = _slot_rows(ws_ptr, offs, slot + stride, j + 1 < count, INT64, BLOCK_M * BLOCK_N)
-            p2 = _slot_rows(ws_ptr, offs, slot + 2 * stride, j + 2 < count, INT64, BLOCK_M * BLOCK_N)
-            p3 = _slot_rows(ws_ptr, offs, slot + 3 * stride, j + 3 < count, INT64, BLOCK_M * BLOCK_N)
+        if width == 1:
+            total += _slot_rows(ws_ptr, offs, slot, True, INT64, slot_size)
+        else:
+            p0, p1, p2, p3 = _four_slots(ws_ptr, offs, slot, stride, j, count, INT64, slot_size)
+            if width == 8:
+                p4, p5, p6, p7 = _four_slots(ws_ptr, offs, slot + 4 * stride, stride, j + 4, count, INT64,
+                                             slot_size)
             total += p0
             total += p1
             total += p2
             total += p3
-        else:
-            total += p0
+            if width == 8:
+                total += p4
+                total += p5
+                total += p6
+                total += p7
     return total
 
 
@@ -158,17 +179,18 @@ def _tree_fix_up(c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, stride_cm, stride_c
                  stride_biasn, alpha, beta, pid_m, pid_n, sk_tile, sk_tiles, splits, seg, NUM_PROGS,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr, INT64: tl.constexpr,
                  FIXUP_CHUNKS: tl.constexpr):
-    """The two-level fix-up of a split tile whose partial this program has just stored (S >= 12, no
-    data-parallel tiles: see the module docstring)."""
+    """The two-level fix-up of a split tile whose partial this program has just stored (S >= 12, not
+    deferred: see the module docstring)."""
     group, groups = fixup_groups(splits)
     q = seg // group
     first = q * group
+    in_group = min(group, splits - first)
     group_counter = counter_ptr + sk_tiles + sk_tile * groups + q
-    if _arrive(group_counter, 1) == min(group, splits - first) - 1:
+    if _arrive(group_counter, 1) == in_group - 1:
         group_slot = NUM_PROGS + sk_tile * groups + q
         for c in range(0, FIXUP_CHUNKS):
-            part = _sum_chunk(ws_ptr, first * sk_tiles + sk_tile, min(group, splits - first), sk_tiles, c,
-                              INT64, BLOCK_M, BLOCK_N, FIXUP_CHUNKS)
+            part = _sum_chunk(ws_ptr, first * sk_tiles + sk_tile, in_group, sk_tiles, c, INT64, BLOCK_M,
+                              BLOCK_N, FIXUP_CHUNKS)
             tl.store(ws_ptr + widened(group_slot, INT64) * BLOCK_M * BLOCK_N +
                      _chunk_offsets(c, BLOCK_M, BLOCK_N, FIXUP_CHUNKS), part, cache_modifier=".cg")
         tl.atomic_xchg(group_counter, 0, sem="relaxed", scope="gpu")
@@ -208,7 +230,13 @@ def _split_segment(a_ptr, b_ptr, a_desc, b_desc, c_ptr, bias_ptr, ws_ptr, counte
         # Every partial is read back from its slot, this program's own included: its registers are
         # then free, so the fix-up never holds two BLOCK_M x BLOCK_N fp32 tiles.
         tile_offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-        tl.store(ws_ptr + widened(pid, INT64) * BLOCK_M * BLOCK_N + tile_offs, acc, cache_modifier=".cg")
+        slot_ptrs = ws_ptr + widened(pid, INT64) * BLOCK_M * BLOCK_N + tile_offs
+        if DEFERRED:
+            # Read back after the data-parallel tiles, whose operands would push it out to HBM: an L2
+            # hint to keep it (the claims' reads then wait on L2, not HBM).
+            tl.store(slot_ptrs, acc, eviction_policy="evict_last")
+        else:
+            tl.store(slot_ptrs, acc, cache_modifier=".cg")
         if (fixup_groups(splits)[1] > 1) & (not DEFERRED):
             _tree_fix_up(c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, stride_cm, stride_cn, stride_biasm,
                          stride_biasn, alpha, beta, pid_m, pid_n, sk_tile, sk_tiles, splits, seg, NUM_PROGS,
@@ -234,7 +262,9 @@ def _claim_chunks(c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, stride_cm, stride_
     if (claims != 0) & (splits > 1):  # (the host defers split tiles only: arith.fixup_deferred)
         pid_m, pid_n = tile_coords(dp_tiles + sk_tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         counter = counter_ptr + sk_tile
-        before = tl.atomic_add(counter, claims, sem="acq_rel", scope="gpu")
+        # Acquire only: a claim publishes nothing (this program's partial went out with its arrival), so
+        # it need not wait for its data-parallel tiles' stores to drain as a release would.
+        before = tl.atomic_add(counter, claims, sem="acquire", scope="gpu")
         _settle(counter, before, claims, splits, c_ptr, bias_ptr, ws_ptr, M, N, stride_cm, stride_cn,
                 stride_biasm, stride_biasn, alpha, beta, pid_m, pid_n, sk_tile, sk_tiles, BLOCK_M, BLOCK_N,
                 HAS_BIAS, INT64, FIXUP_CHUNKS)
