@@ -111,12 +111,17 @@ case "${1:-}" in
     bench_files() {  # bench_files GPU NAME FILE...
       local gpu=$1 name=$2; shift 2; empty_db "/tmp/empty$gpu.sqlite"; mapfile -t a < <(args "$@")
       CUDA_VISIBLE_DEVICES=$gpu timeout 540 python3 -m tritonblas bench "${a[@]}" --db "/tmp/empty$gpu.sqlite" \
-        ${BACKEND:+--backend "$BACKEND"} --json "$OUT/$name.json" > "$OUT/$name.txt" 2>&1
-      echo "== $name"; tail -3 "$OUT/$name.txt"
+        ${BACKEND:+--backend "$BACKEND"} --json "$OUT/$name.json" > "/tmp/$name.txt" 2>&1
+      echo "== $name"; tail -3 "/tmp/$name.txt"
     }
-    bench_files "$FIRST" "classes_a${BACKEND:+_$BACKEND}" "${files[@]:0:half}" &
+    first_half="classes_a${BACKEND:+_$BACKEND}" second_half="classes_b${BACKEND:+_$BACKEND}"
+    bench_files "$FIRST" "$first_half" "${files[@]:0:half}" &
     [ "$LAST" != "$FIRST" ] || wait
-    bench_files "$LAST" "classes_b${BACKEND:+_$BACKEND}" "${files[@]:half}"; wait ;;
+    bench_files "$LAST" "$second_half" "${files[@]:half}"; wait
+    # The tables in one file: at most 8 files come back from $OUT, and a call often runs several modes.
+    for name in "$first_half" "$second_half"; do
+      { echo "== $name"; cat "/tmp/$name.txt"; } >> "$OUT/tables.txt"
+    done ;;
   verify)  # the GPU suite (large sizes and threads included) then the MLP block on the first GPU, while
     # the second benches the suite and every class file through dispatch (shipped file, empty user DB)
     ( CUDA_VISIBLE_DEVICES=$FIRST TRITONBLAS_TEST_GPU=1 timeout 330 python3 -m pytest -p no:cacheprovider -n 8 \
@@ -140,7 +145,8 @@ case "${1:-}" in
       rotate=0; [ "$f" = skinny ] && rotate=256  # skinny's target: no call finds its operands in L2
       CUDA_VISIBLE_DEVICES=$FIRST timeout 280 python3 scripts/graph_probe.py --shapes "scripts/classes/$f.yaml" \
         --rotate-mb "$rotate" --backend "${BACKEND:-triton}" --json "$OUT/graph-$f.json" 2>&1 \
-        | grep -v Warning | tee "$OUT/graph-$f.txt"
+        | grep -v Warning | tee "/tmp/graph-$f.txt"
+      { echo "== graph-$f"; cat "/tmp/graph-$f.txt"; } >> "$OUT/tables.txt"
     done ;;
   warmup)  # issue 18: the first call of a shape in a fresh process, cold and after tritonblas.warmup;
     # bytecode compiled first, as `pip install` does (the wheels above are unpacked with --no-compile)
