@@ -208,3 +208,15 @@ def test_shared_memory_estimate_matches_what_the_h200_compiled():
 ], ids=str)
 def test_element_wide_loads(problem, copied, expected):
     assert heuristic.element_wide_loads(problem, copied) is expected
+
+
+def test_streamk_split_pays_its_fill_and_its_partials_store():
+    # tests/streamk_timeline.py: a split segment's pipeline fill and its fp32 partial's store and arrival
+    # sit on the critical path; the estimate charges them where a tile is split and not otherwise.
+    split = GemmConfig(block_m=128, block_n=128, block_k=64, num_warps=4, num_stages=5, streamk=True)
+    assert heuristic.split_fixed_us(split) == pytest.approx(1.5 + 2.0)
+    assert heuristic.split_fixed_us(split.model_copy(update={"block_n": 256})) == pytest.approx(1.5 + 4.0)
+    est = heuristic.estimate(split, Problem(768, 3072, 8192, "bf16"), H200)  # 12 tiles split 11 ways
+    assert est.fixup_us >= heuristic.split_fixed_us(split)
+    whole = heuristic.estimate(split, Problem(768, 2816, 8192, "bf16"), H200)  # 132 tiles: one full wave
+    assert whole.fixup_us == 0

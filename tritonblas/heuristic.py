@@ -154,13 +154,14 @@ def estimate(config: GemmConfig, problem: Problem, device: DeviceInfo) -> Estima
             # vs Persistent 91.6 us, H200 2026-11-30; docs/notes/streamk-split.md).
             waves += cdiv(iters, split) / iters
             if split > 1:
+                fixup += split_fixed_us(config)
                 # The fix-up's reads at about twice one SM's fair share of bandwidth: 256x256x65536
                 # with 128x128 tiles (33 partials of 64 KB read by one program) took 66 us against
                 # ~38 us with no fix-up at all. What is on the critical path: arith.fixup_reads (the
                 # tree's chain, or deferred one program's chunks).
                 per_sm_bytes_us = _BANDWIDTH_TBS[arch] * 1e6 / device.sm_count * 2
                 reads = fixup_reads(split, *fixup_plan(config, tiles, programs, split, config.tma))
-                fixup = reads * config.block_m * config.block_n * 4 / per_sm_bytes_us
+                fixup += reads * config.block_m * config.block_n * 4 / per_sm_bytes_us
     else:
         waves = cdiv(tiles, max(1, min(programs, tiles)))
     compute_us = waves * tile_us + fixup
@@ -181,6 +182,24 @@ def estimate(config: GemmConfig, problem: Problem, device: DeviceInfo) -> Estima
         memory_us /= _MISALIGNED_BANDWIDTH
     total = max(compute_us, memory_us) + _LAUNCH_US + copy_us
     return Estimate(config, total, compute_us, memory_us, waves, eff, edge_waste, fixup, copy_us)
+
+
+# The split part's fixed costs on the critical path, per program (tests/streamk_timeline.py, H200,
+# kernel-levers row 33): its segment's pipeline fill (768x3072x8192: 11.6 iterations in 6.2 us where the
+# data-parallel tile ran 0.35 us an iteration), and its fp32 partial's store and arrival (every program
+# writes at once, then fences: 3.1 us for 64 KB, 5.1 for 128 KB). Charged, the heuristic's pick among each
+# problem's measured configs improved on three tuning runs' rows (scripts/heuristic_vs_sweep.py
+# --min-us 0: tune9 0.923 -> 0.930, tune8 0.930 -> 0.934, tune7 0.906 -> 0.912; 0.930-0.931 on tune9 for
+# either constant from 0 to 3 us), and its own pick changed on 10 of tune9's 152 problems, measured
+# before and after on 8: 7 faster (64x1024x512 6.4 -> 3.7 us, 2176x2176x4096 75.9 -> 70.7,
+# 513x8191x2048 113.8 -> 110.0), one 3.6% slower (1024x10240x8192 fp16 250.6 -> 259.6).
+_SPLIT_FILL_US = 1.5
+_STORE_US_PER_64KB = 2.0
+
+
+def split_fixed_us(config: GemmConfig) -> float:
+    """What a Stream-K program's split segment costs besides its iterations: the fill and the store."""
+    return _SPLIT_FILL_US + _STORE_US_PER_64KB * config.block_m * config.block_n * 4 / 65536
 
 
 def streamk_split(config: GemmConfig, problem: Problem, programs: int) -> int:
