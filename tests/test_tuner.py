@@ -366,3 +366,5 @@ def test_small_problems_are_timed_in_graph_replay_and_the_rest_cold():
     assert replayed(Problem(1024, 1024, 1024, "bf16"))  # 2**31 FLOPs, 4 MB: the edge, included
     assert not replayed(Problem(1024, 1024, 1025, "bf16"))
     assert not replayed(Problem(1, 4096, 4096, "bf16"))  # 32 MB of weight
+    assert not replayed(Problem(0, 64, 64, "bf16"))  # nothing launches: no graph to capture
+    assert replayed(Problem(64, 64, 0, "bf16"))  # K = 0 still launches (beta * bias or zeros)

@@ -48,7 +48,10 @@ REPLAY_CALLS = 20
 def replayed(problem: Problem) -> bool:
     """Whether GpuBenchmark times `problem`'s candidates (and torch.mm) as CUDA-graph replays (see the
     module docstring): A and B together at most REPLAY_OPERAND_BYTES and at most REPLAY_FLOPS. A skinny
-    problem's weight (1x4096x4096: 32 MB) stays on the cold-L2 protocol, as a decode step meets it."""
+    problem's weight (1x4096x4096: 32 MB) stays on the cold-L2 protocol, as a decode step meets it. An
+    empty output (M or N = 0) launches nothing, so there is no graph to capture."""
+    if problem.m * problem.n == 0:
+        return False
     operands = (problem.m * problem.k + problem.k * problem.n) * DTYPE_BYTES[problem.dtype]
     return operands <= REPLAY_OPERAND_BYTES and gemm_flops(problem.m, problem.n, problem.k) <= REPLAY_FLOPS
 
