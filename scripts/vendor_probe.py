@@ -37,7 +37,9 @@ def variants(a, b, bias, out):
     }
 
 
-def kernels_of(fn) -> list[str]:
+def kernel_events(fn) -> list[tuple[str, float]]:
+    """(name, CUDA time in us) of each kernel one call of `fn` launches, after a warm call (torch.profiler);
+    scripts/vendor_kernels.py uses it too."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -46,7 +48,11 @@ def kernels_of(fn) -> list[str]:
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()
-    return [e.name[:60] for e in prof.events() if e.device_type.name == "CUDA"]
+    return [(e.name, e.device_time_total) for e in prof.events() if e.device_type.name == "CUDA"]
+
+
+def kernels_of(fn) -> list[str]:
+    return [name[:60] for name, _ in kernel_events(fn)]
 
 
 def main() -> int:

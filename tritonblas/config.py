@@ -271,11 +271,13 @@ def fixup_plan(config: GemmConfig, tiles: int, programs: int, splits: int, tma: 
     128x128 at 5 stages slower in chunks, 768x3072x8192 72.7 -> 74.3, 2176x2176x4096 71.1 -> 73.8.
     Deferred (arith.fixup_deferred), chunks of 2048 fp32, at most 8 (the tile counter's claim bits):
     up to 8 programs claim one each and read its S slots eight at a time (row 33)."""
-    deferred_chunks = min(8, max(1, config.block_m * config.block_n // DEFERRED_CHUNK))
-    deferred = fixup_deferred(tiles, programs, splits, deferred_chunks)
-    if deferred:
+    def chunks(floats: int) -> int:  # chunks of `floats` fp32 to a tile, 1 to 8 (the claim bits)
+        return min(8, max(1, config.block_m * config.block_n // floats))
+
+    deferred_chunks = chunks(DEFERRED_CHUNK)
+    if fixup_deferred(tiles, programs, splits, deferred_chunks):
         return deferred_chunks, True
-    return (min(8, max(1, config.block_m * config.block_n // 4096)) if tma else 1), False
+    return (chunks(4096) if tma else 1), False
 
 
 def _one_element_loads(problem: Problem, copied: bool) -> tuple[bool, bool]:
