@@ -17,6 +17,7 @@ from triton.compiler import ASTSource  # noqa: E402
 
 from tritonblas.kernels.copy import pad_copy_kernel  # noqa: E402
 from tritonblas.kernels.persistent import persistent_gemm_kernel  # noqa: E402
+from tritonblas.kernels.reduce import splitk_reduce_kernel  # noqa: E402
 from tritonblas.kernels.streamk import streamk_gemm_kernel  # noqa: E402
 
 H200 = GPUTarget("cuda", 90, 128)
@@ -52,13 +53,13 @@ def gemm_variants():
                           FLATTEN=False, WARP_SPEC=False, INT64=True, HOST_DESC=False, a_host=None,
                           b_host=None)
         if kernel is streamk_gemm_kernel:
-            constexprs.update(FIXUP_CHUNKS=1, DEFERRED=False)
+            constexprs.update(FIXUP_CHUNKS=1, DEFERRED=False, REDUCE=False)
         yield f"{kernel.__name__} tma={tma} int64=True", kernel, constexprs, None
     # The Stream-K fix-up in row chunks, deferred (FIXUP_CHUNKS 8: config.fixup_plan's for 128x128).
     constexprs = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, HAS_BIAS=True, EVEN_K=True,
                       PRECISION="ieee", USE_TMA=True, A_COL=False, B_COL=False, A_DIV=8, B_DIV=8,
                       FLATTEN=False, WARP_SPEC=False, INT64=False, HOST_DESC=False, a_host=None, b_host=None,
-                      FIXUP_CHUNKS=8, DEFERRED=True)
+                      FIXUP_CHUNKS=8, DEFERRED=True, REDUCE=False)
     yield "streamk_gemm_kernel tma=True chunked fix-up, deferred", streamk_gemm_kernel, constexprs, None
     # Host-built descriptors (kernel arguments of triton's tensordesc type), A column-major as above.
     for kernel in (persistent_gemm_kernel, streamk_gemm_kernel):
@@ -66,13 +67,24 @@ def gemm_variants():
                           PRECISION="ieee", USE_TMA=True, A_COL=True, B_COL=False, A_DIV=8, B_DIV=8,
                           FLATTEN=False, WARP_SPEC=False, INT64=False, HOST_DESC=True)
         if kernel is streamk_gemm_kernel:
-            constexprs.update(FIXUP_CHUNKS=4, DEFERRED=False)
+            constexprs.update(FIXUP_CHUNKS=4, DEFERRED=False, REDUCE=False)
         types = {"a_host": "tensordesc<bf16[64, 128]>", "b_host": "tensordesc<bf16[64, 128]>"}
         yield f"{kernel.__name__} tma=True host descriptors", kernel, constexprs, types
 
 
+def reduce_variants():
+    """Stream-K with its fix-up left to kernels/reduce.py (REDUCE), and that kernel (8 chunks, a bias)."""
+    constexprs = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, HAS_BIAS=True, EVEN_K=True,
+                      PRECISION="ieee", USE_TMA=False, A_COL=False, B_COL=False, A_DIV=8, B_DIV=8,
+                      FLATTEN=False, WARP_SPEC=False, INT64=False, HOST_DESC=False, a_host=None, b_host=None,
+                      FIXUP_CHUNKS=1, DEFERRED=False, REDUCE=True)
+    yield "streamk_gemm_kernel reduce kernel next", streamk_gemm_kernel, constexprs, None
+    constexprs = dict(BLOCK_M=128, BLOCK_N=128, GROUP_M=8, HAS_BIAS=True, INT64=False, FIXUP_CHUNKS=8)
+    yield "splitk_reduce_kernel", splitk_reduce_kernel, constexprs, None
+
+
 def main() -> None:
-    for name, kernel, constexprs, types in gemm_variants():
+    for name, kernel, constexprs, types in (*gemm_variants(), *reduce_variants()):
         print(name, compile_kernel(kernel, constexprs, types=types), flush=True)
     print("pad_copy_kernel", compile_kernel(pad_copy_kernel, dict(BLOCK_R=16, BLOCK_C=256), 4, 1))
 

@@ -79,9 +79,11 @@ def timeline_kernel(
     USE_TMA: tl.constexpr, A_COL: tl.constexpr, B_COL: tl.constexpr,
     A_DIV: tl.constexpr, B_DIV: tl.constexpr, FLATTEN: tl.constexpr, WARP_SPEC: tl.constexpr,
     INT64: tl.constexpr, HOST_DESC: tl.constexpr, FIXUP_CHUNKS: tl.constexpr, DEFERRED: tl.constexpr,
+    REDUCE: tl.constexpr,
 ):
     """streamk_gemm_kernel's body with stamps: 0 start; deferred: 1 segment's K loop, 2 its partial
     settled, 3 data-parallel tiles, 4 claims; else 1 data-parallel tiles, 2 K loop, 3 settled, 4 = 3."""
+    tl.static_assert(not REDUCE, "the timeline stamps the in-kernel fix-up (reduce_kernel=False)")
     pid = tl.program_id(0)
     tl.store(ts_ptr + pid * 8, _now())
     tl.store(ts_ptr + pid * 8 + 7, _smid().to(tl.int64))

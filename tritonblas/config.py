@@ -58,6 +58,9 @@ class GemmConfig(BaseModel):
     flatten: bool = False  # one flattened tile x K loop, prefetching the next tile's first K blocks
     warp_specialize: bool = False  # producer/consumer warps
     aligned_copy: bool = False  # copy operands whose leading dim is not 16-byte aligned into padded ones
+    # Stream-K: split tiles summed by a kernel of their own over all the SMs (kernels/reduce.py), not by
+    # their last segment's program.
+    reduce_kernel: bool = False
     backend: Backend = "triton"
 
     @classmethod
@@ -88,6 +91,8 @@ class GemmConfig(BaseModel):
             return {"backend": "torch"}
         data = handler(self)
         data.pop("backend", None)
+        if not self.reduce_kernel:  # at its default, the JSON from before it
+            data.pop("reduce_kernel", None)
         return data
 
     @field_validator("block_m", "block_n", "block_k")
@@ -112,7 +117,8 @@ class GemmConfig(BaseModel):
         flags = "".join(f" {name}" for name, on in (("tma", self.tma), ("hdesc", self.host_descriptors),
                                                      ("flat", self.flatten),
                                                      ("ws", self.warp_specialize),
-                                                     ("copy", self.aligned_copy)) if on)
+                                                     ("copy", self.aligned_copy),
+                                                     ("reduce", self.reduce_kernel)) if on)
         return (
             f"{fam} {self.block_m}x{self.block_n}x{self.block_k} g{self.group_m} "
             f"w{self.num_warps} s{self.num_stages} grid={grid}{flags}"
@@ -271,6 +277,8 @@ def fixup_plan(config: GemmConfig, tiles: int, programs: int, splits: int, tma: 
     128x128 at 5 stages slower in chunks, 768x3072x8192 72.7 -> 74.3, 2176x2176x4096 71.1 -> 73.8.
     Deferred (arith.fixup_deferred), chunks of 2048 fp32, at most 8 (the tile counter's claim bits):
     up to 8 programs claim one each and read its S slots eight at a time (row 33)."""
+    if config.reduce_kernel:  # no fix-up in the kernel (kernels/reduce.py sums the partials)
+        return 1, False
     def chunks(floats: int) -> int:  # chunks of `floats` fp32 to a tile, 1 to 8 (the claim bits)
         return min(8, max(1, config.block_m * config.block_n // floats))
 
@@ -335,6 +343,8 @@ def config_supports(config: GemmConfig, problem: Problem, device: DeviceInfo) ->
         return "aligned_copy applies only when a leading dimension is not a multiple of 16 bytes"
     if config.host_descriptors and not config.tma:
         return "host_descriptors are TMA descriptors: they need tma=True"
+    if config.reduce_kernel and not config.streamk:
+        return "reduce_kernel sums Stream-K partials: it needs streamk=True"
     if config.tma:
         if device.arch not in TMA_ARCHS:
             return f"tensor descriptors (tma) need sm_90 or newer, device is {device.arch}"

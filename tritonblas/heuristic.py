@@ -153,7 +153,12 @@ def estimate(config: GemmConfig, problem: Problem, device: DeviceInfo) -> Estima
             # the data-parallel rate (1920x1920x8192 with 128x256 tiles, one segment per tile: 92.3 us
             # vs Persistent 91.6 us, H200 2026-11-30; docs/notes/streamk-split.md).
             waves += cdiv(iters, split) / iters
-            if split > 1:
+            if split > 1 and config.reduce_kernel:
+                # kernels/reduce.py: no fence or arrival, a launch, then every partial read once over
+                # all the SMs.
+                partials = (tiles % programs) * split * config.block_m * config.block_n * 4
+                fixup = _SPLIT_FILL_US + _LAUNCH_US + partials / (_BANDWIDTH_TBS[arch] * 1e6)
+            elif split > 1:
                 fixup += split_fixed_us(config)
                 # The fix-up's reads at about twice one SM's fair share of bandwidth: 256x256x65536
                 # with 128x128 tiles (33 partials of 64 KB read by one program) took 66 us against
@@ -303,6 +308,9 @@ def candidates(problem: Problem, device: DeviceInfo, enable_streamk: bool | None
                     continue  # the same schedule as its persistent twin (splits_tiles), which is listed
                 if config_supports(cfg, problem, device) is None:
                     out.append(cfg)
+                    if sk and cdiv(problem.m, bm) * cdiv(problem.n, bn) < device.sm_count:
+                        # No data-parallel tile to hide the fix-up behind: a reduce kernel instead.
+                        out.append(GemmConfig(**fields, grid=grid, reduce_kernel=True))
     return out
 
 

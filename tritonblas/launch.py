@@ -21,9 +21,10 @@ from .config import GemmConfig, aligned_leading_dim, fixup_plan
 def _kernels():
     from .kernels.copy import pad_copy_kernel
     from .kernels.persistent import persistent_gemm_kernel
+    from .kernels.reduce import splitk_reduce_kernel
     from .kernels.streamk import streamk_gemm_kernel
 
-    return persistent_gemm_kernel, streamk_gemm_kernel, pad_copy_kernel
+    return persistent_gemm_kernel, streamk_gemm_kernel, pad_copy_kernel, splitk_reduce_kernel
 
 
 @functools.cache
@@ -146,7 +147,7 @@ def streamk_workspace(config: GemmConfig, m: int, n: int, k: int, programs: int)
     sk_tiles = tiles % programs
     splits = streamk_split(tiles, programs, cdiv(k, config.block_k))
     deferred = fixup_plan(config, tiles, programs, splits, config.tma)[1]
-    groups = fixup_groups(splits)[1] if splits > 1 and not deferred else 1
+    groups = fixup_groups(splits)[1] if splits > 1 and not (deferred or config.reduce_kernel) else 1
     group_slots = sk_tiles * groups if groups > 1 else 0
     return (programs + group_slots) * config.block_m * config.block_n, sk_tiles + group_slots
 
@@ -173,6 +174,7 @@ class _Plan:
     workspace: tuple[int, int] | None  # (partial floats, counters) for Stream-K
     tma: bool = False  # device-side descriptors: needs triton's allocator in the launching thread
     compiled: object = None  # triton's CompiledKernel once launched through the C launcher
+    then: _Plan | None = None  # Stream-K with reduce_kernel: kernels/reduce.py's launch, on (ws, c, bias)
 
 
 _plans: dict[tuple, _Plan] = {}
@@ -232,6 +234,8 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.T
             tensors = (*tensors, *scratch.workspace(device, *plan.workspace, held, stream))
         host = _host_descriptors(a, b, plan.constexprs) if plan.constexprs["HOST_DESC"] else (None, None)
         _launch(plan, tensors, (alpha, beta, *host))
+        if plan.then is not None:  # stream order: the partials are all in when it runs
+            _launch(plan.then, (tensors[4], c, tensors[3]), (alpha, beta))
     finally:
         if held:  # every kernel of this call is enqueued (or failed to launch): the next user runs after
             scratch.give(held)
@@ -298,7 +302,7 @@ def _make_plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Te
                config: GemmConfig, sm_count: int, precision: str) -> _Plan:
     m, k = a.shape
     n = b.shape[1]
-    persistent_kernel, streamk_kernel, _ = _kernels()
+    persistent_kernel, streamk_kernel, _, reduce_kernel = _kernels()
     progs = program_count(config, m, n, k, sm_count)
     has_bias = bias is not None
     sbm, sbn = bias.stride() if has_bias else (0, 0)
@@ -321,10 +325,33 @@ def _make_plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Te
         tiles = cdiv(m, config.block_m) * cdiv(n, config.block_n)
         splits = streamk_split(tiles, progs, cdiv(k, config.block_k))
         constexprs["FIXUP_CHUNKS"], constexprs["DEFERRED"] = fixup_plan(config, tiles, progs, splits, use_tma)
+        constexprs["REDUCE"] = config.reduce_kernel and splits > 1
+        then = _reduce_plan(reduce_kernel, config, m, n, c, bias, tiles, progs, splits, constexprs) \
+            if constexprs["REDUCE"] else None
         return _Plan(streamk_kernel, progs, ints, constexprs, config.num_warps, config.num_stages, workspace,
-                     tma=use_tma and not host_desc)
+                     tma=use_tma and not host_desc, then=then)
     return _Plan(persistent_kernel, progs, ints, constexprs, config.num_warps, config.num_stages, None,
                  tma=use_tma and not host_desc)
+
+
+def reduce_chunks(sk_tiles: int, programs: int) -> int:
+    """Row chunks a split tile is summed in by kernels/reduce.py: 8 where 4 would leave half the
+    programs' worth of SMs idle, else 4 (a chunk of a tile of 4 or 8 holds at most 32 or 16 values a
+    thread under the accumulator rule, so _sum_chunk's 4 or 8 slots in flight stay within 128)."""
+    return 8 if 4 * sk_tiles < programs else 4
+
+
+def _reduce_plan(kernel, config: GemmConfig, m: int, n: int, c: torch.Tensor, bias: torch.Tensor | None,
+                 tiles: int, programs: int, splits: int, constexprs: dict) -> _Plan:
+    """kernels/reduce.py's launch after a Stream-K launch with REDUCE: one program per row chunk of
+    each split tile; the same tile order, bias and 64-bit offsets as the main launch."""
+    sk_tiles = tiles % programs
+    chunks = min(reduce_chunks(sk_tiles, programs), config.block_m)
+    sbm, sbn = bias.stride() if bias is not None else (0, 0)
+    ints = (m, n, *c.stride(), sbm, sbn, tiles - sk_tiles, sk_tiles, splits)
+    reduce_constexprs = dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, GROUP_M=config.group_m,
+                             HAS_BIAS=bias is not None, INT64=constexprs["INT64"], FIXUP_CHUNKS=chunks)
+    return _Plan(kernel, sk_tiles * chunks, ints, reduce_constexprs, config.num_warps, 1, None)
 
 
 def _launch(plan: _Plan, tensors: tuple, floats: tuple) -> None:

@@ -27,6 +27,8 @@ its low 20 bits and a claim bit per chunk above; nobody waits:
   partials in segment order into a group slot (after the NUM_PROGS program slots) and arrives at the
   tile's counter, and the last group sums the Q group slots in group order. The longest chain of reads
   is then G + Q (12 for S = 33) instead of S (256x256x65536: 85.8 -> 58.7 us, row 24).
+- REDUCE (GemmConfig.reduce_kernel): no counter and no fix-up here; kernels/reduce.py, launched next
+  on the same stream, sums every split tile's partials in chunks over all the SMs.
 The sum order is fixed either way, so the result is bitwise the same run to run, whoever sums; the
 event that completes a counter resets it to 0 for the next launch.
 
@@ -213,9 +215,10 @@ def _split_segment(a_ptr, b_ptr, a_desc, b_desc, c_ptr, bias_ptr, ws_ptr, counte
                    HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, PRECISION: tl.constexpr,
                    USE_TMA: tl.constexpr, A_COL: tl.constexpr, B_COL: tl.constexpr, A_DIV: tl.constexpr,
                    B_DIV: tl.constexpr, INT64: tl.constexpr, FIXUP_CHUNKS: tl.constexpr,
-                   DEFERRED: tl.constexpr):
+                   DEFERRED: tl.constexpr, REDUCE: tl.constexpr):
     """Program `pid`'s K segment of its leftover tile: written whole when the tile is not split, else
-    stored as a partial and summed as the module docstring says (deferred: arrive now, claim later)."""
+    stored as a partial and summed as the module docstring says (deferred: arrive now, claim later;
+    REDUCE: by kernels/reduce.py after this kernel)."""
     sk_tile = pid % sk_tiles
     seg = pid // sk_tiles
     pid_m, pid_n = tile_coords(dp_tiles + sk_tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
@@ -237,7 +240,9 @@ def _split_segment(a_ptr, b_ptr, a_desc, b_desc, c_ptr, bias_ptr, ws_ptr, counte
             tl.store(slot_ptrs, acc, eviction_policy="evict_last")
         else:
             tl.store(slot_ptrs, acc, cache_modifier=".cg")
-        if (fixup_groups(splits)[1] > 1) & (not DEFERRED):
+        if REDUCE:
+            pass  # no counter, no fix-up here: splitk_reduce_kernel sums the partials next
+        elif (fixup_groups(splits)[1] > 1) & (not DEFERRED):
             _tree_fix_up(c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, stride_cm, stride_cn, stride_biasm,
                          stride_biasn, alpha, beta, pid_m, pid_n, sk_tile, sk_tiles, splits, seg, NUM_PROGS,
                          BLOCK_M, BLOCK_N, HAS_BIAS, INT64, FIXUP_CHUNKS)
@@ -280,6 +285,7 @@ def streamk_gemm_kernel(
     USE_TMA: tl.constexpr, A_COL: tl.constexpr, B_COL: tl.constexpr,
     A_DIV: tl.constexpr, B_DIV: tl.constexpr, FLATTEN: tl.constexpr, WARP_SPEC: tl.constexpr,
     INT64: tl.constexpr, HOST_DESC: tl.constexpr, FIXUP_CHUNKS: tl.constexpr, DEFERRED: tl.constexpr,
+    REDUCE: tl.constexpr,
 ):
     a_desc, b_desc = operand_sources(a_ptr, b_ptr, a_host, b_host, M, N, K, stride_am, stride_ak,
                                      stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, HOST_DESC,
@@ -300,7 +306,7 @@ def streamk_gemm_kernel(
                            NUM_PROGS, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                            stride_biasm, stride_biasn, alpha, beta, pid, dp_tiles, sk_tiles, splits,
                            iters_per_tile, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, HAS_BIAS, EVEN_K, PRECISION,
-                           USE_TMA, A_COL, B_COL, A_DIV, B_DIV, INT64, FIXUP_CHUNKS, DEFERRED)
+                           USE_TMA, A_COL, B_COL, A_DIV, B_DIV, INT64, FIXUP_CHUNKS, DEFERRED, REDUCE)
 
     # The data-parallel loop is the persistent kernel's, with its levers (see persistent.py).
     for tile_id in tl.range(pid, dp_tiles, NUM_PROGS, flatten=FLATTEN, warp_specialize=WARP_SPEC):
@@ -322,4 +328,4 @@ def streamk_gemm_kernel(
                        stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_biasm,
                        stride_biasn, alpha, beta, pid, dp_tiles, sk_tiles, splits, iters_per_tile, BLOCK_M,
                        BLOCK_N, BLOCK_K, GROUP_M, HAS_BIAS, EVEN_K, PRECISION, USE_TMA, A_COL, B_COL, A_DIV,
-                       B_DIV, INT64, FIXUP_CHUNKS, DEFERRED)
+                       B_DIV, INT64, FIXUP_CHUNKS, DEFERRED, REDUCE)

@@ -46,6 +46,8 @@ def _neighbours(cfg: GemmConfig) -> Iterable[GemmConfig]:
         for v in (getattr(cfg, name) // 2, getattr(cfg, name) * 2):
             if 16 <= v <= 256:
                 yield _with(cfg, **{name: v})
+    if cfg.streamk:  # the fix-up in the kernel or in a reduce kernel of its own
+        yield _with(cfg, reduce_kernel=not cfg.reduce_kernel)
     yield _with(cfg, num_warps=8 if cfg.num_warps == 4 else 4)
     yield _with(cfg, aligned_copy=not cfg.aligned_copy, tma=True)  # a padded copy is TMA-ready
 
@@ -72,7 +74,7 @@ def _canonical(cfg: GemmConfig, problem: Problem, device: DeviceInfo,
     args = (problem.m, problem.n, problem.k, device.sm_count)
     if cfg.streamk and enable_streamk is None and not heuristic.splits_tiles(cfg, problem,
                                                                               program_count(cfg, *args)):
-        cfg = _with(cfg, streamk=False)
+        cfg = _with(cfg, streamk=False, reduce_kernel=False)
     if cfg.grid is None:
         return cfg
     if program_count(cfg, *args) == program_count(_with(cfg, grid=None), *args):

@@ -1,0 +1,33 @@
+"""The Stream-K fix-up as a kernel of its own (GemmConfig.reduce_kernel).
+
+streamk_gemm_kernel with REDUCE stores every split tile's fp32 partials and nothing else (no counter,
+no fix-up); this kernel, launched next on the same stream (so every partial is in), runs one program per
+row chunk of each split tile: it sums the tile's S partials in slot order (the in-kernel fix-up's
+order and code, so the same bits) and writes the chunk through the shared epilogue. Nobody waits or
+counts, and the reads are spread over all the SMs instead of one program per tile: on the H200 the
+last arrival of a tile with no data-parallel work to hide behind spent 6-10 us summing it
+(256x2048x28672, 1024x1024x16384, 512x512x32768: tests/streamk_timeline.py), where cuBLAS runs split-K
+and then a reduce kernel of 2.7-4.5 us (scripts/vendor_kernels.py).
+"""
+
+import triton
+import triton.language as tl
+
+from .common import tile_coords
+from .streamk import _chunk_epilogue, _sum_chunk
+
+
+@triton.jit
+def splitk_reduce_kernel(ws_ptr, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, stride_biasm, stride_biasn,
+                         dp_tiles, sk_tiles, splits, alpha, beta,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr,
+                         HAS_BIAS: tl.constexpr, INT64: tl.constexpr, FIXUP_CHUNKS: tl.constexpr):
+    """Program p: row chunk p % FIXUP_CHUNKS of split tile p // FIXUP_CHUNKS, whose segment j's partial
+    is in workspace slot j * sk_tiles + tile (streamk_gemm_kernel's program of that segment)."""
+    pid = tl.program_id(0)
+    sk_tile = pid // FIXUP_CHUNKS
+    chunk = pid % FIXUP_CHUNKS
+    pid_m, pid_n = tile_coords(dp_tiles + sk_tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    total = _sum_chunk(ws_ptr, sk_tile, splits, sk_tiles, chunk, INT64, BLOCK_M, BLOCK_N, FIXUP_CHUNKS)
+    _chunk_epilogue(total, chunk, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, stride_biasm, stride_biasn,
+                    alpha, beta, pid_m, pid_n, BLOCK_M, BLOCK_N, HAS_BIAS, INT64, FIXUP_CHUNKS)
