@@ -5,6 +5,7 @@ tree's root on a GPU:
     python tests/kernel_ab.py --chunks   # only the chunked, deferred fix-up's cases (CHUNK_CASES)
     python tests/kernel_ab.py --chunks --both-modes   # and each with data-parallel tiles both ways
     python tests/kernel_ab.py --bigtile  # 128x256 tiles: one exact wave, and a wave plus a split part
+    python tests/kernel_ab.py --reduce   # the Stream-K fix-up in a reduce kernel against in the kernel
 or this file against another tree's package (`bash scripts/h200_run.sh ab`); a config the tree does not
 know (a field it lacks) prints "n/a". A benchmark, not a test (not collected: no test_ prefix).
 Eager is `tritonblas.matmul` with the config, host time included; "graph" is the same call replayed from
@@ -82,6 +83,20 @@ BIGTILE_CASES = [(3000, 2000, 5000, dict(_BIG, streamk=True)), (6144, 1024, 8192
                  (2176, 2176, 4096, dict(_BIG, flatten=True)),
                  (1536, 2816, 4096, dict(_BIG, flatten=True))]
 
+# The fix-up in a kernel of its own (GemmConfig.reduce_kernel) against the in-kernel one, on the few-tile
+# long-K problems (no data-parallel tile) and their shipped winners; `--reduce` runs only these.
+REDUCE_CASES = []
+for _m, _n, _k, _fields in ((256, 2048, 28672, dict(block_m=128, block_n=128, block_k=64, num_stages=6)),
+                            (512, 512, 32768, dict(block_m=64, block_n=128, block_k=128, num_stages=4)),
+                            (1024, 1024, 16384, dict(block_m=128, block_n=128, block_k=64, num_stages=5,
+                                                     tma=True)),
+                            (256, 256, 65536, dict(block_m=128, block_n=128, block_k=64, num_stages=3,
+                                                   tma=True)),
+                            (128, 128, 8192, dict(block_m=32, block_n=32, block_k=128, num_stages=5))):
+    for _reduce in (False, True):
+        REDUCE_CASES.append((_m, _n, _k, dict(_fields, num_warps=4, streamk=True,
+                                              **({"reduce_kernel": True} if _reduce else {}))))
+
 
 def _graph_us(torch, do_bench, call) -> float:
     """Per-call time of `call` replayed from a CUDA graph of REPS calls (captured on a side stream)."""
@@ -106,7 +121,7 @@ def main() -> int:
 
     import tritonblas
 
-    sets = {"--fixup": FIXUP_CASES, "--chunks": CHUNK_CASES, "--bigtile": BIGTILE_CASES}
+            "--reduce": REDUCE_CASES}
     cases = next((cases for flag, cases in sets.items() if flag in sys.argv), CASES)
     for m, n, k, fields in cases:
         torch.manual_seed(0)
