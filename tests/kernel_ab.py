@@ -84,7 +84,8 @@ BIGTILE_CASES = [(3000, 2000, 5000, dict(_BIG, streamk=True)), (6144, 1024, 8192
                  (1536, 2816, 4096, dict(_BIG, flatten=True))]
 
 # The fix-up in a kernel of its own (GemmConfig.reduce_kernel) against the in-kernel one, on the few-tile
-# long-K problems (no data-parallel tile) and their shipped winners; `--reduce` runs only these.
+# long-K problems (no data-parallel tile) and their shipped winners, and two with data-parallel tiles;
+# `--reduce` runs only these.
 REDUCE_CASES = []
 for _m, _n, _k, _fields in ((256, 2048, 28672, dict(block_m=128, block_n=128, block_k=64, num_stages=6)),
                             (512, 512, 32768, dict(block_m=64, block_n=128, block_k=128, num_stages=4)),
@@ -92,7 +93,10 @@ for _m, _n, _k, _fields in ((256, 2048, 28672, dict(block_m=128, block_n=128, bl
                                                      tma=True)),
                             (256, 256, 65536, dict(block_m=128, block_n=128, block_k=64, num_stages=3,
                                                    tma=True)),
-                            (128, 128, 8192, dict(block_m=32, block_n=32, block_k=128, num_stages=5))):
+                            (128, 128, 8192, dict(block_m=32, block_n=32, block_k=128, num_stages=5)),
+                            # a data-parallel wave and a split remainder (deferred claims in the kernel)
+                            (768, 3072, 8192, dict(block_m=128, block_n=128, block_k=64, num_stages=6)),
+                            (2176, 2176, 4096, dict(block_m=128, block_n=128, block_k=64, num_stages=5))):
     for _reduce in (False, True):
         REDUCE_CASES.append((_m, _n, _k, dict(_fields, num_warps=4, streamk=True,
                                               **({"reduce_kernel": True} if _reduce else {}))))
@@ -121,6 +125,7 @@ def main() -> int:
 
     import tritonblas
 
+    sets = {"--fixup": FIXUP_CASES, "--chunks": CHUNK_CASES, "--bigtile": BIGTILE_CASES,
             "--reduce": REDUCE_CASES}
     cases = next((cases for flag, cases in sets.items() if flag in sys.argv), CASES)
     for m, n, k, fields in cases:

@@ -475,19 +475,22 @@ def test_gpu_small_problems_are_timed_in_replay():
     assert torch_ms < cold
 
 
-@pytest.mark.parametrize("shape, fields", [
-    ((256, 2048, 28672), dict(block_m=128, block_n=128, block_k=64, num_warps=4, num_stages=6)),  # S 4
-    ((256, 256, 65536), dict(block_m=128, block_n=128, block_k=64, num_warps=4, num_stages=3, tma=True)),
-    ((128, 128, 8192), dict(block_m=32, block_n=32, block_k=128, num_warps=4, num_stages=5)),  # S 8
+@pytest.mark.parametrize("shape, fields, tree", [
+    ((256, 2048, 28672), dict(block_m=128, block_n=128, block_k=64, num_warps=4, num_stages=6), False),  # S 4
+    # S 33: the in-kernel fix-up is a two-level tree there (arith.TREE_MIN_SPLITS), another sum order
+    ((256, 256, 65536), dict(block_m=128, block_n=128, block_k=64, num_warps=4, num_stages=3, tma=True),
+     True),
+    ((128, 128, 8192), dict(block_m=32, block_n=32, block_k=128, num_warps=4, num_stages=5), False),  # S 8
 ], ids=["s4", "s33_tma", "small_tiles"])
-def test_gpu_reduce_kernel_gives_the_in_kernel_fixup_bits(shape, fields):
-    # kernels/reduce.py sums each split tile in slot order, as the in-kernel fix-up does: the same bits,
-    # run after run, with a row bias through the chunked epilogue.
+def test_gpu_reduce_kernel_gives_the_in_kernel_fixup_bits(shape, fields, tree):
+    # kernels/reduce.py sums each split tile in slot order, as the in-kernel fix-up does below the tree:
+    # the same bits, run after run, with a row bias through the chunked epilogue.
     m, n, k = shape
     a, b = operands(m, n, k, torch.bfloat16, "nn", "cuda")
     bias = make_bias("row", m, n, torch.bfloat16, "cuda")
     fixup = tritonblas.addmm(bias, a, b, config=GemmConfig(**fields, streamk=True))
     reduce_cfg = GemmConfig(**fields, streamk=True, reduce_kernel=True)
-    runs = [tritonblas.addmm(bias, a, b, config=reduce_cfg) for _ in range(3)]
-    assert all(torch.equal(r.view(torch.int16), fixup.view(torch.int16)) for r in runs)
-    assert_close(runs[0], torch.addmm(bias, a, b), reference(a, b, bias), k=k)
+    runs = [tritonblas.addmm(bias, a, b, config=reduce_cfg).view(torch.int16) for _ in range(3)]
+    assert all(torch.equal(r, runs[0]) for r in runs)
+    assert torch.equal(runs[0], fixup.view(torch.int16)) != tree
+    assert_close(runs[0].view(torch.bfloat16), torch.addmm(bias, a, b), reference(a, b, bias), k=k)

@@ -137,13 +137,14 @@ def _arrive(counter, delta):
 
 @triton.jit
 def _write_chunks(claims, c_ptr, bias_ptr, ws_ptr, M, N, stride_cm, stride_cn, stride_biasm, stride_biasn,
-                  alpha, beta, pid_m, pid_n, sk_tile, sk_tiles, splits,
+                  alpha, beta, pid_m, pid_n, first, count, stride,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr, INT64: tl.constexpr,
                   FIXUP_CHUNKS: tl.constexpr):
-    """Sum the split tile's partials over every chunk whose claim bit is set in `claims`, and write it."""
+    """Sum, over every chunk whose claim bit is set in `claims`, the `count` slots first, first + stride,
+    ... (a split tile's partials, or the tree's group slots), and write it."""
     for c in range(0, FIXUP_CHUNKS):
         if (claims >> (_CLAIM_BIT + c)) & 1:
-            total = _sum_chunk(ws_ptr, sk_tile, splits, sk_tiles, c, INT64, BLOCK_M, BLOCK_N, FIXUP_CHUNKS)
+            total = _sum_chunk(ws_ptr, first, count, stride, c, INT64, BLOCK_M, BLOCK_N, FIXUP_CHUNKS)
             _chunk_epilogue(total, c, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, stride_biasm, stride_biasn,
                             alpha, beta, pid_m, pid_n, BLOCK_M, BLOCK_N, HAS_BIAS, INT64, FIXUP_CHUNKS)
 
@@ -170,7 +171,7 @@ def _settle(counter, before, delta, splits, c_ptr, bias_ptr, ws_ptr, M, N, strid
         if before % _ARRIVALS < splits:  # the last arrival: every chunk claimed so far, its own included
             done = after - splits
         _write_chunks(done, c_ptr, bias_ptr, ws_ptr, M, N, stride_cm, stride_cn, stride_biasm,
-                      stride_biasn, alpha, beta, pid_m, pid_n, sk_tile, sk_tiles, splits, BLOCK_M,
+                      stride_biasn, alpha, beta, pid_m, pid_n, sk_tile, splits, sk_tiles, BLOCK_M,
                       BLOCK_N, HAS_BIAS, INT64, FIXUP_CHUNKS)
     if after == splits + ((tl.full((), 1, tl.int32) << FIXUP_CHUNKS) - 1) * _ARRIVALS:
         tl.atomic_xchg(counter, 0, sem="relaxed", scope="gpu")
@@ -198,12 +199,10 @@ def _tree_fix_up(c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, stride_cm, stride_c
         tl.atomic_xchg(group_counter, 0, sem="relaxed", scope="gpu")
         tile_counter = counter_ptr + sk_tile
         if _arrive(tile_counter, 1) == groups - 1:
-            for c in range(0, FIXUP_CHUNKS):
-                total = _sum_chunk(ws_ptr, NUM_PROGS + sk_tile * groups, groups, 1, c, INT64, BLOCK_M,
-                                   BLOCK_N, FIXUP_CHUNKS)
-                _chunk_epilogue(total, c, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, stride_biasm,
-                                stride_biasn, alpha, beta, pid_m, pid_n, BLOCK_M, BLOCK_N, HAS_BIAS, INT64,
-                                FIXUP_CHUNKS)
+            every_chunk = ((tl.full((), 1, tl.int32) << FIXUP_CHUNKS) - 1) << _CLAIM_BIT
+            _write_chunks(every_chunk, c_ptr, bias_ptr, ws_ptr, M, N, stride_cm, stride_cn, stride_biasm,
+                          stride_biasn, alpha, beta, pid_m, pid_n, NUM_PROGS + sk_tile * groups, groups, 1,
+                          BLOCK_M, BLOCK_N, HAS_BIAS, INT64, FIXUP_CHUNKS)
             tl.atomic_xchg(tile_counter, 0, sem="relaxed", scope="gpu")
 
 
