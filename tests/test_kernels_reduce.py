@@ -7,7 +7,7 @@ import torch
 from shapes import BIASES, make_bias, reference, rel_error, sk_config
 
 import tritonblas
-from tritonblas import GemmConfig, heuristic, launch, scratch
+from tritonblas import GemmConfig, arith, heuristic, launch, scratch
 from tritonblas.config import Problem, config_supports, device_for_arch
 from tritonblas.tuning.space import _canonical, _neighbours
 
@@ -18,7 +18,10 @@ H200 = device_for_arch("sm_90")
 SPLITS = [
     ("no_data_parallel", (15, 17, 127), sk_config(32, 32, 16, 4)),  # 1 tile in 4 segments
     ("data_parallel_first", (100, 33, 100), sk_config(32, 32, 32, 6)),  # 6 data-parallel, 2 split 3 ways
-    ("tree_sized", (16, 16, 640), sk_config(16, 16, 16, 33)),  # S 33: no tree, the reduce kernel sums
+    # S 33: in the kernel a two-level tree (arith.TREE_MIN_SPLITS), another sum order, so equal bits
+    # there are the fp16 cast's rounding, not a guarantee (on the H200, bf16 at S 33 differs in the last
+    # bit: test_gpu); the reduce kernel still sums the 33 slots in order.
+    ("tree_sized", (16, 16, 640), sk_config(16, 16, 16, 33)),
     ("ragged_many_tiles", (63, 17, 100), sk_config(16, 16, 16, 7)),  # a wave of 7, 1 tile split 7 ways
 ]
 
@@ -35,7 +38,10 @@ def test_reduce_kernel_gives_the_in_kernel_fixup_bits(shape, config):
     bias = torch.randn(n, generator=g).half()
     fixup = tritonblas.addmm(bias, a, b, beta=0.5, alpha=2.0, config=config)
     reduced = tritonblas.addmm(bias, a, b, beta=0.5, alpha=2.0, config=_with_reduce(config))
-    assert torch.equal(fixup.view(torch.int16), reduced.view(torch.int16))
+    again = tritonblas.addmm(bias, a, b, beta=0.5, alpha=2.0, config=_with_reduce(config))
+    assert torch.equal(reduced.view(torch.int16), again.view(torch.int16))  # run to run
+    if config.grid < arith.TREE_MIN_SPLITS:  # S <= programs: below the tree, the in-kernel order and bits
+        assert torch.equal(fixup.view(torch.int16), reduced.view(torch.int16))
     assert not scratch.workspace(CPU, 0, 0)[1].any()  # no counter touched, none left set
     ref = reference(a, b, bias, 0.5, 2.0)
     assert rel_error(reduced, ref) <= 2 * rel_error(torch.addmm(bias, a, b, beta=0.5, alpha=2.0), ref) + 1e-3
