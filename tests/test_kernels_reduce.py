@@ -9,7 +9,7 @@ from shapes import BIASES, make_bias, reference, rel_error, sk_config
 import tritonblas
 from tritonblas import GemmConfig, arith, heuristic, launch, scratch
 from tritonblas.config import Problem, config_supports, device_for_arch
-from tritonblas.tuning.space import _canonical, _neighbours
+from tritonblas.tuning.space import _canonical, _neighbours, candidate_space
 
 CPU = torch.device("cpu")
 H200 = device_for_arch("sm_90")
@@ -91,3 +91,19 @@ def test_reduce_kernel_config_predicate_and_space():
     # The heuristic offers it where no data-parallel tile hides the fix-up (4 tiles), not on 4096^3.
     assert any(c.reduce_kernel for c in heuristic.candidates(problem, H200))
     assert not any(c.reduce_kernel for c in heuristic.candidates(big, H200))
+
+
+def test_no_reduce_kernel_on_small_problems():
+    # A small problem's kernel takes a few us: the reduce kernel's second launch is host time an eager
+    # call pays (128x128x8192 on the H200: host 31 -> 48 us a call; scripts/reduce_host_probe.py), which
+    # the tuner's graph replays of small problems would not see. Neither the heuristic nor the tuner's
+    # space offers it there; a long-K problem of few tiles (32 of 128x128) still gets it.
+    small, long_k = Problem(128, 128, 8192, "bf16"), Problem(256, 2048, 28672, "bf16")
+    assert small.small and not long_k.small
+    sk = GemmConfig(block_m=32, block_n=32, block_k=128, streamk=True)
+    assert not _canonical(_with_reduce(sk), small, H200).reduce_kernel
+    wide = GemmConfig(block_m=128, block_n=128, block_k=64, streamk=True)
+    assert _canonical(_with_reduce(wide), long_k, H200).reduce_kernel
+    assert not any(c.reduce_kernel for c in heuristic.candidates(small, H200))
+    assert not any(c.reduce_kernel for c in candidate_space(small, H200, exhaustive=True))
+    assert any(c.reduce_kernel for c in candidate_space(long_k, H200))

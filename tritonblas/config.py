@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
 
-from .arith import DEFERRED_CHUNK, fixup_deferred
+from .arith import DEFERRED_CHUNK, fixup_deferred, gemm_flops
 
 DType = Literal["fp16", "bf16", "fp32"]
 BiasKind = Literal["none", "scalar", "row", "column", "full"]
@@ -20,6 +20,10 @@ Backend = Literal["triton", "torch"]
 BACKENDS: tuple[str, ...] = ("triton", "torch")
 
 DTYPE_BYTES: dict[str, int] = {"fp16": 2, "bf16": 2, "fp32": 4}
+# Problem.small: operands and work below which a problem's kernel takes a few microseconds on the H200
+# (512^3 3.6 us, 1024x1024x512 4.8, 128x128x8192 8.2 in graph replay: h200-graph-small-tune10.json).
+SMALL_OPERAND_BYTES = 8 << 20
+SMALL_FLOPS = 2**31
 _POW2_BLOCKS = (16, 32, 64, 128, 256)
 MAX_GRID = 65536
 
@@ -206,6 +210,15 @@ class Problem:
                              "Problem takes one operand dtype")
         out = None if key.out_dtype == key.a_dtype else key.out_dtype
         return cls(key.m, key.n, key.k, key.a_dtype, key.layout, key.bias, out)
+
+    @property
+    def small(self) -> bool:
+        """A problem whose kernel runs for a few microseconds, of the order of an eager call's host time:
+        A and B together at most SMALL_OPERAND_BYTES and at most SMALL_FLOPS (every problem of
+        classes/small.yaml; not a decode step's 32 MB weight). The tuner times these as CUDA-graph
+        replays (tuning/benchmark.replayed), and no launch is added to them (the reduce kernel)."""
+        operands = (self.m * self.k + self.k * self.n) * DTYPE_BYTES[self.dtype]
+        return operands <= SMALL_OPERAND_BYTES and gemm_flops(self.m, self.n, self.k) <= SMALL_FLOPS
 
     def short(self) -> str:
         """E.g. "16x6144x4096 fp16 nt +row" (the bias only when there is one)."""

@@ -308,8 +308,10 @@ def candidates(problem: Problem, device: DeviceInfo, enable_streamk: bool | None
                     continue  # the same schedule as its persistent twin (splits_tiles), which is listed
                 if config_supports(cfg, problem, device) is None:
                     out.append(cfg)
-                    if sk and cdiv(problem.m, bm) * cdiv(problem.n, bn) < device.sm_count:
-                        # No data-parallel tile to hide the fix-up behind: a reduce kernel instead.
+                    tiles = cdiv(problem.m, bm) * cdiv(problem.n, bn)
+                    if sk and tiles < device.sm_count and not problem.small:
+                        # No data-parallel tile to hide the fix-up behind: a reduce kernel instead (not
+                        # on a small problem, where its launch costs more host time: space._canonical).
                         out.append(GemmConfig(**fields, grid=grid, reduce_kernel=True))
     return out
 

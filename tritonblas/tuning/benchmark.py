@@ -30,8 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..arith import gemm_flops
-from ..config import DTYPE_BYTES, DeviceInfo, GemmConfig, Problem
+from ..config import DeviceInfo, GemmConfig, Problem
 from ..parallel import run_first_launches
 from .protocol import Benchmark, BenchResult, error_result
 
@@ -40,20 +39,15 @@ _TORCH = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 _UNIT = {"fp16": 2.0**-11, "bf16": 2.0**-8, "fp32": 2.0**-24}
 
 
-REPLAY_OPERAND_BYTES = 8 << 20
-REPLAY_FLOPS = 2**31
 REPLAY_CALLS = 20
 
 
 def replayed(problem: Problem) -> bool:
     """Whether GpuBenchmark times `problem`'s candidates (and torch.mm) as CUDA-graph replays (see the
-    module docstring): A and B together at most REPLAY_OPERAND_BYTES and at most REPLAY_FLOPS. A skinny
-    problem's weight (1x4096x4096: 32 MB) stays on the cold-L2 protocol, as a decode step meets it. An
-    empty output (M or N = 0) launches nothing, so there is no graph to capture."""
-    if problem.m * problem.n == 0:
-        return False
-    operands = (problem.m * problem.k + problem.k * problem.n) * DTYPE_BYTES[problem.dtype]
-    return operands <= REPLAY_OPERAND_BYTES and gemm_flops(problem.m, problem.n, problem.k) <= REPLAY_FLOPS
+    module docstring): the small problems (Problem.small). A skinny problem's weight (1x4096x4096: 32
+    MB) stays on the cold-L2 protocol, as a decode step meets it. An empty output (M or N = 0) launches
+    nothing, so there is no graph to capture."""
+    return problem.m * problem.n != 0 and problem.small
 
 
 @dataclass

@@ -67,14 +67,19 @@ def _grids(cfg: GemmConfig, problem: Problem, device: DeviceInfo) -> Iterable[Ge
 def _canonical(cfg: GemmConfig, problem: Problem, device: DeviceInfo,
                enable_streamk: bool | None = None) -> GemmConfig:
     """One config per schedule (dedup): a Stream-K config that splits no tile is its persistent twin
-    (unless the family is forced), and a grid that launches as many programs as the default one is
-    the default one. In a cold-cache run of scripts/tune_quality.py (2026-11-30), 4096x1024x512's
-    tuned winner was a Stream-K config splitting nothing, timed in place of the flattened persistent
-    twin that won the exhaustive search by 6%."""
+    (unless the family is forced), a small problem's reduce kernel is the in-kernel fix-up, and a grid
+    that launches as many programs as the default one is the default one. In a cold-cache run of
+    scripts/tune_quality.py (2026-11-30), 4096x1024x512's tuned winner was a Stream-K config splitting
+    nothing, timed in place of the flattened persistent twin that won the exhaustive search by 6%."""
     args = (problem.m, problem.n, problem.k, device.sm_count)
     if cfg.streamk and enable_streamk is None and not heuristic.splits_tiles(cfg, problem,
                                                                               program_count(cfg, *args)):
         cfg = _with(cfg, streamk=False, reduce_kernel=False)
+    if cfg.reduce_kernel and problem.small:
+        # Its second launch is host time an eager call pays and a graph replay (how small problems are
+        # timed) hides: 128x128x8192 bf16 by config=, H200, 32x32x128 Stream-K: replay 8.10 -> 7.78 us
+        # with it, host 31 -> 48 us a call, eager median 16-18 -> 23-66 (scripts/reduce_host_probe.py).
+        cfg = _with(cfg, reduce_kernel=False)
     if cfg.grid is None:
         return cfg
     if program_count(cfg, *args) == program_count(_with(cfg, grid=None), *args):
