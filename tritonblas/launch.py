@@ -235,7 +235,8 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.T
         host = _host_descriptors(a, b, plan.constexprs) if plan.constexprs["HOST_DESC"] else (None, None)
         _launch(plan, tensors, (alpha, beta, *host))
         if plan.then is not None:  # stream order: the partials are all in when it runs
-            _launch(plan.then, (tensors[4], c, tensors[3]), (alpha, beta))
+            workspace, bias_or_c = tensors[4], tensors[3]
+            _launch(plan.then, (workspace, c, bias_or_c), (alpha, beta))
     finally:
         if held:  # every kernel of this call is enqueued (or failed to launch): the next user runs after
             scratch.give(held)
@@ -326,8 +327,8 @@ def _make_plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Te
         splits = streamk_split(tiles, progs, cdiv(k, config.block_k))
         constexprs["FIXUP_CHUNKS"], constexprs["DEFERRED"] = fixup_plan(config, tiles, progs, splits, use_tma)
         constexprs["REDUCE"] = config.reduce_kernel and splits > 1
-        then = _reduce_plan(reduce_kernel, config, m, n, c, bias, tiles, progs, splits, constexprs) \
-            if constexprs["REDUCE"] else None
+        then = _reduce_plan(reduce_kernel, config, (m, n, *c.stride(), sbm, sbn), tiles, progs, splits,
+                            constexprs) if constexprs["REDUCE"] else None
         return _Plan(streamk_kernel, progs, ints, constexprs, config.num_warps, config.num_stages, workspace,
                      tma=use_tma and not host_desc, then=then)
     return _Plan(persistent_kernel, progs, ints, constexprs, config.num_warps, config.num_stages, None,
@@ -341,16 +342,16 @@ def reduce_chunks(sk_tiles: int, programs: int) -> int:
     return 8 if 4 * sk_tiles < programs else 4
 
 
-def _reduce_plan(kernel, config: GemmConfig, m: int, n: int, c: torch.Tensor, bias: torch.Tensor | None,
-                 tiles: int, programs: int, splits: int, constexprs: dict) -> _Plan:
+def _reduce_plan(kernel, config: GemmConfig, output_ints: tuple, tiles: int, programs: int, splits: int,
+                 constexprs: dict) -> _Plan:
     """kernels/reduce.py's launch after a Stream-K launch with REDUCE: one program per row chunk of
-    each split tile; the same tile order, bias and 64-bit offsets as the main launch."""
+    each split tile; output_ints (M, N, C's strides, the bias's) and the bias and 64-bit offsets
+    (constexprs) are the main launch's."""
     sk_tiles = tiles % programs
-    chunks = min(reduce_chunks(sk_tiles, programs), config.block_m)
-    sbm, sbn = bias.stride() if bias is not None else (0, 0)
-    ints = (m, n, *c.stride(), sbm, sbn, tiles - sk_tiles, sk_tiles, splits)
+    chunks = reduce_chunks(sk_tiles, programs)  # (at most 8 <= block_m: 16 rows or more)
+    ints = (*output_ints, tiles - sk_tiles, sk_tiles, splits)
     reduce_constexprs = dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, GROUP_M=config.group_m,
-                             HAS_BIAS=bias is not None, INT64=constexprs["INT64"], FIXUP_CHUNKS=chunks)
+                             HAS_BIAS=constexprs["HAS_BIAS"], INT64=constexprs["INT64"], FIXUP_CHUNKS=chunks)
     return _Plan(kernel, sk_tiles * chunks, ints, reduce_constexprs, config.num_warps, 1, None)
 
 

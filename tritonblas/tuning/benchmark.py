@@ -6,13 +6,13 @@ to rotate inputs), and that memset keeps the GPU busy while the host enqueues th
 for tiny problems the host-side launch overhead is not in the measured time: it measures what a CUDA
 graph would, without the cost of capturing one per candidate.
 
-That holds for the host, not for small problems' kernels. Those (`replayed`: operands of at most 8 MB
-and at most 2**31 FLOPs, the small class) are timed as CUDA-graph replays of REPLAY_CALLS calls
-instead, per call: after the 256 MB memset their kernels of 3-5 us read 10-20 us with p20-p80 spreads
-as wide as the gaps between candidates (the tune-all run of 2026-11-30 on 512x512x512 fp16: 49
-candidates at medians 13.3-18.5 us, torch.mm among them), so the winner was a draw: the shipped
-64x16x256 ran 9.7 us in the bench where the others ran 7.5. Back-to-back replays time the kernel as a
-model calls it, its operands in L2.
+That holds for the host, not for small problems' kernels. Those (`replayed`: `Problem.small`, every
+problem of the small class) are timed as CUDA-graph replays of REPLAY_CALLS calls instead, per call:
+after the 256 MB memset their kernels of 3-5 us read 10-20 us with p20-p80 spreads as wide as the gaps
+between candidates (the tune-all run of 2026-11-30 on 512x512x512 fp16: 49 candidates at medians
+13.3-18.5 us, torch.mm among them), so the winner was a draw: the shipped 64x16x256 ran 9.7 us in the
+bench where the others ran 7.5. Back-to-back replays time the kernel as a model calls it, its operands in
+L2.
 
 Correctness: the candidate's relative Frobenius error against an fp64 reference must be at most twice
 torch's own error on the same inputs plus one unit roundoff of the output dtype.
