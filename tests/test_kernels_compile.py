@@ -18,7 +18,9 @@ def test_kernels_compile_for_sm_90():
     assert run.returncode == 0, run.stderr[-3000:]
     lines = run.stdout.splitlines()
     # compile_sm90's gemm variants, the reduce kernel and its Stream-K mode, the copy kernel
-    assert len(lines) == 10, run.stdout
+    assert len(lines) == 11, run.stdout
+    # warp_specialize on 8 warps compiles to the code without it, which is why the tuner does not try it
+    assert lines.pop() == "warp_specialize_8_warps same", run.stdout
     for line in lines:
         name, shared = line.rsplit(" ", 1)
         # Every variant fits the H200's 232448 bytes a block (these are 3-stage 128x128x64 tiles).

@@ -60,7 +60,7 @@ class GemmConfig(BaseModel):
     host_descriptors: bool = False  # TMA descriptors built on the host, kernel arguments (tma only)
     # The persistent tile loop (Stream-K: its data-parallel loop) as triton's tl.range options:
     flatten: bool = False  # one flattened tile x K loop, prefetching the next tile's first K blocks
-    warp_specialize: bool = False  # producer/consumer warps
+    warp_specialize: bool = False  # producer/consumer warps (triton 3.6, sm_90: a no-op, see config_supports)
     aligned_copy: bool = False  # copy operands whose leading dim is not 16-byte aligned into padded ones
     # Stream-K: split tiles summed by a kernel of their own over all the SMs (kernels/reduce.py), not by
     # their last segment's program.
@@ -346,7 +346,8 @@ def config_supports(config: GemmConfig, problem: Problem, device: DeviceInfo) ->
     if regs > 128:
         return f"accumulator needs {regs} registers per thread with {config.num_warps} warps (max 128)"
     # triton 3.6 on the H200 returned wrong results for 128x128x64 tiles on 4 specialized warps
-    # (scripts/sweep.py, 2026-11-29); every 8-warp variant measured was right.
+    # (scripts/sweep.py, 2026-11-29), and again on the K loop (max error 483 on 4096^3, NaN: kernel-levers
+    # row 37). On 8 warps it compiles to the same sm_90 code as without: right, and a no-op there.
     if config.warp_specialize and config.num_warps != 8:
         return "warp_specialize needs num_warps=8 (4-warp variants gave wrong results on triton 3.6)"
     if problem.dtype == "fp32" and config.block_k > 128:
