@@ -6,6 +6,8 @@ tree's root on a GPU:
     python tests/kernel_ab.py --chunks --both-modes   # and each with data-parallel tiles both ways
     python tests/kernel_ab.py --bigtile  # 128x256 tiles: one exact wave, and a wave plus a split part
     python tests/kernel_ab.py --reduce   # the Stream-K fix-up in a reduce kernel against in the kernel
+    python tests/kernel_ab.py --splitk   # 512x512x32768 split 8 ways: stages x loads x fix-up kind
+    python tests/kernel_ab.py --hdesc    # TMA winners with device- and host-built descriptors
 or this file against another tree's package (`bash scripts/h200_run.sh ab`); a config the tree does not
 know (a field it lacks) prints "n/a". A benchmark, not a test (not collected: no test_ prefix).
 Eager is `tritonblas.matmul` with the config, host time included; "graph" is the same call replayed from
@@ -102,6 +104,25 @@ for _m, _n, _k, _fields in ((256, 2048, 28672, dict(block_m=128, block_n=128, bl
                                               **({"reduce_kernel": True} if _reduce else {}))))
 
 
+# 512x512x32768 (16 tiles of 128x128, S 8) over stages, loads and where the fix-up runs (`--splitk`), and
+# TMA tiles with descriptors built in the kernel and on the host (`--hdesc`; h200-hdesc-ab11.txt).
+SPLITK_CASES = [(512, 512, 32768, dict(block_m=128, block_n=128, block_k=64, num_warps=4, num_stages=s,
+                                       streamk=True, tma=tma, reduce_kernel=r))
+                for tma in (False, True) for s in (4, 5, 6) for r in (False, True)]
+_TMA = dict(block_k=64, block_m=128, block_n=128, num_warps=4, tma=True)
+_TMA_BIG = dict(block_k=64, block_m=128, block_n=256, num_warps=8, num_stages=3, tma=True)
+HDESC_CASES = [(m, n, k, dict(f, host_descriptors=host)) for m, n, k, f in (
+    (1024, 1024, 16384, dict(_TMA, num_stages=5, streamk=True)),
+    (1792, 1792, 8192, dict(_TMA, num_stages=5, streamk=True)),
+    (512, 512, 32768, dict(_TMA, num_stages=6, streamk=True, reduce_kernel=True)),
+    (768, 3072, 8192, dict(_TMA, num_stages=5, streamk=True)),
+    (256, 2048, 28672, dict(_TMA, num_stages=5, streamk=True, reduce_kernel=True)),
+    (6144, 1024, 8192, dict(_TMA, num_stages=5, flatten=True)),
+    (4096, 4096, 4096, dict(_TMA_BIG, flatten=True)),
+    (2048, 2048, 8192, dict(_TMA_BIG, flatten=True)),
+    (3000, 2000, 5000, dict(_TMA_BIG, streamk=True))) for host in (False, True)]
+
+
 def _graph_us(torch, do_bench, call) -> float:
     """Per-call time of `call` replayed from a CUDA graph of REPS calls (captured on a side stream)."""
     stream = torch.cuda.Stream()
@@ -126,7 +147,7 @@ def main() -> int:
     import tritonblas
 
     sets = {"--fixup": FIXUP_CASES, "--chunks": CHUNK_CASES, "--bigtile": BIGTILE_CASES,
-            "--reduce": REDUCE_CASES}
+            "--reduce": REDUCE_CASES, "--splitk": SPLITK_CASES, "--hdesc": HDESC_CASES}
     cases = next((cases for flag, cases in sets.items() if flag in sys.argv), CASES)
     for m, n, k, fields in cases:
         torch.manual_seed(0)

@@ -3,6 +3,7 @@ copy of kernels/streamk.py's kernel body (the same jit helpers, so the same code
 A diagnostic, not a test (not collected: no test_ prefix). On a GPU, from the repository root:
     python tests/streamk_timeline.py            # the CASES below, each in its launch's own mode
     python tests/streamk_timeline.py --both     # and with the other fix-up mode forced
+    python tests/streamk_timeline.py --splitk   # split-K problems beside unsplit ones of equal K loops
 Per case: the launch's kernel time (graph replay of tritonblas.matmul with the config, as kernel_ab.py),
 torch.mm's, and from one stamped launch the phases' end times over the programs (min / median / max, us
 from the first program's start), the last program to finish and its phase lengths.
@@ -141,6 +142,23 @@ CASES = [  # (m, n, k, config fields): the streamk class's worst rows on their s
 ]
 
 
+# Few tiles, long K (no data-parallel tile), each beside a problem whose 128 tiles run the same K loop
+# unsplit: whether a split program's K loop runs at the unsplit rate, and what its partial and fix-up
+# add (h200-streamk-timeline11*.txt); `--splitk` runs only these.
+_SPLIT = dict(block_k=64, streamk=True, block_m=128, block_n=128, num_warps=4)
+SPLITK_CASES = [
+    (512, 512, 32768, dict(_SPLIT, num_stages=6)),  # S 8: 64 iterations a program
+    (1024, 2048, 4096, dict(_SPLIT, num_stages=6)),  # 128 tiles, S 1: 64 iterations, unsplit
+    (1024, 1024, 16384, dict(_SPLIT, num_stages=5, tma=True)),  # S 2: 128 iterations
+    (1024, 2048, 8192, dict(_SPLIT, num_stages=5, tma=True)),  # S 1: 128 iterations, unsplit
+    (1024, 1024, 16384, dict(_SPLIT, num_stages=6)),  # S 2 by pointers
+    (256, 2048, 28672, dict(_SPLIT, num_stages=6)),  # S 4: 112 iterations
+    (512, 3584, 7168, dict(_SPLIT, num_stages=6)),  # 112 tiles, S 1: 112 iterations, unsplit
+    (512, 512, 32768, dict(_SPLIT, num_stages=5, tma=True)),  # S 8 by TMA
+    (512, 512, 32768, dict(_SPLIT, num_stages=4, tma=True)),
+]
+
+
 def _phases(deferred: bool) -> list[str]:
     if deferred:
         return ["segment K loop", "partial settled", "data-parallel", "claims"]
@@ -226,7 +244,7 @@ def main() -> int:
     import torch
     from triton.testing import do_bench
 
-    for m, n, k, fields in CASES:
+    for m, n, k, fields in SPLITK_CASES if "--splitk" in sys.argv else CASES:
         for other in (False, True) if "--both" in sys.argv else (False,):
             _run(torch, do_bench, m, n, k, fields, other)
     return 0
