@@ -7,6 +7,7 @@ wall clock; the problem is tiny so the GPU keeps up and the host is the bottlene
   matmul(out=)  tritonblas.matmul(a, b, out=out): argument checks + dispatch hit + launch
   matmul        tritonblas.matmul(a, b): the same plus allocating the output
   select        tritonblas.select for the same problem (argument checks + the cached dispatch lookup)
+  matmul(out=, config=)  the same call pinned to the selected config, as the tuner and users who pin
 and, with the kernel launch replaced by a no-op (call_path's binding of launch.launch_gemm), the pure Python
 cost of the public path. The figure the issue asks for is "matmul(out=) - direct" (<= 5 us). Without a
 GPU only the select and no-op rows are run (in Triton's interpreter).
@@ -79,6 +80,7 @@ def main() -> None:
             "direct": lambda: launch.launch_gemm(a, b, out, None, 1.0, 0.0, cfg, info.sm_count, precision),
             "matmul(out=)": lambda: tritonblas.matmul(a, b, out=out, backend="triton"),
             "matmul": lambda: tritonblas.matmul(a, b, backend="triton"),
+            "matmul(out=, config=)": lambda: tritonblas.matmul(a, b, out=out, config=cfg),
         }, args.calls, args.trials, sync))
     select = lambda: tritonblas.select(args.m, args.n, args.k, args.dtype, device=info,  # noqa: E731
                                        backend="triton")

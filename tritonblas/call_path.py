@@ -72,12 +72,16 @@ dispatch.on_clear.append(plans.clear)  # a plan must not outlive the selection i
 
 def signature(op: str, enable_streamk: object, backend: object, config: object, a: object, b: object,
                bias: object = None, out: object = None) -> tuple | None:
-    """What a plan is stored under: the op (marked when autograd needs the custom op), its options and
-    each tensor's (type, layout, shape, strides, dtype, device); None where no plan may be stored (then
-    the call is planned every time): config=, an option of the wrong type, out= with autograd (refused),
-    torch.compile. Spelled out flat rather than a helper per tensor over map(): 1.6 -> 1.2 us for three
-    tensors (~50 ns an attribute read)."""
-    if config is not None or not (enable_streamk is None or type(enable_streamk) is bool) or \
+    """What a plan is stored under: the op (marked when autograd needs the custom op), its options
+    (config= included: a frozen GemmConfig, checked against the problem once like the rest) and each
+    tensor's (type, layout, shape, strides, dtype, device); None where no plan may be stored (then the call
+    is planned every time): an option of the wrong type, out= with autograd (refused), torch.compile.
+    Spelled out flat rather than a helper per tensor over map(): 1.6 -> 1.2 us for three tensors (~50 ns
+    an attribute read). A config= call was planned every time until 2026-12-01: 12.1 us of host time a
+    call on the CPU box against 3.3 through dispatch (launch stubbed, 64^3 fp16), ~31 us on the H200's
+    host; its config costs a hash now (0.34 us)."""
+    if not (config is None or type(config) is GemmConfig) or \
+            not (enable_streamk is None or type(enable_streamk) is bool) or \
             not (backend is None or backend == "triton" or backend == "torch") or _is_compiling():
         return None
     try:
@@ -87,7 +91,8 @@ def signature(op: str, enable_streamk: object, backend: object, config: object, 
                 return None  # out= refuses autograd: the checks raise
             op = (op, "grad")  # through the custom op, for autograd
         # Layout is needed: a sparse COO tensor has a shape and strides (all 0) like an expanded view.
-        return (op, enable_streamk, backend, type(a), a.layout, a.shape, a.stride(), a.dtype, a.device,
+        return (op, enable_streamk, backend, config,
+                type(a), a.layout, a.shape, a.stride(), a.dtype, a.device,
                 type(b), b.layout, b.shape, b.stride(), b.dtype, b.device,
                 None if bias is None else (type(bias), bias.layout, bias.shape, bias.stride(), bias.dtype,
                                            bias.device),
