@@ -78,8 +78,8 @@ def signature(op: str, enable_streamk: object, backend: object, config: object, 
     is planned every time): an option of the wrong type, out= with autograd (refused), torch.compile.
     Spelled out flat rather than a helper per tensor over map(): 1.6 -> 1.2 us for three tensors (~50 ns
     an attribute read). A config= call was planned every time until 2026-12-01: 12.1 us of host time a
-    call on the CPU box against 3.3 through dispatch (launch stubbed, 64^3 fp16), ~31 us on the H200's
-    host; its config costs a hash now (0.34 us)."""
+    call on the CPU box against 3.3 through dispatch (launch stubbed, 64^3 fp16), 27-41 us against 15-22 on
+    the H200's host (scripts/dispatch_overhead.py); its config costs a hash now (0.34 us)."""
     if not (config is None or type(config) is GemmConfig) or \
             not (enable_streamk is None or type(enable_streamk) is bool) or \
             not (backend is None or backend == "triton" or backend == "torch") or _is_compiling():
