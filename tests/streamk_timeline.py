@@ -15,8 +15,8 @@ import triton
 import triton.language as tl
 from kernel_ab import _graph_us  # tests/ is the script's directory: the same replay timing
 
-from tritonblas.kernels.common import epilogue, k_loop, operand_sources, tile_coords, widened
-from tritonblas.kernels.streamk import _arrive, _claim_chunks, _claims, _settle, _tree_fix_up, fixup_groups
+from tritonblas.kernels.common import epilogue, k_loop, operand_sources, tile_coords
+from tritonblas.kernels.streamk import _claim_chunks, finish_segment
 
 STAMPS = 6  # per program: start, then the end of each phase (names in _phases), then its SM id
 
@@ -49,24 +49,9 @@ def _segment(a_ptr, b_ptr, a_desc, b_desc, c_ptr, bias_ptr, ws_ptr, counter_ptr,
                  pid_m, pid_n, seg * iters_per_tile // splits, (seg + 1) * iters_per_tile // splits,
                  BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION, USE_TMA, A_COL, B_COL, A_DIV, B_DIV, INT64)
     tl.store(ts_ptr + pid * 8 + STAMP, _now())
-    if splits == 1:
-        epilogue(acc, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, stride_biasm, stride_biasn,
-                 alpha, beta, pid_m, pid_n, BLOCK_M, BLOCK_N, HAS_BIAS, INT64)
-    else:
-        tile_offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-        tl.store(ws_ptr + widened(pid, INT64) * BLOCK_M * BLOCK_N + tile_offs, acc, cache_modifier=".cg")
-        if (fixup_groups(splits)[1] > 1) & (not DEFERRED):
-            _tree_fix_up(c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, stride_cm, stride_cn, stride_biasm,
-                         stride_biasn, alpha, beta, pid_m, pid_n, sk_tile, sk_tiles, splits, seg, NUM_PROGS,
-                         BLOCK_M, BLOCK_N, HAS_BIAS, INT64, FIXUP_CHUNKS)
-        else:
-            delta = 1
-            if not DEFERRED:
-                delta += _claims(seg, splits, FIXUP_CHUNKS)
-            counter = counter_ptr + sk_tile
-            _settle(counter, _arrive(counter, delta), delta, splits, c_ptr, bias_ptr, ws_ptr, M, N,
-                    stride_cm, stride_cn, stride_biasm, stride_biasn, alpha, beta, pid_m, pid_n, sk_tile,
-                    sk_tiles, BLOCK_M, BLOCK_N, HAS_BIAS, INT64, FIXUP_CHUNKS)
+    finish_segment(acc, c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, stride_cm, stride_cn, stride_biasm,
+                   stride_biasn, alpha, beta, pid_m, pid_n, pid, sk_tile, sk_tiles, splits, seg,
+                   NUM_PROGS, BLOCK_M, BLOCK_N, HAS_BIAS, INT64, FIXUP_CHUNKS, DEFERRED, False)
     tl.store(ts_ptr + pid * 8 + STAMP + 1, _now())
 
 

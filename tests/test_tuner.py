@@ -17,7 +17,7 @@ from tritonblas.config import INTERPRETER_DEVICE, GemmConfig, Problem, config_su
 from tritonblas.launch import program_count
 from tritonblas.tuning.protocol import Benchmark, BenchResult
 from tritonblas.tuning.run import Interrupted, tune_problems
-from tritonblas.tuning.space import SEEDS_FIRST, _canonical, candidate_space
+from tritonblas.tuning.space import SEEDS_FIRST, _canonical, _neighbours, candidate_space
 from tritonblas.tuning.tuner import MIN_TIMED, REMATCH_ROUNDS, tune_problem
 from tuning_db import TuningDB
 
@@ -314,6 +314,19 @@ def test_candidate_space_times_no_warp_specialized_twins():
     for problem in (Problem(256, 256, 16384, "bf16"), Problem(4096, 4096, 4096, "bf16"),
                     Problem(768, 768, 768, "fp16")):
         assert not any(c.warp_specialize for c in candidate_space(problem, H200))
+
+
+def test_tma_is_offered_with_host_descriptors_first_except_on_small_problems():
+    # A pointer seed's TMA neighbour comes with host-built descriptors, then device-built; the tenth
+    # tuning run, which offered them on TMA seeds only, timed none on the streamk class.
+    seed = GemmConfig(block_m=128, block_n=128, block_k=64, num_stages=5, streamk=True)
+    near = list(_neighbours(seed))
+    host, device = (seed.model_copy(update={"tma": True, "host_descriptors": h}) for h in (True, False))
+    assert near.index(host) + 1 == near.index(device)
+    assert host in candidate_space(Problem(1792, 1792, 8192, "bf16"), H200)
+    # Small problems are timed in graph replay, which hides the per-call host work the descriptors add.
+    small = Problem(768, 768, 768, "bf16")
+    assert small.small and not any(c.host_descriptors for c in candidate_space(small, H200))
 
 
 def test_first_seed_neighbours_come_right_after_the_first_seeds():

@@ -207,6 +207,43 @@ def _tree_fix_up(c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, stride_cm, stride_c
 
 
 @triton.jit
+def finish_segment(acc, c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, stride_cm, stride_cn, stride_biasm,
+                   stride_biasn, alpha, beta, pid_m, pid_n, slot, sk_tile, sk_tiles, splits, seg, NUM_PROGS,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr, INT64: tl.constexpr,
+                   FIXUP_CHUNKS: tl.constexpr, DEFERRED: tl.constexpr, REDUCE: tl.constexpr):
+    """What follows a segment's K loop: the tile written whole when it is not split, else `acc` stored
+    as the partial of workspace slot `slot` and summed as the module docstring says (deferred: arrive
+    now, claim later; REDUCE: by kernels/reduce.py after this kernel)."""
+    if splits == 1:
+        epilogue(acc, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, stride_biasm, stride_biasn,
+                 alpha, beta, pid_m, pid_n, BLOCK_M, BLOCK_N, HAS_BIAS, INT64)
+    else:
+        # Every partial is read back from its slot, this program's own included: its registers are
+        # then free, so the fix-up never holds two BLOCK_M x BLOCK_N fp32 tiles.
+        tile_offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+        slot_ptrs = ws_ptr + widened(slot, INT64) * BLOCK_M * BLOCK_N + tile_offs
+        if DEFERRED:
+            # Read back after the data-parallel tiles, whose operands would push it out to HBM: an L2
+            # hint to keep it (the claims' reads then wait on L2, not HBM).
+            tl.store(slot_ptrs, acc, eviction_policy="evict_last")
+        else:
+            tl.store(slot_ptrs, acc, cache_modifier=".cg")
+        if not REDUCE:  # (REDUCE: no counter, no fix-up here; splitk_reduce_kernel sums them next)
+            if (fixup_groups(splits)[1] > 1) & (not DEFERRED):
+                _tree_fix_up(c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, stride_cm, stride_cn, stride_biasm,
+                             stride_biasn, alpha, beta, pid_m, pid_n, sk_tile, sk_tiles, splits, seg,
+                             NUM_PROGS, BLOCK_M, BLOCK_N, HAS_BIAS, INT64, FIXUP_CHUNKS)
+            else:
+                delta = 1
+                if not DEFERRED:
+                    delta += _claims(seg, splits, FIXUP_CHUNKS)
+                counter = counter_ptr + sk_tile
+                _settle(counter, _arrive(counter, delta), delta, splits, c_ptr, bias_ptr, ws_ptr, M, N,
+                        stride_cm, stride_cn, stride_biasm, stride_biasn, alpha, beta, pid_m, pid_n, sk_tile,
+                        sk_tiles, BLOCK_M, BLOCK_N, HAS_BIAS, INT64, FIXUP_CHUNKS)
+
+
+@triton.jit
 def _split_segment(a_ptr, b_ptr, a_desc, b_desc, c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, K, NUM_PROGS,
                    stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_biasm,
                    stride_biasn, alpha, beta, pid, dp_tiles, sk_tiles, splits, iters_per_tile,
@@ -215,9 +252,8 @@ def _split_segment(a_ptr, b_ptr, a_desc, b_desc, c_ptr, bias_ptr, ws_ptr, counte
                    USE_TMA: tl.constexpr, A_COL: tl.constexpr, B_COL: tl.constexpr, A_DIV: tl.constexpr,
                    B_DIV: tl.constexpr, INT64: tl.constexpr, FIXUP_CHUNKS: tl.constexpr,
                    DEFERRED: tl.constexpr, REDUCE: tl.constexpr):
-    """Program `pid`'s K segment of its leftover tile: written whole when the tile is not split, else
-    stored as a partial and summed as the module docstring says (deferred: arrive now, claim later;
-    REDUCE: by kernels/reduce.py after this kernel)."""
+    """Program `pid`'s K segment of its leftover tile (segment pid // T of tile pid % T), then
+    finish_segment with workspace slot `pid`."""
     sk_tile = pid % sk_tiles
     seg = pid // sk_tiles
     pid_m, pid_n = tile_coords(dp_tiles + sk_tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
@@ -225,34 +261,9 @@ def _split_segment(a_ptr, b_ptr, a_desc, b_desc, c_ptr, bias_ptr, ws_ptr, counte
     acc = k_loop(acc, a_ptr, b_ptr, a_desc, b_desc, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                  pid_m, pid_n, seg * iters_per_tile // splits, (seg + 1) * iters_per_tile // splits,
                  BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION, USE_TMA, A_COL, B_COL, A_DIV, B_DIV, INT64)
-    if splits == 1:
-        epilogue(acc, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, stride_biasm, stride_biasn,
-                 alpha, beta, pid_m, pid_n, BLOCK_M, BLOCK_N, HAS_BIAS, INT64)
-    else:
-        # Every partial is read back from its slot, this program's own included: its registers are
-        # then free, so the fix-up never holds two BLOCK_M x BLOCK_N fp32 tiles.
-        tile_offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-        slot_ptrs = ws_ptr + widened(pid, INT64) * BLOCK_M * BLOCK_N + tile_offs
-        if DEFERRED:
-            # Read back after the data-parallel tiles, whose operands would push it out to HBM: an L2
-            # hint to keep it (the claims' reads then wait on L2, not HBM).
-            tl.store(slot_ptrs, acc, eviction_policy="evict_last")
-        else:
-            tl.store(slot_ptrs, acc, cache_modifier=".cg")
-        if REDUCE:
-            pass  # no counter, no fix-up here: splitk_reduce_kernel sums the partials next
-        elif (fixup_groups(splits)[1] > 1) & (not DEFERRED):
-            _tree_fix_up(c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, stride_cm, stride_cn, stride_biasm,
-                         stride_biasn, alpha, beta, pid_m, pid_n, sk_tile, sk_tiles, splits, seg, NUM_PROGS,
-                         BLOCK_M, BLOCK_N, HAS_BIAS, INT64, FIXUP_CHUNKS)
-        else:
-            delta = 1
-            if not DEFERRED:
-                delta += _claims(seg, splits, FIXUP_CHUNKS)
-            counter = counter_ptr + sk_tile
-            _settle(counter, _arrive(counter, delta), delta, splits, c_ptr, bias_ptr, ws_ptr, M, N,
-                    stride_cm, stride_cn, stride_biasm, stride_biasn, alpha, beta, pid_m, pid_n, sk_tile,
-                    sk_tiles, BLOCK_M, BLOCK_N, HAS_BIAS, INT64, FIXUP_CHUNKS)
+    finish_segment(acc, c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, stride_cm, stride_cn, stride_biasm,
+                   stride_biasn, alpha, beta, pid_m, pid_n, pid, sk_tile, sk_tiles, splits, seg,
+                   NUM_PROGS, BLOCK_M, BLOCK_N, HAS_BIAS, INT64, FIXUP_CHUNKS, DEFERRED, REDUCE)
 
 
 @triton.jit
@@ -325,6 +336,6 @@ def streamk_gemm_kernel(
     elif in_split:
         _split_segment(a_ptr, b_ptr, a_desc, b_desc, c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, K, NUM_PROGS,
                        stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_biasm,
-                       stride_biasn, alpha, beta, pid, dp_tiles, sk_tiles, splits, iters_per_tile, BLOCK_M,
-                       BLOCK_N, BLOCK_K, GROUP_M, HAS_BIAS, EVEN_K, PRECISION, USE_TMA, A_COL, B_COL, A_DIV,
-                       B_DIV, INT64, FIXUP_CHUNKS, DEFERRED, REDUCE)
+                       stride_biasn, alpha, beta, pid, dp_tiles, sk_tiles, splits, iters_per_tile,
+                       BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, HAS_BIAS, EVEN_K, PRECISION, USE_TMA, A_COL,
+                       B_COL, A_DIV, B_DIV, INT64, FIXUP_CHUNKS, DEFERRED, REDUCE)

@@ -38,9 +38,17 @@ def _neighbours(cfg: GemmConfig) -> Iterable[GemmConfig]:
     for s in (cfg.num_stages + 1, cfg.num_stages - 1):
         if 1 <= s <= 8:
             yield _with(cfg, num_stages=s)
-    yield _with(cfg, tma=not cfg.tma, host_descriptors=False)
-    if cfg.tma:  # descriptors built on the host: 1.1-2.3 us less a kernel (scripts/tma_desc_probe.py)
+    # TMA with host-built descriptors first: 1.1-2.3 us less a small kernel (scripts/tma_desc_probe.py),
+    # 1.0-6.6 us less a Stream-K one, whose every program builds its own (graph replay, H200, the same
+    # config device- -> host-built: 512x512x32768 36.2 -> 34.8, h200-hdesc-ab11.txt; branch next/overlap's
+    # configs 1792x1792x8192 93.3 -> 86.7, 2176x2176x4096 73.5 -> 70.8, h200-kernel-ab-overlap.txt).
+    # Offered on TMA seeds only before, the tenth tuning run timed none on the streamk class.
+    if cfg.tma:
         yield _with(cfg, host_descriptors=not cfg.host_descriptors)
+        yield _with(cfg, tma=False, host_descriptors=False)
+    else:
+        yield _with(cfg, tma=True, host_descriptors=True)
+        yield _with(cfg, tma=True)
     yield _with(cfg, flatten=not cfg.flatten)
     for g in (4, 16, 8):
         yield _with(cfg, group_m=g)
@@ -69,8 +77,9 @@ def _grids(cfg: GemmConfig, problem: Problem, device: DeviceInfo) -> Iterable[Ge
 def _canonical(cfg: GemmConfig, problem: Problem, device: DeviceInfo,
                enable_streamk: bool | None = None) -> GemmConfig:
     """One config per schedule (dedup): a Stream-K config that splits no tile is its persistent twin
-    (unless the family is forced), a small problem's reduce kernel is the in-kernel fix-up, and a grid
-    that launches as many programs as the default one is the default one. In a cold-cache run of
+    (unless the family is forced), a small problem's reduce kernel is the in-kernel fix-up and its
+    host-built descriptors device-built ones, and a grid that launches as many programs as the default
+    one is the default one. In a cold-cache run of
     scripts/tune_quality.py (2026-11-30), 4096x1024x512's tuned winner was a Stream-K config splitting
     nothing, timed in place of the flattened persistent twin that won the exhaustive search by 6%."""
     args = (problem.m, problem.n, problem.k, device.sm_count)
@@ -82,6 +91,10 @@ def _canonical(cfg: GemmConfig, problem: Problem, device: DeviceInfo,
         # timed) hides: 128x128x8192 bf16 by config=, H200, 32x32x128 Stream-K: replay 8.10 -> 7.78 us
         # with it, host 31 -> 48 us a call, eager median 16-18 -> 23-66 (scripts/reduce_host_probe.py).
         cfg = _with(cfg, reduce_kernel=False)
+    if cfg.host_descriptors and problem.small:
+        # The same for descriptors built and encoded on the host at every call: timed eager, 90 pairs of
+        # a tuning run, host-built / device-built 1.02 geomean (0.72-1.49; kernel-levers row 25).
+        cfg = _with(cfg, host_descriptors=False)
     if cfg.grid is None:
         return cfg
     if program_count(cfg, *args) == program_count(_with(cfg, grid=None), *args):
