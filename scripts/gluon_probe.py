@@ -1,0 +1,304 @@
+"""Prototype, outside tritonblas/kernels/ and not used by the library: a warp-specialized persistent GEMM
+for Hopper (sm_90) written in Triton's Gluon dialect (triton 3.6), to compare later against cuBLAS.
+
+C[M,N] = A[M,K] @ B[K,N], bf16/fp16 in and out, fp32 accumulation, A and B row-major. Each program of a
+persistent grid (min(#SMs, #tiles)) walks tiles pid, pid + grid, ... in grouped order. A 1-warp producer
+partition streams A/B tiles by TMA into a NUM_STAGES ring (ready/empty mbarriers per stage); the default
+partition (one warpgroup, or two for 128x256) issues async wgmma with one in flight, frees each stage when
+the wgmma that read it has retired, and TMA-stores the tile, draining during the next tile's mainloop.
+Ragged edges: TMA zero-fills loads and clips stores. Status: compiles for sm_90 on a CPU box (both configs,
+bf16 and fp16); not yet run on a GPU, so correctness and speed are unmeasured.
+
+    python scripts/gluon_probe.py --compile-only   # no GPU needed: compiles for sm_90, prints smem/regs/PTX
+    python scripts/gluon_probe.py [--json rows.json]  # on an H200: correctness and timing vs torch.mm
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+# (name, kwargs of gluon_matmul): 128x256 needs two consumer warpgroups, else its fp32 accumulator alone
+# would be 256 registers a thread.
+CONFIGS = [
+    ("128x128x64 s4 w4", dict(block_m=128, block_n=128, block_k=64, stages=4, group_m=8, num_warps=4)),
+    ("128x256x64 s3 w8", dict(block_m=128, block_n=256, block_k=64, stages=3, group_m=8, num_warps=8)),
+]
+SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (768, 3072, 8192), (2176, 2176, 4096),
+          (1792, 1792, 8192), (6144, 1024, 8192), (1024, 1024, 1024), (1000, 1000, 1000)]
+PRODUCER_REGS = gl.constexpr(24)  # the fewest setmaxnreg allows; the producer only holds scalars
+
+
+def max_registers(num_warps: int) -> int:
+    """maxnreg for the whole kernel: the default partition's warps plus the producer's warpgroup (warps are
+    allocated by groups of 4) must fit the 64K-register file at one CTA per SM, rounded down to a multiple of
+    8. The compiler then moves registers from the producer (setmaxnreg.dec) to the consumer (.inc)."""
+    return min(256, 65536 // ((num_warps + 4) * 32) // 8 * 8)
+
+
+@gluon.jit
+def _tile_offsets(tile, num_pid_m, num_pid_n, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                  GROUP_M: gl.constexpr):
+    # Triton's grouped order: GROUP_M consecutive tile rows sweep the columns together, so the B columns
+    # they read are reused from L2 while they are hot.
+    tiles_per_group = GROUP_M * num_pid_n
+    first_m = (tile // tiles_per_group) * GROUP_M
+    group_rows = gl.minimum(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + (tile % tiles_per_group) % group_rows
+    pid_n = (tile % tiles_per_group) // group_rows
+    return pid_m * BLOCK_M, pid_n * BLOCK_N
+
+
+@gluon.jit
+def _producer(a_desc, b_desc, a_bufs, b_bufs, ready, empty, pid, nprog, num_pid_m, num_pid_n, k_tiles,
+              BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, NUM_STAGES: gl.constexpr,
+              GROUP_M: gl.constexpr):
+    nbytes: gl.constexpr = a_desc.block_type.nbytes + b_desc.block_type.nbytes
+    it = 0  # k-steps issued over all tiles: the ring position and phase continue across tiles
+    for tile in range(pid, num_pid_m * num_pid_n, nprog):
+        off_m, off_n = _tile_offsets(tile, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
+        for kk in range(k_tiles):
+            s = it % NUM_STAGES
+            # An mbarrier starts as if phase 1 had just completed, so the first lap's waits (parity 1) pass
+            # at once and the producer fills the whole ring before the consumer frees anything.
+            mbarrier.wait(empty.index(s), ((it // NUM_STAGES) & 1) ^ 1)
+            mbarrier.expect(ready.index(s), nbytes)
+            tma.async_copy_global_to_shared(a_desc, [off_m, kk * BLOCK_K], ready.index(s), a_bufs.index(s))
+            tma.async_copy_global_to_shared(b_desc, [kk * BLOCK_K, off_n], ready.index(s), b_bufs.index(s))
+            it += 1
+
+
+@gluon.jit
+def _consumer(c_desc, a_bufs, b_bufs, ready, empty, c_smem, pid, nprog, num_pid_m, num_pid_n, k_tiles,
+              BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr):
+    # One wgmma instruction covers 16 rows x the whole BLOCK_N (n <= 256), k = 16 for 16-bit inputs; warps
+    # stack along M (4 warps = 64 rows a warpgroup), which BLOCK_M = 128 allows for 4 or 8 warps.
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[gl.num_warps(), 1],
+                                                         instr_shape=[16, BLOCK_N, 16])
+    it = 0
+    for tile in range(pid, num_pid_m * num_pid_n, nprog):
+        off_m, off_n = _tile_offsets(tile, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
+        acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, acc_layout)
+        for kk in range(k_tiles):
+            s = it % NUM_STAGES
+            mbarrier.wait(ready.index(s), (it // NUM_STAGES) & 1)
+            acc = warpgroup_mma(a_bufs.index(s), b_bufs.index(s), acc, is_async=True)
+            # Keep this wgmma in flight; the one before it has now retired, so its stage goes back to the
+            # producer (none before the first k-step of a tile: that one was freed after the last tile).
+            acc, _, _ = warpgroup_mma_wait(num_outstanding=1, deps=(acc, a_bufs.index(s), b_bufs.index(s)))
+            mbarrier.arrive(empty.index((it + NUM_STAGES - 1) % NUM_STAGES), pred=kk > 0)
+            it += 1
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+        mbarrier.arrive(empty.index((it + NUM_STAGES - 1) % NUM_STAGES))
+        # The previous tile's TMA store was left to drain during this tile's mainloop; c_smem is rewritten
+        # only once it has finished reading it.
+        tma.store_wait(pendings=0)
+        c_smem.store(acc.to(c_desc.dtype))
+        fence_async_shared()  # order the generic-proxy smem writes before the async-proxy TMA read
+        tma.async_copy_shared_to_global(c_desc, [off_m, off_n], c_smem)
+    tma.store_wait(pendings=0)
+
+
+@gluon.jit
+def gluon_gemm_kernel(a_desc, b_desc, c_desc, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                      BLOCK_K: gl.constexpr, NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr):
+    M = c_desc.shape[0]
+    N = c_desc.shape[1]
+    K = a_desc.shape[1]
+    num_pid_m = gl.cdiv(M, BLOCK_M)
+    num_pid_n = gl.cdiv(N, BLOCK_N)
+    k_tiles = gl.cdiv(K, BLOCK_K)  # the last k-step reads past K: TMA fills zeros, adding nothing
+    pid = gl.program_id(0)
+    nprog = gl.num_programs(0)
+
+    a_bufs = gl.allocate_shared_memory(a_desc.dtype, [NUM_STAGES, BLOCK_M, BLOCK_K], a_desc.layout)
+    b_bufs = gl.allocate_shared_memory(b_desc.dtype, [NUM_STAGES, BLOCK_K, BLOCK_N], b_desc.layout)
+    c_smem = gl.allocate_shared_memory(c_desc.dtype, [BLOCK_M, BLOCK_N], c_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(NUM_STAGES):
+        # ready: one arrival (the producer's expect) plus the TMA bytes; empty: one consumer arrival.
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=1)
+
+    gl.warp_specialize([
+        (_consumer, (c_desc, a_bufs, b_bufs, ready, empty, c_smem, pid, nprog, num_pid_m, num_pid_n, k_tiles,
+                     BLOCK_M, BLOCK_N, NUM_STAGES, GROUP_M)),
+        (_producer, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, pid, nprog, num_pid_m, num_pid_n, k_tiles,
+                     BLOCK_M, BLOCK_N, BLOCK_K, NUM_STAGES, GROUP_M)),
+    ], [1], [PRODUCER_REGS])
+
+    for i in gl.static_range(NUM_STAGES):
+        mbarrier.invalidate(ready.index(i))
+        mbarrier.invalidate(empty.index(i))
+
+
+GL_DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
+SHORT = {torch.bfloat16: "bf16", torch.float16: "fp16"}  # dtype names of triton signatures
+_SM_COUNT: dict[int, int] = {}
+
+
+def _layouts(gdt, block_m, block_n, block_k):
+    """The NVMMA shared layouts (widest swizzle the tile rows allow) of the A, B and C tiles: the host
+    descriptors carry them and the kernel allocates its smem buffers with the same ones."""
+    return tuple(gl.NVMMASharedLayout.get_default_for(shape, gdt)
+                 for shape in ([block_m, block_k], [block_k, block_n], [block_m, block_n]))
+
+
+def prepare(a, b, block_m=128, block_n=128, block_k=64, stages=4, group_m=8, num_warps=4):
+    """(launch, c): a closure launching the kernel on descriptors built once, so that benchmarks time the
+    kernel launch and not the host-side descriptor construction."""
+    assert a.dtype == b.dtype and a.dtype in GL_DTYPES and a.dim() == b.dim() == 2
+    (M, K), (K2, N) = a.shape, b.shape
+    assert K == K2, f"inner dimensions differ: {K} vs {K2}"
+    a, b = a.contiguous(), b.contiguous()
+    c = torch.empty(M, N, dtype=a.dtype, device=a.device)
+    la, lb, lc = _layouts(GL_DTYPES[a.dtype], block_m, block_n, block_k)
+    a_desc = TensorDescriptor.from_tensor(a, [block_m, block_k], la)
+    b_desc = TensorDescriptor.from_tensor(b, [block_k, block_n], lb)
+    c_desc = TensorDescriptor.from_tensor(c, [block_m, block_n], lc)
+    dev = a.device.index if a.device.index is not None else torch.cuda.current_device()
+    if dev not in _SM_COUNT:
+        _SM_COUNT[dev] = torch.cuda.get_device_properties(dev).multi_processor_count
+    grid = (min(_SM_COUNT[dev], triton.cdiv(M, block_m) * triton.cdiv(N, block_n)), )
+
+    def launch():
+        gluon_gemm_kernel[grid](a_desc, b_desc, c_desc, block_m, block_n, block_k, stages, group_m,
+                                num_warps=num_warps, maxnreg=max_registers(num_warps))
+        return c
+
+    return launch, c
+
+
+def gluon_matmul(a, b, block_m=128, block_n=128, block_k=64, stages=4, group_m=8,
+                 num_warps=4) -> torch.Tensor:
+    return prepare(a, b, block_m, block_n, block_k, stages, group_m, num_warps)[0]()
+
+
+def compile_only() -> int:
+    """Compile every (config, dtype) for GPUTarget("cuda", 90, 128) without a GPU, as the launcher would:
+    tensor-descriptor arguments are typed "tensordesc<dtype[block shape],layout repr>" (the string
+    triton.runtime.jit.mangle_type gives a gluon TensorDescriptor)."""
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+    from triton.runtime.jit import mangle_type
+
+    target = GPUTarget("cuda", 90, 128)
+    cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    names = gluon_gemm_kernel.arg_names
+    failures = 0
+    for (name, cfg), tdt in ((c, d) for c in CONFIGS for d in GL_DTYPES):
+        gdt = GL_DTYPES[tdt]
+        bm, bn, bk = cfg["block_m"], cfg["block_n"], cfg["block_k"]
+        sig = {}
+        for arg, shape, layout in zip(("a_desc", "b_desc", "c_desc"), ([bm, bk], [bk, bn], [bm, bn]),
+                                      _layouts(gdt, bm, bn, bk), strict=True):
+            sig[arg] = f"tensordesc<{SHORT[tdt]}{shape},{layout!r}>"
+            # The same string the runtime would build from a real descriptor (a CPU tensor is enough here).
+            fake = TensorDescriptor.from_tensor(torch.empty(256, 256, dtype=tdt), shape, layout)
+            assert mangle_type(fake) == sig[arg], (mangle_type(fake), sig[arg])
+        consts = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, NUM_STAGES=cfg["stages"], GROUP_M=cfg["group_m"])
+        sig.update({k: "constexpr" for k in consts})
+        src = GluonASTSource(gluon_gemm_kernel, sig,
+                             constexprs={(names.index(k), ): v for k, v in consts.items()})
+        warps = cfg["num_warps"]
+        label = f"{name} {tdt}".replace("torch.", "")
+        try:
+            compiled = triton.compile(src, target=target,
+                                      options=dict(num_warps=warps, maxnreg=max_registers(warps)))
+        except Exception as e:  # report every variant, then fail at the end
+            failures += 1
+            print(f"{label}: FAILED {type(e).__name__}: {e}")
+            continue
+        ptx = compiled.asm["ptx"]
+        regs = "?"
+        with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+            f.write(compiled.asm["cubin"])
+            f.flush()
+            out = subprocess.run([cuobjdump, "-res-usage", f.name], capture_output=True, text=True).stdout
+            m = re.search(r"REG:(\d+)", out)
+            regs = m.group(1) if m else regs
+        setmaxnreg = sorted(set(re.findall(r"setmaxnreg\.(inc|dec)\.sync\.aligned\.u32\s+(\d+)", ptx)))
+        print(f"{label}: shared={compiled.metadata.shared} B, regs={regs} (maxnreg {max_registers(warps)}), "
+              f"warps={compiled.metadata.num_warps}, wgmma.mma_async={'wgmma.mma_async' in ptx}, "
+              f"cp.async.bulk.tensor={'cp.async.bulk.tensor' in ptx}, "
+              f"setmaxnreg={' '.join(f'{d}:{n}' for d, n in setmaxnreg) or 'absent'}")
+    return 1 if failures else 0
+
+
+def bench(json_path: str | None) -> int:
+    from triton.testing import do_bench
+
+    torch.manual_seed(0)
+    torch.backends.cuda.matmul.allow_tf32 = False  # the fp32 reference must be a true fp32 product
+    rows = []
+    for M, N, K in SHAPES:
+        a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
+        ref = a.float() @ b.float()
+        out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+        torch_ms = do_bench(lambda a=a, b=b, out=out: torch.mm(a, b, out=out), return_mode="median")
+        flops = 2.0 * M * N * K
+        for name, cfg in CONFIGS:
+            row = dict(m=M, n=N, k=K, dtype="bf16", config=name, torch_us=torch_ms * 1e3)
+            try:
+                launch, c = prepare(a, b, **cfg)
+                launch()
+                torch.cuda.synchronize()
+                diff = (c.float() - ref).abs()
+                row.update(max_abs_err=diff.max().item(), rel_err=(diff.norm() / ref.norm()).item())
+                # bf16 output rounding alone is ~2e-3 relative; a wrong tile or stage shows far above 1e-2.
+                row["ok"] = row["rel_err"] < 1e-2
+                ms = do_bench(launch, return_mode="median")
+                row.update(us=ms * 1e3, tflops=flops / ms * 1e-9, torch_tflops=flops / torch_ms * 1e-9,
+                           ratio=torch_ms / ms)
+                print(f"{M}x{N}x{K} {name}: {row['us']:9.1f} us {row['tflops']:7.1f} TFLOP/s | torch.mm "
+                      f"{row['torch_us']:9.1f} us {row['torch_tflops']:7.1f} TFLOP/s | torch/ours "
+                      f"{row['ratio']:.3f}x | max abs err {row['max_abs_err']:.3g} rel {row['rel_err']:.2e}"
+                      f"{'' if row['ok'] else ' MISMATCH'}")
+            except Exception as e:  # one config failing must not hide the others
+                # The last line: a CompilationError's first lines are only the source position.
+                row["error"] = f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[-1]}"
+                print(f"{M}x{N}x{K} {name}: skipped ({row['error']})")
+            rows.append(row)
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(), "triton": triton.__version__, "rows": rows},
+                      f, indent=1)
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--compile-only", action="store_true", help="compile for sm_90 (no GPU needed)")
+    parser.add_argument("--json", metavar="PATH", help="write the benchmark rows to PATH")
+    args = parser.parse_args()
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        sys.exit("run without TRITON_INTERPRET=1: Gluon kernels do not run in the interpreter")
+    if args.compile_only:
+        return compile_only()
+    if not torch.cuda.is_available():
+        sys.exit("no CUDA GPU: run with --compile-only")
+    return bench(args.json)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
