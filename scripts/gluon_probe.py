@@ -7,10 +7,10 @@ partition streams A/B tiles by TMA into a NUM_STAGES ring (ready/empty mbarriers
 partition (one warpgroup, or two for 128x256) issues async wgmma with one in flight, frees each stage when
 the wgmma that read it has retired, and TMA-stores the tile, draining during the next tile's mainloop.
 Ragged edges: TMA zero-fills loads and clips stores. Status: compiles for sm_90 on a CPU box, and on one
-H200 (2026-12-01, bf16, docs/benchmarks/h200-gluon-probe.txt) gives torch.mm's error on every shape and
-runs 4096^3 in 177.5 us on 128x256 (torch.mm 175.2), 8192^3 1585.7 (1584.3): at cuBLAS's speed where the
-library's Triton kernels reach 0.97-1.01x of it, and slower on the streamk class's shapes it has no split
-for (768x3072x8192 83.3 against 58.5). Kernel-levers row 40.
+H200 (2026-12-01, bf16, docs/benchmarks/h200-gluon-probe*.txt) gives torch.mm's error on every shape and
+runs within -5%..+3% of the library's own Triton kernels on the large shapes (4096^3 184.9 us against
+187.7, 16384x8192x1024 415.6 against 427.3, 4096x14336x4096 721.6 against 691.8): no faster yet. It
+has no split, so the streamk class's partial-wave shapes run slower on it. Kernel-levers row 40.
 
     python scripts/gluon_probe.py --compile-only   # no GPU needed: compiles for sm_90, prints smem/regs/PTX
     python scripts/gluon_probe.py [--json rows.json]  # on an H200: correctness and timing vs torch.mm
@@ -247,21 +247,29 @@ def compile_only() -> int:
     return 1 if failures else 0
 
 
-def bench(json_path: str | None) -> int:
+def bench(json_path: str | None, shapes: list[tuple[int, int, int]]) -> int:
     from triton.testing import do_bench
+
+    import tritonblas
 
     torch.manual_seed(0)
     torch.backends.cuda.matmul.allow_tf32 = False  # the fp32 reference must be a true fp32 product
     rows = []
-    for M, N, K in SHAPES:
+    for M, N, K in shapes:
         a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
         ref = a.float() @ b.float()
         out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
         torch_ms = do_bench(lambda a=a, b=b, out=out: torch.mm(a, b, out=out), return_mode="median")
+        # The library's own Triton kernels on their shipped (or heuristic) config, for the same shape.
+        ours_ms = do_bench(lambda a=a, b=b, out=out: tritonblas.matmul(a, b, out=out, backend="triton"),
+                           return_mode="median")
         flops = 2.0 * M * N * K
+        print(f"{M}x{N}x{K} tritonblas (triton backend): {ours_ms * 1e3:9.1f} us | torch/tritonblas "
+              f"{torch_ms / ours_ms:.3f}x")
         for name, cfg in CONFIGS:
-            row = dict(m=M, n=N, k=K, dtype="bf16", config=name, torch_us=torch_ms * 1e3)
+            row = dict(m=M, n=N, k=K, dtype="bf16", config=name, torch_us=torch_ms * 1e3,
+                       tritonblas_us=ours_ms * 1e3)
             try:
                 launch, c = prepare(a, b, **cfg)
                 launch()
@@ -293,6 +301,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--compile-only", action="store_true", help="compile for sm_90 (no GPU needed)")
     parser.add_argument("--json", metavar="PATH", help="write the benchmark rows to PATH")
+    parser.add_argument("--shapes", metavar="MxNxK,...", help="bf16 problems to time (default: SHAPES)")
     args = parser.parse_args()
     if os.environ.get("TRITON_INTERPRET") == "1":
         sys.exit("run without TRITON_INTERPRET=1: Gluon kernels do not run in the interpreter")
@@ -300,7 +309,8 @@ def main() -> int:
         return compile_only()
     if not torch.cuda.is_available():
         sys.exit("no CUDA GPU: run with --compile-only")
-    return bench(args.json)
+    shapes = [tuple(int(d) for d in s.split("x")) for s in args.shapes.split(",")] if args.shapes else SHAPES
+    return bench(args.json, shapes)
 
 
 if __name__ == "__main__":
