@@ -10,7 +10,8 @@ Ragged edges: TMA zero-fills loads and clips stores. Status: compiles for sm_90 
 H200 (2026-12-01, bf16, docs/benchmarks/h200-gluon-probe*.txt) gives torch.mm's error on every shape and
 runs within -5%..+3% of the library's own Triton kernels on the large shapes (4096^3 184.9 us against
 187.7, 16384x8192x1024 415.6 against 427.3, 4096x14336x4096 721.6 against 691.8): no faster yet. It
-has no split, so the streamk class's partial-wave shapes run slower on it. Kernel-levers row 40.
+has no split, so the streamk class's partial-wave shapes run slower on it, and its 160-wide tiles (two
+accumulators, CONFIGS) lose 15-20% of the rate. Kernel-levers row 40.
 
     python scripts/gluon_probe.py --compile-only   # no GPU needed: compiles for sm_90, prints smem/regs/PTX
     python scripts/gluon_probe.py [--json rows.json]  # on an H200: correctness and timing vs torch.mm
@@ -41,9 +42,19 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 # (name, kwargs of gluon_matmul): 128x256 needs two consumer warpgroups, else its fp32 accumulator alone
 # would be 256 registers a thread.
+# Tiles block_n + block_n2 wide: a second accumulator and a second wgmma a k-step, so that a tile can be
+# 160 columns wide (triton's tensors are powers of two): 768x3072x8192 in one wave of 120 tiles, cuBLAS's
+# 128x160 schedule (kernel-levers row 33), and 2176x2176x4096 in 126 tiles of 256x160. Measured (H200,
+# h200-gluon-probe-wide.txt): right, but the two wgmmas a k-step run 15-20% below one 128-wide wgmma's
+# rate (4096^3 on 128x160 235.4 us against 204.8 on 128x128, the same work), so 768x3072x8192's one wave
+# took 67.6 us (Triton Stream-K 63.9, torch.mm 56.1); 256x160 at the 2 stages that fit ran 2-4x slower.
 CONFIGS = [
     ("128x128x64 s4 w4", dict(block_m=128, block_n=128, block_k=64, stages=4, group_m=8, num_warps=4)),
     ("128x256x64 s3 w8", dict(block_m=128, block_n=256, block_k=64, stages=3, group_m=8, num_warps=8)),
+    ("128x(128+32)x64 s4 w4", dict(block_m=128, block_n=128, block_n2=32, block_k=64, stages=4, group_m=8,
+                                   num_warps=4)),
+    ("256x(128+32)x64 s2 w8", dict(block_m=256, block_n=128, block_n2=32, block_k=64, stages=2, group_m=8,
+                                   num_warps=8)),
 ]
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (768, 3072, 8192), (2176, 2176, 4096),
           (1792, 1792, 8192), (6144, 1024, 8192), (1024, 1024, 1024), (1000, 1000, 1000)]
@@ -71,63 +82,91 @@ def _tile_offsets(tile, num_pid_m, num_pid_n, BLOCK_M: gl.constexpr, BLOCK_N: gl
 
 
 @gluon.jit
-def _producer(a_desc, b_desc, a_bufs, b_bufs, ready, empty, pid, nprog, num_pid_m, num_pid_n, k_tiles,
-              BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, NUM_STAGES: gl.constexpr,
-              GROUP_M: gl.constexpr):
+def _producer(a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pid, nprog, num_pid_m,
+              num_pid_n, k_tiles, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_N2: gl.constexpr,
+              BLOCK_K: gl.constexpr, NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr):
     nbytes: gl.constexpr = a_desc.block_type.nbytes + b_desc.block_type.nbytes
     it = 0  # k-steps issued over all tiles: the ring position and phase continue across tiles
     for tile in range(pid, num_pid_m * num_pid_n, nprog):
-        off_m, off_n = _tile_offsets(tile, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
+        off_m, off_n = _tile_offsets(tile, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N + BLOCK_N2, GROUP_M)
         for kk in range(k_tiles):
             s = it % NUM_STAGES
             # An mbarrier starts as if phase 1 had just completed, so the first lap's waits (parity 1) pass
             # at once and the producer fills the whole ring before the consumer frees anything.
             mbarrier.wait(empty.index(s), ((it // NUM_STAGES) & 1) ^ 1)
-            mbarrier.expect(ready.index(s), nbytes)
+            if BLOCK_N2 > 0:
+                mbarrier.expect(ready.index(s), nbytes + b2_desc.block_type.nbytes)
+                tma.async_copy_global_to_shared(b2_desc, [kk * BLOCK_K, off_n + BLOCK_N], ready.index(s),
+                                                b2_bufs.index(s))
+            else:
+                mbarrier.expect(ready.index(s), nbytes)
             tma.async_copy_global_to_shared(a_desc, [off_m, kk * BLOCK_K], ready.index(s), a_bufs.index(s))
             tma.async_copy_global_to_shared(b_desc, [kk * BLOCK_K, off_n], ready.index(s), b_bufs.index(s))
             it += 1
 
 
 @gluon.jit
-def _consumer(c_desc, a_bufs, b_bufs, ready, empty, c_smem, pid, nprog, num_pid_m, num_pid_n, k_tiles,
-              BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr):
+def _consumer(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, c_smem, c2_smem, pid, nprog, num_pid_m,
+              num_pid_n, k_tiles, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_N2: gl.constexpr,
+              NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr):
     # One wgmma instruction covers 16 rows x the whole BLOCK_N (n <= 256), k = 16 for 16-bit inputs; warps
     # stack along M (4 warps = 64 rows a warpgroup), which BLOCK_M = 128 allows for 4 or 8 warps.
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[gl.num_warps(), 1],
                                                          instr_shape=[16, BLOCK_N, 16])
+    if BLOCK_N2 > 0:
+        acc2_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[gl.num_warps(), 1], instr_shape=[16, BLOCK_N2, 16])
     it = 0
     for tile in range(pid, num_pid_m * num_pid_n, nprog):
-        off_m, off_n = _tile_offsets(tile, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
+        off_m, off_n = _tile_offsets(tile, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N + BLOCK_N2, GROUP_M)
         acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, acc_layout)
+        if BLOCK_N2 > 0:
+            acc2 = gl.zeros([BLOCK_M, BLOCK_N2], gl.float32, acc2_layout)
         for kk in range(k_tiles):
             s = it % NUM_STAGES
             mbarrier.wait(ready.index(s), (it // NUM_STAGES) & 1)
-            acc = warpgroup_mma(a_bufs.index(s), b_bufs.index(s), acc, is_async=True)
-            # Keep this wgmma in flight; the one before it has now retired, so its stage goes back to the
-            # producer (none before the first k-step of a tile: that one was freed after the last tile).
-            acc, _, _ = warpgroup_mma_wait(num_outstanding=1, deps=(acc, a_bufs.index(s), b_bufs.index(s)))
+            # Keep this k-step's wgmma(s) in flight; the step before has now retired, so its stage goes
+            # back to the producer (none before a tile's first k-step: that one was freed after the last).
+            if BLOCK_N2 > 0:
+                acc = warpgroup_mma(a_bufs.index(s), b_bufs.index(s), acc, is_async=True)
+                acc2 = warpgroup_mma(a_bufs.index(s), b2_bufs.index(s), acc2, is_async=True)
+                acc, acc2, _, _, _ = warpgroup_mma_wait(
+                    num_outstanding=2, deps=(acc, acc2, a_bufs.index(s), b_bufs.index(s), b2_bufs.index(s)))
+            else:
+                acc = warpgroup_mma(a_bufs.index(s), b_bufs.index(s), acc, is_async=True)
+                acc, _, _ = warpgroup_mma_wait(num_outstanding=1,
+                                               deps=(acc, a_bufs.index(s), b_bufs.index(s)))
             mbarrier.arrive(empty.index((it + NUM_STAGES - 1) % NUM_STAGES), pred=kk > 0)
             it += 1
-        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+        if BLOCK_N2 > 0:
+            acc, acc2 = warpgroup_mma_wait(num_outstanding=0, deps=(acc, acc2))
+        else:
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
         mbarrier.arrive(empty.index((it + NUM_STAGES - 1) % NUM_STAGES))
         # The previous tile's TMA store was left to drain during this tile's mainloop; c_smem is rewritten
         # only once it has finished reading it.
         tma.store_wait(pendings=0)
         c_smem.store(acc.to(c_desc.dtype))
+        if BLOCK_N2 > 0:
+            c2_smem.store(acc2.to(c_desc.dtype))
         fence_async_shared()  # order the generic-proxy smem writes before the async-proxy TMA read
         tma.async_copy_shared_to_global(c_desc, [off_m, off_n], c_smem)
+        if BLOCK_N2 > 0:  # past N (the last column of tiles) the copy engine clips the box
+            tma.async_copy_shared_to_global(c2_desc, [off_m, off_n + BLOCK_N], c2_smem)
     tma.store_wait(pendings=0)
 
 
 @gluon.jit
-def gluon_gemm_kernel(a_desc, b_desc, c_desc, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                      BLOCK_K: gl.constexpr, NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr):
+def gluon_gemm_kernel(a_desc, b_desc, c_desc, b2_desc, c2_desc, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                      BLOCK_N2: gl.constexpr, BLOCK_K: gl.constexpr, NUM_STAGES: gl.constexpr,
+                      GROUP_M: gl.constexpr):
+    # BLOCK_N2 > 0: tiles BLOCK_N + BLOCK_N2 wide, their last BLOCK_N2 columns read through b2_desc and
+    # written through c2_desc; BLOCK_N2 == 0: b2_desc and c2_desc are b_desc and c_desc, unused.
     M = c_desc.shape[0]
     N = c_desc.shape[1]
     K = a_desc.shape[1]
     num_pid_m = gl.cdiv(M, BLOCK_M)
-    num_pid_n = gl.cdiv(N, BLOCK_N)
+    num_pid_n = gl.cdiv(N, BLOCK_N + BLOCK_N2)
     k_tiles = gl.cdiv(K, BLOCK_K)  # the last k-step reads past K: TMA fills zeros, adding nothing
     pid = gl.program_id(0)
     nprog = gl.num_programs(0)
@@ -135,6 +174,12 @@ def gluon_gemm_kernel(a_desc, b_desc, c_desc, BLOCK_M: gl.constexpr, BLOCK_N: gl
     a_bufs = gl.allocate_shared_memory(a_desc.dtype, [NUM_STAGES, BLOCK_M, BLOCK_K], a_desc.layout)
     b_bufs = gl.allocate_shared_memory(b_desc.dtype, [NUM_STAGES, BLOCK_K, BLOCK_N], b_desc.layout)
     c_smem = gl.allocate_shared_memory(c_desc.dtype, [BLOCK_M, BLOCK_N], c_desc.layout)
+    if BLOCK_N2 > 0:
+        b2_bufs = gl.allocate_shared_memory(b2_desc.dtype, [NUM_STAGES, BLOCK_K, BLOCK_N2], b2_desc.layout)
+        c2_smem = gl.allocate_shared_memory(c2_desc.dtype, [BLOCK_M, BLOCK_N2], c2_desc.layout)
+    else:
+        b2_bufs = b_bufs
+        c2_smem = c_smem
     ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(NUM_STAGES):
@@ -143,10 +188,10 @@ def gluon_gemm_kernel(a_desc, b_desc, c_desc, BLOCK_M: gl.constexpr, BLOCK_N: gl
         mbarrier.init(empty.index(i), count=1)
 
     gl.warp_specialize([
-        (_consumer, (c_desc, a_bufs, b_bufs, ready, empty, c_smem, pid, nprog, num_pid_m, num_pid_n, k_tiles,
-                     BLOCK_M, BLOCK_N, NUM_STAGES, GROUP_M)),
-        (_producer, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, pid, nprog, num_pid_m, num_pid_n, k_tiles,
-                     BLOCK_M, BLOCK_N, BLOCK_K, NUM_STAGES, GROUP_M)),
+        (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, c_smem, c2_smem, pid, nprog,
+                     num_pid_m, num_pid_n, k_tiles, BLOCK_M, BLOCK_N, BLOCK_N2, NUM_STAGES, GROUP_M)),
+        (_producer, (a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pid, nprog, num_pid_m,
+                     num_pid_n, k_tiles, BLOCK_M, BLOCK_N, BLOCK_N2, BLOCK_K, NUM_STAGES, GROUP_M)),
     ], [1], [PRODUCER_REGS])
 
     for i in gl.static_range(NUM_STAGES):
@@ -159,14 +204,20 @@ SHORT = {torch.bfloat16: "bf16", torch.float16: "fp16"}  # dtype names of triton
 _SM_COUNT: dict[int, int] = {}
 
 
-def _layouts(gdt, block_m, block_n, block_k):
-    """The NVMMA shared layouts (widest swizzle the tile rows allow) of the A, B and C tiles: the host
-    descriptors carry them and the kernel allocates its smem buffers with the same ones."""
-    return tuple(gl.NVMMASharedLayout.get_default_for(shape, gdt)
-                 for shape in ([block_m, block_k], [block_k, block_n], [block_m, block_n]))
+def _boxes(block_m, block_n, block_n2, block_k):
+    """The TMA boxes of a_desc, b_desc, c_desc, b2_desc, c2_desc (the last two: b_desc's and c_desc's when
+    block_n2 is 0)."""
+    n2 = block_n2 or block_n
+    return [block_m, block_k], [block_k, block_n], [block_m, block_n], [block_k, n2], [block_m, n2]
 
 
-def prepare(a, b, block_m=128, block_n=128, block_k=64, stages=4, group_m=8, num_warps=4):
+def _layouts(gdt, boxes):
+    """The NVMMA shared layouts (widest swizzle the tile rows allow) of the tiles: the host descriptors
+    carry them and the kernel allocates its smem buffers with the same ones."""
+    return tuple(gl.NVMMASharedLayout.get_default_for(box, gdt) for box in boxes)
+
+
+def prepare(a, b, block_m=128, block_n=128, block_k=64, stages=4, group_m=8, num_warps=4, block_n2=0):
     """(launch, c): a closure launching the kernel on descriptors built once, so that benchmarks time the
     kernel launch and not the host-side descriptor construction."""
     assert a.dtype == b.dtype and a.dtype in GL_DTYPES and a.dim() == b.dim() == 2
@@ -174,26 +225,25 @@ def prepare(a, b, block_m=128, block_n=128, block_k=64, stages=4, group_m=8, num
     assert K == K2, f"inner dimensions differ: {K} vs {K2}"
     a, b = a.contiguous(), b.contiguous()
     c = torch.empty(M, N, dtype=a.dtype, device=a.device)
-    la, lb, lc = _layouts(GL_DTYPES[a.dtype], block_m, block_n, block_k)
-    a_desc = TensorDescriptor.from_tensor(a, [block_m, block_k], la)
-    b_desc = TensorDescriptor.from_tensor(b, [block_k, block_n], lb)
-    c_desc = TensorDescriptor.from_tensor(c, [block_m, block_n], lc)
+    boxes = _boxes(block_m, block_n, block_n2, block_k)
+    descs = [TensorDescriptor.from_tensor(t, box, layout) for t, box, layout in
+             zip((a, b, c, b, c), boxes, _layouts(GL_DTYPES[a.dtype], boxes), strict=True)]
     dev = a.device.index if a.device.index is not None else torch.cuda.current_device()
     if dev not in _SM_COUNT:
         _SM_COUNT[dev] = torch.cuda.get_device_properties(dev).multi_processor_count
-    grid = (min(_SM_COUNT[dev], triton.cdiv(M, block_m) * triton.cdiv(N, block_n)), )
+    grid = (min(_SM_COUNT[dev], triton.cdiv(M, block_m) * triton.cdiv(N, block_n + block_n2)), )
 
     def launch():
-        gluon_gemm_kernel[grid](a_desc, b_desc, c_desc, block_m, block_n, block_k, stages, group_m,
+        gluon_gemm_kernel[grid](*descs, block_m, block_n, block_n2, block_k, stages, group_m,
                                 num_warps=num_warps, maxnreg=max_registers(num_warps))
         return c
 
     return launch, c
 
 
-def gluon_matmul(a, b, block_m=128, block_n=128, block_k=64, stages=4, group_m=8,
-                 num_warps=4) -> torch.Tensor:
-    return prepare(a, b, block_m, block_n, block_k, stages, group_m, num_warps)[0]()
+def gluon_matmul(a, b, block_m=128, block_n=128, block_k=64, stages=4, group_m=8, num_warps=4,
+                 block_n2=0) -> torch.Tensor:
+    return prepare(a, b, block_m, block_n, block_k, stages, group_m, num_warps, block_n2)[0]()
 
 
 def compile_only() -> int:
@@ -210,15 +260,17 @@ def compile_only() -> int:
     failures = 0
     for (name, cfg), tdt in ((c, d) for c in CONFIGS for d in GL_DTYPES):
         gdt = GL_DTYPES[tdt]
-        bm, bn, bk = cfg["block_m"], cfg["block_n"], cfg["block_k"]
+        bm, bn, bn2, bk = cfg["block_m"], cfg["block_n"], cfg.get("block_n2", 0), cfg["block_k"]
+        boxes = _boxes(bm, bn, bn2, bk)
         sig = {}
-        for arg, shape, layout in zip(("a_desc", "b_desc", "c_desc"), ([bm, bk], [bk, bn], [bm, bn]),
-                                      _layouts(gdt, bm, bn, bk), strict=True):
+        for arg, shape, layout in zip(("a_desc", "b_desc", "c_desc", "b2_desc", "c2_desc"), boxes,
+                                      _layouts(gdt, boxes), strict=True):
             sig[arg] = f"tensordesc<{SHORT[tdt]}{shape},{layout!r}>"
             # The same string the runtime would build from a real descriptor (a CPU tensor is enough here).
             fake = TensorDescriptor.from_tensor(torch.empty(256, 256, dtype=tdt), shape, layout)
             assert mangle_type(fake) == sig[arg], (mangle_type(fake), sig[arg])
-        consts = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, NUM_STAGES=cfg["stages"], GROUP_M=cfg["group_m"])
+        consts = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_N2=bn2, BLOCK_K=bk, NUM_STAGES=cfg["stages"],
+                      GROUP_M=cfg["group_m"])
         sig.update({k: "constexpr" for k in consts})
         src = GluonASTSource(gluon_gemm_kernel, sig,
                              constexprs={(names.index(k), ): v for k, v in consts.items()})
@@ -239,6 +291,8 @@ def compile_only() -> int:
             out = subprocess.run([cuobjdump, "-res-usage", f.name], capture_output=True, text=True).stdout
             m = re.search(r"REG:(\d+)", out)
             regs = m.group(1) if m else regs
+            m = re.search(r"LOCAL:(\d+)", out)  # bytes of local memory a thread: spills when not 0
+            regs += f", local {m.group(1)} B" if m else ""
         setmaxnreg = sorted(set(re.findall(r"setmaxnreg\.(inc|dec)\.sync\.aligned\.u32\s+(\d+)", ptx)))
         print(f"{label}: shared={compiled.metadata.shared} B, regs={regs} (maxnreg {max_registers(warps)}), "
               f"warps={compiled.metadata.num_warps}, wgmma.mma_async={'wgmma.mma_async' in ptx}, "
