@@ -10,8 +10,8 @@ Ragged edges: TMA zero-fills loads and clips stores. Status: compiles for sm_90 
 H200 (2026-12-01, bf16, docs/benchmarks/h200-gluon-probe*.txt) gives torch.mm's error on every shape and
 runs within -5%..+3% of the library's own Triton kernels on the large shapes (4096^3 184.9 us against
 187.7, 16384x8192x1024 415.6 against 427.3, 4096x14336x4096 721.6 against 691.8): no faster yet. It
-has no split, so the streamk class's partial-wave shapes run slower on it, and its 160-wide tiles (two
-accumulators, CONFIGS) lose 15-20% of the rate. Kernel-levers row 40.
+has no split, so the streamk class's partial-wave shapes run slower on it; its 160-wide tiles (two
+accumulators, CONFIGS) ran 5% below its 128-wide rate a column on 4 warps. Kernel-levers row 40.
 
     python scripts/gluon_probe.py --compile-only   # no GPU needed: compiles for sm_90, prints smem/regs/PTX
     python scripts/gluon_probe.py [--json rows.json]  # on an H200: correctness and timing vs torch.mm
@@ -44,15 +44,19 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 # would be 256 registers a thread.
 # Tiles block_n + block_n2 wide: a second accumulator and a second wgmma a k-step, so that a tile can be
 # 160 columns wide (triton's tensors are powers of two): 768x3072x8192 in one wave of 120 tiles, cuBLAS's
-# 128x160 schedule (kernel-levers row 33), and 2176x2176x4096 in 126 tiles of 256x160. Measured (H200,
-# h200-gluon-probe-wide.txt): right, but the two wgmmas a k-step run 15-20% below one 128-wide wgmma's
-# rate (4096^3 on 128x160 235.4 us against 204.8 on 128x128, the same work), so 768x3072x8192's one wave
-# took 67.6 us (Triton Stream-K 63.9, torch.mm 56.1); 256x160 at the 2 stages that fit ran 2-4x slower.
+# 128x160 schedule (kernel-levers row 33), and 2176x2176x4096 in 126 tiles of 256x160. Measured on 4 warps
+# (H200, h200-gluon-probe-wide.txt): right; a 160-wide k-step took 0.525 us where a 128-wide one took 0.400
+# (4096^3: 235.4 us for 7 tiles of 64 steps on the busiest program, 204.8 for 8), 5% more a column, so
+# 768x3072x8192's one wave took 67.6 us (Triton Stream-K 63.9, torch.mm 56.1; cuBLAS's 128x160 kernel
+# 52.7, 0.41 us a step); 256x160 at the 2 stages that fit ran 2-4x slower. Not yet run: 128x160 on 8
+# warps, two warpgroups of 64 rows each issuing their wgmmas side by side (cuBLAS's cooperative schedule).
 CONFIGS = [
     ("128x128x64 s4 w4", dict(block_m=128, block_n=128, block_k=64, stages=4, group_m=8, num_warps=4)),
     ("128x256x64 s3 w8", dict(block_m=128, block_n=256, block_k=64, stages=3, group_m=8, num_warps=8)),
     ("128x(128+32)x64 s4 w4", dict(block_m=128, block_n=128, block_n2=32, block_k=64, stages=4, group_m=8,
                                    num_warps=4)),
+    ("128x(128+32)x64 s4 w8", dict(block_m=128, block_n=128, block_n2=32, block_k=64, stages=4, group_m=8,
+                                   num_warps=8)),
     ("256x(128+32)x64 s2 w8", dict(block_m=256, block_n=128, block_n2=32, block_k=64, stages=2, group_m=8,
                                    num_warps=8)),
 ]
