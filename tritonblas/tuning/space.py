@@ -79,9 +79,9 @@ def _canonical(cfg: GemmConfig, problem: Problem, device: DeviceInfo,
     """One config per schedule (dedup): a Stream-K config that splits no tile is its persistent twin
     (unless the family is forced), a small problem's reduce kernel is the in-kernel fix-up and its
     host-built descriptors device-built ones, and a grid that launches as many programs as the default
-    one is the default one. In a cold-cache run of
-    scripts/tune_quality.py (2026-11-30), 4096x1024x512's tuned winner was a Stream-K config splitting
-    nothing, timed in place of the flattened persistent twin that won the exhaustive search by 6%."""
+    one is the default one. In a cold-cache run of scripts/tune_quality.py (2026-11-30),
+    4096x1024x512's tuned winner was a Stream-K config splitting nothing, timed in place of the
+    flattened persistent twin that won the exhaustive search by 6%."""
     args = (problem.m, problem.n, problem.k, device.sm_count)
     if cfg.streamk and enable_streamk is None and not heuristic.splits_tiles(cfg, problem,
                                                                               program_count(cfg, *args)):
