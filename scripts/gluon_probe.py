@@ -48,8 +48,10 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 # (H200, h200-gluon-probe-wide.txt): right; a 160-wide k-step took 0.525 us where a 128-wide one took 0.400
 # (4096^3: 235.4 us for 7 tiles of 64 steps on the busiest program, 204.8 for 8), 5% more a column, so
 # 768x3072x8192's one wave took 67.6 us (Triton Stream-K 63.9, torch.mm 56.1; cuBLAS's 128x160 kernel
-# 52.7, 0.41 us a step); 256x160 at the 2 stages that fit ran 2-4x slower. Not yet run: 128x160 on 8
-# warps, two warpgroups of 64 rows each issuing their wgmmas side by side (cuBLAS's cooperative schedule).
+# 52.7, 0.41 us a step); 256x160 at the 2 stages that fit ran 2-4x slower. Not yet run (compiled, no
+# spills): 128x160 on 8 warps, two warpgroups of 64 rows each issuing their wgmmas side by side (cuBLAS's
+# cooperative schedule), and the "st" configs, whose output tile goes from registers to memory (no shared
+# memory for it: 256x160 at 3 stages, 128x160 at 5).
 CONFIGS = [
     ("128x128x64 s4 w4", dict(block_m=128, block_n=128, block_k=64, stages=4, group_m=8, num_warps=4)),
     ("128x256x64 s3 w8", dict(block_m=128, block_n=256, block_k=64, stages=3, group_m=8, num_warps=8)),
@@ -59,6 +61,11 @@ CONFIGS = [
                                    num_warps=8)),
     ("256x(128+32)x64 s2 w8", dict(block_m=256, block_n=128, block_n2=32, block_k=64, stages=2, group_m=8,
                                    num_warps=8)),
+    # Stored from registers, no shared memory for the output tile: room for 3 stages of 256x160.
+    ("256x(128+32)x64 s3 w8 st", dict(block_m=256, block_n=128, block_n2=32, block_k=64, stages=3,
+                                      group_m=8, num_warps=8, tma_store=False)),
+    ("128x(128+32)x64 s5 w8 st", dict(block_m=128, block_n=128, block_n2=32, block_k=64, stages=5,
+                                      group_m=8, num_warps=8, tma_store=False)),
 ]
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (768, 3072, 8192), (2176, 2176, 4096),
           (1792, 1792, 8192), (6144, 1024, 8192), (1024, 1024, 1024), (1000, 1000, 1000)]
@@ -110,9 +117,21 @@ def _producer(a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pi
 
 
 @gluon.jit
-def _consumer(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, c_smem, c2_smem, pid, nprog, num_pid_m,
-              num_pid_n, k_tiles, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_N2: gl.constexpr,
-              NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr):
+def _store_direct(acc, c_ptr, stride_cm, M, N, off_m, off_n, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                  layout: gl.constexpr):
+    """The tile stored from registers with masked pointer stores: no shared memory for it, so that wide
+    tiles keep their pipeline stages (256x160: three 52 KiB stages fit beside no 80 KiB output tile)."""
+    rows = off_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, layout))
+    cols = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, layout))
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    gl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :], acc.to(c_ptr.dtype.element_ty), mask=mask)
+
+
+@gluon.jit
+def _consumer(c_desc, c2_desc, c_ptr, stride_cm, a_bufs, b_bufs, b2_bufs, ready, empty, c_smem, c2_smem, pid,
+              nprog, num_pid_m, num_pid_n, k_tiles, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+              BLOCK_N2: gl.constexpr, NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr,
+              TMA_STORE: gl.constexpr):
     # One wgmma instruction covers 16 rows x the whole BLOCK_N (n <= 256), k = 16 for 16-bit inputs; warps
     # stack along M (4 warps = 64 rows a warpgroup), which BLOCK_M = 128 allows for 4 or 8 warps.
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[gl.num_warps(), 1],
@@ -147,25 +166,36 @@ def _consumer(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, c_smem, c2
         else:
             acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
         mbarrier.arrive(empty.index((it + NUM_STAGES - 1) % NUM_STAGES))
-        # The previous tile's TMA store was left to drain during this tile's mainloop; c_smem is rewritten
-        # only once it has finished reading it.
+        if TMA_STORE:
+            # The previous tile's TMA store was left to drain during this tile's mainloop; c_smem is
+            # rewritten only once it has finished reading it.
+            tma.store_wait(pendings=0)
+            c_smem.store(acc.to(c_desc.dtype))
+            if BLOCK_N2 > 0:
+                c2_smem.store(acc2.to(c_desc.dtype))
+            fence_async_shared()  # order the generic-proxy smem writes before the async-proxy TMA read
+            tma.async_copy_shared_to_global(c_desc, [off_m, off_n], c_smem)
+            if BLOCK_N2 > 0:  # past N (the last column of tiles) the copy engine clips the box
+                tma.async_copy_shared_to_global(c2_desc, [off_m, off_n + BLOCK_N], c2_smem)
+        else:
+            M = c_desc.shape[0]
+            N = c_desc.shape[1]
+            _store_direct(acc, c_ptr, stride_cm, M, N, off_m, off_n, BLOCK_M, BLOCK_N, acc_layout)
+            if BLOCK_N2 > 0:
+                _store_direct(acc2, c_ptr, stride_cm, M, N, off_m, off_n + BLOCK_N, BLOCK_M, BLOCK_N2,
+                              acc2_layout)
+    if TMA_STORE:
         tma.store_wait(pendings=0)
-        c_smem.store(acc.to(c_desc.dtype))
-        if BLOCK_N2 > 0:
-            c2_smem.store(acc2.to(c_desc.dtype))
-        fence_async_shared()  # order the generic-proxy smem writes before the async-proxy TMA read
-        tma.async_copy_shared_to_global(c_desc, [off_m, off_n], c_smem)
-        if BLOCK_N2 > 0:  # past N (the last column of tiles) the copy engine clips the box
-            tma.async_copy_shared_to_global(c2_desc, [off_m, off_n + BLOCK_N], c2_smem)
-    tma.store_wait(pendings=0)
 
 
 @gluon.jit
-def gluon_gemm_kernel(a_desc, b_desc, c_desc, b2_desc, c2_desc, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                      BLOCK_N2: gl.constexpr, BLOCK_K: gl.constexpr, NUM_STAGES: gl.constexpr,
-                      GROUP_M: gl.constexpr):
+def gluon_gemm_kernel(a_desc, b_desc, c_desc, b2_desc, c2_desc, c_ptr, stride_cm, BLOCK_M: gl.constexpr,
+                      BLOCK_N: gl.constexpr, BLOCK_N2: gl.constexpr, BLOCK_K: gl.constexpr,
+                      NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr, TMA_STORE: gl.constexpr):
     # BLOCK_N2 > 0: tiles BLOCK_N + BLOCK_N2 wide, their last BLOCK_N2 columns read through b2_desc and
     # written through c2_desc; BLOCK_N2 == 0: b2_desc and c2_desc are b_desc and c_desc, unused.
+    # TMA_STORE: tiles written by TMA from shared memory (c_desc, c2_desc), else from registers through
+    # c_ptr (C row-major, leading stride stride_cm).
     M = c_desc.shape[0]
     N = c_desc.shape[1]
     K = a_desc.shape[1]
@@ -177,13 +207,19 @@ def gluon_gemm_kernel(a_desc, b_desc, c_desc, b2_desc, c2_desc, BLOCK_M: gl.cons
 
     a_bufs = gl.allocate_shared_memory(a_desc.dtype, [NUM_STAGES, BLOCK_M, BLOCK_K], a_desc.layout)
     b_bufs = gl.allocate_shared_memory(b_desc.dtype, [NUM_STAGES, BLOCK_K, BLOCK_N], b_desc.layout)
-    c_smem = gl.allocate_shared_memory(c_desc.dtype, [BLOCK_M, BLOCK_N], c_desc.layout)
     if BLOCK_N2 > 0:
         b2_bufs = gl.allocate_shared_memory(b2_desc.dtype, [NUM_STAGES, BLOCK_K, BLOCK_N2], b2_desc.layout)
-        c2_smem = gl.allocate_shared_memory(c2_desc.dtype, [BLOCK_M, BLOCK_N2], c2_desc.layout)
     else:
         b2_bufs = b_bufs
-        c2_smem = c_smem
+    if TMA_STORE:
+        c_smem = gl.allocate_shared_memory(c_desc.dtype, [BLOCK_M, BLOCK_N], c_desc.layout)
+        if BLOCK_N2 > 0:
+            c2_smem = gl.allocate_shared_memory(c2_desc.dtype, [BLOCK_M, BLOCK_N2], c2_desc.layout)
+        else:
+            c2_smem = c_smem
+    else:  # (unused: the consumer stores from registers)
+        c_smem = b_bufs
+        c2_smem = b_bufs
     ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(NUM_STAGES):
@@ -192,8 +228,9 @@ def gluon_gemm_kernel(a_desc, b_desc, c_desc, b2_desc, c2_desc, BLOCK_M: gl.cons
         mbarrier.init(empty.index(i), count=1)
 
     gl.warp_specialize([
-        (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, c_smem, c2_smem, pid, nprog,
-                     num_pid_m, num_pid_n, k_tiles, BLOCK_M, BLOCK_N, BLOCK_N2, NUM_STAGES, GROUP_M)),
+        (_consumer, (c_desc, c2_desc, c_ptr, stride_cm, a_bufs, b_bufs, b2_bufs, ready, empty, c_smem,
+                     c2_smem, pid, nprog, num_pid_m, num_pid_n, k_tiles, BLOCK_M, BLOCK_N, BLOCK_N2,
+                     NUM_STAGES, GROUP_M, TMA_STORE)),
         (_producer, (a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pid, nprog, num_pid_m,
                      num_pid_n, k_tiles, BLOCK_M, BLOCK_N, BLOCK_N2, BLOCK_K, NUM_STAGES, GROUP_M)),
     ], [1], [PRODUCER_REGS])
@@ -221,7 +258,8 @@ def _layouts(gdt, boxes):
     return tuple(gl.NVMMASharedLayout.get_default_for(box, gdt) for box in boxes)
 
 
-def prepare(a, b, block_m=128, block_n=128, block_k=64, stages=4, group_m=8, num_warps=4, block_n2=0):
+def prepare(a, b, block_m=128, block_n=128, block_k=64, stages=4, group_m=8, num_warps=4, block_n2=0,
+            tma_store=True):
     """(launch, c): a closure launching the kernel on descriptors built once, so that benchmarks time the
     kernel launch and not the host-side descriptor construction."""
     assert a.dtype == b.dtype and a.dtype in GL_DTYPES and a.dim() == b.dim() == 2
@@ -238,16 +276,16 @@ def prepare(a, b, block_m=128, block_n=128, block_k=64, stages=4, group_m=8, num
     grid = (min(_SM_COUNT[dev], triton.cdiv(M, block_m) * triton.cdiv(N, block_n + block_n2)), )
 
     def launch():
-        gluon_gemm_kernel[grid](*descs, block_m, block_n, block_n2, block_k, stages, group_m,
-                                num_warps=num_warps, maxnreg=max_registers(num_warps))
+        gluon_gemm_kernel[grid](*descs, c, c.stride(0), block_m, block_n, block_n2, block_k, stages, group_m,
+                                tma_store, num_warps=num_warps, maxnreg=max_registers(num_warps))
         return c
 
     return launch, c
 
 
 def gluon_matmul(a, b, block_m=128, block_n=128, block_k=64, stages=4, group_m=8, num_warps=4,
-                 block_n2=0) -> torch.Tensor:
-    return prepare(a, b, block_m, block_n, block_k, stages, group_m, num_warps, block_n2)[0]()
+                 block_n2=0, tma_store=True) -> torch.Tensor:
+    return prepare(a, b, block_m, block_n, block_k, stages, group_m, num_warps, block_n2, tma_store)[0]()
 
 
 def compile_only() -> int:
@@ -274,8 +312,8 @@ def compile_only() -> int:
             fake = TensorDescriptor.from_tensor(torch.empty(256, 256, dtype=tdt), shape, layout)
             assert mangle_type(fake) == sig[arg], (mangle_type(fake), sig[arg])
         consts = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_N2=bn2, BLOCK_K=bk, NUM_STAGES=cfg["stages"],
-                      GROUP_M=cfg["group_m"])
-        sig.update({k: "constexpr" for k in consts})
+                      GROUP_M=cfg["group_m"], TMA_STORE=cfg.get("tma_store", True))
+        sig.update({k: "constexpr" for k in consts}, c_ptr=f"*{SHORT[tdt]}", stride_cm="i32")
         src = GluonASTSource(gluon_gemm_kernel, sig,
                              constexprs={(names.index(k), ): v for k, v in consts.items()})
         warps = cfg["num_warps"]
