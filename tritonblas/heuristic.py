@@ -291,6 +291,9 @@ def candidates(problem: Problem, device: DeviceInfo, enable_streamk: bool | None
     """Every feasible config of the heuristic's space for this problem."""
     families = (False, True) if enable_streamk is None else (enable_streamk,)
     copies = (False,) if operands_aligned(problem) else (False, True)
+    # A reduce kernel where no data-parallel tile hides the fix-up, but not on a small problem, whose
+    # eager call would pay its launch in host time (space._canonical).
+    reduce_ok = not problem.small
     out = []
     for bm, bn, bk, warps, stages, sk in itertools.product(BLOCK_MN, BLOCK_MN, BLOCK_K, WARPS, STAGES,
                                                            families):
@@ -308,10 +311,7 @@ def candidates(problem: Problem, device: DeviceInfo, enable_streamk: bool | None
                     continue  # the same schedule as its persistent twin (splits_tiles), which is listed
                 if config_supports(cfg, problem, device) is None:
                     out.append(cfg)
-                    tiles = cdiv(problem.m, bm) * cdiv(problem.n, bn)
-                    if sk and tiles < device.sm_count and not problem.small:
-                        # No data-parallel tile to hide the fix-up behind: a reduce kernel instead (not
-                        # on a small problem, where its launch costs more host time: space._canonical).
+                    if sk and reduce_ok and cdiv(problem.m, bm) * cdiv(problem.n, bn) < device.sm_count:
                         out.append(GemmConfig(**fields, grid=grid, reduce_kernel=True))
     return out
 

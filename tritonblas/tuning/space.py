@@ -86,15 +86,13 @@ def _canonical(cfg: GemmConfig, problem: Problem, device: DeviceInfo,
     if cfg.streamk and enable_streamk is None and not heuristic.splits_tiles(cfg, problem,
                                                                               program_count(cfg, *args)):
         cfg = _with(cfg, streamk=False, reduce_kernel=False)
-    if cfg.reduce_kernel and problem.small:
-        # Its second launch is host time an eager call pays and a graph replay (how small problems are
-        # timed) hides: 128x128x8192 bf16 by config=, H200, 32x32x128 Stream-K: replay 8.10 -> 7.78 us
-        # with it, host 31 -> 48 us a call, eager median 16-18 -> 23-66 (scripts/reduce_host_probe.py).
-        cfg = _with(cfg, reduce_kernel=False)
-    if cfg.host_descriptors and problem.small:
-        # The same for descriptors built and encoded on the host at every call: timed eager, 90 pairs of
-        # a tuning run, host-built / device-built 1.02 geomean (0.72-1.49; kernel-levers row 25).
-        cfg = _with(cfg, host_descriptors=False)
+    if problem.small and (cfg.reduce_kernel or cfg.host_descriptors):
+        # Per-call host work an eager call pays and a graph replay (how small problems are timed) hides.
+        # The reduce kernel's second launch: 128x128x8192 bf16 by config=, H200, 32x32x128 Stream-K:
+        # replay 8.10 -> 7.78 us with it, host 31 -> 48 us a call, eager median 16-18 -> 23-66
+        # (scripts/reduce_host_probe.py). Descriptors built and encoded on the host at every call: timed
+        # eager, 90 pairs of a tuning run, host-built / device-built 1.02 geomean (0.72-1.49; row 25).
+        cfg = _with(cfg, reduce_kernel=False, host_descriptors=False)
     if cfg.grid is None:
         return cfg
     if program_count(cfg, *args) == program_count(_with(cfg, grid=None), *args):
