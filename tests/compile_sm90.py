@@ -43,42 +43,44 @@ def compile_kernel(kernel, constexprs: dict, num_warps: int = 8, num_stages: int
     return compiled.asm["ptx"] if ptx else compiled.metadata.shared
 
 
+def gemm_constexprs(kernel, **changes) -> dict:
+    """The GEMM kernels' constexprs with `changes` on top of: 128x128x64 tiles, a bias, pointer loads of
+    row-major operands, 32-bit offsets, descriptors built in the kernel (HOST_DESC: a_host and b_host are
+    then arguments, not constants), and for Stream-K whole partials summed on arrival."""
+    constexprs = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, HAS_BIAS=True, EVEN_K=True,
+                      PRECISION="ieee", USE_TMA=False, A_COL=False, B_COL=False, A_DIV=8, B_DIV=8,
+                      FLATTEN=False, WARP_SPEC=False, INT64=False, HOST_DESC=False, a_host=None, b_host=None)
+    if kernel is streamk_gemm_kernel:
+        constexprs.update(FIXUP_CHUNKS=1, DEFERRED=False, REDUCE=False)
+    constexprs.update(changes)
+    if constexprs["HOST_DESC"]:
+        del constexprs["a_host"], constexprs["b_host"]
+    return constexprs
+
+
 def gemm_variants():
     """Each GEMM kernel once by pointers (ragged K, column-major B) and once by TMA (column-major A), both
     with 64-bit offsets: the 32-bit variants are the same code minus the widening, and the GPU suite
     compiles them on every run."""
     for kernel, tma in itertools.product((persistent_gemm_kernel, streamk_gemm_kernel), (False, True)):
-        constexprs = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, HAS_BIAS=True, EVEN_K=tma,
-                          PRECISION="ieee", USE_TMA=tma, A_COL=tma, B_COL=not tma, A_DIV=8, B_DIV=8,
-                          FLATTEN=False, WARP_SPEC=False, INT64=True, HOST_DESC=False, a_host=None,
-                          b_host=None)
-        if kernel is streamk_gemm_kernel:
-            constexprs.update(FIXUP_CHUNKS=1, DEFERRED=False, REDUCE=False)
+        constexprs = gemm_constexprs(kernel, EVEN_K=tma, USE_TMA=tma, A_COL=tma, B_COL=not tma, INT64=True)
         yield f"{kernel.__name__} tma={tma} int64=True", kernel, constexprs, None
     # The Stream-K fix-up in row chunks, deferred (FIXUP_CHUNKS 8: config.fixup_plan's for 128x128).
-    constexprs = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, HAS_BIAS=True, EVEN_K=True,
-                      PRECISION="ieee", USE_TMA=True, A_COL=False, B_COL=False, A_DIV=8, B_DIV=8,
-                      FLATTEN=False, WARP_SPEC=False, INT64=False, HOST_DESC=False, a_host=None, b_host=None,
-                      FIXUP_CHUNKS=8, DEFERRED=True, REDUCE=False)
+    constexprs = gemm_constexprs(streamk_gemm_kernel, USE_TMA=True, FIXUP_CHUNKS=8, DEFERRED=True)
     yield "streamk_gemm_kernel tma=True chunked fix-up, deferred", streamk_gemm_kernel, constexprs, None
     # Host-built descriptors (kernel arguments of triton's tensordesc type), A column-major as above.
     for kernel in (persistent_gemm_kernel, streamk_gemm_kernel):
-        constexprs = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, HAS_BIAS=True, EVEN_K=True,
-                          PRECISION="ieee", USE_TMA=True, A_COL=True, B_COL=False, A_DIV=8, B_DIV=8,
-                          FLATTEN=False, WARP_SPEC=False, INT64=False, HOST_DESC=True)
+        constexprs = gemm_constexprs(kernel, USE_TMA=True, A_COL=True, HOST_DESC=True)
         if kernel is streamk_gemm_kernel:
-            constexprs.update(FIXUP_CHUNKS=4, DEFERRED=False, REDUCE=False)
+            constexprs.update(FIXUP_CHUNKS=4)
         types = {"a_host": "tensordesc<bf16[64, 128]>", "b_host": "tensordesc<bf16[64, 128]>"}
         yield f"{kernel.__name__} tma=True host descriptors", kernel, constexprs, types
 
 
 def reduce_variants():
     """Stream-K with its fix-up left to kernels/reduce.py (REDUCE), and that kernel (8 chunks, a bias)."""
-    constexprs = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, HAS_BIAS=True, EVEN_K=True,
-                      PRECISION="ieee", USE_TMA=False, A_COL=False, B_COL=False, A_DIV=8, B_DIV=8,
-                      FLATTEN=False, WARP_SPEC=False, INT64=False, HOST_DESC=False, a_host=None, b_host=None,
-                      FIXUP_CHUNKS=1, DEFERRED=False, REDUCE=True)
-    yield "streamk_gemm_kernel reduce kernel next", streamk_gemm_kernel, constexprs, None
+    yield "streamk_gemm_kernel reduce kernel next", streamk_gemm_kernel, \
+        gemm_constexprs(streamk_gemm_kernel, REDUCE=True), None
     constexprs = dict(BLOCK_M=128, BLOCK_N=128, GROUP_M=8, HAS_BIAS=True, INT64=False, FIXUP_CHUNKS=8)
     yield "splitk_reduce_kernel", splitk_reduce_kernel, constexprs, None
 
@@ -87,15 +89,9 @@ def warp_specialize_is_a_no_op() -> bool:
     """Whether warp_specialize leaves the 8-warp TMA kernels' sm_90 code as it is (triton 3.6: it does,
     so the tuner's space no longer offers it; kernel-levers row 37). A triton that changes this fails
     tests/test_kernels_compile.py, the cue to measure the lever again."""
-    same = []
-    for kernel, kind in ((persistent_gemm_kernel, {}),
-                         (streamk_gemm_kernel, dict(FIXUP_CHUNKS=1, DEFERRED=False, REDUCE=False))):
-        base = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, HAS_BIAS=True, EVEN_K=True,
-                    PRECISION="ieee", USE_TMA=True, A_COL=False, B_COL=False, A_DIV=8, B_DIV=8, FLATTEN=False,
-                    INT64=False, HOST_DESC=False, a_host=None, b_host=None, **kind)
-        same.append(len({compile_kernel(kernel, dict(base, WARP_SPEC=ws), ptx=True) for ws in (False, True)})
-                    == 1)
-    return all(same)
+    return all(len({compile_kernel(kernel, gemm_constexprs(kernel, BLOCK_N=256, USE_TMA=True, WARP_SPEC=ws),
+                                   ptx=True) for ws in (False, True)}) == 1
+               for kernel in (persistent_gemm_kernel, streamk_gemm_kernel))
 
 
 def main() -> None:
