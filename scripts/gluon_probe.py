@@ -11,10 +11,14 @@ H200 (2026-12-01, bf16, docs/benchmarks/h200-gluon-probe*.txt) gives torch.mm's 
 runs within -5%..+3% of the library's own Triton kernels on the large shapes (4096^3 184.9 us against
 187.7, 16384x8192x1024 415.6 against 427.3, 4096x14336x4096 721.6 against 691.8): no faster yet. It
 has no split, so the streamk class's partial-wave shapes run slower on it; its 160-wide tiles (two
-accumulators, CONFIGS) ran 5% below its 128-wide rate a column on 4 warps. Kernel-levers row 40.
+accumulators, CONFIGS) ran 5% below its 128-wide rate a column. Kernel-levers rows 40-41: --diagnose
+times the kernel without loads and with L2-hit loads (4096^3: 161.6 / 176.3 us against 204.1 real), which
+puts a fifth of its time in feeding the MMA, the part cuBLAS's cluster multicast (not in triton 3.6)
+shrinks.
 
     python scripts/gluon_probe.py --compile-only   # no GPU needed: compiles for sm_90, prints smem/regs/PTX
     python scripts/gluon_probe.py [--json rows.json]  # on an H200: correctness and timing vs torch.mm
+    python scripts/gluon_probe.py --diagnose --shapes 4096x4096x4096 --configs "128x128x64 s4 w4"
 """
 
 from __future__ import annotations
@@ -48,10 +52,11 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 # (H200, h200-gluon-probe-wide.txt): right; a 160-wide k-step took 0.525 us where a 128-wide one took 0.400
 # (4096^3: 235.4 us for 7 tiles of 64 steps on the busiest program, 204.8 for 8), 5% more a column, so
 # 768x3072x8192's one wave took 67.6 us (Triton Stream-K 63.9, torch.mm 56.1; cuBLAS's 128x160 kernel
-# 52.7, 0.41 us a step); 256x160 at the 2 stages that fit ran 2-4x slower. Not yet run (compiled, no
-# spills): 128x160 on 8 warps, two warpgroups of 64 rows each issuing their wgmmas side by side (cuBLAS's
-# cooperative schedule), and the "st" configs, whose output tile goes from registers to memory (no shared
-# memory for it: 256x160 at 3 stages, 128x160 at 5).
+# 52.7, 0.41 us a step); 256x160 at the 2 stages that fit ran 2-4x slower. Run in the thirteenth session
+# (h200-gluon-probe-coop.txt, -diagnose.txt): 128x160 on 8 warps, two warpgroups of 64 rows side by side
+# (cuBLAS's cooperative schedule), 67.5 us, no better than 4 warps; with no loads at all 4 warps take 59.7,
+# so the 32-column wgmma, not the warpgroup count, holds it above cuBLAS. The "st" configs store the output
+# tile from registers (no shared memory for it: 256x160 at 3 stages, 128x160 at 5): slower on every shape.
 CONFIGS = [
     ("128x128x64 s4 w4", dict(block_m=128, block_n=128, block_k=64, stages=4, group_m=8, num_warps=4)),
     ("128x256x64 s3 w8", dict(block_m=128, block_n=256, block_k=64, stages=3, group_m=8, num_warps=8)),
@@ -66,7 +71,17 @@ CONFIGS = [
                                       group_m=8, num_warps=8, tma_store=False)),
     ("128x(128+32)x64 s5 w8 st", dict(block_m=128, block_n=128, block_n2=32, block_k=64, stages=5,
                                       group_m=8, num_warps=8, tma_store=False)),
+    # Deeper rings (thirteenth session): the diagnostics put a quarter of 4096^3's time in feeding the
+    # MMA, half of it L2 misses; more k-steps in flight may hide the misses.
+    ("128x128x64 s6 w4 st", dict(block_m=128, block_n=128, block_k=64, stages=6, group_m=8, num_warps=4,
+                                 tma_store=False)),
+    ("128x256x64 s4 w8 st", dict(block_m=128, block_n=256, block_k=64, stages=4, group_m=8, num_warps=8,
+                                 tma_store=False)),
 ]
+# Diagnostics (loads=0: no loads, the MMA and barrier rate alone; loads=2: every k-step loads the same
+# k-step-0 tiles, the bytes to the SM unchanged but all L2 hits), run by --diagnose, not by default.
+DIAGNOSTICS = [(f"{name} {tag}", dict(cfg, loads=loads)) for name, cfg in CONFIGS[:3]
+               for tag, loads in (("noload", 0), ("l2only", 2))]
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (768, 3072, 8192), (2176, 2176, 4096),
           (1792, 1792, 8192), (6144, 1024, 8192), (1024, 1024, 1024), (1000, 1000, 1000)]
 PRODUCER_REGS = gl.constexpr(24)  # the fewest setmaxnreg allows; the producer only holds scalars
@@ -95,7 +110,7 @@ def _tile_offsets(tile, num_pid_m, num_pid_n, BLOCK_M: gl.constexpr, BLOCK_N: gl
 @gluon.jit
 def _producer(a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pid, nprog, num_pid_m,
               num_pid_n, k_tiles, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_N2: gl.constexpr,
-              BLOCK_K: gl.constexpr, NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr):
+              BLOCK_K: gl.constexpr, NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr, LOADS: gl.constexpr):
     nbytes: gl.constexpr = a_desc.block_type.nbytes + b_desc.block_type.nbytes
     it = 0  # k-steps issued over all tiles: the ring position and phase continue across tiles
     for tile in range(pid, num_pid_m * num_pid_n, nprog):
@@ -105,14 +120,21 @@ def _producer(a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pi
             # An mbarrier starts as if phase 1 had just completed, so the first lap's waits (parity 1) pass
             # at once and the producer fills the whole ring before the consumer frees anything.
             mbarrier.wait(empty.index(s), ((it // NUM_STAGES) & 1) ^ 1)
-            if BLOCK_N2 > 0:
+            # LOADS (diagnostic): 1 loads each k-step's tiles; 0 hands the stage over unfilled, so the
+            # consumer's MMA rate shows alone; 2 loads k-step 0's tiles every time (same bytes to the SM,
+            # all L2 hits).
+            k_off = kk * BLOCK_K if LOADS == 1 else 0
+            if LOADS == 0:
+                mbarrier.arrive(ready.index(s))
+            elif BLOCK_N2 > 0:
                 mbarrier.expect(ready.index(s), nbytes + b2_desc.block_type.nbytes)
-                tma.async_copy_global_to_shared(b2_desc, [kk * BLOCK_K, off_n + BLOCK_N], ready.index(s),
+                tma.async_copy_global_to_shared(b2_desc, [k_off, off_n + BLOCK_N], ready.index(s),
                                                 b2_bufs.index(s))
             else:
                 mbarrier.expect(ready.index(s), nbytes)
-            tma.async_copy_global_to_shared(a_desc, [off_m, kk * BLOCK_K], ready.index(s), a_bufs.index(s))
-            tma.async_copy_global_to_shared(b_desc, [kk * BLOCK_K, off_n], ready.index(s), b_bufs.index(s))
+            if LOADS != 0:
+                tma.async_copy_global_to_shared(a_desc, [off_m, k_off], ready.index(s), a_bufs.index(s))
+                tma.async_copy_global_to_shared(b_desc, [k_off, off_n], ready.index(s), b_bufs.index(s))
             it += 1
 
 
@@ -191,7 +213,8 @@ def _consumer(c_desc, c2_desc, c_ptr, stride_cm, a_bufs, b_bufs, b2_bufs, ready,
 @gluon.jit
 def gluon_gemm_kernel(a_desc, b_desc, c_desc, b2_desc, c2_desc, c_ptr, stride_cm, BLOCK_M: gl.constexpr,
                       BLOCK_N: gl.constexpr, BLOCK_N2: gl.constexpr, BLOCK_K: gl.constexpr,
-                      NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr, TMA_STORE: gl.constexpr):
+                      NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr, TMA_STORE: gl.constexpr,
+                      LOADS: gl.constexpr):
     # BLOCK_N2 > 0: tiles BLOCK_N + BLOCK_N2 wide, their last BLOCK_N2 columns read through b2_desc and
     # written through c2_desc; BLOCK_N2 == 0: b2_desc and c2_desc are b_desc and c_desc, unused.
     # TMA_STORE: tiles written by TMA from shared memory (c_desc, c2_desc), else from registers through
@@ -232,7 +255,7 @@ def gluon_gemm_kernel(a_desc, b_desc, c_desc, b2_desc, c2_desc, c_ptr, stride_cm
                      c2_smem, pid, nprog, num_pid_m, num_pid_n, k_tiles, BLOCK_M, BLOCK_N, BLOCK_N2,
                      NUM_STAGES, GROUP_M, TMA_STORE)),
         (_producer, (a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pid, nprog, num_pid_m,
-                     num_pid_n, k_tiles, BLOCK_M, BLOCK_N, BLOCK_N2, BLOCK_K, NUM_STAGES, GROUP_M)),
+                     num_pid_n, k_tiles, BLOCK_M, BLOCK_N, BLOCK_N2, BLOCK_K, NUM_STAGES, GROUP_M, LOADS)),
     ], [1], [PRODUCER_REGS])
 
     for i in gl.static_range(NUM_STAGES):
@@ -259,7 +282,7 @@ def _layouts(gdt, boxes):
 
 
 def prepare(a, b, block_m=128, block_n=128, block_k=64, stages=4, group_m=8, num_warps=4, block_n2=0,
-            tma_store=True):
+            tma_store=True, loads=1):
     """(launch, c): a closure launching the kernel on descriptors built once, so that benchmarks time the
     kernel launch and not the host-side descriptor construction."""
     assert a.dtype == b.dtype and a.dtype in GL_DTYPES and a.dim() == b.dim() == 2
@@ -277,7 +300,7 @@ def prepare(a, b, block_m=128, block_n=128, block_k=64, stages=4, group_m=8, num
 
     def launch():
         gluon_gemm_kernel[grid](*descs, c, c.stride(0), block_m, block_n, block_n2, block_k, stages, group_m,
-                                tma_store, num_warps=num_warps, maxnreg=max_registers(num_warps))
+                                tma_store, loads, num_warps=num_warps, maxnreg=max_registers(num_warps))
         return c
 
     return launch, c
@@ -300,7 +323,7 @@ def compile_only() -> int:
     cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
     names = gluon_gemm_kernel.arg_names
     failures = 0
-    for (name, cfg), tdt in ((c, d) for c in CONFIGS for d in GL_DTYPES):
+    for (name, cfg), tdt in ((c, d) for c in CONFIGS + DIAGNOSTICS for d in GL_DTYPES):
         gdt = GL_DTYPES[tdt]
         bm, bn, bn2, bk = cfg["block_m"], cfg["block_n"], cfg.get("block_n2", 0), cfg["block_k"]
         boxes = _boxes(bm, bn, bn2, bk)
@@ -312,7 +335,8 @@ def compile_only() -> int:
             fake = TensorDescriptor.from_tensor(torch.empty(256, 256, dtype=tdt), shape, layout)
             assert mangle_type(fake) == sig[arg], (mangle_type(fake), sig[arg])
         consts = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_N2=bn2, BLOCK_K=bk, NUM_STAGES=cfg["stages"],
-                      GROUP_M=cfg["group_m"], TMA_STORE=cfg.get("tma_store", True))
+                      GROUP_M=cfg["group_m"], TMA_STORE=cfg.get("tma_store", True),
+                      LOADS=cfg.get("loads", 1))
         sig.update({k: "constexpr" for k in consts}, c_ptr=f"*{SHORT[tdt]}", stride_cm="i32")
         src = GluonASTSource(gluon_gemm_kernel, sig,
                              constexprs={(names.index(k), ): v for k, v in consts.items()})
@@ -343,7 +367,7 @@ def compile_only() -> int:
     return 1 if failures else 0
 
 
-def bench(json_path: str | None, shapes: list[tuple[int, int, int]]) -> int:
+def bench(json_path: str | None, shapes: list[tuple[int, int, int]], configs: list) -> int:
     from triton.testing import do_bench
 
     import tritonblas
@@ -363,7 +387,7 @@ def bench(json_path: str | None, shapes: list[tuple[int, int, int]]) -> int:
         flops = 2.0 * M * N * K
         print(f"{M}x{N}x{K} tritonblas (triton backend): {ours_ms * 1e3:9.1f} us | torch/tritonblas "
               f"{torch_ms / ours_ms:.3f}x")
-        for name, cfg in CONFIGS:
+        for name, cfg in configs:
             row = dict(m=M, n=N, k=K, dtype="bf16", config=name, torch_us=torch_ms * 1e3,
                        tritonblas_us=ours_ms * 1e3)
             try:
@@ -373,7 +397,7 @@ def bench(json_path: str | None, shapes: list[tuple[int, int, int]]) -> int:
                 diff = (c.float() - ref).abs()
                 row.update(max_abs_err=diff.max().item(), rel_err=(diff.norm() / ref.norm()).item())
                 # bf16 output rounding alone is ~2e-3 relative; a wrong tile or stage shows far above 1e-2.
-                row["ok"] = row["rel_err"] < 1e-2
+                row["ok"] = row["rel_err"] < 1e-2 or cfg.get("loads", 1) != 1  # diagnostics compute junk
                 ms = do_bench(launch, return_mode="median")
                 row.update(us=ms * 1e3, tflops=flops / ms * 1e-9, torch_tflops=flops / torch_ms * 1e-9,
                            ratio=torch_ms / ms)
@@ -397,6 +421,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--compile-only", action="store_true", help="compile for sm_90 (no GPU needed)")
     parser.add_argument("--json", metavar="PATH", help="write the benchmark rows to PATH")
+    parser.add_argument("--diagnose", action="store_true",
+                        help="time DIAGNOSTICS too (no loads; L2-hit loads): MMA rate apart from feed")
+    parser.add_argument("--configs", metavar="TEXT,...", help="only configs whose names contain one of these")
     parser.add_argument("--shapes", metavar="MxNxK,...", help="bf16 problems to time (default: SHAPES)")
     args = parser.parse_args()
     if os.environ.get("TRITON_INTERPRET") == "1":
@@ -406,7 +433,10 @@ def main() -> int:
     if not torch.cuda.is_available():
         sys.exit("no CUDA GPU: run with --compile-only")
     shapes = [tuple(int(d) for d in s.split("x")) for s in args.shapes.split(",")] if args.shapes else SHAPES
-    return bench(args.json, shapes)
+    configs = CONFIGS[:3] + DIAGNOSTICS if args.diagnose else CONFIGS
+    if args.configs:
+        configs = [c for c in configs if any(text in c[0] for text in args.configs.split(","))]
+    return bench(args.json, shapes, configs)
 
 
 if __name__ == "__main__":
