@@ -13,8 +13,8 @@ runs within -5%..+3% of the library's own Triton kernels on the large shapes (40
 has no split, so the streamk class's partial-wave shapes run slower on it; its 160-wide tiles (two
 accumulators, CONFIGS) ran 5% below its 128-wide rate a column. Kernel-levers rows 40-41: --diagnose
 times the kernel without loads and with L2-hit loads (4096^3: 161.6 / 176.3 us against 204.1 real), which
-puts a fifth of its time in feeding the MMA, the part cuBLAS's cluster multicast (not in triton 3.6)
-shrinks.
+puts a fifth of its time in feeding the MMA; row 42 (scripts/gluon_cluster_probe.py) found that a 2-CTA
+cluster sharing B by TMA multicast does not buy it back.
 
     python scripts/gluon_probe.py --compile-only   # no GPU needed: compiles for sm_90, prints smem/regs/PTX
     python scripts/gluon_probe.py [--json rows.json]  # on an H200: correctness and timing vs torch.mm
@@ -77,6 +77,14 @@ CONFIGS = [
                                  tma_store=False)),
     ("128x256x64 s4 w8 st", dict(block_m=128, block_n=256, block_k=64, stages=4, group_m=8, num_warps=8,
                                  tma_store=False)),
+    # Deeper rings with the output staged for TMA (6 stages of 128x128 and the output tile: 224 KiB), and
+    # other tile orders: is the feed's loss latency (more k-steps in flight) or L2 reuse (the order)?
+    ("128x128x64 s5 w4", dict(block_m=128, block_n=128, block_k=64, stages=5, group_m=8, num_warps=4)),
+    ("128x128x64 s6 w4", dict(block_m=128, block_n=128, block_k=64, stages=6, group_m=8, num_warps=4)),
+    ("128x128x64 s4 w4 g4", dict(block_m=128, block_n=128, block_k=64, stages=4, group_m=4, num_warps=4)),
+    ("128x128x64 s4 w4 g16", dict(block_m=128, block_n=128, block_k=64, stages=4, group_m=16, num_warps=4)),
+    ("128x256x64 s3 w8 g4", dict(block_m=128, block_n=256, block_k=64, stages=3, group_m=4, num_warps=8)),
+    ("128x256x64 s3 w8 g16", dict(block_m=128, block_n=256, block_k=64, stages=3, group_m=16, num_warps=8)),
 ]
 # Diagnostics (loads=0: no loads, the MMA and barrier rate alone; loads=2: every k-step loads the same
 # k-step-0 tiles, the bytes to the SM unchanged but all L2 hits), run by --diagnose, not by default.
@@ -95,7 +103,7 @@ def max_registers(num_warps: int) -> int:
 
 
 @gluon.jit
-def _tile_offsets(tile, num_pid_m, num_pid_n, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+def tile_offsets(tile, num_pid_m, num_pid_n, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                   GROUP_M: gl.constexpr):
     # Triton's grouped order: GROUP_M consecutive tile rows sweep the columns together, so the B columns
     # they read are reused from L2 while they are hot.
@@ -114,7 +122,7 @@ def _producer(a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pi
     nbytes: gl.constexpr = a_desc.block_type.nbytes + b_desc.block_type.nbytes
     it = 0  # k-steps issued over all tiles: the ring position and phase continue across tiles
     for tile in range(pid, num_pid_m * num_pid_n, nprog):
-        off_m, off_n = _tile_offsets(tile, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N + BLOCK_N2, GROUP_M)
+        off_m, off_n = tile_offsets(tile, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N + BLOCK_N2, GROUP_M)
         for kk in range(k_tiles):
             s = it % NUM_STAGES
             # An mbarrier starts as if phase 1 had just completed, so the first lap's waits (parity 1) pass
@@ -163,7 +171,7 @@ def _consumer(c_desc, c2_desc, c_ptr, stride_cm, a_bufs, b_bufs, b2_bufs, ready,
             version=[3, 0], warps_per_cta=[gl.num_warps(), 1], instr_shape=[16, BLOCK_N2, 16])
     it = 0
     for tile in range(pid, num_pid_m * num_pid_n, nprog):
-        off_m, off_n = _tile_offsets(tile, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N + BLOCK_N2, GROUP_M)
+        off_m, off_n = tile_offsets(tile, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N + BLOCK_N2, GROUP_M)
         acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, acc_layout)
         if BLOCK_N2 > 0:
             acc2 = gl.zeros([BLOCK_M, BLOCK_N2], gl.float32, acc2_layout)
@@ -275,10 +283,18 @@ def _boxes(block_m, block_n, block_n2, block_k):
     return [block_m, block_k], [block_k, block_n], [block_m, block_n], [block_k, n2], [block_m, n2]
 
 
-def _layouts(gdt, boxes):
+def shared_layouts(gdt, boxes):
     """The NVMMA shared layouts (widest swizzle the tile rows allow) of the tiles: the host descriptors
     carry them and the kernel allocates its smem buffers with the same ones."""
     return tuple(gl.NVMMASharedLayout.get_default_for(box, gdt) for box in boxes)
+
+
+def descriptors(a, b, c, block_m: int, block_n: int, block_k: int, block_n2: int = 0) -> list:
+    """Host-built TMA descriptors of A, B, C, then B's and C's last block_n2 columns (B's and C's own
+    when block_n2 is 0), with the shared layouts the kernels allocate their buffers with."""
+    boxes = _boxes(block_m, block_n, block_n2, block_k)
+    return [TensorDescriptor.from_tensor(t, box, layout) for t, box, layout in
+            zip((a, b, c, b, c), boxes, shared_layouts(GL_DTYPES[a.dtype], boxes), strict=True)]
 
 
 def prepare(a, b, block_m=128, block_n=128, block_k=64, stages=4, group_m=8, num_warps=4, block_n2=0,
@@ -290,9 +306,7 @@ def prepare(a, b, block_m=128, block_n=128, block_k=64, stages=4, group_m=8, num
     assert K == K2, f"inner dimensions differ: {K} vs {K2}"
     a, b = a.contiguous(), b.contiguous()
     c = torch.empty(M, N, dtype=a.dtype, device=a.device)
-    boxes = _boxes(block_m, block_n, block_n2, block_k)
-    descs = [TensorDescriptor.from_tensor(t, box, layout) for t, box, layout in
-             zip((a, b, c, b, c), boxes, _layouts(GL_DTYPES[a.dtype], boxes), strict=True)]
+    descs = descriptors(a, b, c, block_m, block_n, block_k, block_n2)
     dev = a.device.index if a.device.index is not None else torch.cuda.current_device()
     if dev not in _SM_COUNT:
         _SM_COUNT[dev] = torch.cuda.get_device_properties(dev).multi_processor_count
@@ -311,60 +325,112 @@ def gluon_matmul(a, b, block_m=128, block_n=128, block_k=64, stages=4, group_m=8
     return prepare(a, b, block_m, block_n, block_k, stages, group_m, num_warps, block_n2, tma_store)[0]()
 
 
-def compile_only() -> int:
-    """Compile every (config, dtype) for GPUTarget("cuda", 90, 128) without a GPU, as the launcher would:
-    tensor-descriptor arguments are typed "tensordesc<dtype[block shape],layout repr>" (the string
-    triton.runtime.jit.mangle_type gives a gluon TensorDescriptor)."""
+def compile_sm90(kernel, descs: dict, consts: dict, scalars: dict, num_warps: int, maxnreg: int):
+    """Compile a Gluon kernel for GPUTarget("cuda", 90, 128) without a GPU, as the launcher would: each
+    tensor-descriptor argument (descs: name -> (block shape, shared layout, torch dtype)) is typed with the
+    string triton.runtime.jit.mangle_type gives a descriptor of that block (built here on a CPU tensor);
+    consts are the constexprs, scalars the other arguments' types ("i32", "*bf16")."""
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
     from triton.runtime.jit import mangle_type
 
-    target = GPUTarget("cuda", 90, 128)
+    sig = {name: mangle_type(TensorDescriptor.from_tensor(torch.empty(256, 256, dtype=tdt), box, layout))
+           for name, (box, layout, tdt) in descs.items()}
+    sig.update({k: "constexpr" for k in consts}, **scalars)
+    names = kernel.arg_names
+    src = GluonASTSource(kernel, sig, constexprs={(names.index(k), ): v for k, v in consts.items()})
+    return triton.compile(src, target=GPUTarget("cuda", 90, 128),
+                          options=dict(num_warps=num_warps, maxnreg=maxnreg))
+
+
+def report(label: str, compiled, maxnreg: int) -> None:
+    """One line on a compiled kernel: shared memory, registers and spills (cuobjdump), warps, and whether
+    the PTX has async wgmma, TMA and register reallocation."""
     cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-    names = gluon_gemm_kernel.arg_names
+    ptx = compiled.asm["ptx"]
+    regs = "?"
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(compiled.asm["cubin"])
+        f.flush()
+        out = subprocess.run([cuobjdump, "-res-usage", f.name], capture_output=True, text=True).stdout
+        m = re.search(r"REG:(\d+)", out)
+        regs = m.group(1) if m else regs
+        m = re.search(r"LOCAL:(\d+)", out)  # bytes of local memory a thread: spills when not 0
+        regs += f", local {m.group(1)} B" if m else ""
+    setmaxnreg = sorted(set(re.findall(r"setmaxnreg\.(inc|dec)\.sync\.aligned\.u32\s+(\d+)", ptx)))
+    print(f"{label}: shared={compiled.metadata.shared} B, regs={regs} (maxnreg {maxnreg}), "
+          f"warps={compiled.metadata.num_warps}, wgmma.mma_async={'wgmma.mma_async' in ptx}, "
+          f"cp.async.bulk.tensor={'cp.async.bulk.tensor' in ptx}, "
+          f"setmaxnreg={' '.join(f'{d}:{n}' for d, n in setmaxnreg) or 'absent'}")
+
+
+def compile_only() -> int:
+    """Compile every (config, dtype) for sm_90 without a GPU and report each (compile_sm90, report)."""
     failures = 0
     for (name, cfg), tdt in ((c, d) for c in CONFIGS + DIAGNOSTICS for d in GL_DTYPES):
-        gdt = GL_DTYPES[tdt]
         bm, bn, bn2, bk = cfg["block_m"], cfg["block_n"], cfg.get("block_n2", 0), cfg["block_k"]
         boxes = _boxes(bm, bn, bn2, bk)
-        sig = {}
-        for arg, shape, layout in zip(("a_desc", "b_desc", "c_desc", "b2_desc", "c2_desc"), boxes,
-                                      _layouts(gdt, boxes), strict=True):
-            sig[arg] = f"tensordesc<{SHORT[tdt]}{shape},{layout!r}>"
-            # The same string the runtime would build from a real descriptor (a CPU tensor is enough here).
-            fake = TensorDescriptor.from_tensor(torch.empty(256, 256, dtype=tdt), shape, layout)
-            assert mangle_type(fake) == sig[arg], (mangle_type(fake), sig[arg])
+        descs = {arg: (box, layout, tdt) for arg, box, layout in
+                 zip(("a_desc", "b_desc", "c_desc", "b2_desc", "c2_desc"), boxes,
+                     shared_layouts(GL_DTYPES[tdt], boxes), strict=True)}
         consts = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_N2=bn2, BLOCK_K=bk, NUM_STAGES=cfg["stages"],
                       GROUP_M=cfg["group_m"], TMA_STORE=cfg.get("tma_store", True),
                       LOADS=cfg.get("loads", 1))
-        sig.update({k: "constexpr" for k in consts}, c_ptr=f"*{SHORT[tdt]}", stride_cm="i32")
-        src = GluonASTSource(gluon_gemm_kernel, sig,
-                             constexprs={(names.index(k), ): v for k, v in consts.items()})
         warps = cfg["num_warps"]
         label = f"{name} {tdt}".replace("torch.", "")
         try:
-            compiled = triton.compile(src, target=target,
-                                      options=dict(num_warps=warps, maxnreg=max_registers(warps)))
+            scalars = dict(c_ptr=f"*{SHORT[tdt]}", stride_cm="i32")
+            compiled = compile_sm90(gluon_gemm_kernel, descs, consts, scalars, warps, max_registers(warps))
         except Exception as e:  # report every variant, then fail at the end
             failures += 1
             print(f"{label}: FAILED {type(e).__name__}: {e}")
             continue
-        ptx = compiled.asm["ptx"]
-        regs = "?"
-        with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-            f.write(compiled.asm["cubin"])
-            f.flush()
-            out = subprocess.run([cuobjdump, "-res-usage", f.name], capture_output=True, text=True).stdout
-            m = re.search(r"REG:(\d+)", out)
-            regs = m.group(1) if m else regs
-            m = re.search(r"LOCAL:(\d+)", out)  # bytes of local memory a thread: spills when not 0
-            regs += f", local {m.group(1)} B" if m else ""
-        setmaxnreg = sorted(set(re.findall(r"setmaxnreg\.(inc|dec)\.sync\.aligned\.u32\s+(\d+)", ptx)))
-        print(f"{label}: shared={compiled.metadata.shared} B, regs={regs} (maxnreg {max_registers(warps)}), "
-              f"warps={compiled.metadata.num_warps}, wgmma.mma_async={'wgmma.mma_async' in ptx}, "
-              f"cp.async.bulk.tensor={'cp.async.bulk.tensor' in ptx}, "
-              f"setmaxnreg={' '.join(f'{d}:{n}' for d, n in setmaxnreg) or 'absent'}")
+        report(label, compiled, max_registers(warps))
     return 1 if failures else 0
+
+
+def timed_problem(M: int, N: int, K: int):
+    """Random bf16 operands of an MxNxK problem, their fp32 product (TF32 off: a true fp32 reference), an
+    output buffer, and torch.mm's do_bench median in ms on them."""
+    from triton.testing import do_bench
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
+    ref = a.float() @ b.float()
+    out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+    torch_ms = do_bench(lambda: torch.mm(a, b, out=out), return_mode="median")
+    return a, b, ref, out, torch_ms
+
+
+def time_variant(label: str, problem: tuple[int, int, int], launch, c: torch.Tensor, ref: torch.Tensor,
+                 torch_ms: float) -> dict:
+    """One kernel variant of the sibling probes: its relative error against the fp32 product, its
+    do_bench median beside torch.mm's, as a row and a printed line."""
+    from triton.testing import do_bench
+
+    launch()
+    torch.cuda.synchronize()
+    rel = ((c.float() - ref).norm() / ref.norm()).item()
+    ms = do_bench(launch, return_mode="median")
+    M, N, K = problem
+    row = dict(m=M, n=N, k=K, variant=label, us=ms * 1e3, torch_us=torch_ms * 1e3, ratio=torch_ms / ms,
+               rel_err=rel, ok=rel < 1e-2)
+    print(f"{M}x{N}x{K} {label:32s} {row['us']:8.1f} us | torch.mm {row['torch_us']:8.1f} us | "
+          f"torch/ours {row['ratio']:.3f}x | rel err {rel:.2e}{'' if row['ok'] else ' MISMATCH'}")
+    return row
+
+
+def write_rows(json_path: str | None, rows: list[dict]) -> None:
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(), "triton": triton.__version__, "rows": rows}, f,
+                      indent=1)
+
+
+def parse_shapes(text: str | None, default: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+    """"MxNxK,..." as (M, N, K) tuples; default when text is None."""
+    return [tuple(int(d) for d in s.split("x")) for s in text.split(",")] if text else default
 
 
 def bench(json_path: str | None, shapes: list[tuple[int, int, int]], configs: list) -> int:
@@ -373,14 +439,9 @@ def bench(json_path: str | None, shapes: list[tuple[int, int, int]], configs: li
     import tritonblas
 
     torch.manual_seed(0)
-    torch.backends.cuda.matmul.allow_tf32 = False  # the fp32 reference must be a true fp32 product
     rows = []
     for M, N, K in shapes:
-        a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-        b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
-        ref = a.float() @ b.float()
-        out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
-        torch_ms = do_bench(lambda a=a, b=b, out=out: torch.mm(a, b, out=out), return_mode="median")
+        a, b, ref, out, torch_ms = timed_problem(M, N, K)
         # The library's own Triton kernels on their shipped (or heuristic) config, for the same shape.
         ours_ms = do_bench(lambda a=a, b=b, out=out: tritonblas.matmul(a, b, out=out, backend="triton"),
                            return_mode="median")
@@ -410,10 +471,7 @@ def bench(json_path: str | None, shapes: list[tuple[int, int, int]], configs: li
                 row["error"] = f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[-1]}"
                 print(f"{M}x{N}x{K} {name}: skipped ({row['error']})")
             rows.append(row)
-    if json_path:
-        with open(json_path, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "triton": triton.__version__, "rows": rows},
-                      f, indent=1)
+    write_rows(json_path, rows)
     return 0
 
 
@@ -432,7 +490,7 @@ def main() -> int:
         return compile_only()
     if not torch.cuda.is_available():
         sys.exit("no CUDA GPU: run with --compile-only")
-    shapes = [tuple(int(d) for d in s.split("x")) for s in args.shapes.split(",")] if args.shapes else SHAPES
+    shapes = parse_shapes(args.shapes, SHAPES)
     configs = CONFIGS[:3] + DIAGNOSTICS if args.diagnose else CONFIGS
     if args.configs:
         configs = [c for c in configs if any(text in c[0] for text in args.configs.split(","))]

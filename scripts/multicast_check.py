@@ -2,9 +2,10 @@
 
 cuBLAS's kernels for the streamk class's worst problems run in clusters (`nvjet_sm90_tst_128x160_64x5_4x1`
 for 768x3072x8192, `..._320x128_64x3_1x2_..._coopB` for 2176x2176x4096: the last pair of the tile part is
-the cluster shape), where one L2 read of a shared operand tile lands in the shared memory of every CTA of
-the cluster. Kernel-levers row 41 found a quarter of a Gluon GEMM's time on 4096^3 spent feeding its MMA;
-that is the part multicast shrinks. This script answers, for the triton it runs on:
+the cluster shape), where one L2 read of a shared operand tile can land in the shared memory of every CTA
+of the cluster. Kernel-levers row 41 found a fifth of a Gluon GEMM's time on 4096^3 spent feeding its MMA;
+row 42 measured multicast anyway (scripts/gluon_cluster_probe.py, compiled by a newer triton) and it did
+not buy that back. This script answers, for the triton it runs on:
 
 1. triton.language: compiles one TMA GEMM tile for sm_90 at num_ctas 1 and 2 and reports the shared memory
    and whether the PTX has any `.multicast::cluster` copy (triton 3.6.0: none; num_ctas=2 halves the
