@@ -71,14 +71,17 @@ CONFIGS = [
                                       group_m=8, num_warps=8, tma_store=False)),
     ("128x(128+32)x64 s5 w8 st", dict(block_m=128, block_n=128, block_n2=32, block_k=64, stages=5,
                                       group_m=8, num_warps=8, tma_store=False)),
-    # Deeper rings (thirteenth session): the diagnostics put a quarter of 4096^3's time in feeding the
-    # MMA, half of it L2 misses; more k-steps in flight may hide the misses.
+    # Deeper rings (thirteenth session): the diagnostics put a fifth of 4096^3's time in feeding the MMA,
+    # two thirds of that L2 misses; more k-steps in flight may hide them. Stored from registers to make
+    # room: 10-40% slower on every shape (h200-gluon-probe-rings.txt).
     ("128x128x64 s6 w4 st", dict(block_m=128, block_n=128, block_k=64, stages=6, group_m=8, num_warps=4,
                                  tma_store=False)),
     ("128x256x64 s4 w8 st", dict(block_m=128, block_n=256, block_k=64, stages=4, group_m=8, num_warps=8,
                                  tma_store=False)),
     # Deeper rings with the output staged for TMA (6 stages of 128x128 and the output tile: 224 KiB), and
     # other tile orders: is the feed's loss latency (more k-steps in flight) or L2 reuse (the order)?
+    # Measured (h200-gluon-probe-order.txt): 5-6 stages -7% on 2176x2176x4096, -1% on 4096^3; groups of
+    # 4 or 16 no better than 8.
     ("128x128x64 s5 w4", dict(block_m=128, block_n=128, block_k=64, stages=5, group_m=8, num_warps=4)),
     ("128x128x64 s6 w4", dict(block_m=128, block_n=128, block_k=64, stages=6, group_m=8, num_warps=4)),
     ("128x128x64 s4 w4 g4", dict(block_m=128, block_n=128, block_k=64, stages=4, group_m=4, num_warps=4)),
@@ -104,7 +107,7 @@ def max_registers(num_warps: int) -> int:
 
 @gluon.jit
 def tile_offsets(tile, num_pid_m, num_pid_n, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                  GROUP_M: gl.constexpr):
+                 GROUP_M: gl.constexpr):
     # Triton's grouped order: GROUP_M consecutive tile rows sweep the columns together, so the B columns
     # they read are reused from L2 while they are hot.
     tiles_per_group = GROUP_M * num_pid_n
