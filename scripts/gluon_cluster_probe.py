@@ -169,6 +169,29 @@ def max_registers(consumer_warps: int) -> int:
     return min(256, 65536 // ((consumer_warps + 4) * 32) // 8 * 8)
 
 
+def save_variant(out_dir: Path, label: str, compiled, **extra) -> dict:
+    """Write a compiled variant's cubin, PTX and launch facts (kernel name, warps, CTAs per cluster, shared
+    memory, the TMA boxes, the PTX parameter kinds, and `extra`) into out_dir; print a line; return the
+    facts."""
+    ptx = compiled.asm["ptx"]
+    entry = re.search(r"\.entry\s+(\w+)\s*\((.*?)\)", ptx, re.S)
+    params = re.findall(r"\.param\s+(.*?)\s+\w+_param_\d+", entry.group(2))
+    meta = compiled.metadata
+    stem = re.sub(r"[^0-9a-zA-Z]+", "_", label)
+    (out_dir / f"{stem}.cubin").write_bytes(compiled.asm["cubin"])
+    (out_dir / f"{stem}.ptx").write_text(ptx)
+    facts = dict(label=label, name=entry.group(1), num_warps=meta.num_warps, num_ctas=meta.num_ctas,
+                 shared=meta.shared, tensordesc_meta=meta.tensordesc_meta, params=params,
+                 multicast_copies=len(re.findall(r"multicast::cluster", ptx)),
+                 cluster_loads=len(re.findall(r"ld\.shared::cluster", ptx)), **extra)
+    (out_dir / f"{stem}.json").write_text(json.dumps(facts, indent=1))
+    print(f"{label}: shared {meta.shared} B, {meta.num_warps} warps x {meta.num_ctas} CTAs, "
+          f"{len(params)} params, multicast copies {facts['multicast_copies']}, "
+          f"loads from other CTAs {facts['cluster_loads']}, "
+          f"boxes {[m['block_size'] for m in meta.tensordesc_meta]}")
+    return facts
+
+
 def build(out_dir: Path) -> int:
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
@@ -190,20 +213,7 @@ def build(out_dir: Path) -> int:
         src = GluonASTSource(cluster_gemm_kernel, sig, constexprs=constexprs)
         options = dict(num_warps=warps, num_ctas=CLUSTER, maxnreg=max_registers(warps))
         compiled = triton.compile(src, target=GPUTarget("cuda", 90, 128), options=options)
-        ptx = compiled.asm["ptx"]
-        entry = re.search(r"\.entry\s+(\w+)\s*\((.*?)\)", ptx, re.S)
-        params = re.findall(r"\.param\s+(.*?)\s+\w+_param_\d+", entry.group(2))
-        meta = compiled.metadata
-        stem = re.sub(r"[^0-9a-zA-Z]+", "_", label)
-        (out_dir / f"{stem}.cubin").write_bytes(compiled.asm["cubin"])
-        (out_dir / f"{stem}.ptx").write_text(ptx)
-        facts = dict(label=label, name=entry.group(1), num_warps=meta.num_warps, num_ctas=meta.num_ctas,
-                     shared=meta.shared, tensordesc_meta=meta.tensordesc_meta, params=params, consts=consts,
-                     multicast_copies=len(re.findall(r"multicast::cluster", ptx)))
-        (out_dir / f"{stem}.json").write_text(json.dumps(facts, indent=1))
-        print(f"{label}: shared {meta.shared} B, {meta.num_warps} warps x {meta.num_ctas} CTAs, "
-              f"{len(params)} params, multicast copies in PTX: {facts['multicast_copies']}, "
-              f"boxes {[m['block_size'] for m in meta.tensordesc_meta]}")
+        save_variant(out_dir, label, compiled, consts=consts)
     return 0
 
 
@@ -292,15 +302,16 @@ class Driver:
         self.check(self.cuda.cuLaunchKernelEx(ctypes.byref(cfg), fn, ptrs, None), "cuLaunchKernelEx")
 
 
-def _params(drv: Driver, facts: dict, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> list:
-    """The kernel's parameters in PTX order: per descriptor its CUtensorMap, shape (u32) and strides
-    (u64), then triton's two scratch pointers (null: the kernel uses none)."""
+def kernel_params(drv: Driver, facts: dict, descs: list[torch.Tensor], scalars: list) -> list:
+    """The kernel's parameters in PTX order: per descriptor (descs: the tensors, in argument order) its
+    CUtensorMap, shape (u32) and strides (u64); then the other arguments (ctypes values); then triton's
+    two scratch pointers (null: these kernels use none). Checked against the PTX's parameter kinds."""
     params = []
-    for t, meta in zip((a, b, c), facts["tensordesc_meta"], strict=True):
+    for t, meta in zip(descs, facts["tensordesc_meta"], strict=True):
         params.append(drv.tensor_map(t, meta["block_size"], meta["swizzle"]))
         params += [ctypes.c_uint32(t.shape[0]), ctypes.c_uint32(t.shape[1]),
                    ctypes.c_uint64(t.stride(0)), ctypes.c_uint64(1)]
-    params += [ctypes.c_uint64(0), ctypes.c_uint64(0)]
+    params += [*scalars, ctypes.c_uint64(0), ctypes.c_uint64(0)]
     kinds = ["b8" if isinstance(p, ctypes.Array) else ("u32" if isinstance(p, ctypes.c_uint32) else "u64")
              for p in params]
     expected = ["b8" if "b8" in p else ("u32" if "u32" in p else "u64") for p in facts["params"]]
@@ -309,16 +320,23 @@ def _params(drv: Driver, facts: dict, a: torch.Tensor, b: torch.Tensor, c: torch
     return params
 
 
-def run(in_dir: Path, shapes: list[tuple[int, int, int]], json_path: str | None, l2_promotion: int) -> int:
-    drv = Driver()
-    drv.l2_promotion = l2_promotion
+def load_variants(drv: Driver, in_dir: Path, pattern: str = "*.json") -> list[tuple[dict, ctypes.c_void_p]]:
+    """Every variant saved in in_dir (save_variant): its facts, with how many of its clusters can be
+    resident at once, and its loaded function."""
     variants = []
-    for path in sorted(in_dir.glob("*.json")):
+    for path in sorted(in_dir.glob(pattern)):
         facts = json.loads(path.read_text())
         fn = drv.load(path.with_suffix(".cubin").read_bytes(), facts["name"], facts["shared"])
         facts["max_clusters"] = drv.max_clusters(fn, facts)
         print(f"{facts['label']}: at most {facts['max_clusters']} clusters of {facts['num_ctas']} resident")
         variants.append((facts, fn))
+    return variants
+
+
+def run(in_dir: Path, shapes: list[tuple[int, int, int]], args: argparse.Namespace) -> int:
+    drv = Driver()
+    drv.l2_promotion = args.l2_promotion
+    variants = load_variants(drv, in_dir, "2x*.json")
     torch.manual_seed(0)
     rows = []
     for M, N, K in shapes:
@@ -331,35 +349,41 @@ def run(in_dir: Path, shapes: list[tuple[int, int, int]], json_path: str | None,
             tiles = triton.cdiv(M, CLUSTER * facts["consts"]["BM"]) * triton.cdiv(N, facts["consts"]["BN"])
             grid = min(facts["max_clusters"], tiles)
             c = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
-            params = _params(drv, facts, a, b, c)
+            params = kernel_params(drv, facts, [a, b, c], [])
 
             def launch(fn=fn, grid=grid, facts=facts, params=params, stream=stream):
                 drv.launch(fn, grid, facts, params, stream)
 
             rows.append(gluon_probe.time_variant(facts["label"], (M, N, K), launch, c, ref, torch_ms))
-    gluon_probe.write_rows(json_path, rows)
+    gluon_probe.write_rows(args.json, rows)
     return 0
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def bridge_main(doc: str, build_fn, run_fn, default_shapes: list, add_arguments=None) -> int:
+    """The command line of a bridged probe: --build DIR here (triton 3.9), --run DIR on the H200 with
+    --shapes and --json; add_arguments(parser) adds a probe's own options; run_fn(in_dir, shapes, args)."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--build", metavar="DIR", help="compile the variants for sm_90 into DIR (triton 3.9)")
     parser.add_argument("--run", metavar="DIR", help="time DIR's cubins against torch.mm (on the H200)")
     parser.add_argument("--shapes", metavar="MxNxK,...", help="bf16 problems for --run (default: SHAPES)")
     parser.add_argument("--json", metavar="PATH", help="write --run's rows to PATH")
-    parser.add_argument("--l2-promotion", type=int, default=_L2_PROMOTION_128B, choices=range(4),
-                        help="CU_TENSOR_MAP_L2_PROMOTION of the descriptors (0 none, 3 256B; triton: 2)")
+    if add_arguments:
+        add_arguments(parser)
     args = parser.parse_args()
     if os.environ.get("TRITON_INTERPRET") == "1":
         sys.exit("run without TRITON_INTERPRET=1: Gluon kernels do not run in the interpreter")
     if args.build:
-        return build(Path(args.build))
+        return build_fn(Path(args.build))
     if args.run:
-        shapes = gluon_probe.parse_shapes(args.shapes, SHAPES)
-        return run(Path(args.run), shapes, args.json, args.l2_promotion)
+        return run_fn(Path(args.run), gluon_probe.parse_shapes(args.shapes, default_shapes), args)
     parser.error("give --build DIR or --run DIR")
     return 2
 
 
+def _l2_promotion_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--l2-promotion", type=int, default=_L2_PROMOTION_128B, choices=range(4),
+                        help="CU_TENSOR_MAP_L2_PROMOTION of the descriptors (0 none, 3 256B; triton: 2)")
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(bridge_main(__doc__, build, run, SHAPES, _l2_promotion_option))
