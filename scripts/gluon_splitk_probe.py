@@ -41,6 +41,9 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warp
 
 # (CTAs a cluster = K splits, BM, BN, BK, stages)
 VARIANTS = [(ctas, 128, 128, 64, stages) for ctas in (2, 4, 8) for stages in (4, 6)]
+# Smaller tiles in clusters of 2 (the only clusters that fill all 132 SMs here): 512x512x32768 as 64 tiles
+# of 64x64 split in 2 is 128 CTAs; 256x2048x28672 as 64 tiles of 64x128.
+VARIANTS += [(2, 64, 64, 64, 8), (2, 64, 128, 64, 6), (2, 64, 128, 64, 8)]
 SHAPES = [(512, 512, 32768), (1024, 1024, 16384), (256, 2048, 28672)]
 PRODUCER_REGS = gl.constexpr(24)
 
