@@ -88,6 +88,11 @@ CONFIGS = [
     ("128x128x64 s4 w4 g16", dict(block_m=128, block_n=128, block_k=64, stages=4, group_m=16, num_warps=4)),
     ("128x256x64 s3 w8 g4", dict(block_m=128, block_n=256, block_k=64, stages=3, group_m=4, num_warps=8)),
     ("128x256x64 s3 w8 g16", dict(block_m=128, block_n=256, block_k=64, stages=3, group_m=16, num_warps=8)),
+    # Two k-steps of wgmma in flight (a stage goes back two steps later), one more stage to cover it.
+    ("128x128x64 s5 w4 d2", dict(block_m=128, block_n=128, block_k=64, stages=5, group_m=8, num_warps=4,
+                                 mma_depth=2)),
+    ("128x256x64 s3 w8 d2", dict(block_m=128, block_n=256, block_k=64, stages=3, group_m=8, num_warps=8,
+                                 mma_depth=2)),
 ]
 # Diagnostics (loads=0: no loads, the MMA and barrier rate alone; loads=2: every k-step loads the same
 # k-step-0 tiles, the bytes to the SM unchanged but all L2 hits), run by --diagnose, not by default.
@@ -150,7 +155,7 @@ def _producer(a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pi
 
 
 @gluon.jit
-def _store_direct(acc, c_ptr, stride_cm, M, N, off_m, off_n, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+def store_direct(acc, c_ptr, stride_cm, M, N, off_m, off_n, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                   layout: gl.constexpr):
     """The tile stored from registers with masked pointer stores: no shared memory for it, so that wide
     tiles keep their pipeline stages (256x160: three 52 KiB stages fit beside no 80 KiB output tile)."""
@@ -164,7 +169,7 @@ def _store_direct(acc, c_ptr, stride_cm, M, N, off_m, off_n, BLOCK_M: gl.constex
 def _consumer(c_desc, c2_desc, c_ptr, stride_cm, a_bufs, b_bufs, b2_bufs, ready, empty, c_smem, c2_smem, pid,
               nprog, num_pid_m, num_pid_n, k_tiles, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
               BLOCK_N2: gl.constexpr, NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr,
-              TMA_STORE: gl.constexpr):
+              TMA_STORE: gl.constexpr, MMA_DEPTH: gl.constexpr):
     # One wgmma instruction covers 16 rows x the whole BLOCK_N (n <= 256), k = 16 for 16-bit inputs; warps
     # stack along M (4 warps = 64 rows a warpgroup), which BLOCK_M = 128 allows for 4 or 8 warps.
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[gl.num_warps(), 1],
@@ -190,15 +195,18 @@ def _consumer(c_desc, c2_desc, c_ptr, stride_cm, a_bufs, b_bufs, b2_bufs, ready,
                     num_outstanding=2, deps=(acc, acc2, a_bufs.index(s), b_bufs.index(s), b2_bufs.index(s)))
             else:
                 acc = warpgroup_mma(a_bufs.index(s), b_bufs.index(s), acc, is_async=True)
-                acc, _, _ = warpgroup_mma_wait(num_outstanding=1,
+                acc, _, _ = warpgroup_mma_wait(num_outstanding=MMA_DEPTH,
                                                deps=(acc, a_bufs.index(s), b_bufs.index(s)))
-            mbarrier.arrive(empty.index((it + NUM_STAGES - 1) % NUM_STAGES), pred=kk > 0)
+            # MMA_DEPTH k-steps of wgmma stay in flight: the stage MMA_DEPTH steps back has been read.
+            mbarrier.arrive(empty.index((it + NUM_STAGES - MMA_DEPTH) % NUM_STAGES), pred=kk >= MMA_DEPTH)
             it += 1
         if BLOCK_N2 > 0:
             acc, acc2 = warpgroup_mma_wait(num_outstanding=0, deps=(acc, acc2))
         else:
             acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-        mbarrier.arrive(empty.index((it + NUM_STAGES - 1) % NUM_STAGES))
+        for d in gl.static_range(MMA_DEPTH):  # the tile's last MMA_DEPTH stages (those it has)
+            mbarrier.arrive(empty.index((it + NUM_STAGES - MMA_DEPTH + d) % NUM_STAGES),
+                            pred=k_tiles + d >= MMA_DEPTH)
         if TMA_STORE:
             # The previous tile's TMA store was left to drain during this tile's mainloop; c_smem is
             # rewritten only once it has finished reading it.
@@ -213,9 +221,9 @@ def _consumer(c_desc, c2_desc, c_ptr, stride_cm, a_bufs, b_bufs, b2_bufs, ready,
         else:
             M = c_desc.shape[0]
             N = c_desc.shape[1]
-            _store_direct(acc, c_ptr, stride_cm, M, N, off_m, off_n, BLOCK_M, BLOCK_N, acc_layout)
+            store_direct(acc, c_ptr, stride_cm, M, N, off_m, off_n, BLOCK_M, BLOCK_N, acc_layout)
             if BLOCK_N2 > 0:
-                _store_direct(acc2, c_ptr, stride_cm, M, N, off_m, off_n + BLOCK_N, BLOCK_M, BLOCK_N2,
+                store_direct(acc2, c_ptr, stride_cm, M, N, off_m, off_n + BLOCK_N, BLOCK_M, BLOCK_N2,
                               acc2_layout)
     if TMA_STORE:
         tma.store_wait(pendings=0)
@@ -225,7 +233,7 @@ def _consumer(c_desc, c2_desc, c_ptr, stride_cm, a_bufs, b_bufs, b2_bufs, ready,
 def gluon_gemm_kernel(a_desc, b_desc, c_desc, b2_desc, c2_desc, c_ptr, stride_cm, BLOCK_M: gl.constexpr,
                       BLOCK_N: gl.constexpr, BLOCK_N2: gl.constexpr, BLOCK_K: gl.constexpr,
                       NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr, TMA_STORE: gl.constexpr,
-                      LOADS: gl.constexpr):
+                      LOADS: gl.constexpr, MMA_DEPTH: gl.constexpr):
     # BLOCK_N2 > 0: tiles BLOCK_N + BLOCK_N2 wide, their last BLOCK_N2 columns read through b2_desc and
     # written through c2_desc; BLOCK_N2 == 0: b2_desc and c2_desc are b_desc and c_desc, unused.
     # TMA_STORE: tiles written by TMA from shared memory (c_desc, c2_desc), else from registers through
@@ -264,7 +272,7 @@ def gluon_gemm_kernel(a_desc, b_desc, c_desc, b2_desc, c2_desc, c_ptr, stride_cm
     gl.warp_specialize([
         (_consumer, (c_desc, c2_desc, c_ptr, stride_cm, a_bufs, b_bufs, b2_bufs, ready, empty, c_smem,
                      c2_smem, pid, nprog, num_pid_m, num_pid_n, k_tiles, BLOCK_M, BLOCK_N, BLOCK_N2,
-                     NUM_STAGES, GROUP_M, TMA_STORE)),
+                     NUM_STAGES, GROUP_M, TMA_STORE, MMA_DEPTH)),
         (_producer, (a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pid, nprog, num_pid_m,
                      num_pid_n, k_tiles, BLOCK_M, BLOCK_N, BLOCK_N2, BLOCK_K, NUM_STAGES, GROUP_M, LOADS)),
     ], [1], [PRODUCER_REGS])
@@ -301,7 +309,7 @@ def descriptors(a, b, c, block_m: int, block_n: int, block_k: int, block_n2: int
 
 
 def prepare(a, b, block_m=128, block_n=128, block_k=64, stages=4, group_m=8, num_warps=4, block_n2=0,
-            tma_store=True, loads=1):
+            tma_store=True, loads=1, mma_depth=1):
     """(launch, c): a closure launching the kernel on descriptors built once, so that benchmarks time the
     kernel launch and not the host-side descriptor construction."""
     assert a.dtype == b.dtype and a.dtype in GL_DTYPES and a.dim() == b.dim() == 2
@@ -317,7 +325,8 @@ def prepare(a, b, block_m=128, block_n=128, block_k=64, stages=4, group_m=8, num
 
     def launch():
         gluon_gemm_kernel[grid](*descs, c, c.stride(0), block_m, block_n, block_n2, block_k, stages, group_m,
-                                tma_store, loads, num_warps=num_warps, maxnreg=max_registers(num_warps))
+                                tma_store, loads, mma_depth, num_warps=num_warps,
+                                maxnreg=max_registers(num_warps))
         return c
 
     return launch, c
@@ -378,7 +387,7 @@ def compile_only() -> int:
                      shared_layouts(GL_DTYPES[tdt], boxes), strict=True)}
         consts = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_N2=bn2, BLOCK_K=bk, NUM_STAGES=cfg["stages"],
                       GROUP_M=cfg["group_m"], TMA_STORE=cfg.get("tma_store", True),
-                      LOADS=cfg.get("loads", 1))
+                      LOADS=cfg.get("loads", 1), MMA_DEPTH=cfg.get("mma_depth", 1))
         warps = cfg["num_warps"]
         label = f"{name} {tdt}".replace("torch.", "")
         try:
