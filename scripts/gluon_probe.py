@@ -89,6 +89,7 @@ CONFIGS = [
     ("128x256x64 s3 w8 g4", dict(block_m=128, block_n=256, block_k=64, stages=3, group_m=4, num_warps=8)),
     ("128x256x64 s3 w8 g16", dict(block_m=128, block_n=256, block_k=64, stages=3, group_m=16, num_warps=8)),
     # Two k-steps of wgmma in flight (a stage goes back two steps later), one more stage to cover it.
+    # Measured slower everywhere (h200-gluon-probe-depth.txt: 4096^3 199.0 -> 203.2 us at 5 stages).
     ("128x128x64 s5 w4 d2", dict(block_m=128, block_n=128, block_k=64, stages=5, group_m=8, num_warps=4,
                                  mma_depth=2)),
     ("128x256x64 s3 w8 d2", dict(block_m=128, block_n=256, block_k=64, stages=3, group_m=8, num_warps=8,
