@@ -37,12 +37,13 @@ import re
 import sys
 from pathlib import Path
 
-# scripts/ is this script's directory: the single-CTA probe's kernel (timed beside the clusters) and its
-# grouped tile order (here over cluster tiles: BLOCK_M = the cluster tile's 2 * BM rows).
+# scripts/ is this script's directory: the probes' shared helpers (the grouped tile order, here over
+# cluster tiles: BLOCK_M = the cluster tile's 2 * BM rows) and the single-CTA probe, timed beside.
+import gluon_common
 import gluon_probe
 import torch
 import triton
-from gluon_probe import tile_offsets
+from gluon_common import tile_offsets
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -340,10 +341,10 @@ def run(in_dir: Path, shapes: list[tuple[int, int, int]], args: argparse.Namespa
     torch.manual_seed(0)
     rows = []
     for M, N, K in shapes:
-        a, b, ref, _, torch_ms = gluon_probe.timed_problem(M, N, K)
+        a, b, ref, _, torch_ms = gluon_common.timed_problem(M, N, K)
         for name, cfg in gluon_probe.CONFIGS[:2]:
             launch, c = gluon_probe.prepare(a, b, **cfg)
-            rows.append(gluon_probe.time_variant(f"1 CTA {name}", (M, N, K), launch, c, ref, torch_ms))
+            rows.append(gluon_common.time_variant(f"1 CTA {name}", (M, N, K), launch, c, ref, torch_ms))
         stream = torch.cuda.current_stream().cuda_stream
         for facts, fn in variants:
             tiles = triton.cdiv(M, CLUSTER * facts["consts"]["BM"]) * triton.cdiv(N, facts["consts"]["BN"])
@@ -354,8 +355,8 @@ def run(in_dir: Path, shapes: list[tuple[int, int, int]], args: argparse.Namespa
             def launch(fn=fn, grid=grid, facts=facts, params=params, stream=stream):
                 drv.launch(fn, grid, facts, params, stream)
 
-            rows.append(gluon_probe.time_variant(facts["label"], (M, N, K), launch, c, ref, torch_ms))
-    gluon_probe.write_rows(args.json, rows)
+            rows.append(gluon_common.time_variant(facts["label"], (M, N, K), launch, c, ref, torch_ms))
+    gluon_common.write_rows(args.json, rows)
     return 0
 
 
@@ -375,7 +376,7 @@ def bridge_main(doc: str, build_fn, run_fn, default_shapes: list, add_arguments=
     if args.build:
         return build_fn(Path(args.build))
     if args.run:
-        return run_fn(Path(args.run), gluon_probe.parse_shapes(args.shapes, default_shapes), args)
+        return run_fn(Path(args.run), gluon_common.parse_shapes(args.shapes, default_shapes), args)
     parser.error("give --build DIR or --run DIR")
     return 2
 

@@ -19,12 +19,13 @@ import argparse
 import os
 import sys
 
-# scripts/ is this script's directory: the one-consumer probe (its tile order, descriptors, compile check
-# and timing helpers, and its kernel timed beside this one).
+# scripts/ is this script's directory: the probes' shared helpers (tile order, compile check, timing) and
+# the one-consumer probe (its descriptors, and its kernel timed beside this one).
+import gluon_common
 import gluon_probe
 import torch
 import triton
-from gluon_probe import tile_offsets
+from gluon_common import tile_offsets
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -156,11 +157,11 @@ def compile_only() -> int:
     for name, bm, bn, bk, stages in CONFIGS:
         boxes = [[bm, bk], [bk, bn], [bm, bn]]
         descs = {arg: (box, layout, torch.bfloat16) for arg, box, layout in
-                 zip(("a_desc", "b_desc", "c_desc"), boxes, gluon_probe.shared_layouts(gl.bfloat16, boxes),
+                 zip(("a_desc", "b_desc", "c_desc"), boxes, gluon_common.shared_layouts(gl.bfloat16, boxes),
                      strict=True)}
         consts = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, STAGES=stages, GROUP_M=8)
-        compiled = gluon_probe.compile_sm90(pingpong_gemm_kernel, descs, consts, {}, 4, max_registers())
-        gluon_probe.report(name, compiled, max_registers())
+        compiled = gluon_common.compile_sm90(pingpong_gemm_kernel, descs, consts, {}, 4, max_registers())
+        gluon_common.report(name, compiled, max_registers())
     return 0
 
 
@@ -168,13 +169,13 @@ def bench(shapes: list[tuple[int, int, int]], json_path: str | None) -> int:
     torch.manual_seed(0)
     rows = []
     for M, N, K in shapes:
-        a, b, ref, _, torch_ms = gluon_probe.timed_problem(M, N, K)
+        a, b, ref, _, torch_ms = gluon_common.timed_problem(M, N, K)
         runs = [(name, prepare(a, b, bm, bn, bk, st)) for name, bm, bn, bk, st in CONFIGS]
         runs += [(f"one consumer {name}", gluon_probe.prepare(a, b, **cfg))
                  for name, cfg in gluon_probe.CONFIGS[:2]]
         for name, (launch, c) in runs:
-            rows.append(gluon_probe.time_variant(name, (M, N, K), launch, c, ref, torch_ms))
-    gluon_probe.write_rows(json_path, rows)
+            rows.append(gluon_common.time_variant(name, (M, N, K), launch, c, ref, torch_ms))
+    gluon_common.write_rows(json_path, rows)
     return 0
 
 
@@ -188,7 +189,7 @@ def main() -> int:
         sys.exit("run without TRITON_INTERPRET=1: Gluon kernels do not run in the interpreter")
     if args.compile_only:
         return compile_only()
-    return bench(gluon_probe.parse_shapes(args.shapes, SHAPES), args.json)
+    return bench(gluon_common.parse_shapes(args.shapes, SHAPES), args.json)
 
 
 if __name__ == "__main__":

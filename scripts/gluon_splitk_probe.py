@@ -33,9 +33,9 @@ import sys
 from pathlib import Path
 
 # scripts/ is this script's directory: the bridge (driver, saving and loading cubins, parameters) and the
-# single-CTA probe's timing helpers.
+# probes' shared timing helpers.
 import gluon_cluster_probe as bridge
-import gluon_probe
+import gluon_common
 import torch
 import triton
 from triton.experimental import gluon
@@ -176,7 +176,7 @@ def run(in_dir: Path, shapes: list[tuple[int, int, int]], args) -> int:
     torch.manual_seed(0)
     rows = []
     for M, N, K in shapes:
-        a, b, ref, out, torch_ms = gluon_probe.timed_problem(M, N, K)
+        a, b, ref, out, torch_ms = gluon_common.timed_problem(M, N, K)
         ours_ms = do_bench(lambda a=a, b=b, out=out: tritonblas.matmul(a, b, out=out, backend="triton"),
                            return_mode="median")
         print(f"{M}x{N}x{K} tritonblas (triton backend, shipped config) {ours_ms * 1e3:8.1f} us | torch.mm "
@@ -194,9 +194,9 @@ def run(in_dir: Path, shapes: list[tuple[int, int, int]], args) -> int:
             def launch(fn=fn, tiles=tiles, facts=facts, params=params, stream=stream):
                 drv.launch(fn, tiles, facts, params, stream)
 
-            rows.append(gluon_probe.time_variant(facts["label"], (M, N, K), launch, c, ref, torch_ms))
+            rows.append(gluon_common.time_variant(facts["label"], (M, N, K), launch, c, ref, torch_ms))
             rows[-1]["tritonblas_us"] = ours_ms * 1e3
-    gluon_probe.write_rows(args.json, rows)
+    gluon_common.write_rows(args.json, rows)
     return 0
 
 

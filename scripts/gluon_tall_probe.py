@@ -18,12 +18,13 @@ import argparse
 import os
 import sys
 
-# scripts/ is this script's directory: the one-consumer probe's tile order, register store, compile check
-# and timing helpers.
+# scripts/ is this script's directory: the probes' shared helpers (tile order, register store, compile
+# check, timing) and the one-consumer probe, timed beside.
+import gluon_common
 import gluon_probe
 import torch
 import triton
-from gluon_probe import store_direct, tile_offsets
+from gluon_common import store_direct, tile_offsets
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
@@ -137,13 +138,13 @@ def prepare(a: torch.Tensor, b: torch.Tensor, bm: int, bm2: int, bn: int, bk: in
     c = torch.empty(M, N, dtype=a.dtype, device=a.device)
     boxes = _boxes(bm, bm2, bn, bk)
     descs = [TensorDescriptor.from_tensor(t, box, layout) for t, box, layout in
-             zip((a, a, b), boxes, gluon_probe.shared_layouts(gl.bfloat16, boxes), strict=True)]
+             zip((a, a, b), boxes, gluon_common.shared_layouts(gl.bfloat16, boxes), strict=True)]
     sms = torch.cuda.get_device_properties(a.device).multi_processor_count
     grid = (min(sms, triton.cdiv(M, bm + bm2) * triton.cdiv(N, bn)), )
 
     def launch():
         tall_gemm_kernel[grid](*descs, c, c.stride(0), M, N, bm, bm2, bn, bk, stages, 8, num_warps=NUM_WARPS,
-                               maxnreg=gluon_probe.max_registers(NUM_WARPS))
+                               maxnreg=gluon_common.max_registers(NUM_WARPS))
         return c
 
     return launch, c
@@ -153,13 +154,13 @@ def compile_only() -> int:
     for name, bm, bm2, bn, bk, stages in CONFIGS:
         boxes = _boxes(bm, bm2, bn, bk)
         descs = {arg: (box, layout, torch.bfloat16) for arg, box, layout in
-                 zip(("a_desc", "a2_desc", "b_desc"), boxes, gluon_probe.shared_layouts(gl.bfloat16, boxes),
+                 zip(("a_desc", "a2_desc", "b_desc"), boxes, gluon_common.shared_layouts(gl.bfloat16, boxes),
                      strict=True)}
         consts = dict(BM=bm, BM2=bm2, BN=bn, BK=bk, STAGES=stages, GROUP_M=8)
         scalars = dict(c_ptr="*bf16", stride_cm="i32", M="i32", N="i32")
-        regs = gluon_probe.max_registers(NUM_WARPS)
-        compiled = gluon_probe.compile_sm90(tall_gemm_kernel, descs, consts, scalars, NUM_WARPS, regs)
-        gluon_probe.report(name, compiled, regs)
+        regs = gluon_common.max_registers(NUM_WARPS)
+        compiled = gluon_common.compile_sm90(tall_gemm_kernel, descs, consts, scalars, NUM_WARPS, regs)
+        gluon_common.report(name, compiled, regs)
     return 0
 
 
@@ -167,13 +168,13 @@ def bench(shapes: list[tuple[int, int, int]], json_path: str | None) -> int:
     torch.manual_seed(0)
     rows = []
     for M, N, K in shapes:
-        a, b, ref, _, torch_ms = gluon_probe.timed_problem(M, N, K)
+        a, b, ref, _, torch_ms = gluon_common.timed_problem(M, N, K)
         runs = [(name, prepare(a, b, bm, bm2, bn, bk, st)) for name, bm, bm2, bn, bk, st in CONFIGS]
         runs += [(f"one consumer {name}", gluon_probe.prepare(a, b, **cfg))
                  for name, cfg in gluon_probe.CONFIGS[:2]]
         for name, (launch, c) in runs:
-            rows.append(gluon_probe.time_variant(name, (M, N, K), launch, c, ref, torch_ms))
-    gluon_probe.write_rows(json_path, rows)
+            rows.append(gluon_common.time_variant(name, (M, N, K), launch, c, ref, torch_ms))
+    gluon_common.write_rows(json_path, rows)
     return 0
 
 
@@ -187,7 +188,7 @@ def main() -> int:
         sys.exit("run without TRITON_INTERPRET=1: Gluon kernels do not run in the interpreter")
     if args.compile_only:
         return compile_only()
-    return bench(gluon_probe.parse_shapes(args.shapes, SHAPES), args.json)
+    return bench(gluon_common.parse_shapes(args.shapes, SHAPES), args.json)
 
 
 if __name__ == "__main__":
