@@ -43,14 +43,13 @@ import gluon_common
 import gluon_probe
 import torch
 import triton
-from gluon_common import tile_offsets
+from gluon_common import mma_step, tile_offsets
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared,
     mbarrier,
     tma,
-    warpgroup_mma,
     warpgroup_mma_wait,
 )
 
@@ -102,8 +101,7 @@ def _consumer(c_desc, a_bufs, b_bufs, ready, empty_own, empty_pair, c_smem, pid,
         for kk in range(k_tiles):
             s = it % STAGES
             mbarrier.wait(ready.index(s), (it // STAGES) & 1)
-            acc = warpgroup_mma(a_bufs.index(s), b_bufs.index(s), acc, is_async=True)
-            acc, _, _ = warpgroup_mma_wait(num_outstanding=1, deps=(acc, a_bufs.index(s), b_bufs.index(s)))
+            acc = mma_step(a_bufs.index(s), b_bufs.index(s), acc, 1)
             prev = (it + STAGES - 1) % STAGES  # the step before has retired: its stage goes back
             mbarrier.arrive(empty_own.index(prev), pred=kk > 0)
             if MULTICAST:

@@ -23,8 +23,6 @@ cluster sharing B by TMA multicast does not buy it back.
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 
 import torch
@@ -36,11 +34,13 @@ from gluon_common import (
     SHORT,
     compile_sm90,
     max_registers,
-    parse_shapes,
+    mma_step,
+    probe_main,
     report,
     shared_layouts,
     store_direct,
     tile_offsets,
+    time_variant,
     timed_problem,
     write_rows,
 )
@@ -170,14 +170,13 @@ def _consumer(c_desc, c2_desc, c_ptr, stride_cm, a_bufs, b_bufs, b2_bufs, ready,
             # Keep this k-step's wgmma(s) in flight; the step before has now retired, so its stage goes
             # back to the producer (none before a tile's first k-step: that one was freed after the last).
             if BLOCK_N2 > 0:
+                # (not gluon_common's mma_step twice: both wgmmas go in flight before the one wait)
                 acc = warpgroup_mma(a_bufs.index(s), b_bufs.index(s), acc, is_async=True)
                 acc2 = warpgroup_mma(a_bufs.index(s), b2_bufs.index(s), acc2, is_async=True)
                 acc, acc2, _, _, _ = warpgroup_mma_wait(
                     num_outstanding=2, deps=(acc, acc2, a_bufs.index(s), b_bufs.index(s), b2_bufs.index(s)))
             else:
-                acc = warpgroup_mma(a_bufs.index(s), b_bufs.index(s), acc, is_async=True)
-                acc, _, _ = warpgroup_mma_wait(num_outstanding=MMA_DEPTH,
-                                               deps=(acc, a_bufs.index(s), b_bufs.index(s)))
+                acc = mma_step(a_bufs.index(s), b_bufs.index(s), acc, MMA_DEPTH)
             # MMA_DEPTH k-steps of wgmma stay in flight: the stage MMA_DEPTH steps back has been read.
             mbarrier.arrive(empty.index((it + NUM_STAGES - MMA_DEPTH) % NUM_STAGES), pred=kk >= MMA_DEPTH)
             it += 1
@@ -335,6 +334,20 @@ def compile_only() -> int:
     return 1 if failures else 0
 
 
+def bench_beside(shapes: list[tuple[int, int, int]], json_path: str | None, own_runs) -> int:
+    """Time a sibling probe's kernels (own_runs(a, b): [(name, (launch, c))]) beside this probe's two
+    first configs ("one consumer") and torch.mm, on the same inputs, in one process."""
+    torch.manual_seed(0)
+    rows = []
+    for M, N, K in shapes:
+        a, b, ref, _, torch_ms = timed_problem(M, N, K)
+        runs = own_runs(a, b) + [(f"one consumer {name}", prepare(a, b, **cfg)) for name, cfg in CONFIGS[:2]]
+        for name, (launch, c) in runs:
+            rows.append(time_variant(name, (M, N, K), launch, c, ref, torch_ms))
+    write_rows(json_path, rows)
+    return 0
+
+
 def bench(json_path: str | None, shapes: list[tuple[int, int, int]], configs: list) -> int:
     from triton.testing import do_bench
 
@@ -377,22 +390,13 @@ def bench(json_path: str | None, shapes: list[tuple[int, int, int]], configs: li
     return 0
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--compile-only", action="store_true", help="compile for sm_90 (no GPU needed)")
-    parser.add_argument("--json", metavar="PATH", help="write the benchmark rows to PATH")
+def _options(parser) -> None:
     parser.add_argument("--diagnose", action="store_true",
                         help="time DIAGNOSTICS too (no loads; L2-hit loads): MMA rate apart from feed")
     parser.add_argument("--configs", metavar="TEXT,...", help="only configs whose names contain one of these")
-    parser.add_argument("--shapes", metavar="MxNxK,...", help="bf16 problems to time (default: SHAPES)")
-    args = parser.parse_args()
-    if os.environ.get("TRITON_INTERPRET") == "1":
-        sys.exit("run without TRITON_INTERPRET=1: Gluon kernels do not run in the interpreter")
-    if args.compile_only:
-        return compile_only()
-    if not torch.cuda.is_available():
-        sys.exit("no CUDA GPU: run with --compile-only")
-    shapes = parse_shapes(args.shapes, SHAPES)
+
+
+def _bench_selected(shapes: list[tuple[int, int, int]], args) -> int:
     configs = CONFIGS[:3] + DIAGNOSTICS if args.diagnose else CONFIGS
     if args.configs:
         configs = [c for c in configs if any(text in c[0] for text in args.configs.split(","))]
@@ -400,4 +404,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(probe_main(__doc__, compile_only, _bench_selected, SHAPES, _options))

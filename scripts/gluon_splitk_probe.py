@@ -38,9 +38,10 @@ import gluon_cluster_probe as bridge
 import gluon_common
 import torch
 import triton
+from gluon_common import mma_step
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma_wait
 
 # (CTAs a cluster = K splits, BM, BN, BK, stages)
 VARIANTS = [(ctas, 128, 128, 64, stages) for ctas in (2, 4, 8) for stages in (4, 6)]
@@ -77,8 +78,7 @@ def _consumer(a_bufs, b_bufs, ready, empty, k_tiles, BM: gl.constexpr, BN: gl.co
     for kk in range(k_tiles):
         s = kk % STAGES
         mbarrier.wait(ready.index(s), (kk // STAGES) & 1)
-        acc = warpgroup_mma(a_bufs.index(s), b_bufs.index(s), acc, is_async=True)
-        acc, _, _ = warpgroup_mma_wait(num_outstanding=1, deps=(acc, a_bufs.index(s), b_bufs.index(s)))
+        acc = mma_step(a_bufs.index(s), b_bufs.index(s), acc, 1)
         mbarrier.arrive(empty.index((kk + STAGES - 1) % STAGES), pred=kk > 0)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
     mbarrier.arrive(empty.index((k_tiles + STAGES - 1) % STAGES))

@@ -14,8 +14,6 @@ registers (no shared memory for it), which leaves room for 4 stages of 56 KiB. K
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 
 # scripts/ is this script's directory: the probes' shared helpers (tile order, register store, compile
@@ -24,7 +22,7 @@ import gluon_common
 import gluon_probe
 import torch
 import triton
-from gluon_common import store_direct, tile_offsets
+from gluon_common import mma_step, store_direct, tile_offsets
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
@@ -81,14 +79,13 @@ def _consumer(c_ptr, stride_cm, M, N, a_bufs, a2_bufs, b_bufs, ready, empty, pid
             s = it % STAGES
             mbarrier.wait(ready.index(s), (it // STAGES) & 1)
             if BM2 > 0:
+                # both wgmmas in flight before the one wait (B is read by both: listed once in deps)
                 acc = warpgroup_mma(a_bufs.index(s), b_bufs.index(s), acc, is_async=True)
                 acc2 = warpgroup_mma(a2_bufs.index(s), b_bufs.index(s), acc2, is_async=True)
                 acc, acc2, _, _, _ = warpgroup_mma_wait(
                     num_outstanding=2, deps=(acc, acc2, a_bufs.index(s), a2_bufs.index(s), b_bufs.index(s)))
             else:
-                acc = warpgroup_mma(a_bufs.index(s), b_bufs.index(s), acc, is_async=True)
-                acc, _, _ = warpgroup_mma_wait(num_outstanding=1,
-                                               deps=(acc, a_bufs.index(s), b_bufs.index(s)))
+                acc = mma_step(a_bufs.index(s), b_bufs.index(s), acc, 1)
             mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), pred=kk > 0)
             it += 1
         if BM2 > 0:
@@ -164,32 +161,12 @@ def compile_only() -> int:
     return 0
 
 
-def bench(shapes: list[tuple[int, int, int]], json_path: str | None) -> int:
-    torch.manual_seed(0)
-    rows = []
-    for M, N, K in shapes:
-        a, b, ref, _, torch_ms = gluon_common.timed_problem(M, N, K)
-        runs = [(name, prepare(a, b, bm, bm2, bn, bk, st)) for name, bm, bm2, bn, bk, st in CONFIGS]
-        runs += [(f"one consumer {name}", gluon_probe.prepare(a, b, **cfg))
-                 for name, cfg in gluon_probe.CONFIGS[:2]]
-        for name, (launch, c) in runs:
-            rows.append(gluon_common.time_variant(name, (M, N, K), launch, c, ref, torch_ms))
-    gluon_common.write_rows(json_path, rows)
-    return 0
+def bench(shapes: list[tuple[int, int, int]], args) -> int:
+    def own_runs(a, b):
+        return [(name, prepare(a, b, bm, bm2, bn, bk, st)) for name, bm, bm2, bn, bk, st in CONFIGS]
 
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--compile-only", action="store_true", help="compile for sm_90 (no GPU needed)")
-    parser.add_argument("--shapes", metavar="MxNxK,...", help="bf16 problems to time (default: SHAPES)")
-    parser.add_argument("--json", metavar="PATH", help="write the rows to PATH")
-    args = parser.parse_args()
-    if os.environ.get("TRITON_INTERPRET") == "1":
-        sys.exit("run without TRITON_INTERPRET=1: Gluon kernels do not run in the interpreter")
-    if args.compile_only:
-        return compile_only()
-    return bench(gluon_common.parse_shapes(args.shapes, SHAPES), args.json)
+    return gluon_probe.bench_beside(shapes, args.json, own_runs)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(gluon_common.probe_main(__doc__, compile_only, bench, SHAPES))

@@ -5,16 +5,19 @@ against torch.mm every probe reports. A package, not a script: scripts/*.py are 
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
 import subprocess
+import sys
 import tempfile
 
 import torch
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import warpgroup_mma, warpgroup_mma_wait
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 
@@ -36,6 +39,15 @@ def tile_offsets(tile, num_pid_m, num_pid_n, BLOCK_M: gl.constexpr, BLOCK_N: gl.
     pid_m = first_m + (tile % tiles_per_group) % group_rows
     pid_n = (tile % tiles_per_group) // group_rows
     return pid_m * BLOCK_M, pid_n * BLOCK_N
+
+
+@gluon.jit
+def mma_step(a_smem, b_smem, acc, NUM_OUTSTANDING: gl.constexpr):
+    """One k-step's async wgmma into acc, then wait until at most NUM_OUTSTANDING k-steps are in flight
+    (the caller may then hand back the stage that many steps behind)."""
+    acc = warpgroup_mma(a_smem, b_smem, acc, is_async=True)
+    acc, _, _ = warpgroup_mma_wait(num_outstanding=NUM_OUTSTANDING, deps=(acc, a_smem, b_smem))
+    return acc
 
 
 @gluon.jit
@@ -135,6 +147,26 @@ def write_rows(json_path: str | None, rows: list[dict]) -> None:
         with open(json_path, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "triton": triton.__version__, "rows": rows}, f,
                       indent=1)
+
+
+def probe_main(doc: str, compile_only, bench, default_shapes: list, add_arguments=None) -> int:
+    """The command line of a probe compiled by this machine's triton: --compile-only (no GPU), or
+    bench(shapes, args) on an H200 with --shapes and --json; add_arguments(parser) adds a probe's own
+    options."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--compile-only", action="store_true", help="compile for sm_90 (no GPU needed)")
+    parser.add_argument("--shapes", metavar="MxNxK,...", help="bf16 problems to time (default: SHAPES)")
+    parser.add_argument("--json", metavar="PATH", help="write the rows to PATH")
+    if add_arguments:
+        add_arguments(parser)
+    args = parser.parse_args()
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        sys.exit("run without TRITON_INTERPRET=1: Gluon kernels do not run in the interpreter")
+    if args.compile_only:
+        return compile_only()
+    if not torch.cuda.is_available():
+        sys.exit("no CUDA GPU: run with --compile-only")
+    return bench(parse_shapes(args.shapes, default_shapes), args)
 
 
 def parse_shapes(text: str | None, default: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
