@@ -31,7 +31,9 @@ kernels) are not compiled again, so a re-run with the same arguments costs nothi
 kernel change measures everything again (the file then holds the new kernels' rows only; --fresh
 forces it, e.g. after a change to launch's arguments). The last line compares the rows with the
 current predicate: rows over the limit that it accepts (must be 0) and feasible rows it refuses.
---check compares the harness with the H200's own figures in a tuning run's measurements instead.
+--check compares the harness with the H200's own figures in a tuning run's measurements instead (the
+JSON rows that `git show 016dd08:scripts/export_measurements.py` wrote from a tuning database, such as
+`git show 016dd08:docs/benchmarks/h200-tune4-measurements.json`).
 docs/notes/shared-memory.md tells the story.
 """
 
@@ -434,7 +436,7 @@ def summarize(rows: dict[tuple, int]) -> dict:
 
 
 def check_measurements(paths: list[Path], min_ratio: float, workers: int, full_llir: bool) -> None:
-    """Compile the rows of H200 tuning runs (docs/benchmarks/h200-tune*-measurements.json) with this
+    """Compile the rows of H200 tuning runs (measurement lists as 016dd08's docs/benchmarks kept) with this
     harness and compare: an out_of_resources row must need the bytes its note says triton required, an
     ok row (it ran) must fit. Only ok rows whose A and B tiles take at least `min_ratio` of the limit
     are compiled (the ones a fit could get wrong). The runs used older kernels: a mismatch may be a

@@ -498,30 +498,3 @@ def test_bench_backend_option(tmp_path, backend):
     assert result.exit_code == 0, result.output
     doc = json.loads((tmp_path / "b.json").read_text())
     assert doc["backend_restriction"] == backend and doc["rows"][0]["backend"] == backend
-
-
-def test_repick_vendor_turns_a_kernel_beaten_by_its_baseline_into_a_torch_winner(tmp_path):
-    # scripts/repick_vendor.py: a file's kernel winner whose own run timed torch.mm faster (baseline
-    # torch_ms) becomes the torch winner an export of that run would have written, kernel kept.
-    import subprocess
-    import sys
-
-    slow, fast = Problem(128, 128, 8192, "bf16"), Problem(4096, 4096, 4096, "bf16")
-    kernel = GemmConfig(block_m=16, block_n=32, block_k=256, num_warps=4, num_stages=5)
-    with TuningDB(str(tmp_path / "a.sqlite")) as db:
-        db.upsert_winner(winner(slow, H200, kernel, 0.0188, torch_ms=0.0111))  # lost to its baseline
-        db.upsert_winner(winner(fast, H200, kernel, 0.100, torch_ms=0.101))  # torch.mm slower: kept
-        export_file(db, tmp_path / "sm_90.json", "sm_90")
-    script = Path(__file__).parent.parent / "scripts" / "repick_vendor.py"
-    run = subprocess.run([sys.executable, str(script), str(tmp_path / "sm_90.json")], capture_output=True,
-                         text=True, check=True)
-    assert "1 of 2 entries changed" in run.stdout
-    entries = {(e.m, e.n, e.k): e for e in load_config_file(tmp_path / "sm_90.json").entries}
-    changed, kept = entries[(128, 128, 8192)], entries[(4096, 4096, 4096)]
-    assert changed.config == VENDOR and changed.median_ms == 0.0111
-    assert (changed.kernel.config, changed.kernel.median_ms) == (kernel, 0.0188)
-    assert kept.config == kernel and kept.kernel is None
-    with TuningDB(str(tmp_path / "b.sqlite")) as db:  # what import and export make of it: the same file
-        import_file(db, tmp_path / "sm_90.json")
-        export_file(db, tmp_path / "again.json", "sm_90")
-    assert (tmp_path / "again.json").read_text() == (tmp_path / "sm_90.json").read_text()

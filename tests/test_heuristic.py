@@ -185,10 +185,11 @@ def test_default_group_and_one_program_per_sm_are_preferred_as_measured():
 
 
 def test_shared_memory_estimate_matches_what_the_h200_compiled():
-    # Every config triton refused for shared memory in the shipped tuning run is refused by the
+    # Every config triton refused for shared memory in the first H200 tuning run (its refused rows,
+    # from `git show 016dd08:docs/benchmarks/h200-tune-measurements.json`) is refused by the
     # predicate; the GPU suite's fp32 128x128x64 at 3 stages with a ragged K compiled and ran there
     # (2026-11-30), so it must stay feasible.
-    rows = json.loads((ROOT / "docs/benchmarks/h200-tune-measurements.json").read_text())
+    rows = json.loads((ROOT / "tests/data/h200_smem_refused.json").read_text())
     refused = [r for r in rows if r["status"] == "out_of_resources" and "shared memory" in r["note"]]
     assert refused
     for r in refused:
@@ -211,8 +212,9 @@ def test_element_wide_loads(problem, copied, expected):
 
 
 def test_streamk_split_pays_its_fill_and_its_partials_store():
-    # tests/streamk_timeline.py: a split segment's pipeline fill and its fp32 partial's store and arrival
-    # sit on the critical path; the estimate charges them where a tile is split and not otherwise.
+    # The Stream-K timeline (`git show 016dd08:tests/streamk_timeline.py`): a split segment's pipeline
+    # fill and its fp32 partial's store and arrival sit on the critical path; the estimate charges them
+    # where a tile is split and not otherwise.
     split = GemmConfig(block_m=128, block_n=128, block_k=64, num_warps=4, num_stages=5, streamk=True)
     assert heuristic.split_fixed_us(split) == pytest.approx(1.5 + 2.0)
     assert heuristic.split_fixed_us(split.model_copy(update={"block_n": 256})) == pytest.approx(1.5 + 4.0)

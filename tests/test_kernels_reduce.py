@@ -95,9 +95,10 @@ def test_reduce_kernel_config_predicate_and_space():
 
 def test_no_reduce_kernel_on_small_problems():
     # A small problem's kernel takes a few us: the reduce kernel's second launch is host time an eager
-    # call pays (128x128x8192 on the H200: host 31 -> 48 us a call; scripts/reduce_host_probe.py), which
-    # the tuner's graph replays of small problems would not see. Neither the heuristic nor the tuner's
-    # space offers it there; a long-K problem of few tiles (32 of 128x128) still gets it.
+    # call pays (128x128x8192 on the H200: host 31 -> 48 us a call; `git show
+    # 016dd08:scripts/reduce_host_probe.py`), which the tuner's graph replays of small problems would
+    # not see. Neither the heuristic nor the tuner's space offers it there; a long-K problem of few
+    # tiles (32 of 128x128) still gets it.
     small, long_k = Problem(128, 128, 8192, "bf16"), Problem(256, 2048, 28672, "bf16")
     assert small.small and not long_k.small
     sk = GemmConfig(block_m=32, block_n=32, block_k=128, streamk=True)
