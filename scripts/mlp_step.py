@@ -85,8 +85,7 @@ def timer(fns: list, device, rep_ms: float, reps: int) -> list[float]:
     (tuning.benchmark.interleaved_ms, as `tritonblas bench` times ours against torch): timed in separate
     do_bench runs, the block with every GEMM on torch.mm on both sides read 0.96x-1.02x (M 8192 eager
     13.68 vs 13.15 ms, `git show 016dd08:docs/benchmarks/h200-mlp-tune8.json`), the clock drifting
-    between the runs. On CPU the wall clock
-    over `reps` runs each."""
+    between the runs. On CPU the wall clock over `reps` runs each."""
     if device.type == "cuda":
         from tritonblas.tuning.benchmark import interleaved_ms
 
