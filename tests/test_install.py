@@ -84,9 +84,11 @@ def wheels(tmp_path_factory) -> Path:
 
 def pip(*args: str, python: str = sys.executable) -> subprocess.CompletedProcess:
     """This interpreter's pip, offline, blind to the machine's pip configuration (an index, a constraint
-    file capping torch) so that only the fake wheels decide."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
-    env.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1")
+    file capping torch) and to PYTHONPATH (a triton or tritonblas found there counts as installed), so
+    that only the fake wheels and what a test installed decide."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "PYTHON"))}
+    env.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1",
+               PYTHONNOUSERSITE="1")
     return subprocess.run([sys.executable, "-m", "pip", "--python", python, *args, "--no-index",
                            "--no-cache-dir"], env=env, capture_output=True, text=True, timeout=120)
 
