@@ -22,8 +22,8 @@ tomllib = pytest.importorskip("tomllib", reason="reads pyproject.toml with Pytho
 pytest.importorskip("pip")
 
 PYPROJECT = Path(__file__).parent.parent / "pyproject.toml"
-# Each torch's CUDA wheel pins one triton (read from the wheels' metadata); 2.9.1, whose triton is older
-# than 3.6, stands for the torches the package does not support (resolution must fail, not swap).
+# Each torch's CUDA wheel pins one triton (2.10.0 to 2.15.0: read from the wheels' metadata); 2.9.1, here
+# pinning a triton older than 3.6, stands for the torches the package does not support (pip must refuse).
 TORCH_TRITON = {
     "2.9.1": "triton==3.5.1",
     "2.10.0": "triton==3.6.0",
