@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import re
 
 import torch
 
@@ -24,11 +25,41 @@ def interpreter_enabled() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
+def _major_minor(version: str) -> tuple[int, int]:
+    """(3, 10) of "3.10.0+git1a2b": numpy's and triton's versions start with two numbers."""
+    major, minor = re.match(r"(\d+)\.(\d+)", version).groups()
+    return int(major), int(minor)
+
+
+def interpreter_problem(triton_version: str, numpy_version: str) -> str | None:
+    """Why Triton's interpreter cannot run beside these versions, or None. Triton 3.6's interpreter turns
+    one-element arrays into Python scalars, which numpy 2.4 refuses; 3.7's does not. The package does not
+    cap numpy for everyone: a GPU host never runs the interpreter."""
+    if _major_minor(triton_version) < (3, 7) and _major_minor(numpy_version) >= (2, 4):
+        return (f"triton {triton_version}'s interpreter fails with numpy {numpy_version} (\"only "
+                "0-dimensional arrays can be converted to Python scalars\"): pip install \"numpy<2.4\", "
+                "or triton>=3.7")
+    return None
+
+
+@functools.cache
+def interpreter_device() -> DeviceInfo:
+    """INTERPRETER_DEVICE, once triton's interpreter can run beside this numpy (checked once a process: a
+    refusal is not cached, so every call says it, where the kernels would fail in numpy)."""
+    import numpy
+    import triton
+
+    problem = interpreter_problem(triton.__version__, numpy.__version__)
+    if problem:
+        raise RuntimeError(problem)
+    return INTERPRETER_DEVICE
+
+
 def device_info(device: torch.device) -> DeviceInfo:
     if device.type == "cpu":
         if not interpreter_enabled():
             raise RuntimeError(_NOT_ON_CPU if torch.cuda.is_available() else _NO_GPU)
-        return INTERPRETER_DEVICE
+        return interpreter_device()
     if device.type != "cuda":
         raise RuntimeError(f"tritonblas does not run on device type {device.type!r}")
     if device.index is None:
@@ -44,7 +75,7 @@ def tensor_device_info(t: torch.Tensor) -> DeviceInfo:
     if t.is_cuda:
         return _cuda_device_info(t.get_device())
     if t.is_cpu and interpreter_enabled():
-        return INTERPRETER_DEVICE
+        return interpreter_device()
     return device_info(t.device)  # raises the detailed error
 
 
