@@ -29,7 +29,7 @@ MODELS = {
              vocab_size=263)),
     "gpt2": ModelSpec("causal", "GPT2Config", dict(
         n_embd=1280, n_head=20, vocab_size=50257, n_positions=1024, resid_pdrop=0.0, embd_pdrop=0.0,
-        attn_pdrop=0.0), dict(n_embd=48, n_head=4, vocab_size=257)),
+        attn_pdrop=0.0), dict(n_embd=48, n_head=4, vocab_size=257, bos_token_id=0, eos_token_id=0)),
     "bert": ModelSpec("masked", "BertConfig", dict(
         hidden_size=1024, intermediate_size=4096, num_attention_heads=16, vocab_size=30522,
         max_position_embeddings=512, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0),
@@ -92,6 +92,7 @@ class EagerDecoder:
         tokens = []
         for _ in range(self.new_tokens):
             logits = self.b.model(ids, use_cache=True, **{self.b.cache_kw: cache}).logits
+            self.last_logits = logits  # (tests compare the decoders' logits)
             ids = logits[:, -1].argmax(-1, keepdim=True)
             tokens.append(ids)
         return self.b.torch.cat(tokens, 1)
@@ -100,9 +101,10 @@ class EagerDecoder:
 class GraphDecoder:
     """Greedy decode through a StaticCache, one decode step (forward, argmax, the token fed back, the
     attention mask grown by one) captured in a CUDA graph; setup() re-runs the prefill eagerly in place.
-    The mask is passed in 4-D (the model uses it as it is): built per call from the cache's length, it
-    would be skipped for one query token and attend to the cache's empty slots. capture=False runs the
-    same steps eagerly (what the CPU tests check against EagerDecoder's tokens)."""
+    The mask is kept in a static 4-D tensor, which the model uses as it is: nothing about it is derived
+    on the host per call, so no data-dependent check can break the capture (transformers' own mask for a
+    StaticCache gives the same logits, checked with transformers 5.24). capture=False runs the same
+    steps eagerly (what the CPU tests check against EagerDecoder's tokens and logits)."""
 
     def __init__(self, bench: ModelRunner, prompt, new_tokens: int, capture: bool = True) -> None:
         import transformers
@@ -148,6 +150,7 @@ class GraphDecoder:
         self.mask.index_fill_(-1, self.pos, True)
         logits = self.b.model(self.ids, attention_mask=self.mask, use_cache=True,
                               **{self.b.cache_kw: self.cache}).logits
+        self.last_logits = logits  # (in a graph: its output buffer)
         nxt = logits[:, -1].argmax(-1, keepdim=True)
         self.tokens.index_copy_(1, self.pos - self.prompt.shape[1], nxt)
         self.ids.copy_(nxt)
