@@ -195,7 +195,7 @@ class Bench:
         def make():
             def run(_):
                 for _ in range(2):  # the second backward accumulates into .grad
-                    model(input_ids=ids, labels=ids).loss.backward()
+                    model(input_ids=ids, labels=ids, use_cache=False).loss.backward()
                 model.zero_grad(set_to_none=True)
             return (lambda: None), run
 

@@ -1,8 +1,9 @@
 """Gradients in their inputs' layout (torch's layout contract), with torch's values, for every op, layout
-and bias kind: explicit calls (the custom op's backward) and transparent mode (torch's derivative formulas,
-their GEMMs routed). A gradient whose strides differ from its parameter's costs a copy per .backward()
-(AccumulateGrad's), so both the raw gradients of torch.autograd.grad and the .grad that .backward()
-accumulates into (twice: the second accumulation adds in place) are compared with torch's, stride for stride.
+and bias kind: explicit calls (the custom op's backward; also under torch.compile) and transparent mode
+(torch's derivative formulas, their GEMMs routed). A gradient whose strides differ from its parameter's
+costs a copy per .backward() (AccumulateGrad's), so both the raw gradients of torch.autograd.grad and the
+.grad that .backward() accumulates into (twice: the second accumulation adds in place) are compared with
+torch's, stride for stride.
 """
 
 from __future__ import annotations
@@ -101,7 +102,11 @@ def op_fn(case: Case, which: str):
 
 
 def run(case: Case, mode: str, step):
-    """step(fn) under `mode`: torch's op, the library's explicit op, or torch's op in transparent mode."""
+    """step(fn) under `mode`: torch's op, the library's explicit op (also compiled: AOT autograd traces
+    the custom op's backward), or torch's op in transparent mode."""
+    if mode == "compiled":
+        torch._dynamo.reset()  # one code object for every case: past its recompile limit it would run eagerly
+        return step(torch.compile(op_fn(case, "explicit"), backend="aot_eager", fullgraph=True))
     if mode != "transparent":
         return step(op_fn(case, mode))
     with tritonblas.enable():
@@ -149,7 +154,7 @@ def _out_shape(case: Case) -> tuple[int, ...]:
     return (3, M // 3, N) if case.x3d else (M, N)
 
 
-@pytest.mark.parametrize("mode", ["explicit", "transparent"])
+@pytest.mark.parametrize("mode", ["explicit", "transparent", "compiled"])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_raw_gradients_in_torchs_layout(case, mode):
     grad = torch.randn(_out_shape(case), generator=torch.Generator().manual_seed(2)).to(case.dtype)
