@@ -40,7 +40,7 @@ def build_config(name: str, layers: int, tiny: bool):
     try:
         import transformers
     except ImportError as exc:
-        raise SystemExit("model_bench needs transformers (pip install 'transformers>=4.56')") from exc
+        raise SystemExit("model_bench needs transformers (pip install 'transformers>=5.17')") from exc
     spec = MODELS[name]
     config = getattr(transformers, spec.config_class)(**{**spec.fields, **(spec.tiny if tiny else {})})
     config.num_hidden_layers = layers  # GPT-2's n_layer too (its attribute map)
