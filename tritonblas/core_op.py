@@ -73,12 +73,33 @@ def _backward(ctx, grad):
     a, b = ctx.saved_tensors
     grad_a = grad_b = grad_bias = None
     if ctx.needs_input_grad[0]:
-        grad_a = gemm(grad, b.t(), None, 0.0, ctx.alpha, ctx.family, [])
+        grad_a = _product_grad(grad, b.t(), a, ctx.alpha, ctx.family)
     if ctx.needs_input_grad[1]:
-        grad_b = gemm(a.t(), grad, None, 0.0, ctx.alpha, ctx.family, [])
+        grad_b = _product_grad(a.t(), grad, b, ctx.alpha, ctx.family)
     if ctx.bias_shape is not None and ctx.needs_input_grad[2]:
-        grad_bias = (grad.float().sum_to_size(ctx.bias_shape) * ctx.beta).to(grad.dtype)
+        grad_bias = _bias_grad(grad, ctx.bias_shape, ctx.beta)
     return grad_a, grad_b, grad_bias, None, None, None, None
+
+
+def _product_grad(left: torch.Tensor, right: torch.Tensor, like: torch.Tensor, alpha: float,
+                  family: int) -> torch.Tensor:
+    """alpha * left @ right, the gradient of `like`, in the layout torch's mm backward gives it
+    (mm_mat1_backward / mm_mat2_backward): column-major where `like` is densely column-major (strides
+    (1, rows)), computed as the row-major product (right^T @ left^T)^T, never copied; row-major else.
+    AccumulateGrad copies a gradient whose strides differ from its parameter's: a transposing copy per
+    weight and .backward() (nn.Linear's weight reaches the op as weight.t(), column-major)."""
+    s0, s1 = like.stride()
+    if s0 == 1 and s1 == like.shape[0]:
+        return gemm(right.t(), left.t(), None, 0.0, alpha, family, []).t()
+    return gemm(left, right, None, 0.0, alpha, family, [])
+
+
+def _bias_grad(grad: torch.Tensor, shape: torch.Size, beta: float) -> torch.Tensor:
+    """beta * grad summed to the bias's shape, as torch's addmm backward and broadcast reduction give it
+    (same rounding: the product in grad's dtype, then the sum; grad itself when beta is 1 and nothing
+    is broadcast, so a full bias's gradient keeps grad's layout as torch's does)."""
+    scaled = grad if beta == 1.0 else grad * beta
+    return scaled if scaled.shape == shape else scaled.sum_to_size(shape)
 
 
 gemm.register_autograd(_backward, setup_context=_setup_context)

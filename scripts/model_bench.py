@@ -1,0 +1,372 @@
+"""Whole models with transparent mode on against the same models without it (issue 34 item 4).
+
+Causal and masked LMs built from Hugging Face configs (random weights, nothing downloaded; transformers is
+an optional extra, imported only when a model is built), a few layers each so every one fits and runs fast:
+
+    llama  Llama-3-8B-style: hidden 4096, intermediate 14336, 32 heads (8 KV), vocab 128256
+    qwen   Qwen2-7B-style:   hidden 3584, intermediate 18944, 28 heads (4 KV), vocab 151936 (q/k/v biases)
+    gpt2   GPT-2-large-style: hidden 1280, 20 heads, vocab 50257 (misaligned; Conv1D is addmm)
+    bert   BERT-large-style masked LM: hidden 1024, intermediate 4096, 16 heads, vocab 30522
+
+Parts, each timed for torch and for transparent mode (tritonblas.enable()) in one process, the two sides
+interleaved (torch, ours, ours, torch, ...; median wall time of each, the GPU synchronized around every
+timed call, so host time counts as it does for a user):
+    train          forward + loss.backward() twice (the second accumulates into .grad), then
+                   zero_grad(set_to_none=True): a training step with gradient accumulation
+    prefill        a forward over the prompt (causal LMs: building the KV cache, last logits only)
+    decode         greedy decode, --new-tokens tokens after a --prompt-len prompt, per --decode-batches,
+                   a manual loop over model(ids, past_key_values=DynamicCache, use_cache=True), not
+                   generate()
+    decode-graph   the same with a StaticCache, each decode step (forward, argmax, feedback) captured once
+                   in a CUDA graph and replayed; a side that cannot be captured is recorded, not fatal
+Logits error: relative Frobenius error of the prefill logits (full sequence) against the same model in
+float32 run by torch, for each side; decode rows give the share of tokens equal to torch's eager decode.
+
+    python scripts/model_bench.py --json model_bench.json              # all models and parts, bf16, H200
+    python scripts/model_bench.py --models llama gpt2 --parts train --quick
+    TRITON_INTERPRET=1 python scripts/model_bench.py --device cpu --tiny --quick --dtype fp32  # CPU smoke
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from lm_common import MODELS, EagerDecoder, GraphDecoder, build_config, build_model, max_positions
+
+PARTS = ("train", "prefill", "decode", "decode-graph")
+DTYPES = ("bf16", "fp16", "fp32")
+QUICK = {"reps": 3, "warmup": 1, "new_tokens": 16, "train_seq": 256, "prefill_seq": 256}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p.add_argument("--models", nargs="+", choices=tuple(MODELS), default=list(MODELS))
+    p.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
+    p.add_argument("--layers", type=int, default=2, help="transformer layers per model (default 2)")
+    p.add_argument("--dtype", choices=DTYPES, default="bf16")
+    p.add_argument("--train-batch", type=int, default=4)
+    p.add_argument("--train-seq", type=int, default=512, help="tokens per training sequence (default 512)")
+    p.add_argument("--prefill-batch", type=int, default=1)
+    p.add_argument("--prefill-seq", type=int, default=2048, help="capped at a model's positions")
+    p.add_argument("--decode-batches", type=int, nargs="+", default=[1, 8])
+    p.add_argument("--prompt-len", type=int, default=128)
+    p.add_argument("--new-tokens", type=int, default=64)
+    p.add_argument("--reps", type=int, default=10, help="timed calls per side (median)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed calls per side first (compiles)")
+    p.add_argument("--quick", action="store_true",
+                   help="a fast look: 3 reps, 1 warm-up, 16 new tokens, 256-token sequences "
+                   "(where not given)")
+    p.add_argument("--tiny", action="store_true", help="toy-sized models of the same architectures")
+    p.add_argument("--device", default="cuda", help="cuda (default) or cpu (a smoke test: transparent "
+                   "mode routes CPU tensors only under TRITON_INTERPRET=1)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", default=None, help="write the results to this JSON file")
+    args = p.parse_args(argv)
+    if args.quick:  # what the command line left at its default
+        for key, value in QUICK.items():
+            if getattr(args, key) == p.get_default(key):
+                setattr(args, key, value)
+    sizes = (args.layers, args.train_batch, args.train_seq, args.prefill_batch, args.prefill_seq,
+             args.prompt_len, args.new_tokens, args.reps, *args.decode_batches)
+    if min(sizes) < 1 or args.warmup < 0:
+        p.error("sizes, --reps and --decode-batches must be positive, --warmup not negative")
+    return args
+
+
+# --- timing --------------------------------------------------------------------------------------------
+
+@dataclass
+class Side:
+    """One side of a comparison: its mode (a context manager factory), an untimed setup per call
+    (a fresh KV cache, a prefill) and the timed call, which gets the setup's result."""
+
+    name: str
+    mode: Callable[[], contextlib.AbstractContextManager]
+    run: Callable[[Any], Any]
+    setup: Callable[[], Any] = lambda: None
+    times_ms: list[float] = field(default_factory=list)
+    result: Any = None  # the last timed call's
+
+
+def call_order(rep: int, sides: list[Side]) -> list[Side]:
+    """Alternate the order round by round, so neither side always runs right after the other."""
+    return sides if rep % 2 == 0 else sides[::-1]
+
+
+def interleaved(sides: list[Side], reps: int, warmup: int, sync: Callable[[], None] = lambda: None,
+                clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
+    """Median ms of each side's timed call over `reps` rounds after `warmup` untimed ones; each call in
+    its side's mode, synchronized before and after (host time counts)."""
+    for rep in range(warmup + reps):
+        for side in call_order(rep, sides):
+            with side.mode():
+                state = side.setup()
+                sync()
+                start = clock()
+                out = side.run(state)
+                sync()
+                elapsed = (clock() - start) * 1e3
+            if rep >= warmup:
+                side.times_ms.append(elapsed)
+                side.result = out
+    return {s.name: statistics.median(s.times_ms) for s in sides}
+
+
+def _why(exc: Exception) -> str:
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {first[:300]}"
+
+
+def rel_error(x, ref) -> float:
+    """Relative Frobenius error, accumulated in float64."""
+    import torch
+
+    ref = ref.float()
+    diff = torch.linalg.vector_norm(x.float() - ref, dtype=torch.float64).item()
+    scale = torch.linalg.vector_norm(ref, dtype=torch.float64).item()
+    return diff / scale if scale > 0 else diff
+
+
+class Bench:
+    """The parts of one model, timed torch against transparent mode."""
+
+    def __init__(self, args: argparse.Namespace, name: str, model, config, device) -> None:
+        import inspect
+
+        import torch
+
+        self.args, self.name, self.model, self.config, self.device = args, name, model, config, device
+        self.torch = torch
+        params = inspect.signature(model.forward).parameters
+        self.cache_kw = "cache" if "cache" in params else "past_key_values"  # renamed after 5.17
+        self.keep_last = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
+        self.gen = torch.Generator(device=device).manual_seed(args.seed)
+        self.sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+    def ids(self, batch: int, seq: int):
+        return self.torch.randint(self.config.vocab_size, (batch, seq), generator=self.gen,
+                                  device=self.device)
+
+    def row(self, part: str, make: Callable[[], tuple[Callable, Callable]], **facts) -> dict:
+        """Time a part, torch's side against ours; make() -> (setup, run) is called once in each side's
+        mode. A side that fails (one that cannot be captured in a CUDA graph, say) is recorded in the row
+        (error_torch / error_ours) and the other side is still timed."""
+        import tritonblas
+
+        row = {"model": self.name, "part": part, **facts}
+        sides = []
+        for name, mode in (("torch", contextlib.nullcontext), ("ours", tritonblas.enable)):
+            try:
+                with mode():
+                    setup, run = make()
+                sides.append(Side(name, mode, run, setup))
+            except Exception as exc:  # recorded: the other side, parts and models still run
+                row[f"error_{name}"] = _why(exc)
+                with contextlib.suppress(Exception):
+                    self.sync()
+        try:
+            ms = interleaved(sides, self.args.reps, self.args.warmup, self.sync) if sides else {}
+        except Exception as exc:
+            row["error_run"] = _why(exc)
+            return row
+        row.update({f"{name}_ms": t for name, t in ms.items()})
+        if len(ms) == 2:
+            row["speedup"] = ms["torch"] / ms["ours"]
+        row["_results"] = {s.name: s.result for s in sides}
+        return row
+
+    # --- the parts ---
+
+    def train(self) -> dict:
+        a = self.args
+        ids = self.ids(a.train_batch, min(a.train_seq, max_positions(self.config)))
+        model = self.model
+
+        def make():
+            def run(_):
+                for _ in range(2):  # the second backward accumulates into .grad
+                    model(input_ids=ids, labels=ids, use_cache=False).loss.backward()
+                model.zero_grad(set_to_none=True)
+            return (lambda: None), run
+
+        model.train()
+        try:
+            return self.row("train", make, batch=ids.shape[0], seq=ids.shape[1])
+        finally:
+            model.eval()
+
+    def prefill(self) -> dict:
+        a = self.args
+        ids = self.ids(a.prefill_batch, min(a.prefill_seq, max_positions(self.config)))
+        causal = MODELS[self.name].kind == "causal"
+
+        def make():
+            def run(_):
+                with self.torch.no_grad():
+                    if causal:
+                        return self.model(ids, use_cache=True, **self.keep_last).logits
+                    return self.model(ids).logits
+            return (lambda: None), run
+
+        return self.row("prefill", make, batch=ids.shape[0], seq=ids.shape[1])
+
+    def decode(self, batch: int, graph: bool) -> dict:
+        a = self.args
+        prompt = self.ids(batch, a.prompt_len)
+
+        def make():
+            decoder = (GraphDecoder if graph else EagerDecoder)(self, prompt, a.new_tokens)
+            return decoder.setup, decoder.run
+
+        with self.torch.no_grad():
+            row = self.row("decode-graph" if graph else "decode", make, batch=batch, prompt=a.prompt_len,
+                           new_tokens=a.new_tokens)
+        for side in ("torch", "ours"):
+            if f"{side}_ms" in row:
+                row[f"{side}_ms_per_token"] = row[f"{side}_ms"] / a.new_tokens
+        return row
+
+    def logits_errors(self, ids) -> dict:
+        """Each side's prefill logits against `ids`' float32 logits (computed before the cast)."""
+        import tritonblas
+
+        out = {}
+        with self.torch.no_grad():
+            for name, mode in (("torch", contextlib.nullcontext), ("ours", tritonblas.enable)):
+                with mode():
+                    out[name] = rel_error(self.model(ids).logits, self.ref_logits)
+        return out
+
+
+# --- the run ---------------------------------------------------------------------------------------------
+
+DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+
+
+def bench_model(args: argparse.Namespace, name: str, device) -> dict:
+    import torch
+
+    config = build_config(name, args.layers, args.tiny)
+    torch.manual_seed(args.seed)
+    model = build_model(name, config, device)
+    doc = {"model": name, "layers": args.layers,
+           "params": sum(p.numel() for p in model.parameters()), "config": _config_facts(config)}
+    bench = Bench(args, name, model, config, device)
+    ids = bench.ids(args.prefill_batch, min(args.prefill_seq, max_positions(config)))
+    with torch.no_grad():
+        bench.ref_logits = model(ids).logits.float()  # the float32 model, run by torch
+    model.to(getattr(torch, DTYPE_NAMES[args.dtype]))
+    doc["logits_error"] = bench.logits_errors(ids)
+    del bench.ref_logits
+    rows = []
+    for part in args.parts:
+        if part.startswith("decode") and MODELS[name].kind != "causal":
+            continue  # a masked LM does not decode
+        if part == "train":
+            new = [bench.train()]
+        elif part == "prefill":
+            new = [bench.prefill()]
+        else:
+            new = [bench.decode(b, part == "decode-graph") for b in args.decode_batches]
+        rows.extend(new)
+        for r in new:
+            print(format_row(r), flush=True)
+    _token_agreement(rows)
+    doc["rows"] = rows
+    del bench, model
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return doc
+
+
+def _config_facts(config) -> dict:
+    keys = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "vocab_size",
+            "n_embd", "n_head")
+    return {k: getattr(config, k) for k in keys if isinstance(getattr(config, k, None), int)}
+
+
+def _token_agreement(rows: list[dict]) -> None:
+    """Decode rows: the share of each side's tokens equal to torch's eager decode at the same batch."""
+    eager = {r["batch"]: r["_results"]["torch"] for r in rows if r["part"] == "decode" and "_results" in r}
+    for r in rows:
+        results = r.pop("_results", None)
+        if results is None or not r["part"].startswith("decode") or r["batch"] not in eager:
+            continue
+        ref = eager[r["batch"]]
+        for side, tokens in results.items():
+            r[f"{side}_tokens_as_torch_eager"] = (tokens == ref).float().mean().item()
+
+
+def _ms(r: dict, key: str, fmt: str = ".3f", unit: str = "") -> str:
+    return "-" if r.get(key) is None else f"{r[key]:{fmt}}{unit}"
+
+
+def format_row(r: dict) -> str:
+    """One markdown table row of a part."""
+    shape = f"b{r['batch']}" + (f" s{r['seq']}" if "seq" in r else f" p{r['prompt']}+{r['new_tokens']}")
+    notes = [f"{k.removeprefix('error_')} failed: {v}" for k, v in r.items() if k.startswith("error_")]
+    agree = r.get("ours_tokens_as_torch_eager")
+    if agree is not None:
+        notes.append(f"tokens as torch eager: {agree:.2f}")
+    return (f"| {r['model']} | {r['part']} | {shape} | {_ms(r, 'torch_ms')} | {_ms(r, 'ours_ms')} | "
+            f"{_ms(r, 'speedup', '.3f', 'x')} | {'; '.join(notes)} |")
+
+
+def table(doc: dict) -> str:
+    lines = [f"Models on {doc['device']} ({doc['dtype']}, torch {doc['torch']}, transformers "
+             f"{doc['transformers']}): torch vs transparent mode, median of {doc['reps']} interleaved calls",
+             "", "| model | part | shape | torch ms | ours ms | speedup | note |",
+             "|---|---|---|---|---|---|---|"]
+    for m in doc["models"]:
+        lines.extend(format_row(r) for r in m["rows"])
+    lines += ["", "| model | params | logits error torch (bf16 vs fp32) | ours |", "|---|---|---|---|"]
+    for m in doc["models"]:
+        e = m["logits_error"]
+        lines.append(f"| {m['model']} | {m['params'] / 1e6:.1f}M | {e['torch']:.3e} | {e['ours']:.3e} |")
+    return "\n".join(lines).replace("(bf16 vs", f"({doc['dtype']} vs")
+
+
+def run(args: argparse.Namespace) -> dict:
+    import torch
+
+    import tritonblas
+
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("model_bench: no CUDA GPU visible (use --device cpu with TRITON_INTERPRET=1 "
+                         "and --tiny for a CPU smoke run)")
+    tritonblas.disable()  # torch's side is torch's own, whatever TRITONBLAS_ENABLED said
+    models = [bench_model(args, name, device) for name in args.models]
+    import transformers
+
+    return {"script": "scripts/model_bench.py", "argv": sys.argv[1:],
+            "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+            "dtype": args.dtype, "torch": torch.__version__, "transformers": transformers.__version__,
+            "reps": args.reps, "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "models": models}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    doc = run(args)
+    print(table(doc))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(doc, fh, indent=2)
+            fh.write("\n")
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,194 @@
+"""scripts/model_bench.py (issue 34 item 4) on the CPU: its options, the interleaved timer (on a fake
+clock), the table, token agreement; with transformers installed, the model configs at full size and the
+parts on toy-sized models (the static-cache decoder's steps against the dynamic-cache decode, a whole run
+through transparent mode in the interpreter). --help without a GPU: tests/test_scripts.py."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+
+
+@pytest.fixture(scope="module")
+def mb():
+    sys.path.insert(0, str(SCRIPTS))  # the script imports its lm_common package as a sibling
+    try:
+        spec = importlib.util.spec_from_file_location("model_bench", SCRIPTS / "model_bench.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["model_bench"] = module  # dataclasses look their module up there
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.modules.pop("model_bench", None)
+        sys.path.remove(str(SCRIPTS))
+
+
+def test_quick_fills_only_what_was_not_given(mb):
+    args = mb.parse_args(["--quick", "--reps", "5"])
+    assert (args.reps, args.warmup, args.new_tokens, args.train_seq) == (5, 1, 16, 256)
+    full = mb.parse_args([])
+    assert (full.reps, full.new_tokens, full.decode_batches, full.models) == (10, 64, [1, 8], list(mb.MODELS))
+
+
+@pytest.mark.parametrize("argv", [["--reps", "0"], ["--decode-batches", "1", "0"], ["--warmup", "-1"]])
+def test_bad_sizes_are_refused(mb, argv):
+    with pytest.raises(SystemExit):
+        mb.parse_args(argv)
+
+
+class FakeClock:
+    """Time advances only when a side's timed call says so."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_interleaved_alternates_and_times_only_the_run(mb):
+    clock, log = FakeClock(), []
+
+    def side(name: str, cost_s: list[float]):
+        @contextlib.contextmanager
+        def mode():
+            log.append(f"{name} on")
+            yield
+            log.append(f"{name} off")
+
+        def setup():
+            clock.now += 100.0  # untimed
+            return name
+
+        def run(state):
+            assert state == name
+            log.append(f"{name} run")
+            clock.now += cost_s.pop(0)
+            return len(cost_s)
+
+        return mb.Side(name, mode, run, setup)
+
+    torch_side = side("torch", [9.0, 0.001, 0.003, 0.002])
+    ours_side = side("ours", [9.0, 0.004, 0.001, 0.002])
+    syncs = []
+    medians = mb.interleaved([torch_side, ours_side], reps=3, warmup=1, sync=lambda: syncs.append(1),
+                             clock=clock)
+    assert medians == pytest.approx({"torch": 2.0, "ours": 2.0})  # ms; the 9 s warm-ups are dropped
+    assert torch_side.times_ms == pytest.approx([1.0, 3.0, 2.0])
+    assert ours_side.times_ms == pytest.approx([4.0, 1.0, 2.0])
+    runs = [e.split()[0] for e in log if e.endswith("run")]
+    assert runs == ["torch", "ours", "ours", "torch", "torch", "ours", "ours", "torch"]
+    assert log[:3] == ["torch on", "torch run", "torch off"]  # each call inside its side's mode
+    assert len(syncs) == 16  # before and after every call
+    assert torch_side.result == 0 and ours_side.result == 0  # the last timed call's
+
+
+def _row(**over) -> dict:
+    return {"model": "llama", "part": "decode", "batch": 8, "prompt": 128, "new_tokens": 64, **over}
+
+
+def test_rows_and_table(mb):
+    timed = _row(torch_ms=10.0, ours_ms=8.0, speedup=1.25, ours_tokens_as_torch_eager=0.96875)
+    assert mb.format_row(timed) == ("| llama | decode | b8 p128+64 | 10.000 | 8.000 | 1.250x | "
+                                    "tokens as torch eager: 0.97 |")
+    failed = _row(part="decode-graph", torch_ms=5.0, error_ours="RuntimeError: capture failed")
+    assert mb.format_row(failed) == ("| llama | decode-graph | b8 p128+64 | 5.000 | - | - | "
+                                     "ours failed: RuntimeError: capture failed |")
+    doc = {"device": "NVIDIA H200", "dtype": "bf16", "torch": "2.11", "transformers": "5.17.0", "reps": 10,
+           "models": [{"model": "llama", "params": 1_500_000_000, "rows": [timed, failed],
+                       "logits_error": {"torch": 0.0123, "ours": 0.0125}}]}
+    text = mb.table(doc)
+    assert mb.format_row(timed) in text and mb.format_row(failed) in text
+    assert "| llama | 1500.0M | 1.230e-02 | 1.250e-02 |" in text
+    assert "logits error torch (bf16 vs fp32)" in text
+
+
+def test_token_agreement_against_torchs_eager_decode(mb):
+    ref = torch.tensor([[1, 2, 3, 4]])
+    rows = [_row(batch=1, _results={"torch": ref, "ours": torch.tensor([[1, 2, 0, 4]])}),
+            _row(part="decode-graph", batch=1, _results={"torch": ref, "ours": torch.tensor([[0, 0, 0, 4]])}),
+            _row(part="train", batch=1, seq=16, _results={"torch": None, "ours": None})]
+    mb._token_agreement(rows)
+    assert [r.get("ours_tokens_as_torch_eager") for r in rows] == [0.75, 0.25, None]
+    assert [r.get("torch_tokens_as_torch_eager") for r in rows] == [1.0, 1.0, None]
+    assert not any("_results" in r for r in rows)  # JSON-ready
+
+
+# --- with transformers -----------------------------------------------------------------------------------
+
+FULL_SIZE = {  # model: (vocab, hidden, KV heads or None)
+    "llama": (128256, 4096, 8),
+    "qwen": (151936, 3584, 4),
+    "gpt2": (50257, 1280, None),
+    "bert": (30522, 1024, None),
+}
+
+
+@pytest.mark.parametrize("name", list(FULL_SIZE))
+def test_configs_at_full_size(mb, name):
+    pytest.importorskip("transformers")
+    config = mb.build_config(name, 2, tiny=False)
+    vocab, hidden, kv_heads = FULL_SIZE[name]
+    assert (config.vocab_size, config.hidden_size, config.num_hidden_layers) == (vocab, hidden, 2)
+    if kv_heads is not None:
+        assert config.num_key_value_heads == kv_heads
+    if name == "gpt2":
+        assert config.n_layer == 2
+
+
+def _tiny_bench(mb, name: str, argv: list[str]):
+    args = mb.parse_args(["--device", "cpu", "--tiny", "--models", name, *argv])
+    config = mb.build_config(name, args.layers, tiny=True)
+    torch.manual_seed(0)
+    model = mb.build_model(name, config, torch.device("cpu"))
+    return mb.Bench(args, name, model, config, torch.device("cpu"))
+
+
+@pytest.mark.parametrize("name", ["llama", "gpt2"])
+def test_static_cache_steps_decode_as_the_dynamic_cache(mb, name):
+    """The graph decoder's step (static cache, 4-D mask), run eagerly, gives the eager decode's tokens."""
+    pytest.importorskip("transformers")
+    from lm_common import EagerDecoder, GraphDecoder
+
+    bench = _tiny_bench(mb, name, [])
+    prompt = bench.ids(2, 7)
+    with torch.no_grad():
+        eager = EagerDecoder(bench, prompt, 6)
+        want = eager.run(eager.setup())
+        static = GraphDecoder(bench, prompt, 6, capture=False)
+        for _ in range(2):  # the second from the same cache, reset
+            static.setup()
+            assert torch.equal(static.run(None), want)
+            # the logits too (a token's attention to the wrong slots need not move the argmax)
+            torch.testing.assert_close(static.last_logits, eager.last_logits, rtol=1e-5, atol=1e-5)
+    with pytest.raises(RuntimeError, match="CUDA graphs need a CUDA device"):
+        GraphDecoder(bench, prompt, 6)
+
+
+def test_tiny_run_through_transparent_mode(mb, tmp_path, capsys):
+    """GPT-2 (Conv1D: addmm), every part, both sides; ours in the interpreter."""
+    pytest.importorskip("transformers")
+    path = tmp_path / "mb.json"
+    assert mb.main(["--device", "cpu", "--tiny", "--models", "gpt2", "--dtype", "fp32", "--reps", "1",
+                    "--warmup", "0", "--train-batch", "2", "--train-seq", "8", "--prefill-seq", "8",
+                    "--prompt-len", "4", "--new-tokens", "2", "--decode-batches", "2",
+                    "--json", str(path)]) == 0
+    doc = json.loads(path.read_text())
+    (model,) = doc["models"]
+    parts = [r["part"] for r in model["rows"]]
+    assert parts == ["train", "prefill", "decode", "decode-graph"]
+    for r in model["rows"][:3]:
+        assert r["torch_ms"] > 0 and r["ours_ms"] > 0 and r["speedup"] > 0
+    assert model["rows"][2]["ours_tokens_as_torch_eager"] == 1.0
+    assert "CUDA graphs need a CUDA device" in model["rows"][3]["error_ours"]
+    assert model["logits_error"]["torch"] == 0.0  # fp32 against fp32: the same model, the same kernels
+    assert 0 < model["logits_error"]["ours"] < 1e-5  # our kernels ran (the interpreter's, not torch's)
+    assert "| gpt2 | train |" in capsys.readouterr().out
