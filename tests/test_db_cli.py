@@ -60,7 +60,7 @@ def test_every_command_has_help(command):
 
 def test_export_import_export_is_byte_identical(tuned, tmp_path):
     out = run("export", "--db", tuned, "--arch", "sm_90", "-o", tmp_path / "a.json")
-    assert "wrote 1 winners for sm_90 (NVIDIA H200)" in out
+    assert f"wrote 1 winners for sm_90 (NVIDIA H200; triton {CURRENT.triton_version})" in out
     fresh = tmp_path / "fresh.sqlite"
     assert "imported 1 of 1 entries" in run("import", "--file", tmp_path / "a.json", "--db", fresh)
     run("export", "--db", fresh, "-o", tmp_path / "b.json")  # the only arch there: no --arch needed
