@@ -11,10 +11,11 @@ database migration does not invalidate shipped files. Version 1: every entry was
 header's triton version. Version 2: an entry may name its own (`triton_version`, written only where it
 differs from the header's), so one file holds a problem's winners of several triton versions (a tuning
 run under a new triton adds its rows beside the old ones). Export writes version 1 whenever that holds
-it all, so older readers keep reading such files; both versions are read.
+it all, so older readers keep reading such files; both versions are read. The header's triton
+version is the one most entries were tuned under.
 
 Entries carry no host name unless the export asks for it (`with_host`): a team's shipped file would
-publish its machines' names. The header's triton version is the one most entries were tuned under.
+publish its machines' names.
 
 A file serves the running code when its kernel hash is the running one; an entry of another triton
 version then serves too (`Winner.other_triton`), after the running version's entry for the problem.
@@ -153,8 +154,7 @@ class ConfigFile(BaseModel):
             seen[problem] = i
             if e.a_dtype != e.b_dtype:
                 raise ValueError(f"{where}: mixed operand dtypes {e.a_dtype}/{e.b_dtype} are not supported")
-            key = ProblemKey(**{f: getattr(e, f) for f in _ENTRY_KEY}, arch=h.arch,
-                             device_name=h.device_name, sm_count=h.sm_count)
+            key = self.key_of(e)
             reason = bound.supports(e.config, key)
             if reason is not None:
                 raise ValueError(f"{where}: config {e.config.short()} is infeasible on "
