@@ -60,7 +60,7 @@ def test_every_command_has_help(command):
 
 def test_export_import_export_is_byte_identical(tuned, tmp_path):
     out = run("export", "--db", tuned, "--arch", "sm_90", "-o", tmp_path / "a.json")
-    assert "wrote 1 winners for sm_90 (NVIDIA H200)" in out
+    assert f"wrote 1 winners for sm_90 (NVIDIA H200; triton {CURRENT.triton_version})" in out
     fresh = tmp_path / "fresh.sqlite"
     assert "imported 1 of 1 entries" in run("import", "--file", tmp_path / "a.json", "--db", fresh)
     run("export", "--db", fresh, "-o", tmp_path / "b.json")  # the only arch there: no --arch needed
@@ -135,6 +135,67 @@ def test_check_a_file_against_its_own_arch_and_the_running_code(tmp_path, shapes
     (tmp_path / "old.json").write_text(json.dumps(data))
     out = run("check", "--shapes", shapes, "--file", tmp_path / "old.json", code=1)
     assert out.count("only stale winners (triton") == 2
+
+
+@pytest.fixture
+def tuned_under_36(tmp_path, monkeypatch) -> tuple[Path, Path]:
+    """Both problems of SHAPES tuned for the running kernels under triton 3.6.0 (a DB and its export);
+    the running code then reports triton 3.9.0."""
+    from tritonblas import identity
+
+    db_path, env = tmp_path / "t36.sqlite", CURRENT.model_copy(update={"triton_version": "3.6.0"})
+    with TuningDB(str(db_path)) as db:
+        for m in (16, 32):
+            db.upsert_winner(winner(key(m, 64, 32), env=env))
+    run("export", "--db", db_path, "-o", tmp_path / "sm_90.json")
+    monkeypatch.setattr(identity, "triton_version", lambda: "3.9.0")
+    return db_path, tmp_path / "sm_90.json"
+
+
+COUNTED = "2 winners, 2 tuned under triton 3.6.0 (another version than the running 3.9.0)"
+
+
+@pytest.mark.parametrize("source", ["--file", "--db"])
+def test_check_passes_on_another_triton_versions_winners_and_counts_them(tuned_under_36, shapes, source):
+    where = tuned_under_36[1] if source == "--file" else tuned_under_36[0]
+    out = run("check", "--shapes", shapes, source, where)
+    assert COUNTED in out and "all 2 problems have a winner for sm_90" in out
+    out = run("check", "--shapes", shapes, source, where, "--strict", code=1)
+    assert out.count("only winners of another triton version (3.6.0); --strict wants") == 2
+    assert COUNTED in out and "2 of 2 problems have no fresh winner" in out
+
+
+def test_check_refuses_other_kernels_in_both_modes(tuned_under_36, shapes, tmp_path):
+    data = json.loads(tuned_under_36[1].read_text())
+    data["header"]["kernel_hash"] = "0ld"
+    (tmp_path / "old.json").write_text(json.dumps(data))
+    for strict in ([], ["--strict"]):
+        out = run("check", "--shapes", shapes, "--file", tmp_path / "old.json", *strict, code=1)
+        assert out.count("only stale winners (triton 3.6.0, kernels 0ld)") == 2
+        assert "another version" not in out
+
+
+def test_import_list_and_stats_name_another_triton_versions_winners(tuned_under_36, tmp_path):
+    db = tmp_path / "new.sqlite"
+    out = run("import", "--file", tuned_under_36[1], "--db", db)
+    assert "imported 2 of 2 entries" in out and "stale" not in out
+    assert f"{COUNTED[len('2 winners, '):]}: they serve until a tuning run" in out
+    out = run("list", "--db", db)
+    assert out.count("triton 3.6.0") == 2 and "stale" not in out and "fresh" not in out
+    assert "2 winners" in run("list", "--db", db, "--fresh")
+    assert "no winners" in run("list", "--db", db, "--stale")
+    out = run("stats", "--db", db)
+    assert "fresh_winners: 0" in out and "other_triton_winners: 2" in out and "stale_winners: 0" in out
+    assert "removed 0 stale rows" in run("prune", "--db", db)
+
+
+def test_export_writes_host_names_only_with_the_option(tuned, tmp_path):
+    run("export", "--db", tuned, "--arch", "sm_90", "-o", tmp_path / "a.json")
+    assert '"host"' not in (tmp_path / "a.json").read_text()
+    run("export", "--db", tuned, "--arch", "sm_90", "--with-host", "-o", tmp_path / "b.json")
+    assert '"host": "node-1"' in (tmp_path / "b.json").read_text()
+    out = run("import", "--file", tmp_path / "b.json", "--db", tmp_path / "c.sqlite")
+    assert "imported 1 of 1 entries" in out
 
 
 def test_check_argument_errors(tuned, shapes, tmp_path):

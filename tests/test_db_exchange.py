@@ -21,6 +21,7 @@ from test_db_support import (
 from tritonblas.config import Problem
 from tuning_db import TuningDB
 from tuning_db import exchange as ex
+from tuning_db.coverage import coverage_gaps
 
 
 def test_export_twice_and_round_trip_are_byte_identical(db, tmp_path):
@@ -61,7 +62,7 @@ def test_export_takes_fresh_winners_of_one_device(db, tmp_path):
         ex.export_file(db, tmp_path / "y.json", "sm_90", env=ENV)
     cfg = ex.export_file(db, tmp_path / "y.json", "sm_90", device_name="NVIDIA H100", env=ENV)
     assert [e.m for e in cfg.entries] == [4]
-    with pytest.raises(ValueError, match="no fresh winners for arch sm_80"):
+    with pytest.raises(ValueError, match="no winners of the running kernels for arch sm_80"):
         ex.export_file(db, tmp_path / "z.json", "sm_80", env=ENV)
     with pytest.raises(ValueError, match="unknown arch 'sm_99'"):
         ex.export_file(db, tmp_path / "z.json", "sm_99", env=ENV)
@@ -112,7 +113,7 @@ BAD_EDITS = [
     ("bad-dtype", ("entries", 2, "a_dtype"), "int4", r"entries\[2\].*a_dtype"),
     ("escape-in-host", ("entries", 2, "host"), "n\x1b[2J", r"entries\[2\].*host"),
     ("duplicate-entry", ("entries", 2), lambda d: {**d["entries"][0], "median_ms": 0.1},
-     r"entries\[2\].*same problem as entries\[0\]"),
+     r"entries\[2\].*same problem and triton version as entries\[0\]"),
     ("count-mismatch", ("header", "count"), 4, "header count 4 != 3 entries"),
     ("unknown-arch", ("header", "arch"), "sm_99", "unknown arch 'sm_99'"),
     ("newer-file-schema", ("header", "schema_version"), 99, "schema_version 99 is not supported"),
@@ -206,10 +207,10 @@ def test_config_file_lookup_serves_its_arch_when_fresh(good_file):
 def test_coverage_gaps_names_missing_and_stale_problems():
     winners = [winner(key(m=16), config=BIG), winner(key(m=32), env=ENV_NEW_KERNELS, stale=True)]
     problems = [Problem(16, 96, 64, "fp16"), Problem(32, 96, 64, "fp16"), Problem(16, 96, 64, "bf16")]
-    gaps = ex.coverage_gaps(problems, "sm_90", winners)
+    gaps = coverage_gaps(problems, "sm_90", winners)
     assert [(g.problem.m, g.problem.dtype, g.reason) for g in gaps] == [
         (32, "fp16", "only stale winners (triton 3.6.0, kernels k2)"), (16, "bf16", "no winner")]
-    assert len(ex.coverage_gaps(problems, "gfx942", winners)) == 3
+    assert len(coverage_gaps(problems, "gfx942", winners)) == 3
 
 
 def test_shipped_config_files_all_validate():

@@ -154,23 +154,26 @@ def test_winner_round_trips_every_field(db):
 
 def test_stale_entries_are_misses_shown_stale_and_pruned(db):
     db.upsert_winner(winner(ms=0.5, env=ENV_NEW_KERNELS))  # faster, but for other kernel sources
-    db.upsert_winner(winner(key(m=256), ms=0.5, env=ENV_OLD_TRITON))
+    db.upsert_winner(winner(key(m=256), ms=0.5, env=ENV_OLD_TRITON))  # same kernels: serves, not fresh
     db.upsert_winner(winner(ms=1.0, env=ENV_OTHER_TORCH))  # torch alone does not make it stale
     db.record_measurements(key(), ENV_NEW_KERNELS, [measurement(BIG, 0.5)])
     db.record_measurements(key(), ENV, [measurement(SMALL, 1.0)])
     assert db.get_winner(key(), ENV).env == ENV_OTHER_TORCH
-    assert db.get_winner(key(m=256), ENV) is None
+    assert db.get_winner(key(m=256), ENV) is None  # the tuner's "done" is the running triton's only
     assert not db.has_fresh_winner(key(m=256), ENV)
-    assert [(w.key.m, w.env.kernel_hash, w.stale) for w in db.winners(env=ENV)] == [
-        (128, "k1", False), (128, "k2", True), (256, "k1", True)]
+    assert db.lookup(key(m=256), ENV).env == ENV_OLD_TRITON  # what dispatch uses
+    assert [(w.key.m, w.env.kernel_hash, w.stale, w.other_triton) for w in db.winners(env=ENV)] == [
+        (128, "k1", False, False), (128, "k2", True, False), (256, "k1", False, True)]
     assert [w.stale for w in db.winners(env=ENV_NEW_KERNELS)] == [True, False, True]
-    assert len(db.winners(include_stale=False, env=ENV)) == 1
+    assert len(db.winners(include_stale=False, env=ENV)) == 2
     assert [m.config for m in db.measurements(key(), ENV)] == [SMALL]
-    assert db.prune(ENV) == 3  # two stale winners and one stale measurement
-    assert [(w.env, w.stale) for w in db.winners(env=ENV)] == [(ENV_OTHER_TORCH, False)]
+    assert db.prune(ENV) == 2  # the stale winner and the stale measurement
+    assert [(w.env, w.stale) for w in db.winners(env=ENV)] == [(ENV_OTHER_TORCH, False),
+                                                               (ENV_OLD_TRITON, False)]
     stats = db.stats(ENV)
-    counts = [stats[c] for c in ("winners", "stale_winners", "measurements", "problems")]
-    assert counts == [1, 0, 1, 1]
+    counts = [stats[c] for c in ("winners", "fresh_winners", "other_triton_winners", "stale_winners",
+                                 "measurements", "problems")]
+    assert counts == [2, 1, 1, 0, 1, 2]
     assert db.prune(ENV) == 0
 
 

@@ -25,7 +25,7 @@ BACKENDS = ["sqlite", "postgresql"]
 ENV = EnvIdentity(triton_version="3.6.0", torch_version="2.13.0", kernel_hash="k1", timing_protocol="p1")
 # Same triton and kernels, other torch: still fresh (torch does not change a Triton kernel's speed).
 ENV_OTHER_TORCH = ENV.model_copy(update={"torch_version": "2.12.0"})
-# Other kernel sources / other triton: stale.
+# Other kernel sources: stale. Other triton, same kernels: serves, after the running version's.
 ENV_NEW_KERNELS = ENV.model_copy(update={"kernel_hash": "k2"})
 ENV_OLD_TRITON = ENV.model_copy(update={"triton_version": "3.5.0"})
 

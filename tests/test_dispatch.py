@@ -37,7 +37,26 @@ def winner(problem: Problem, device: DeviceInfo, config: GemmConfig, ms: float,
 
 
 def stale_env() -> EnvIdentity:
-    return EnvIdentity.current().model_copy(update={"triton_version": "0.0.1"})
+    """Tuned for other kernel sources: never used, whatever the triton version."""
+    return EnvIdentity.current().model_copy(update={"kernel_hash": "0ld"})
+
+
+def tuned_under(triton: str) -> EnvIdentity:
+    """The running kernels, tuned under triton `triton`."""
+    return EnvIdentity.current().model_copy(update={"triton_version": triton})
+
+
+@pytest.fixture
+def running_triton(monkeypatch):
+    """running_triton("3.9.0"): the running code reports that triton version from now on."""
+    from tritonblas import identity
+
+    def run_under(version: str) -> None:
+        monkeypatch.setattr(identity, "triton_version", lambda: version)
+        dispatch.clear_cache()
+
+    yield run_under
+    dispatch.clear_cache()  # nothing read under the patched version outlives the test
 
 
 @pytest.fixture
@@ -119,11 +138,94 @@ def test_shipped_file_serves_any_device_of_its_arch_below_the_user_db(paths):
 
 
 def test_stale_shipped_file_is_a_miss(paths):
-    # Issue 3: an entry tuned under another triton version or kernel hash is not used by dispatch.
+    # Issue 3: an entry tuned for other kernel sources is not used by dispatch.
     _, shipped = paths
     ship(shipped, H100, winner(P, H100, OTHER, 0.3, env=stale_env()), env=stale_env())
     s = sel()
     assert s.source == "heuristic" and s.config != OTHER
+
+
+def store(layer: str, paths, *winners: Winner) -> None:
+    """`winners` into the user DB (layer "db") or the shipped file (layer "shipped")."""
+    url, shipped = paths
+    if layer == "db":
+        put(url, *winners)
+    else:
+        ship(shipped, H100, *winners)
+
+
+LAYERS = ["db", "shipped"]
+
+
+@pytest.mark.parametrize("layer", LAYERS)
+def test_winner_of_another_triton_version_serves_and_says_so(paths, running_triton, layer):
+    # Issue 33: a winner tuned under triton 3.6.0 serves under 3.9.0 (same kernels), saying so.
+    store(layer, paths, winner(P, H100, OTHER, 0.3, env=tuned_under("3.6.0")))
+    running_triton("3.9.0")
+    s = sel()
+    assert (s.source, s.config, s.time_ms) == (layer, OTHER, 0.3)
+    assert "under triton 3.6.0 (another version than the running 3.9.0)" in s.detail
+    running_triton("3.6.0")
+    assert "under triton 3.6.0" in sel().detail and "another version" not in sel().detail
+
+
+@pytest.mark.parametrize("layer", LAYERS)
+@pytest.mark.parametrize("running, expected", [
+    ("3.9.0", TUNED),  # its own version's row, though slower
+    ("3.6.0", OTHER),
+    ("3.8.0", OTHER),  # neither: the fastest of the others
+])
+def test_the_running_triton_versions_row_wins(paths, running_triton, layer, running, expected):
+    store(layer, paths, winner(P, H100, OTHER, 0.1, env=tuned_under("3.6.0")),
+          winner(P, H100, TUNED, 0.5, env=tuned_under("3.9.0")))
+    running_triton(running)
+    s = sel()
+    assert (s.source, s.config) == (layer, expected)
+    assert f"under triton {'3.9.0' if expected == TUNED else '3.6.0'}" in s.detail
+
+
+@pytest.mark.parametrize("layer", LAYERS)
+def test_another_versions_winner_is_rechecked_and_falls_back_on_a_compile_failure(paths, running_triton,
+                                                                                 monkeypatch, layer):
+    store(layer, paths, winner(P, H100, OTHER, 0.3, env=tuned_under("3.6.0")))
+    running_triton("3.9.0")
+    with monkeypatch.context() as m:  # infeasible here (as a new triton's limits might make it)
+        m.setattr(dispatch, "config_supports", lambda config, problem, device:
+                  "too big" if config == OTHER else None)
+        assert (sel().source, sel().config != OTHER) == ("heuristic", True)
+    dispatch.clear_cache()
+    assert sel().config == OTHER
+    with pytest.warns(RuntimeWarning, match="could not be compiled"):
+        dispatch.report_compile_failure(P, H200, OTHER, RuntimeError("out of resources"))
+    assert sel().source != layer and sel().config != OTHER
+
+
+def test_db_family_fallback_reads_the_measurements_of_the_winners_triton(paths, running_triton):
+    url, _ = paths
+    old = tuned_under("3.6.0")
+    put(url, winner(P, H200, GemmConfig.vendor(), 0.1, env=old),
+        measurements=[(ProblemKey.from_problem(P, H200), old, [Measurement(config=TUNED, status="ok",
+                                                                           median_ms=0.2)])])
+    running_triton("3.9.0")
+    assert (sel().source, sel().backend) == ("db", "torch")
+    s = sel(backend="triton")
+    assert (s.source, s.config, s.time_ms) == ("db", TUNED, 0.2)
+
+
+def test_explain_says_which_triton_tuned_a_shipped_winner(paths, running_triton, no_gpu):
+    from typer.testing import CliRunner
+
+    from tritonblas.cli import app
+
+    url, shipped = paths
+    ship(shipped, H100, winner(P, H100, OTHER, 0.3, env=tuned_under("3.6.0")))
+    TuningDB(url).close()
+    running_triton("3.9.0")
+    result = CliRunner().invoke(app, ["explain", "1024", "1024", "1024", "--arch", "sm_90", "--db", url],
+                                env={"COLUMNS": "300"})
+    assert result.exit_code == 0, result.output
+    assert "source:   shipped: configs/sm_90.json, tuned on NVIDIA H100 80GB HBM3 under triton 3.6.0 " \
+           "(another version than the running 3.9.0)" in result.output
 
 
 def test_broken_shipped_file_warns_and_is_skipped(paths):

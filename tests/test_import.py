@@ -2,6 +2,7 @@
 torch, triton, sqlalchemy or pydantic until a public name is used (measured ~1 ms on this machine)."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -78,6 +79,8 @@ print(json.dumps("sqlalchemy" in sys.modules))
 """
     env = {"PATH": "/usr/bin:/bin", "TRITON_INTERPRET": "1", "HOME": str(tmp_path),
            "XDG_CACHE_HOME": str(tmp_path / "cache"), "TRITONBLAS_DB": str(tmp_path / "absent.sqlite")}
+    if os.environ.get("PYTHONPATH"):  # the triton the suite runs on (e.g. PYTHONPATH=/work/triton39:...)
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
 
     def sqlalchemy_loaded() -> bool:
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,

@@ -1,5 +1,9 @@
-"""Config selection at call time, in layers: in-process cache -> user tuning DB (fresh winners) ->
-shipped configs/<arch>.json -> nearest tuned neighbour -> the analytical heuristic.
+"""Config selection at call time, in layers: in-process cache -> user tuning DB -> shipped
+configs/<arch>.json -> nearest tuned neighbour -> the analytical heuristic.
+
+The DB and shipped layers take winners of the running kernel sources, the running triton version's
+first, else another version's (feasibility checked here as for any config); `Selection.detail` says
+which triton tuned it.
 
 The dispatch key is a `Problem` (m, n, k, dtype, layout, bias kind). The user DB (`userdb`: found by
 tuning_db.default_url(), so $TRITONBLAS_DB) is opened on the first cache miss, once per process; a
@@ -177,13 +181,13 @@ def _shipped(arch: str) -> dict[tuple, object]:
                 from tuning_db.exchange import load_config_file
 
                 cfg = load_config_file(path)
-                fallbacks = cfg.kernel_fallbacks()
-                for w in cfg.winners():
-                    # Stale entries (another triton version or kernel hash) are a miss, as in the DB.
-                    if w.key.arch == arch and not w.stale:
-                        table.setdefault(w.key.arch_key()[1:], w)
-                        if w.key.shape_key() in fallbacks:
-                            kernels.setdefault(w.key.arch_key()[1:], fallbacks[w.key.shape_key()])
+                # One entry per problem: the running triton version's, else one of another version
+                # (same kernels); stale entries (another kernel hash) are a miss, as in the DB.
+                if cfg.header.arch == arch:
+                    for w, kernel in cfg.serving().values():
+                        table[w.key.arch_key()[1:]] = w
+                        if kernel is not None:
+                            kernels[w.key.arch_key()[1:]] = kernel
             except Exception as exc:  # a broken shipped file must not break matmul
                 log.warn(f"tritonblas: shipped config file {path} cannot be read ({exc}); it is ignored",
                          stacklevel=4)
@@ -242,9 +246,10 @@ def _from_db(problem: Problem, device: DeviceInfo, enable_streamk: bool | None,
         return None
     if _family_ok(winner.config, enable_streamk, backend) and _feasible(winner.config, problem, device):
         return Selection(winner.config, "db", winner.median_ms, True, problem, device,
-                         f"tuned on {winner.key.device_name}" + _vendor_won(winner))
-    # The winner is of another family or backend: the fastest fresh measurement of the asked-for one.
-    for m in _db_call(lambda db: db.measurements(key)) or []:
+                         f"tuned on {winner.key.device_name}{_tuned_under(winner)}" + _vendor_won(winner))
+    # The winner is of another family or backend: the fastest measurement of the asked-for one made
+    # under the winner's triton version.
+    for m in _db_call(lambda db: db.measurements(key, winner.env)) or []:
         if m.status == "ok" and _family_ok(m.config, enable_streamk, backend) and \
                 _feasible(m.config, problem, device):
             return Selection(m.config, "db", m.median_ms, True, problem, device, "fastest of its family")
@@ -253,6 +258,15 @@ def _from_db(problem: Problem, device: DeviceInfo, enable_streamk: bool | None,
 
 def _vendor_won(w) -> str:
     return ": torch.mm was the fastest candidate" if w.config.backend == "torch" else ""
+
+
+def _tuned_under(w) -> str:
+    """Which triton tuned a stored winner: one of another version than the running one serves (same
+    kernels, feasibility checked again here), and says so."""
+    from . import identity
+
+    other = f" (another version than the running {identity.triton_version()})" if w.other_triton else ""
+    return f" under triton {w.env.triton_version}{other}"
 
 
 def _from_shipped(problem: Problem, device: DeviceInfo, enable_streamk: bool | None,
@@ -269,8 +283,8 @@ def _from_shipped(problem: Problem, device: DeviceInfo, enable_streamk: bool | N
         config, ms, why = kernel.config, kernel.median_ms, ": the fastest kernel of its tuning run"
     if not _feasible(config, problem, device):
         return None
-    return Selection(config, "shipped", ms, True, problem, device,
-                     f"configs/{device.arch}.json, tuned on {entry.key.device_name}" + why)
+    where = f"configs/{device.arch}.json, tuned on {entry.key.device_name}{_tuned_under(entry)}"
+    return Selection(config, "shipped", ms, True, problem, device, where + why)
 
 
 def _from_neighbor(problem: Problem, device: DeviceInfo, enable_streamk: bool | None,

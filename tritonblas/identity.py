@@ -1,6 +1,7 @@
 """What a tuning result depends on: triton version, torch version, kernel sources, timing protocol.
 
-A stored winner whose triton version or kernel hash differs from these is stale.
+A stored winner whose kernel hash differs from these is stale; one of another triton version still
+serves, after the running version's (tuning_db.schemas.EnvIdentity.serves).
 """
 
 from __future__ import annotations

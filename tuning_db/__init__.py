@@ -2,7 +2,8 @@
 
     from tuning_db import TuningDB, ProblemKey, EnvIdentity, Measurement, Winner
     db = TuningDB()                      # $TRITONBLAS_DB, else ~/.cache/tritonblas/tuning.sqlite
-    db.upsert_winner(winner); db.get_winner(key)   # a miss (None) when stale or absent
+    db.upsert_winner(winner); db.get_winner(key)   # the running triton version's, or None
+    db.lookup(key)   # what dispatch uses: any device of the arch, any triton version of the kernels
 
 It imports nothing of tritonblas: configs are JSON objects of the type an application binds
 (`schemas.bind`; tritonblas binds its GemmConfig). Importing opens no database and reads no

@@ -7,7 +7,18 @@ depends on the day it was written could not be byte-identical across days, and t
 date says what a reader wants to know (how old the tuning is).
 
 The header's `schema_version` is the version of this file format, not of the database schema: a
-database migration does not invalidate shipped files.
+database migration does not invalidate shipped files. Version 1: every entry was tuned under the
+header's triton version. Version 2: an entry may name its own (`triton_version`, written only where it
+differs from the header's), so one file holds a problem's winners of several triton versions (a tuning
+run under a new triton adds its rows beside the old ones). Export writes version 1 whenever that holds
+it all, so older readers keep reading such files; both versions are read. The header's triton
+version is the one most entries were tuned under.
+
+Entries carry no host name unless the export asks for it (`with_host`): a team's shipped file would
+publish its machines' names.
+
+A file serves the running code when its kernel hash is the running one; an entry of another triton
+version then serves too (`Winner.other_triton`), after the running version's entry for the problem.
 
 Import validates the whole file (strict pydantic, no unknown fields, feasible configs by the bound
 application's predicate, `schemas.bind(supports=...)`, bounded sizes) before it writes anything, then
@@ -17,10 +28,10 @@ its dispatch reads them through `load_config_file` as a read-only layer under th
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import secrets
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date as Date
@@ -30,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from .coverage import other_triton_counts
 from .schemas import (
     Arch,
     DeviceName,
@@ -48,13 +60,16 @@ from .schemas import (
     binding,
     holds_config,
     utc,
+    version_key,
 )
 from .textfile import read_bounded_text
 
 if TYPE_CHECKING:  # reading a config file (dispatch's shipped layer) loads no SQLAlchemy
     from .store import ImportPolicy, TuningDB
 
-FILE_SCHEMA_VERSION = 1
+FILE_SCHEMA_VERSION = 2  # the newest format, read and written (see the module docstring)
+READ_VERSIONS = (1, 2)
+ONE_TRITON_VERSION = 1  # the format export writes when every entry is of the header's triton version
 MAX_FILE_BYTES = 64 * 2**20
 MAX_ENTRIES = 100_000
 _ENTRY_KEY = tuple(GemmShape.model_fields)
@@ -78,9 +93,9 @@ class FileHeader(BaseModel):
 
     @model_validator(mode="after")
     def _known(self) -> FileHeader:
-        if self.schema_version != FILE_SCHEMA_VERSION:
+        if self.schema_version not in READ_VERSIONS:
             raise ValueError(f"schema_version {self.schema_version} is not supported (this version "
-                             f"reads version {FILE_SCHEMA_VERSION})")
+                             f"reads versions {', '.join(map(str, READ_VERSIONS))})")
         binding().check_arch(self.arch)  # an unknown arch is refused with the list of known ones
         return self
 
@@ -104,16 +119,18 @@ class FileEntry(GemmShape):
     median_ms: Millis
     torch_ms: Millis | None
     speedup: Speedup | None
-    host: Host
+    host: Host = ""  # only when the export asked for it (files before that always have one)
     created_at: datetime
     torch_version: Label
     timing_protocol: Label
     kernel: KernelFallback | None = None  # only on a torch.mm winner (files before it have none)
+    triton_version: Label | None = None  # format 2: the triton that tuned it, where not the header's
 
 
 @holds_config
 class ConfigFile(BaseModel):
-    """A validated config file: one arch, one device, one triton version and kernel hash."""
+    """A validated config file: one arch, one device, one kernel hash; entries of one triton version
+    (format 1) or several (format 2: at most one entry per problem and triton version)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
@@ -128,13 +145,16 @@ class ConfigFile(BaseModel):
         seen: dict[tuple, int] = {}
         for i, e in enumerate(self.entries):
             where = f"entries[{i}] ({e.m}x{e.n}x{e.k} {e.a_dtype} {e.layout} bias={e.bias})"
-            if e.shape_key() in seen:
-                raise ValueError(f"{where}: same problem as entries[{seen[e.shape_key()]}]")
-            seen[e.shape_key()] = i
+            if e.triton_version is not None and h.schema_version < 2:
+                raise ValueError(f"{where}: field 'triton_version' needs schema_version 2 (the header says "
+                                 f"{h.schema_version})")
+            problem = (e.shape_key(), self.triton_of(e))
+            if problem in seen:
+                raise ValueError(f"{where}: same problem and triton version as entries[{seen[problem]}]")
+            seen[problem] = i
             if e.a_dtype != e.b_dtype:
                 raise ValueError(f"{where}: mixed operand dtypes {e.a_dtype}/{e.b_dtype} are not supported")
-            key = ProblemKey(**{f: getattr(e, f) for f in _ENTRY_KEY}, arch=h.arch,
-                             device_name=h.device_name, sm_count=h.sm_count)
+            key = self.key_of(e)
             reason = bound.supports(e.config, key)
             if reason is not None:
                 raise ValueError(f"{where}: config {e.config.short()} is infeasible on "
@@ -149,40 +169,55 @@ class ConfigFile(BaseModel):
                                      f"{self.header.arch}: {reason}")
         return self
 
+    def triton_of(self, entry: FileEntry) -> str:
+        """The triton version that tuned `entry`: its own (format 2), else the header's."""
+        return entry.triton_version or self.header.triton_version
+
+    def key_of(self, entry: FileEntry) -> ProblemKey:
+        h = self.header
+        return ProblemKey(**{f: getattr(entry, f) for f in _ENTRY_KEY}, arch=h.arch,
+                          device_name=h.device_name, sm_count=h.sm_count)
+
     def env_for(self, entry: FileEntry) -> EnvIdentity:
-        return EnvIdentity(triton_version=self.header.triton_version, torch_version=entry.torch_version,
+        return EnvIdentity(triton_version=self.triton_of(entry), torch_version=entry.torch_version,
                            kernel_hash=self.header.kernel_hash, timing_protocol=entry.timing_protocol)
 
-    def is_fresh(self, env: EnvIdentity | None = None) -> bool:
-        running = env or EnvIdentity.current()
-        return (self.header.triton_version == running.triton_version
-                and self.header.kernel_hash == running.kernel_hash)
+    def is_stale(self, env: EnvIdentity | None = None) -> bool:
+        """Tuned for other kernel sources than `env`'s (default: running): no entry serves."""
+        return self.header.kernel_hash != (env or EnvIdentity.current()).kernel_hash
+
+    def _winner(self, e: FileEntry, running: EnvIdentity) -> Winner:
+        env = self.env_for(e)
+        return Winner(key=self.key_of(e), config=e.config, median_ms=e.median_ms, torch_ms=e.torch_ms,
+                      speedup=e.speedup, source="imported", host=e.host, created_at=e.created_at, env=env,
+                      **Winner.state_for(env, running))
 
     def winners(self, env: EnvIdentity | None = None) -> list[Winner]:
-        """The entries as Winners (source "imported"), `stale` set against `env` (default: running)."""
+        """The entries as Winners (source "imported"), `stale` and `other_triton` set against `env`
+        (default: running)."""
         running = env or EnvIdentity.current()
-        h = self.header
-        return [Winner(key=ProblemKey(**{f: getattr(e, f) for f in _ENTRY_KEY}, arch=h.arch,
-                                      device_name=h.device_name, sm_count=h.sm_count),
-                       config=e.config, median_ms=e.median_ms, torch_ms=e.torch_ms, speedup=e.speedup,
-                       source="imported", host=e.host, created_at=e.created_at, env=self.env_for(e),
-                       stale=not self.is_fresh(running))
-                for e in self.entries]
+        return [self._winner(e, running) for e in self.entries]
 
-    def kernel_fallbacks(self) -> dict[tuple, KernelFallback]:
-        """By GemmShape.shape_key(): the fastest kernel of each problem whose winner is torch.mm."""
-        return {e.shape_key(): e.kernel for e in self.entries if e.kernel is not None}
-
-    @functools.cached_property
-    def _index(self) -> dict[tuple, FileEntry]:
-        return {e.shape_key(): e for e in self.entries}
+    def serving(self, env: EnvIdentity | None = None) -> dict[tuple, tuple[Winner, KernelFallback | None]]:
+        """By GemmShape.shape_key(): the entry that serves each problem for `env` (default: running),
+        as a Winner, with its kernel fallback (on a torch.mm winner: the fastest kernel of the same
+        tuning run). The running triton version's entry first, else the fastest of another version;
+        nothing when the file is stale."""
+        running = env or EnvIdentity.current()
+        if self.is_stale(running):
+            return {}
+        found = sorted(((self._winner(e, running), e.kernel) for e in self.entries),
+                       key=lambda pair: (pair[0].other_triton, pair[0].median_ms))  # stable: file order
+        best: dict[tuple, tuple[Winner, KernelFallback | None]] = {}
+        for w, kernel in found:
+            best.setdefault(w.key.shape_key(), (w, kernel))
+        return best
 
     def lookup(self, key: ProblemKey, env: EnvIdentity | None = None) -> Any:
-        """The file's config for `key` on any device of the file's arch; None if absent or stale."""
-        if key.arch != self.header.arch or not self.is_fresh(env):
-            return None
-        entry = self._index.get(key.shape_key())
-        return entry.config if entry is not None else None
+        """The config that serves `key` (see `serving`) on any device of the file's arch; None if
+        absent or stale."""
+        found = self.serving(env).get(key.shape_key()) if key.arch == self.header.arch else None
+        return found[0].config if found is not None else None
 
 
 def _reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -231,23 +266,33 @@ def _time_text(dt: datetime) -> str:
     return utc(dt).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _entry_json(w: Winner, kernel: Measurement | None = None) -> dict[str, Any]:
+def _entry_json(w: Winner, kernel: Measurement | None, header_triton: str, with_host: bool) -> dict[str, Any]:
     entry = {**{f: getattr(w.key, f) for f in _ENTRY_KEY}, "config": w.config.model_dump(mode="json"),
-             "median_ms": w.median_ms, "torch_ms": w.torch_ms, "speedup": w.speedup, "host": w.host,
+             "median_ms": w.median_ms, "torch_ms": w.torch_ms, "speedup": w.speedup,
              "created_at": _time_text(w.created_at), "torch_version": w.env.torch_version,
              "timing_protocol": w.env.timing_protocol}
+    if with_host and w.host:
+        entry["host"] = w.host
+    if w.env.triton_version != header_triton:
+        entry["triton_version"] = w.env.triton_version
     if kernel is not None:
         entry["kernel"] = {"config": kernel.config.model_dump(mode="json"), "median_ms": kernel.median_ms}
     return entry
 
 
-def _fastest_kernel(db: TuningDB, w: Winner, env: EnvIdentity) -> Measurement | None:
-    """For a torch.mm winner, the fastest kernel measured for its problem (fresh for `env`)."""
+def _fastest_kernel(db: TuningDB, w: Winner) -> Measurement | None:
+    """For a torch.mm winner, the fastest kernel measured for its problem under its triton version."""
     is_vendor = binding().is_vendor
     if not is_vendor(w.config):
         return None
-    return next((m for m in db.measurements(w.key, env) if m.status == "ok" and not is_vendor(m.config)),
+    return next((m for m in db.measurements(w.key, w.env) if m.status == "ok" and not is_vendor(m.config)),
                 None)
+
+
+def _main_triton(winners: list[Winner]) -> str:
+    """The header's triton version: the one most winners were tuned under (ties: the newest)."""
+    counts = Counter(w.env.triton_version for w in winners)
+    return max(counts, key=lambda v: (counts[v], version_key(v)))
 
 
 def render(header: dict[str, Any], entries: list[dict[str, Any]]) -> str:
@@ -259,25 +304,28 @@ def render(header: dict[str, Any], entries: list[dict[str, Any]]) -> str:
 
 
 def _pick(winners: Iterable[Winner], arch: str, device_name: str | None) -> list[Winner]:
-    """One winner per problem: several fresh environments (e.g. two torch versions) -> the fastest."""
+    """One winner per problem and triton version: several environments of it (e.g. two torch
+    versions) -> the fastest. Sorted by problem, then triton version."""
     chosen = [w for w in winners if device_name is None or w.key.device_name == device_name]
     devices = sorted({(w.key.device_name, w.key.sm_count) for w in chosen})
     if not chosen:
         what = f"arch {arch}" + (f", device {device_name!r}" if device_name else "")
-        raise ValueError(f"arch: no fresh winners for {what} in the database; nothing to export")
+        raise ValueError(f"arch: no winners of the running kernels for {what} in the database; "
+                         "nothing to export")
     if len(devices) > 1:
         names = "; ".join(f"{n!r} ({s} SMs)" for n, s in devices)
         raise ValueError(f"device: arch {arch} has winners from several devices ({names}); "
                          "export one device per file with --device")
     best: dict[tuple, Winner] = {}
     for w in sorted(chosen, key=lambda w: (w.median_ms, -w.created_at.timestamp(), w.env.torch_version)):
-        best.setdefault(w.key.arch_key(), w)
-    return [best[k] for k in sorted(best)]
+        best.setdefault((w.key.arch_key(), w.env.triton_version), w)
+    return [best[k] for k in sorted(best, key=lambda k: (k[0], version_key(k[1])))]
 
 
 def export_file(db: TuningDB, path: str | Path, arch: str, *, device_name: str | None = None,
-                env: EnvIdentity | None = None) -> ConfigFile:
-    """Write the fresh winners of `arch` (one device) to `path`; returns the file as validated."""
+                env: EnvIdentity | None = None, with_host: bool = False) -> ConfigFile:
+    """Write the winners of `arch` (one device) for the running kernels to `path`, one per problem and
+    triton version; returns the file as validated. Host names are written only `with_host`."""
     from .engine import refuse_database_file
 
     refuse_database_file(Path(path), db.url, "config file to write")
@@ -285,10 +333,13 @@ def export_file(db: TuningDB, path: str | Path, arch: str, *, device_name: str |
     binding().check_arch(arch)
     picked = _pick(db.winners(arch, include_stale=False, env=running), arch, device_name)
     newest = max(utc(w.created_at) for w in picked)
-    header = {"schema_version": FILE_SCHEMA_VERSION, "arch": arch, "device_name": picked[0].key.device_name,
-              "sm_count": picked[0].key.sm_count, "triton_version": running.triton_version,
+    triton = _main_triton(picked)
+    entries = [_entry_json(w, _fastest_kernel(db, w), triton, with_host) for w in picked]
+    version = FILE_SCHEMA_VERSION if any("triton_version" in e for e in entries) else ONE_TRITON_VERSION
+    header = {"schema_version": version, "arch": arch, "device_name": picked[0].key.device_name,
+              "sm_count": picked[0].key.sm_count, "triton_version": triton,
               "kernel_hash": running.kernel_hash, "date": newest.date().isoformat(), "count": len(picked)}
-    text = render(header, [_entry_json(w, _fastest_kernel(db, w, running)) for w in picked])
+    text = render(header, entries)
     validated = ConfigFile.model_validate_json(text)  # never write a file import would refuse
     _write_atomic(Path(path), text)
     return validated
@@ -318,7 +369,8 @@ class ImportReport:
     entries: int
     written: int
     kept: int
-    stale: bool  # the file's triton version or kernel hash differs from the running code
+    stale: bool  # the file's kernel hash differs from the running code's: no entry serves
+    other_triton: dict[str, int]  # entries that serve though tuned under another triton, by version
 
 
 def import_file(db: TuningDB, path: str | Path, policy: ImportPolicy = "faster",
@@ -335,35 +387,11 @@ def import_config(db: TuningDB, cfg: ConfigFile, path: Path, policy: ImportPolic
     """Import an already validated file in one transaction; then each torch winner's kernel fallback as
     a measurement of its problem (what dispatch's DB layer reads for backend="triton", and export writes
     back)."""
-    counts = db.import_winners(cfg.winners(env), policy)
+    winners = cfg.winners(env)
+    counts = db.import_winners(winners, policy)
     for e in cfg.entries:
         if e.kernel is not None:
-            key = ProblemKey(**{f: getattr(e, f) for f in _ENTRY_KEY}, arch=cfg.header.arch,
-                             device_name=cfg.header.device_name, sm_count=cfg.header.sm_count)
-            db.record_measurements(key, cfg.env_for(e), [Measurement(config=e.kernel.config, status="ok",
-                                                                     median_ms=e.kernel.median_ms)])
-    return ImportReport(path, len(cfg.entries), counts["written"], counts["kept"], not cfg.is_fresh(env))
-
-
-@dataclass(frozen=True)
-class Gap:
-    problem: Any  # as given to coverage_gaps
-    reason: str
-
-
-def coverage_gaps(problems: Iterable[Any], arch: str, winners: Iterable[Winner]) -> list[Gap]:
-    """Problems (GemmShapes, or anything GemmShape.from_problem takes) with no fresh winner on `arch`
-    (any device): the CI gate for shipped configs."""
-    by_key: dict[tuple, list[Winner]] = {}
-    for w in winners:
-        by_key.setdefault(w.key.arch_key(), []).append(w)
-    gaps = []
-    for p in problems:
-        shape = p if isinstance(p, GemmShape) else GemmShape.from_problem(p)
-        found = by_key.get((arch, *shape.shape_key()), [])
-        if not found:
-            gaps.append(Gap(p, "no winner"))
-        elif all(w.stale for w in found):
-            envs = sorted({f"triton {w.env.triton_version}, kernels {w.env.kernel_hash}" for w in found})
-            gaps.append(Gap(p, f"only stale winners ({'; '.join(envs)})"))
-    return gaps
+            db.record_measurements(cfg.key_of(e), cfg.env_for(e), [Measurement(
+                config=e.kernel.config, status="ok", median_ms=e.kernel.median_ms)])
+    return ImportReport(path, len(cfg.entries), counts["written"], counts["kept"], cfg.is_stale(env),
+                        other_triton_counts(winners))

@@ -97,6 +97,11 @@ def fresh_clause(running: EnvIdentity) -> ColumnElement[bool]:
                 EnvRow.kernel_hash == running.kernel_hash)
 
 
+def serving_clause(running: EnvIdentity) -> ColumnElement[bool]:
+    """Rows that serve the running code (EnvIdentity.serves): its kernel sources, any triton version."""
+    return EnvRow.kernel_hash == running.kernel_hash
+
+
 def key_of(prow: ProblemRow) -> ProblemKey:
     return ProblemKey(**{c: getattr(prow, c) for c in KEY_COLUMNS})
 
@@ -110,7 +115,7 @@ def winner_of(wrow: WinnerRow, prow: ProblemRow, erow: EnvRow, running: EnvIdent
         env = env_of(erow)
         return Winner(key=key_of(prow), config=config_from_json(wrow.config_json), median_ms=wrow.median_ms,
                       torch_ms=wrow.torch_ms, speedup=wrow.speedup, source=wrow.source, host=wrow.host,
-                      created_at=wrow.created_at, env=env, stale=not env.is_fresh_for(running))
+                      created_at=wrow.created_at, env=env, **Winner.state_for(env, running))
     except ValidationError as e:
         raise TuningDBError(f"{where}: winners row {wrow.id} does not validate: "
                             f"{e.errors()[0]['msg']}") from None

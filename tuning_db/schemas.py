@@ -12,6 +12,7 @@ running environment is needed. tritonblas binds when `tritonblas.config` is impo
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -171,7 +172,8 @@ class ProblemKey(GemmShape):
 
 
 class EnvIdentity(BaseModel):
-    """What a measurement depends on besides the problem. Triton or kernel changes make it stale."""
+    """What a measurement depends on besides the problem. A kernel change makes it stale; a result of
+    another triton version (same kernels) still serves, after any of the running version's."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -192,6 +194,11 @@ class EnvIdentity(BaseModel):
         """Fresh: same triton and same kernels. A torch upgrade alone does not change a kernel's speed."""
         return (self.triton_version == running.triton_version
                 and self.kernel_hash == running.kernel_hash)
+
+    def serves(self, running: EnvIdentity) -> bool:
+        """Same kernel sources: the config runs the same code, so it serves under any triton version
+        (feasibility is checked again where it is used); only another kernel hash makes it stale."""
+        return self.kernel_hash == running.kernel_hash
 
 
 @holds_config
@@ -216,6 +223,12 @@ class Measurement(BaseModel):
         return self
 
 
+def version_key(version: str) -> tuple:
+    """Sorts version labels numerically part by part ("3.10.0" after "3.9.0"); non-numeric parts
+    sort before numbers, by text, so any two labels compare."""
+    return tuple((1, int(p), "") if p.isdigit() else (0, 0, p) for p in re.split(r"[.+\-]", version))
+
+
 def utc(dt: datetime) -> datetime:
     """Aware UTC; a naive datetime is taken to be UTC already (that is how the database stores it)."""
     return dt.replace(tzinfo=timezone.utc) if dt.tzinfo is None else dt.astimezone(timezone.utc)
@@ -236,7 +249,16 @@ class Winner(BaseModel):
     host: Host = ""
     created_at: datetime
     env: EnvIdentity
-    stale: bool = False
+    stale: bool = False  # tuned for other kernel sources: never used
+    # Tuned under another triton version than the running one (same kernels): it serves, after any
+    # winner of the running version for the same problem.
+    other_triton: bool = False
+
+    @classmethod
+    def state_for(cls, env: EnvIdentity, running: EnvIdentity) -> dict[str, bool]:
+        """The `stale` and `other_triton` fields of a winner of `env` read by `running` code."""
+        serves = env.serves(running)
+        return {"stale": not serves, "other_triton": serves and env.triton_version != running.triton_version}
 
     @field_validator("created_at")
     @classmethod

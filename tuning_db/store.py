@@ -150,16 +150,20 @@ class TuningDB:
         return rows.winner_of(*found[0], running, self.where) if found else None
 
     def lookup(self, key: ProblemKey, env: EnvIdentity | None = None) -> Winner | None:
-        """Like get_winner, but any device of the key's arch serves when this device has no winner:
-        a config tuned on one sm_90 part runs well on another. The exact device is preferred."""
+        """What dispatch uses for `key`: like get_winner, but any device of the key's arch serves when
+        this device has no winner (a config tuned on one sm_90 part runs well on another), and so does
+        a winner of another triton version for the same kernels (`Winner.other_triton`). A winner of
+        the running triton version comes first, then the exact device, then the fastest."""
         running = env or EnvIdentity.current()
         arch_cols = ("arch", "m", "n", "k", "a_dtype", "b_dtype", "out_dtype", "layout", "bias")
         values = key.model_dump()
+        same_triton = case((EnvRow.triton_version == running.triton_version, 0), else_=1)
         same_device = case(((ProblemRow.device_name == key.device_name)
                             & (ProblemRow.sm_count == key.sm_count), 0), else_=1)
         found = self._read(lambda conn: self._winner_rows(
-            conn, *[getattr(ProblemRow, c) == values[c] for c in arch_cols], rows.fresh_clause(running),
-            order=(same_device, WinnerRow.median_ms, ProblemRow.device_name, WinnerRow.created_at.desc())))
+            conn, *[getattr(ProblemRow, c) == values[c] for c in arch_cols], rows.serving_clause(running),
+            order=(same_triton, same_device, WinnerRow.median_ms, ProblemRow.device_name,
+                   EnvRow.triton_version, WinnerRow.created_at.desc())))
         return rows.winner_of(*found[0], running, self.where) if found else None
 
     def has_fresh_winner(self, key: ProblemKey, env: EnvIdentity | None = None) -> bool:
@@ -167,11 +171,13 @@ class TuningDB:
 
     def winners(self, arch: str | None = None, include_stale: bool = True,
                 env: EnvIdentity | None = None) -> list[Winner]:
-        """Winners sorted by key, then environment; `stale` is set against `env` (default: running)."""
+        """Winners sorted by key, then environment; `stale` and `other_triton` are set against `env`
+        (default: running). include_stale=False leaves out the stale ones (other kernel sources) only:
+        winners of another triton version serve, and stay."""
         running = env or EnvIdentity.current()
         where = [] if arch is None else [ProblemRow.arch == arch]
         if not include_stale:
-            where.append(rows.fresh_clause(running))
+            where.append(rows.serving_clause(running))
         order = (ProblemRow.arch, ProblemRow.m, ProblemRow.n, ProblemRow.k, ProblemRow.a_dtype,
                  ProblemRow.b_dtype, ProblemRow.out_dtype, ProblemRow.layout, ProblemRow.bias,
                  ProblemRow.device_name, ProblemRow.sm_count, EnvRow.triton_version, EnvRow.torch_version,
@@ -193,10 +199,11 @@ class TuningDB:
         return [rows.measurement_of(r, self.where) for r in found]
 
     def prune(self, env: EnvIdentity | None = None) -> int:
-        """Delete winners and measurements of stale environments (and what then refers to nothing);
-        returns how many winners and measurements were removed."""
+        """Delete winners and measurements of stale environments (other kernel sources), and what then
+        refers to nothing; returns how many winners and measurements were removed. Rows of another
+        triton version with the same kernels serve, and are kept."""
         running = env or EnvIdentity.current()
-        stale_envs = select(EnvRow.id).where(~rows.fresh_clause(running))
+        stale_envs = select(EnvRow.id).where(~rows.serving_clause(running))
 
         def work(conn: Connection) -> int:
             removed = conn.execute(delete(WinnerRow).where(WinnerRow.env_id.in_(stale_envs))).rowcount
@@ -215,9 +222,12 @@ class TuningDB:
         def count(conn: Connection, model: type, *where: Any) -> int:
             return conn.execute(select(func.count()).select_from(model).where(*where)).scalar_one()
 
+        def winners_of(clause: Any) -> Any:
+            return WinnerRow.env_id.in_(select(EnvRow.id).where(clause))
+
         def work(conn: Connection) -> dict[str, Any]:
-            fresh = count(conn, WinnerRow, WinnerRow.env_id.in_(
-                select(EnvRow.id).where(rows.fresh_clause(running))))
+            fresh = count(conn, WinnerRow, winners_of(rows.fresh_clause(running)))
+            serving = count(conn, WinnerRow, winners_of(rows.serving_clause(running)))
             total = count(conn, WinnerRow)
             by_status = conn.execute(select(MeasurementRow.status, func.count())
                                      .group_by(MeasurementRow.status).order_by(MeasurementRow.status))
@@ -228,6 +238,7 @@ class TuningDB:
                     "problems": count(conn, ProblemRow), "environments": count(conn, EnvRow),
                     "measurements": count(conn, MeasurementRow), "measurements_by_status": dict(
                         by_status.all()), "winners": total, "fresh_winners": fresh,
-                    "stale_winners": total - fresh, "winners_by_arch": dict(by_arch.all())}
+                    "other_triton_winners": serving - fresh, "stale_winners": total - serving,
+                    "winners_by_arch": dict(by_arch.all())}
 
         return self._read(work)

@@ -79,8 +79,13 @@ def export_cmd(output: Path = typer.Option(..., "-o", "--output", help="File to 
                arch: str = typer.Option(None, "--arch", help="Arch to export (default: the DB's only one)."),
                device_name: str = typer.Option(None, "--device-name", help="Device name as stored (e.g. "
                                                "'NVIDIA H200'), when the arch has winners of several."),
+               with_host: bool = typer.Option(False, "--with-host", help="Write the name of the host that "
+                                              "tuned each winner (default: none, so a shipped file does not "
+                                              "publish the tuning machines' names)."),
                db_url: str = DbOption) -> None:
-    """Write the fresh winners of one arch to a deterministic JSON file (what ships in configs/).
+    """Write the winners of one arch for the running kernels to a deterministic JSON file (what ships
+    in configs/): one per problem and triton version, so rows tuned under another triton version ship
+    beside the running version's.
 
     Exporting the same data again gives a byte-identical file. The file is written whole or not at all.
 
@@ -88,15 +93,19 @@ def export_cmd(output: Path = typer.Option(..., "-o", "--output", help="File to 
 
     ```
     tritonblas db export --db tune.sqlite --arch sm_90 -o configs/sm_90.json
-    tritonblas db export --arch sm_90 --device-name "NVIDIA H200" -o h200.json
+    tritonblas db export --arch sm_90 --device-name "NVIDIA H200" --with-host -o h200.json
     ```
     """
     from tuning_db.exchange import export_file
+    from tuning_db.schemas import version_key
 
     check_output(output, "-o")
     with open_db(db_url) as db:
-        cfg = guard(export_file, db, output, _single_arch(db, arch), device_name=device_name)
-    say(f"wrote {cfg.header.count} winners for {cfg.header.arch} ({cfg.header.device_name}) to {output}")
+        cfg = guard(export_file, db, output, _single_arch(db, arch), device_name=device_name,
+                    with_host=with_host)
+    versions = sorted({cfg.triton_of(e) for e in cfg.entries}, key=version_key)
+    say(f"wrote {cfg.header.count} winners for {cfg.header.arch} ({cfg.header.device_name}; triton "
+        f"{', '.join(versions)}) to {output}")
 
 
 @command(app, "import")
@@ -115,15 +124,18 @@ def import_cmd(file: Path = typer.Option(..., "--file", help=FILE_HELP),
     tritonblas db import --file colleague.json --db team.sqlite --policy file
     ```
     """
+    from tuning_db.coverage import describe_other_triton
     from tuning_db.exchange import import_config, load_config_file
 
     cfg = guard(load_config_file, file)  # before the database is opened, let alone created
     with open_db(db_url, create=True) as db:
         report = guard(import_config, db, cfg, file, policy.value)
-    note = (" (stale: another triton version or kernel hash; dispatch will not use them)"
-            if report.stale else "")
+    note = " (stale: another kernel hash; dispatch will not use them)" if report.stale else ""
     say(f"imported {report.written} of {report.entries} entries from {file}; "
         f"{report.kept} kept as they were{note}")
+    other = describe_other_triton(report.other_triton, _running_triton())
+    if other:
+        say(f"{other}: they serve until a tuning run under the running version replaces them")
 
 
 def _winner_table(winners, title: str) -> Table:
@@ -133,16 +145,30 @@ def _winner_table(winners, title: str) -> Table:
     for w in winners:
         table.add_row(w.key.describe(), w.key.device_name, w.config.short(), f"{w.median_ms:.4f}",
                       num(w.speedup, ".2f", "x"), w.source, w.host, w.created_at.strftime("%Y-%m-%d %H:%M"),
-                      "stale" if w.stale else "fresh")
+                      _state(w))
     return table
+
+
+def _state(w) -> str:
+    """stale (other kernels: never used), triton X (another triton version's: serves), or fresh."""
+    return "stale" if w.stale else f"triton {w.env.triton_version}" if w.other_triton else "fresh"
+
+
+def _running_triton() -> str:
+    from tuning_db import EnvIdentity
+
+    return EnvIdentity.current().triton_version
 
 
 @command(app, "list")
 def list_cmd(arch: str = typer.Option(None, "--arch", help="Only this arch."),
-             stale: bool = typer.Option(False, "--stale", help="Only stale winners."),
-             fresh: bool = typer.Option(False, "--fresh", help="Only fresh winners."),
+             stale: bool = typer.Option(False, "--stale", help="Only stale winners (other kernel sources)."),
+             fresh: bool = typer.Option(False, "--fresh", help="Only winners that serve (the running "
+                                        "kernels, any triton version)."),
              db_url: str = DbOption) -> None:
-    """List stored winners, marking stale ones (another triton version or kernel hash).
+    """List stored winners. The state column says `fresh` (the running code's), `triton X` (tuned
+    under another triton version for the running kernels: serves after the running version's) or
+    `stale` (other kernel sources: never used).
 
     **Examples**
 
@@ -199,7 +225,8 @@ def show_cmd(m: str = SizeM, n: str = SizeN, k: str = SizeK, dtype: str = DtypeO
 
 @command(app, "stats")
 def stats_cmd(db_url: str = DbOption) -> None:
-    """Counts of problems, environments, measurements (by status) and winners (fresh/stale, by arch).
+    """Counts of problems, environments, measurements (by status) and winners (fresh, of another
+    triton version, stale; by arch).
 
     `db_schema_version` is the version of the database's tables (upgraded in place when a newer
     tritonblas opens it); config files written by `db export` carry their own format version in their
@@ -212,11 +239,12 @@ def stats_cmd(db_url: str = DbOption) -> None:
     tritonblas db stats --db postgresql://tuner@db.example.com/tritonblas
     ```
     """
-    from tuning_db.exchange import FILE_SCHEMA_VERSION
+    from tuning_db.exchange import FILE_SCHEMA_VERSION, ONE_TRITON_VERSION
 
     with open_db(db_url) as db:
         stats = guard(db.stats)
-    stats["config_file_version"] = f"{FILE_SCHEMA_VERSION} (the header schema_version of db export's files)"
+    stats["config_file_version"] = (f"{FILE_SCHEMA_VERSION} (the header schema_version of db export's files; "
+                                    f"{ONE_TRITON_VERSION} where every entry is of one triton version)")
     for name, value in stats.items():
         if isinstance(value, dict):
             value = ", ".join(f"{k}={v}" for k, v in value.items()) or "-"
@@ -226,7 +254,8 @@ def stats_cmd(db_url: str = DbOption) -> None:
 @command(app, "prune")
 def prune_cmd(dry_run: bool = typer.Option(False, "--dry-run", help="Only count what would go."),
               db_url: str = DbOption) -> None:
-    """Delete stale winners and measurements (another triton version or kernel hash).
+    """Delete stale winners and measurements (other kernel sources). Rows of another triton version
+    for the running kernels serve, and are kept.
 
     **Examples**
 
@@ -252,20 +281,26 @@ def check_cmd(shapes: list[Path] = typer.Option(..., "--shapes", help="shapes.ya
                                         + FILE_HELP),
               arch: str = typer.Option(None, "--arch", help="Arch to check (default: the DB's only one)."),
               dtypes: str = typer.Option(None, "--dtypes", help=DTYPES_HELP),
+              strict: bool = typer.Option(False, "--strict", help="Count only winners tuned under the "
+                                          "running triton version (default: any version, same kernels)."),
               db_url: str = DbOption) -> None:
-    """Exit 1 listing every problem of --shapes without a fresh winner: the CI gate for shipped configs.
+    """Exit 1 listing every problem of --shapes without a winner that serves: the CI gate for shipped
+    configs.
 
-    With --file, the file is checked against its own arch and the running code's kernel hash and triton
-    version (no GPU needed). A winner from any device of the arch counts.
+    With --file, the file is checked against its own arch and the running code's kernel hash (no GPU
+    needed). A winner from any device of the arch counts, and so does one tuned under another triton
+    version for the same kernels (dispatch uses it; the output counts them); --strict asks for the
+    running triton version's. A winner of other kernel sources is stale and never counts.
 
     **Examples**
 
     ```
     tritonblas db check --shapes scripts/shapes.yaml --file configs/sm_90.json
-    tritonblas db check --shapes shapes.yaml --db tune.sqlite --arch sm_90
+    tritonblas db check --shapes shapes.yaml --db tune.sqlite --arch sm_90 --strict
     ```
     """
-    from tuning_db.exchange import coverage_gaps, load_config_file
+    from tuning_db.coverage import coverage_gaps, describe_other_triton, other_triton_counts
+    from tuning_db.exchange import load_config_file
 
     if file is not None and db_url is not None:
         fail("error: give --db or --file, not both")
@@ -279,9 +314,16 @@ def check_cmd(shapes: list[Path] = typer.Option(..., "--shapes", help="shapes.ya
         with open_db(db_url) as db:
             arch = _single_arch(db, arch)
             winners, source = guard(db.winners, arch), db.where
-    gaps = coverage_gaps(problems, arch, winners)
+    winners = [w for w in winners if w.key.arch == arch]
+    other = describe_other_triton(other_triton_counts(winners), _running_triton())
+    if other:  # counted whether or not the check passes
+        say(f"{sum(not w.stale for w in winners)} winners, {other}: they serve; --strict does not count them")
+    gaps = coverage_gaps(problems, arch, winners, strict)
+    # "fresh": of the running triton version; "winner" where some problems rely on another version's.
+    borrows = not strict and len(coverage_gaps(problems, arch, winners, True)) > len(gaps)
+    kind = "winner" if borrows else "fresh winner"
     if gaps:
         for g in gaps:
             say(f"missing: {g.problem.short()} on {arch}: {g.reason}")
-        fail(f"{len(gaps)} of {len(problems)} problems have no fresh winner in {source}", code=1)
-    say(f"all {len(problems)} problems have a fresh winner for {arch} in {source}")
+        fail(f"{len(gaps)} of {len(problems)} problems have no {kind} in {source}", code=1)
+    say(f"all {len(problems)} problems have a {kind} for {arch} in {source}")
