@@ -273,8 +273,8 @@ class _Pool:
                 proc.start()
 
     def interrupt(self, on_event: Callable[[Event], None], grace_s: float) -> None:
-        """Ctrl-C: every worker stops at its next candidate; what they finish until then, for at most
-        grace_s (less on a second Ctrl-C), is collected. stop() ends any still running."""
+        """Ctrl-C: every worker stops at its next candidate; what they finish meanwhile (grace_s at most,
+        or until Ctrl-C again) is collected."""
         self.stop_event.set()
         deadline = time.monotonic() + grace_s
         with contextlib.suppress(KeyboardInterrupt):
@@ -331,8 +331,9 @@ class _Pool:
     def stop(self, grace_s: float) -> None:
         """Let finished workers close their DB connections, then end any still running."""
         deadline = time.monotonic() + grace_s
-        for proc in self.procs.values():
-            proc.join(timeout=max(0.0, deadline - time.monotonic()))
+        with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C again: no more waiting
+            for proc in self.procs.values():
+                proc.join(timeout=max(0.0, deadline - time.monotonic()))
         for proc in self.procs.values():
             if proc.is_alive():
                 proc.terminate()
@@ -362,9 +363,8 @@ def run_tuning(problems: list[Problem], devices: list[int], db_url: str | None, 
 
     One device runs in this process; several get one spawned worker each. `options` go to
     tuner.tune_problem (budget_s, force, bench, ...); with several devices they must pickle.
-    Ctrl-C raises Interrupted with the rows finished so far (tuning.interrupt: a Ctrl-C at any point of
-    the run, the read-back included). Every winner is read back before the rows are returned: one the
-    database does not hold fails its row (`verify_rows`).
+    Ctrl-C, at any point of the run, raises Interrupted with the rows finished so far. Every winner is
+    read back before the rows are returned: one the database does not hold fails its row.
     """
     with interrupt.deferred():
         if len(devices) == 1:
@@ -375,16 +375,19 @@ def run_tuning(problems: list[Problem], devices: list[int], db_url: str | None, 
 def _run_workers(pool: _Pool, db_url: str | None, on_event: Callable[[Event], None]) -> list[TuneRow]:
     grace_s = 10.0  # for finished workers to close their connections; on Ctrl-C to stop by themselves
     try:
-        pool.start()
-        _run_pool(pool, on_event)
-        rows = verify_rows(pool.ordered(), db_url)
+        try:
+            pool.start()
+            _run_pool(pool, on_event)
+        except KeyboardInterrupt:
+            pool.interrupt(on_event, grace_s)
+            raise
+        finally:
+            pool.stop(grace_s)
+        rows = verify_rows(pool.ordered(), db_url)  # (once the workers have closed their connections)
         interrupt.check()
         return rows
     except KeyboardInterrupt:
-        pool.interrupt(on_event, grace_s)
         raise Interrupted([r for r in pool.ordered() if r.status != "failed"]) from None
-    finally:
-        pool.stop(grace_s)
 
 
 def _run_here(problems: list[Problem], device: int, interpreter: bool, db_url: str | None,
