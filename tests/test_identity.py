@@ -39,6 +39,8 @@ EDITS = [
     ("make_plan_constexpr", "launch.py", "EVEN_K=k % config.block_k == 0,", "EVEN_K=False,", False),
     ("copy_block", "launch.py", "_COPY_ROWS, _COPY_COLS = 16, 256", "_COPY_ROWS, _COPY_COLS = 16, 128",
      False),
+    ("copy_launch", "launch.py", "dict(BLOCK_R=_COPY_ROWS, BLOCK_C=_COPY_COLS), 4, 1,",
+     "dict(BLOCK_R=_COPY_ROWS, BLOCK_C=_COPY_COLS), 8, 1,", False),
     ("reduce_chunks", "launch.py", "return 8 if 4 * sk_tiles < programs else 4",
      "return 8 if 2 * sk_tiles < programs else 4", False),
 ]
