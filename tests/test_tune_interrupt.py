@@ -98,7 +98,7 @@ def test_workers_stop_when_ctrl_c_reaches_the_parent(tmp_path):
     assert _winners(url) == {r.problem for r in rows}  # every stored winner reported, and only those
 
 
-def test_a_second_ctrl_c_raises_at_once_and_the_handler_is_restored():
+def test_a_second_ctrl_c_raises_at_once_and_the_run_leaves_no_trace():
     handler = signal.getsignal(signal.SIGINT)
     with interrupt.deferred():
         os.kill(os.getpid(), signal.SIGINT)
@@ -110,3 +110,5 @@ def test_a_second_ctrl_c_raises_at_once_and_the_handler_is_restored():
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(0.05)
     assert signal.getsignal(signal.SIGINT) is handler
+    assert not interrupt.requested()  # a tuning call after the run is not stopped by its Ctrl-C
+    interrupt.check()

@@ -47,9 +47,9 @@ def _on_sigint(signum, frame) -> None:
 
 @contextmanager
 def deferred() -> Iterator[None]:
-    """Within: the first Ctrl-C sets the flag `check` reads, a second raises KeyboardInterrupt; the
-    previous handler is back after. Off the main thread (which alone takes signals), or nested, a
-    no-op."""
+    """Within: the first Ctrl-C sets the flag `check` reads, a second raises KeyboardInterrupt. After,
+    the flag is down and the previous handler back (a tune_problem called later runs). Off the main
+    thread (which alone takes signals), or nested, a no-op."""
     if (threading.current_thread() is not threading.main_thread()
             or signal.getsignal(signal.SIGINT) is _on_sigint):
         yield
@@ -60,6 +60,7 @@ def deferred() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler if previous is None else previous)
+        _requested.clear()
 
 
 @contextmanager
