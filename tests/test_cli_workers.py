@@ -152,5 +152,5 @@ def test_cli_ctrl_c_reports_what_was_saved(tmp_path, monkeypatch):
     db = str(tmp_path / "t.sqlite")
     result = runner.invoke(app, ["tune", "--shapes", _shapes(tmp_path, [16, 17, 18]), "--db", db])
     assert result.exit_code == 130
-    assert "interrupted: 1 of 3 problems finished and saved" in result.stderr
+    assert "interrupted: 1 new winner stored, 1 of 3 problems done; the same command resumes" in result.stderr
     assert set(_winners(db)) == {Problem(16, 32, 32, "fp16")}

@@ -11,6 +11,9 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from faults import CASES as FAULT_CASES
+from faults import ERRORS as FAULT_ERRORS
+from faults import fault_then_every_path
 from shapes import (
     EDGE_SHAPES,
     GPU_BIAS_SHAPES,
@@ -494,3 +497,10 @@ def test_gpu_reduce_kernel_gives_the_in_kernel_fixup_bits(shape, fields, tree):
     assert all(torch.equal(r, runs[0]) for r in runs)
     assert torch.equal(runs[0], fixup.view(torch.int16)) != tree
     assert_close(runs[0].view(torch.bfloat16), torch.addmm(bias, a, b), reference(a, b, bias), k=k)
+
+
+@pytest.mark.parametrize("error", list(FAULT_ERRORS))
+@pytest.mark.parametrize("case", list(FAULT_CASES))
+def test_gpu_a_failed_launch_leaves_no_dirty_scratch(case, error, monkeypatch):
+    # Issue 33: a launch that raised gave its dirty workspace back to the pool (tests/faults.py).
+    fault_then_every_path(case, error, "cuda", monkeypatch)

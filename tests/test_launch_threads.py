@@ -168,12 +168,16 @@ def test_a_graph_capture_allocates_its_own_and_leaves_the_pool_alone(stub, monke
     assert _copy_streamk_call(kernels) == eager  # the eager calls' buffers, as before the capture
 
 
-def test_scratch_is_given_back_when_a_launch_fails(stub, monkeypatch):
+def test_scratch_is_dropped_when_a_launch_fails(stub, monkeypatch):
+    # A launch that raised may have left its scratch dirty (counters mid-fix-up: issue 33), so the call
+    # drops it instead of giving it back: the next call takes fresh scratch, which the pool then keeps.
     kernels = stub()
     first = _copy_streamk_call(kernels)
+    failed: list[torch.Tensor] = []  # kept alive, so that no later buffer can take their addresses
 
     def fail(plan, tensors, floats):
         if len(tensors) > 2:
+            failed.extend((*tensors[:2], *tensors[4:]))  # padded A and B, partials and counters
             raise RuntimeError("launch failed")
         kernels(plan, tensors, floats)
 
@@ -181,7 +185,10 @@ def test_scratch_is_given_back_when_a_launch_fails(stub, monkeypatch):
     with pytest.raises(RuntimeError, match="launch failed"):
         tritonblas.matmul(*_operands(1), config=CONFIGS["copy_streamk"])
     monkeypatch.setattr(launch, "_launch", kernels)
-    assert _copy_streamk_call(kernels) == first  # the failed call's scratch went back and was taken again
+    assert frozenset(t.untyped_storage().data_ptr() for t in failed) == first  # it had taken the pool's
+    after = _copy_streamk_call(kernels)
+    assert not after & first
+    assert _copy_streamk_call(kernels) == after
 
 
 def _workspace_on(stream: int, floats: int = 40, counters: int = 2) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,13 +1,22 @@
-"""What a tuning result depends on: triton version, torch version, kernel sources, timing protocol.
+"""What a tuning result depends on: triton version, torch version, kernel code, timing protocol.
 
 A stored winner whose kernel hash differs from these is stale; one of another triton version still
 serves, after the running version's (tuning_db.schemas.EnvIdentity.serves).
+The kernel hash is of the code that decides what is compiled and launched, not of its bytes: the
+syntax trees of kernels/*.py and of the host's planning code named in PLANNING, without docstrings,
+comments or line numbers. Hashing the raw files made one added comment turn every shipped winner stale
+(issue 35); the planning code (constexprs, fix-up plan, thresholds) was not covered at all.
 """
 
 from __future__ import annotations
 
+import ast
 import functools
+import gc
 import hashlib
+import json
+import os
+import re
 from importlib import metadata
 from pathlib import Path
 
@@ -15,17 +24,132 @@ import torch
 
 # Bump when the way candidates are timed changes (warm-up, repetitions, L2 flush, statistic).
 TIMING_PROTOCOL = "do_bench-median-l2flush-v2-small-replayed"
-_KERNEL_DIR = Path(__file__).parent / "kernels"
+_PACKAGE = Path(__file__).parent
+_KERNEL_DIR = _PACKAGE / "kernels"
+
+# The host code that decides what the kernels compute and how they are launched (constexprs, grid,
+# workspace, Stream-K split and fix-up plan, padded copies, 64-bit offsets), per module of tritonblas:
+# functions by name (their code) and module-level constants (their assignment). Hashed by name, not by
+# module, so moving one keeps the hash; a name not found is an error, so a rename must be made here too.
+PLANNING: dict[str, tuple[str, ...]] = {
+    "arith.py": ("cdiv", "streamk_split", "TREE_MIN_SPLITS", "fixup_groups", "DEFER_MIN_SPLITS",
+                 "DEFERRED_CHUNK", "DEFER_MIN_CHUNKS", "fixup_deferred"),
+    "config.py": ("fixup_plan", "aligned_leading_dim"),
+    "launch.py": ("_kernels", "program_count", "streamk_workspace", "_make_plan", "reduce_chunks",
+                  "_reduce_plan", "_host_descriptors", "_descriptor", "_tma_ready", "_is_col_major",
+                  "_pow2_divisor", "_vector_divisor", "INT32_OFFSETS", "_OFFSET_SLACK", "offset_reach",
+                  "needs_int64", "_aligned", "_COPY_ROWS"),
+}
+
+_SCOPES = (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def _is_docstring(stmt: ast.stmt) -> bool:
+    return (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)
+            and isinstance(stmt.value.value, str))
+
+
+def _canonical(node) -> str:
+    """`node` as text without docstrings or positions. Fields that are None or empty are left out, so
+    the text is the same under every Python the package supports (3.12 added FunctionDef.type_params,
+    3.13 changed ast.dump's defaults)."""
+    if isinstance(node, list):
+        return "[" + ",".join(_canonical(item) for item in node) + "]"
+    if not isinstance(node, ast.AST):
+        return repr(node)
+    parts = []
+    for name in node._fields:
+        value = getattr(node, name, None)
+        if name == "body" and isinstance(node, _SCOPES) and value and _is_docstring(value[0]):
+            value = value[1:]
+        if value is None or (isinstance(value, list) and not value):
+            continue
+        parts.append(f"{name}={_canonical(value)}")
+    return f"{type(node).__name__}({','.join(parts)})"
+
+
+def _defines(stmt: ast.stmt) -> set[str]:
+    """The names a module-level statement defines: a function's or class's, or an assignment's."""
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {stmt.name}
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] \
+        if isinstance(stmt, (ast.AnnAssign, ast.AugAssign)) else []
+    return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+
+
+def code_hash(kernels: dict[str, str], planning: dict[str, str],
+              names: dict[str, tuple[str, ...]] = PLANNING) -> str:
+    """sha256 (first 16 hex digits) of the kernel sources (file name -> text) and of the statements
+    defining `names` (module -> names) in the planning sources (module -> text), as syntax trees."""
+    # The ~30,000 nodes parsed set off the cycle collector over and over (80 ms, against 18 without it);
+    # a syntax tree holds no cycles.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _code_hash(kernels, planning, names)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _code_hash(kernels: dict[str, str], planning: dict[str, str], names: dict[str, tuple[str, ...]]) -> str:
+    h = hashlib.sha256()
+    for name in sorted(kernels):
+        h.update(f"{name}\n{_canonical(ast.parse(kernels[name]))}\n".encode())
+    found: dict[str, str] = {}
+    for module, wanted in names.items():
+        for stmt in ast.parse(planning[module]).body:
+            for name in _defines(stmt) & set(wanted):
+                found[name] = _canonical(stmt)
+        missing = sorted(set(wanted) - set(found))
+        if missing:
+            raise LookupError(f"tritonblas.identity.PLANNING: {module} defines no {', '.join(missing)}")
+    for name in sorted(found):
+        h.update(f"{name}\n{found[name]}\n".encode())
+    return h.hexdigest()[:16]
+
+
+def sources() -> tuple[dict[str, str], dict[str, str]]:
+    """(kernels/*.py by file name, PLANNING's modules by file name): what kernel_hash hashes."""
+    kernels = {path.name: path.read_text() for path in _KERNEL_DIR.glob("*.py")}
+    return kernels, {module: (_PACKAGE / module).read_text() for module in PLANNING}
 
 
 @functools.lru_cache(maxsize=1)
 def kernel_hash() -> str:
-    """sha256 (first 16 hex digits) over the kernel sources, in file-name order."""
-    h = hashlib.sha256()
-    for path in sorted(_KERNEL_DIR.glob("*.py")):
-        h.update(path.name.encode())
-        h.update(path.read_bytes())
-    return h.hexdigest()[:16]
+    """This installation's code_hash, once per process (on first use, not at import). Parsing takes
+    ~18 ms, so it is kept on disk under the sha256 of the bytes it is a function of (these sources and
+    this file); a later process reads it back in well under a millisecond."""
+    kernels, planning = sources()
+    raw = hashlib.sha256(repr((sorted(kernels.items()), sorted(planning.items()),
+                               Path(__file__).read_text())).encode()).hexdigest()
+    path = _memo_path()
+    try:
+        memo = json.loads(path.read_text())
+        if memo.get("sources") == raw and re.fullmatch("[0-9a-f]{16}", str(memo.get("kernel_hash"))):
+            return memo["kernel_hash"]
+    except (OSError, ValueError, AttributeError):
+        pass
+    digest = code_hash(kernels, planning)
+    _write(path, {"sources": raw, "kernel_hash": digest})
+    return digest
+
+
+def _memo_path() -> Path:
+    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(cache) / "tritonblas" / "kernel-hash.json"
+
+
+def _write(path: Path, memo: dict) -> None:
+    """Atomically (a temporary file renamed over it); a folder that cannot be written only costs the
+    next process the parse."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(memo))
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
 
 
 @functools.lru_cache(maxsize=1)

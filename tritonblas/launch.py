@@ -206,8 +206,8 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.T
     Rebuilding it cost ~6 us of Python per call on this project's CPU; a hit costs one tuple hash.
 
     Scratch (padded copies, Stream-K workspace) is held by this call alone from before its first launch
-    until after its last one is enqueued, then given back (see tritonblas/scratch.py); a
-    config that needs none skips all of it.
+    until after its last one is enqueued, then given back (see tritonblas/scratch.py), or dropped if
+    the call raised; a config that needs none skips all of it.
     """
     m, k = a.shape
     n = b.shape[1]
@@ -237,8 +237,14 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.T
         if plan.then is not None:  # stream order: the partials are all in when it runs
             workspace, bias_or_c = tensors[4], tensors[3]
             _launch(plan.then, (workspace, c, bias_or_c), (alpha, beta))
+    except BaseException:
+        # A launch that raised (compile error, out of memory, KeyboardInterrupt, an interpreted kernel
+        # stopped part way) may leave its scratch dirty, e.g. tile counters mid-fix-up: it is dropped
+        # (to torch's allocator, which orders its reuse on this stream), never given back.
+        held = None
+        raise
     finally:
-        if held:  # every kernel of this call is enqueued (or failed to launch): the next user runs after
+        if held:  # every kernel of this call is enqueued: the next user runs after
             scratch.give(held)
 
 

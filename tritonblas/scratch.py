@@ -10,14 +10,19 @@ of 160 calls, 8 threads on the default stream, 127x4097x4095, H200, 2026-11-30; 
 
 So a buffer is owned by one call at a time. A call takes its scratch out of free_lists (by device
 and stream; a padded buffer also by operand slot, shape and dtype), enqueues all its kernels, and only
-then gives it back (launch.launch_gemm's finally). A buffer taken is never handed to another call until
-given back, and a later call on the same stream that takes it enqueues its kernels after the giving call's
+then gives it back (launch.launch_gemm). A buffer taken is never handed to another call until given
+back, and a later call on the same stream that takes it enqueues its kernels after the giving call's
 (the give happens after those launches returned), so on the GPU they run in that order too. Two
 streams never share: the key holds the stream. Stream-K counters are left at zero by every launch (the
 last arriver resets its tile), so a counter buffer given back is zero for the next user on its stream;
-a fresh one is zeroed. Dropping a buffer (growth, the cap) hands it to torch's caching allocator, which
-reuses memory freed on a stream only for work later on that stream: every buffer here is allocated
-and used on its key's one.
+a fresh one is zeroed.
+
+A call that raises drops what it holds instead of giving it back: a launch that failed part way (a
+compile error, out of memory, KeyboardInterrupt, an interpreted kernel stopped mid-fix-up) may leave
+tile counters set or a copy half done, which the next user would read (NaN results, issue 33).
+Dropping costs nothing on the success path. Dropping a buffer (a fault, growth, the cap) hands it to
+torch's caching allocator, which reuses memory freed on a stream only for work later on that stream:
+every buffer here is allocated and used on its key's one.
 
 Take and give are deque.pop and deque.append, which Python documents as thread-safe (each element is
 popped by exactly one caller), plus a dict.get/setdefault on keys of built-in types at take (atomic in
@@ -85,12 +90,11 @@ def give(held: list[tuple[deque, object]]) -> None:
 
 def as_own_call(fn: Callable, device: torch.device, *args):
     """fn(*args, held, stream) as a call of its own (tests, probes): its scratch is given back once fn
-    has enqueued its kernels."""
+    has enqueued its kernels, or dropped if fn raised."""
     held: list = []
-    try:
-        return fn(*args, held, current_stream(device))
-    finally:
-        give(held)
+    result = fn(*args, held, current_stream(device))
+    give(held)
+    return result
 
 
 def current_stream(device: torch.device) -> int | None:

@@ -209,8 +209,7 @@ def tune(shapes: list[Path] = typer.Option(..., "--shapes", help=SHAPES_HELP),
         rows = _run_with_progress(problems, device_ids, url, options)
     except Interrupted as stop:
         console.print(summary_table(stop.rows))
-        fail(f"interrupted: {len(stop.rows)} of {len(problems)} problems finished and saved; run the same "
-             "command again to resume", code=130)
+        fail(interrupted_line(stop.rows, len(problems)), code=130)
     console.print(summary_table(rows))
     bad = _report_failures(rows)
     if export is not None:
@@ -229,6 +228,13 @@ def _run_with_progress(problems: list[Problem], device_ids: list[int], url: str,
                               on_event=display)
         finally:
             display.finish()
+
+
+def interrupted_line(rows: list[TuneRow], total: int) -> str:
+    """What an interrupted run kept, and how to go on, in one line."""
+    tuned = sum(r.status == "tuned" and r.ok for r in rows)
+    return (f"interrupted: {tuned} new winner{'s' * (tuned != 1)} stored, {len(rows)} of {total} problems "
+            "done; the same command resumes the run")
 
 
 def _report_failures(rows: list[TuneRow]) -> int:

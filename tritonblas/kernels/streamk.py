@@ -71,7 +71,9 @@ def _chunk_offsets(chunk, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, FIXUP_CH
 def _slot_rows(ws_ptr, offs, slot, valid, INT64: tl.constexpr, SLOT: tl.constexpr):
     """Rows `offs` of workspace slot `slot`; -0.0 where not `valid`: x + -0.0 is x for every x, bit for
     bit, so an unrolled read past the last slot adds nothing."""
-    return tl.load(ws_ptr + widened(slot, INT64) * SLOT + offs, mask=valid, other=-0.0, cache_modifier=".cg")
+    # A mask of offs' shape: triton 3.9's interpreter refuses a scalar one; compiled, the same code.
+    mask = tl.full(offs.shape, 1, tl.int1) & valid
+    return tl.load(ws_ptr + widened(slot, INT64) * SLOT + offs, mask=mask, other=-0.0, cache_modifier=".cg")
 
 
 @triton.jit

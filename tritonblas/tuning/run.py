@@ -13,6 +13,9 @@ parent through a connection of its own once every worker has gone (`verify_rows`
 Workers start with the spawn method: a forked child would inherit the parent's CUDA state, which CUDA
 does not allow. A spawned child inherits the parent's environment, TRITON_INTERPRET included, so CPU
 "devices" run in Triton's interpreter (how the orchestration is tested without a GPU).
+
+Ctrl-C (tuning.interrupt) stops the run between candidates or problems, never inside a library's
+callback: what is stored stays, the interrupted problem stores nothing; workers stop when told.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import Any, Literal
 
 from ..arith import tflops
 from ..config import DeviceInfo, GemmConfig, Problem
+from . import interrupt
 
 RowStatus = Literal["tuned", "skipped", "no_winner", "failed"]
 # How long the parent waits for a result before checking that its workers are still alive.
@@ -167,8 +171,12 @@ def verify_rows(rows: list[TuneRow], db_url: str | None) -> list[TuneRow]:
 
 def _loop(next_task: Callable[[], tuple[int, Problem] | None], emit: Callable[[Event], None],
           info: DeviceInfo, db, label: str, options: dict[str, Any]) -> None:
-    """The tuning loop: take problems until `next_task` gives None, tuning each on `info` into `db`."""
-    while (task := next_task()) is not None:
+    """The tuning loop: take problems until `next_task` gives None, tuning each on `info` into `db`;
+    Ctrl-C stops it before it takes the next one."""
+    while True:
+        interrupt.check()
+        if (task := next_task()) is None:
+            return
         index, problem = task
         emit(Event("start", label, index))
         emit(Event("done", label, index, row=tune_one(index, problem, info, db, label, options)))
@@ -218,7 +226,7 @@ def tune_problems(problems: Iterable[Problem], device: DeviceInfo, db, *,
         check_problem(p)
     next_task, emit, rows = _in_process(problems, on_event)
     try:
-        with dispatch.using_database(db.url):
+        with interrupt.deferred(), dispatch.using_database(db.url):
             _loop(next_task, emit, device, db, device.name, options)
     except KeyboardInterrupt:
         raise Interrupted(rows) from None
@@ -226,10 +234,11 @@ def tune_problems(problems: Iterable[Problem], device: DeviceInfo, db, *,
 
 
 def _worker_main(device: int, interpreter: bool, db_url: str | None, options: dict[str, Any],
-                 tasks: mp.Queue, results: mp.Queue) -> None:
+                 tasks: mp.Queue, results: mp.Queue, stop) -> None:
     label = device_label(device, interpreter)
     message = ""
     try:
+        interrupt.in_worker(stop)
         work_loop(lambda: tasks.get(), results.put, device, interpreter, db_url, options)
     except KeyboardInterrupt:
         message = "interrupted"
@@ -244,22 +253,36 @@ class _Pool:
     def __init__(self, problems: list[Problem], devices: list[int], interpreter: bool,
                  db_url: str | None, options: dict[str, Any]) -> None:
         ctx = mp.get_context("spawn")
-        self.tasks, self.results = ctx.Queue(), ctx.Queue()
+        self.tasks, self.results, self.stop_event = ctx.Queue(), ctx.Queue(), ctx.Event()
         for task in enumerate(problems):
             self.tasks.put(task)
         for _ in devices:
             self.tasks.put(None)
         self.problems = problems
         self.procs = {device_label(d, interpreter): ctx.Process(
-            target=_worker_main, args=(d, interpreter, db_url, options, self.tasks, self.results),
+            target=_worker_main, args=(d, interpreter, db_url, options, self.tasks, self.results,
+                                       self.stop_event),
             daemon=True, name=f"tritonblas-tune-{d}") for d in devices}
         self.current: dict[str, int] = {}
         self.exited: dict[str, str] = {}
         self.rows: dict[int, TuneRow] = {}
 
     def start(self) -> None:
-        for proc in self.procs.values():
-            proc.start()
+        with interrupt.held_back():  # each worker starts with SIGINT blocked, then ignores it
+            for proc in self.procs.values():
+                proc.start()
+
+    def interrupt(self, on_event: Callable[[Event], None], grace_s: float) -> None:
+        """Ctrl-C: every worker stops at its next candidate; what they finish meanwhile (grace_s at most,
+        or until Ctrl-C again) is collected."""
+        self.stop_event.set()
+        deadline = time.monotonic() + grace_s
+        with contextlib.suppress(KeyboardInterrupt):
+            while len(self.exited) < len(self.procs) and time.monotonic() < deadline:
+                try:
+                    self.handle(self.results.get(timeout=_POLL_S), on_event)
+                except queue.Empty:
+                    self.reap_dead(on_event)
 
     def handle(self, ev: Event, on_event: Callable[[Event], None]) -> None:
         if ev.kind == "start":
@@ -308,8 +331,9 @@ class _Pool:
     def stop(self, grace_s: float) -> None:
         """Let finished workers close their DB connections, then end any still running."""
         deadline = time.monotonic() + grace_s
-        for proc in self.procs.values():
-            proc.join(timeout=max(0.0, deadline - time.monotonic()))
+        with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C again: no more waiting
+            for proc in self.procs.values():
+                proc.join(timeout=max(0.0, deadline - time.monotonic()))
         for proc in self.procs.values():
             if proc.is_alive():
                 proc.terminate()
@@ -321,6 +345,7 @@ class _Pool:
 
 def _run_pool(pool: _Pool, on_event: Callable[[Event], None]) -> None:
     while len(pool.rows) < len(pool.problems) and len(pool.exited) < len(pool.procs):
+        interrupt.check()
         try:
             pool.handle(pool.results.get(timeout=_POLL_S), on_event)
         except queue.Empty:
@@ -338,22 +363,31 @@ def run_tuning(problems: list[Problem], devices: list[int], db_url: str | None, 
 
     One device runs in this process; several get one spawned worker each. `options` go to
     tuner.tune_problem (budget_s, force, bench, ...); with several devices they must pickle.
-    Ctrl-C raises Interrupted with the rows finished so far. Every winner is read back before the
-    rows are returned: one the database does not hold fails its row (`verify_rows`).
+    Ctrl-C, at any point of the run, raises Interrupted with the rows finished so far. Every winner is
+    read back before the rows are returned: one the database does not hold fails its row.
     """
-    if len(devices) == 1:
-        return _run_here(problems, devices[0], interpreter, db_url, options, on_event)
-    pool = _Pool(problems, devices, interpreter, db_url, options)
-    grace_s = 10.0
+    with interrupt.deferred():
+        if len(devices) == 1:
+            return _run_here(problems, devices[0], interpreter, db_url, options, on_event)
+        return _run_workers(_Pool(problems, devices, interpreter, db_url, options), db_url, on_event)
+
+
+def _run_workers(pool: _Pool, db_url: str | None, on_event: Callable[[Event], None]) -> list[TuneRow]:
+    grace_s = 10.0  # for finished workers to close their connections; on Ctrl-C to stop by themselves
     try:
-        pool.start()
-        _run_pool(pool, on_event)
+        try:
+            pool.start()
+            _run_pool(pool, on_event)
+        except KeyboardInterrupt:
+            pool.interrupt(on_event, grace_s)
+            raise
+        finally:
+            pool.stop(grace_s)
+        rows = verify_rows(pool.ordered(), db_url)  # (once the workers have closed their connections)
+        interrupt.check()
+        return rows
     except KeyboardInterrupt:
-        grace_s = 0.0
         raise Interrupted([r for r in pool.ordered() if r.status != "failed"]) from None
-    finally:
-        pool.stop(grace_s)
-    return verify_rows(pool.ordered(), db_url)
 
 
 def _run_here(problems: list[Problem], device: int, interpreter: bool, db_url: str | None,
@@ -362,12 +396,15 @@ def _run_here(problems: list[Problem], device: int, interpreter: bool, db_url: s
 
     next_task, emit, rows = _in_process(problems, on_event)
     try:
-        work_loop(next_task, emit, device, interpreter, db_url, options)
+        try:
+            work_loop(next_task, emit, device, interpreter, db_url, options)
+        except TuningDBError as exc:  # results cannot be stored: the rest fail with the reason, untried
+            done = {r.index for r in rows}
+            label = device_label(device, interpreter)
+            rows += [TuneRow(i, p, "failed", label, reason=f"{type(exc).__name__}: {exc}")
+                     for i, p in enumerate(problems) if i not in done]
+        verified = verify_rows(rows, db_url)
+        interrupt.check()
+        return verified
     except KeyboardInterrupt:
         raise Interrupted(rows) from None
-    except TuningDBError as exc:  # results cannot be stored: the rest fail with the reason, untried
-        done = {r.index for r in rows}
-        label = device_label(device, interpreter)
-        rows += [TuneRow(i, p, "failed", label, reason=f"{type(exc).__name__}: {exc}")
-                 for i, p in enumerate(problems) if i not in done]
-    return verify_rows(rows, db_url)

@@ -23,6 +23,7 @@ from typing import Literal
 
 from ..arith import tflops
 from ..config import DeviceInfo, GemmConfig, Problem
+from . import interrupt
 from .protocol import Benchmark, BenchmarkFn, BenchResult, as_benchmark, error_result
 from .space import NEIGHBOUR_SEEDS, candidate_space
 
@@ -137,6 +138,7 @@ def _measure_all(bench: Benchmark, space: list[GemmConfig], problem: Problem, de
     best: float | None = None
     timed = 0
     for config in _timing_order(space):
+        interrupt.check()  # Ctrl-C stops here, between candidates (the problem then stores nothing)
         vendor = config.backend == "torch"
         if config in results:
             continue
