@@ -19,8 +19,10 @@ timed call, so host time counts as it does for a user):
                    generate()
     decode-graph   the same with a StaticCache, each decode step (forward, argmax, feedback) captured once
                    in a CUDA graph and replayed; a side that cannot be captured is recorded, not fatal
+                   (--device cpu: the graph emulated, lm_common.replay, a check of capture and replay)
 Logits error: relative Frobenius error of the prefill logits (full sequence) against the same model in
-float32 run by torch, for each side; decode rows give the share of tokens equal to torch's eager decode.
+float32 run by torch, for each side; decode rows give the share of tokens equal to torch's eager decode
+of the same prompt.
 
     python scripts/model_bench.py --json model_bench.json              # all models and parts, bf16, H200
     python scripts/model_bench.py --models llama gpt2 --parts train --quick
@@ -152,6 +154,14 @@ class Bench:
         self.keep_last = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
         self.gen = torch.Generator(device=device).manual_seed(args.seed)
         self.sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+        self.prompts: dict[int, Any] = {}
+
+    def prompt(self, batch: int):
+        """The decode prompt of a batch size, drawn once: the eager and the graph decode rows of a batch
+        start from the same prompt, so their tokens compare."""
+        if batch not in self.prompts:
+            self.prompts[batch] = self.ids(batch, self.args.prompt_len)
+        return self.prompts[batch]
 
     def ids(self, batch: int, seq: int):
         return self.torch.randint(self.config.vocab_size, (batch, seq), generator=self.gen,
@@ -222,15 +232,19 @@ class Bench:
 
     def decode(self, batch: int, graph: bool) -> dict:
         a = self.args
-        prompt = self.ids(batch, a.prompt_len)
+        prompt = self.prompt(batch)
+        # off the GPU the graph is emulated (lm_common.replay): a smoke test of the capture and replay
+        kind = {"graph": "cuda" if self.device.type == "cuda" else "emulated"} if graph else {}
 
         def make():
-            decoder = (GraphDecoder if graph else EagerDecoder)(self, prompt, a.new_tokens)
+            decoder = GraphDecoder(self, prompt, a.new_tokens, **kind) if graph else \
+                EagerDecoder(self, prompt, a.new_tokens)
             return decoder.setup, decoder.run
 
         with self.torch.no_grad():
             row = self.row("decode-graph" if graph else "decode", make, batch=batch, prompt=a.prompt_len,
-                           new_tokens=a.new_tokens)
+                           new_tokens=a.new_tokens, **kind)
+        row["_prompt"] = prompt
         for side in ("torch", "ours"):
             if f"{side}_ms" in row:
                 row[f"{side}_ms_per_token"] = row[f"{side}_ms"] / a.new_tokens
@@ -296,13 +310,18 @@ def _config_facts(config) -> dict:
 
 
 def _token_agreement(rows: list[dict]) -> None:
-    """Decode rows: the share of each side's tokens equal to torch's eager decode at the same batch."""
-    eager = {r["batch"]: r["_results"]["torch"] for r in rows if r["part"] == "decode" and "_results" in r}
+    """Decode rows: the share of each side's tokens equal to torch's eager decode at the same batch, which
+    must have started from the same prompt."""
+    eager = {r["batch"]: (r.get("_prompt"), r["_results"]["torch"]) for r in rows
+             if r["part"] == "decode" and "torch" in r.get("_results", {})}
     for r in rows:
-        results = r.pop("_results", None)
+        results, prompt = r.pop("_results", None), r.pop("_prompt", None)
         if results is None or not r["part"].startswith("decode") or r["batch"] not in eager:
             continue
-        ref = eager[r["batch"]]
+        ref_prompt, ref = eager[r["batch"]]
+        if prompt is None or ref_prompt is None or not ref_prompt.equal(prompt):
+            raise RuntimeError(f"{r['part']} b{r['batch']}: not the prompt of the eager decode it is "
+                               "compared to")
         for side, tokens in results.items():
             r[f"{side}_tokens_as_torch_eager"] = (tokens == ref).float().mean().item()
 

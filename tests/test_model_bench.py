@@ -112,14 +112,65 @@ def test_rows_and_table(mb):
 
 
 def test_token_agreement_against_torchs_eager_decode(mb):
-    ref = torch.tensor([[1, 2, 3, 4]])
-    rows = [_row(batch=1, _results={"torch": ref, "ours": torch.tensor([[1, 2, 0, 4]])}),
-            _row(part="decode-graph", batch=1, _results={"torch": ref, "ours": torch.tensor([[0, 0, 0, 4]])}),
+    ref, prompt = torch.tensor([[1, 2, 3, 4]]), torch.tensor([[7, 8]])
+    rows = [_row(batch=1, _prompt=prompt, _results={"torch": ref, "ours": torch.tensor([[1, 2, 0, 4]])}),
+            _row(part="decode-graph", batch=1, _prompt=prompt.clone(),
+                 _results={"torch": ref, "ours": torch.tensor([[0, 0, 0, 4]])}),
             _row(part="train", batch=1, seq=16, _results={"torch": None, "ours": None})]
     mb._token_agreement(rows)
     assert [r.get("ours_tokens_as_torch_eager") for r in rows] == [0.75, 0.25, None]
     assert [r.get("torch_tokens_as_torch_eager") for r in rows] == [1.0, 1.0, None]
-    assert not any("_results" in r for r in rows)  # JSON-ready
+    assert not any("_results" in r or "_prompt" in r for r in rows)  # JSON-ready
+
+
+def test_token_agreement_refuses_another_prompt(mb):
+    """Rows decoded from different prompts do not compare (what made every graph row 0.0 on the H200)."""
+    ref = torch.tensor([[1, 2]])
+    rows = [_row(batch=1, _prompt=torch.tensor([[7, 8]]), _results={"torch": ref}),
+            _row(part="decode-graph", batch=1, _prompt=torch.tensor([[7, 9]]), _results={"torch": ref})]
+    with pytest.raises(RuntimeError, match="not the prompt of the eager decode"):
+        mb._token_agreement(rows)
+
+
+# --- the CUDA graph emulation (lm_common.replay) -----------------------------------------------------------
+
+def test_recorded_graph_freezes_host_values_and_follows_tensors(mb):
+    """Replays run what the capture ran: host-side values as they were at capture, tensors as they are."""
+    from lm_common.replay import RecordedGraph
+
+    buf, pos, x = torch.zeros(4), torch.zeros(1, dtype=torch.long), torch.ones(3)
+    host = [0]
+    outs = []
+
+    def step():
+        host[0] += 1  # a Python counter: a CUDA graph never sees it change
+        buf.index_fill_(0, pos, float(host[0]))
+        pos.add_(1)
+        outs.append((x * 2).sum())  # a fresh tensor: the graph's buffer for it
+
+    graph = RecordedGraph()
+    with graph.capture():
+        step()
+    assert buf.tolist() == [0.0] * 4 and pos.item() == 0  # a capture runs nothing
+    x.fill_(5.0)
+    for _ in range(3):
+        graph.replay()
+    assert host == [1] and len(outs) == 1  # no Python ran in the replays
+    assert buf.tolist() == [1.0, 1.0, 1.0, 0.0] and pos.item() == 3  # the device position advanced
+    assert outs[0].item() == 30.0  # the captured output buffer holds the last replay's value
+    with pytest.raises(RuntimeError, match="already captured"), graph.capture():
+        pass
+
+
+@pytest.mark.parametrize("body", [lambda t: t.sum().item(), lambda t: t.nonzero()])
+def test_recorded_graph_refuses_host_syncs(mb, body):
+    from lm_common.replay import RecordedGraph
+
+    graph, t = RecordedGraph(), torch.ones(3)
+    with pytest.raises(RuntimeError, match="host synchronization"), graph.capture():
+        body(t)
+    with pytest.raises(RuntimeError, match="replay before capture"):
+        RecordedGraph().replay()
 
 
 # --- with transformers -----------------------------------------------------------------------------------
@@ -152,9 +203,20 @@ def _tiny_bench(mb, name: str, argv: list[str]):
     return mb.Bench(args, name, model, config, torch.device("cpu"))
 
 
+def test_decode_rows_of_a_batch_share_their_prompt(mb):
+    pytest.importorskip("transformers")
+    bench = _tiny_bench(mb, "llama", ["--prompt-len", "5"])
+    first = bench.prompt(2)
+    assert first.shape == (2, 5) and bench.prompt(2) is first
+    assert bench.prompt(1).shape == (1, 5)
+
+
 @pytest.mark.parametrize("name", ["llama", "gpt2"])
-def test_static_cache_steps_decode_as_the_dynamic_cache(mb, name):
-    """The graph decoder's step (static cache, 4-D mask), run eagerly, gives the eager decode's tokens."""
+@pytest.mark.parametrize("graph", [None, "emulated"])
+def test_static_cache_steps_decode_as_the_dynamic_cache(mb, name, graph):
+    """The graph decoder (static cache, 4-D mask) gives the eager decode's tokens and logits: its step run
+    eagerly, and captured and replayed as the GPU does it (the same setup, warm-up steps and capture; replays
+    that change only what lives in tensors: lm_common.replay)."""
     pytest.importorskip("transformers")
     from lm_common import EagerDecoder, GraphDecoder
 
@@ -163,7 +225,8 @@ def test_static_cache_steps_decode_as_the_dynamic_cache(mb, name):
     with torch.no_grad():
         eager = EagerDecoder(bench, prompt, 6)
         want = eager.run(eager.setup())
-        static = GraphDecoder(bench, prompt, 6, capture=False)
+        static = GraphDecoder(bench, prompt, 6, graph=graph)
+        assert (static.graph is None) == (graph is None)
         for _ in range(2):  # the second from the same cache, reset
             static.setup()
             assert torch.equal(static.run(None), want)
@@ -171,6 +234,8 @@ def test_static_cache_steps_decode_as_the_dynamic_cache(mb, name):
             torch.testing.assert_close(static.last_logits, eager.last_logits, rtol=1e-5, atol=1e-5)
     with pytest.raises(RuntimeError, match="CUDA graphs need a CUDA device"):
         GraphDecoder(bench, prompt, 6)
+    with pytest.raises(ValueError, match="graph must be one of"):
+        GraphDecoder(bench, prompt, 6, graph="cpu")
 
 
 def test_tiny_run_through_transparent_mode(mb, tmp_path, capsys):
@@ -185,10 +250,12 @@ def test_tiny_run_through_transparent_mode(mb, tmp_path, capsys):
     (model,) = doc["models"]
     parts = [r["part"] for r in model["rows"]]
     assert parts == ["train", "prefill", "decode", "decode-graph"]
-    for r in model["rows"][:3]:
+    for r in model["rows"]:
         assert r["torch_ms"] > 0 and r["ours_ms"] > 0 and r["speedup"] > 0
-    assert model["rows"][2]["ours_tokens_as_torch_eager"] == 1.0
-    assert "CUDA graphs need a CUDA device" in model["rows"][3]["error_ours"]
+    for r in model["rows"][2:]:  # eager, then graph (emulated: lm_common.replay) decode of the same prompt
+        assert r["torch_tokens_as_torch_eager"] == 1.0 and r["ours_tokens_as_torch_eager"] == 1.0
+    graph_row = model["rows"][3]
+    assert graph_row["graph"] == "emulated" and not any(k.startswith("error") for k in graph_row)
     assert model["logits_error"]["torch"] == 0.0  # fp32 against fp32: the same model, the same kernels
     assert 0 < model["logits_error"]["ours"] < 1e-5  # our kernels ran (the interpreter's, not torch's)
     assert "| gpt2 | train |" in capsys.readouterr().out
