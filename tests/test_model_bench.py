@@ -95,6 +95,11 @@ def _row(**over) -> dict:
     return {"model": "llama", "part": "decode", "batch": 8, "prompt": 128, "new_tokens": 64, **over}
 
 
+def _doc(*models: dict) -> dict:
+    return {"device": "NVIDIA H200", "dtype": "bf16", "torch": "2.11", "transformers": "5.17.0", "reps": 10,
+            "models": list(models)}
+
+
 def test_rows_and_table(mb):
     timed = _row(torch_ms=10.0, ours_ms=8.0, speedup=1.25, ours_tokens_as_torch_eager=0.96875)
     assert mb.format_row(timed) == ("| llama | decode | b8 p128+64 | 10.000 | 8.000 | 1.250x | "
@@ -102,11 +107,12 @@ def test_rows_and_table(mb):
     failed = _row(part="decode-graph", torch_ms=5.0, error_ours="RuntimeError: capture failed")
     assert mb.format_row(failed) == ("| llama | decode-graph | b8 p128+64 | 5.000 | - | - | "
                                      "ours failed: RuntimeError: capture failed |")
-    doc = {"device": "NVIDIA H200", "dtype": "bf16", "torch": "2.11", "transformers": "5.17.0", "reps": 10,
-           "models": [{"model": "llama", "params": 1_500_000_000, "rows": [timed, failed],
-                       "logits_error": {"torch": 0.0123, "ours": 0.0125}}]}
+    doc = _doc({"model": "llama", "params": 1_500_000_000, "rows": [timed, failed],
+                "logits_error": {"torch": 0.0123, "ours": 0.0125}})
     text = mb.table(doc)
     assert mb.format_row(timed) in text and mb.format_row(failed) in text
+    off = _row(part="decode-graph", ours_tokens_as_torch_eager=0.0, torch_tokens_as_torch_eager=0.0)
+    assert mb.format_row(off).endswith("| tokens as torch eager: 0.00; torch's own: 0.00 |")
     assert "| llama | 1500.0M | 1.230e-02 | 1.250e-02 |" in text
     assert "logits error torch (bf16 vs fp32)" in text
 
@@ -171,6 +177,77 @@ def test_recorded_graph_refuses_host_syncs(mb, body):
         body(t)
     with pytest.raises(RuntimeError, match="replay before capture"):
         RecordedGraph().replay()
+
+
+# --- the training-step profile (--profile; lm_common.profile) ----------------------------------------------
+
+KERNEL_KINDS = {  # kernel name (as torch.profiler gives it): kind
+    "void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<at::native::"
+    "direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda()#3}>>(int, T1)": "copy",
+    "Memcpy DtoD (Device -> Device)": "copy",
+    "void at::native::vectorized_elementwise_kernel<4, CUDAFunctor_add<c10::BFloat16>>": "elementwise",
+    "Memset (Device)": "memset",
+    "_persistent_matmul_kernel": "other",
+    "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64": "other",
+}
+
+
+@pytest.mark.parametrize("name", list(KERNEL_KINDS))
+def test_kernel_kinds(mb, name):
+    from lm_common.profile import kernel_kind
+
+    assert kernel_kind(name) == KERNEL_KINDS[name]
+
+
+def _event(name: str, us: float, device: str = "CUDA"):
+    from types import SimpleNamespace
+
+    from torch.autograd import DeviceType
+
+    return SimpleNamespace(name=name, device_type=getattr(DeviceType, device), device_time_total=us)
+
+
+def test_tallies_of_profiler_events(mb):
+    from lm_common.profile import kernel_tally, op_tally
+
+    events = [_event("gemm", 10.0), _event("copy", 2.0), _event("gemm", 12.5)]
+    events += [_event(op, 0.0, "CPU") for op in ("aten::mm", "aten::mm", "aten::copy_", "aten::add")]
+    assert kernel_tally(events) == {"gemm": {"count": 2, "us": 22.5}, "copy": {"count": 1, "us": 2.0}}
+    ops = op_tally(events)
+    assert (ops["aten::mm"], ops["aten::copy_"], ops["aten::addmm"]) == (2, 1, 0) and "aten::add" not in ops
+
+
+def test_surplus_lists_what_one_side_launches_more_often(mb):
+    from lm_common.profile import surplus
+
+    copy = "void at::native::elementwise_kernel<128, 4, direct_copy_kernel_cuda>"
+    tallies = {"torch": {"cublas_gemm": {"count": 6, "us": 600.0}, "add": {"count": 2, "us": 4.0}},
+               "ours": {"triton_gemm": {"count": 6, "us": 590.0}, "add": {"count": 2, "us": 4.5},
+                        copy: {"count": 3, "us": 1236.0}}}
+    extra = surplus(tallies, "ours", "torch")
+    assert [r["name"] for r in extra] == [copy, "triton_gemm"]  # the most extra time first; "add" even
+    assert extra[0] == {"name": copy, "kind": "copy", "ours_count": 3, "torch_count": 0, "ours_us": 1236.0,
+                        "torch_us": 0.0}
+    assert [r["name"] for r in surplus(tallies, "torch", "ours")] == ["cublas_gemm"]
+
+
+def _profile(extra: list[dict]) -> dict:
+    ops = {"aten::mm": 4, "aten::copy_": 1}
+    return {"kernels": {"torch": {"launches": 10, "us": 100.0}, "ours": {"launches": 13, "us": 130.0}},
+            "host_ops": {"torch": ops, "ours": {**ops, "aten::copy_": 4}}, "ours_extra": extra,
+            "torch_extra": [], "ours_extra_copy_or_elementwise_launches": 3}
+
+
+def test_profile_table(mb):
+    extra = [{"name": "k" * 120, "kind": "copy", "ours_count": 3, "torch_count": 0, "ours_us": 1236.0,
+              "torch_us": 0.0}]
+    doc = _doc({"model": "llama", "params": 1e9, "rows": [], "logits_error": {"torch": 0.0, "ours": 0.0},
+                "profile": _profile(extra)})
+    text = mb.table(doc)
+    assert "| llama | 10 | 100 | 13 | 130 | 3 | 4 / 4 | 1 / 4 |" in text
+    assert f"| llama | `{'k' * 87}...` | copy | 3 | 0 | 1236.0 | 0.0 |" in text
+    del doc["models"][0]["profile"]
+    assert "profiled" not in mb.table(doc)
 
 
 # --- with transformers -----------------------------------------------------------------------------------
@@ -244,7 +321,7 @@ def test_tiny_run_through_transparent_mode(mb, tmp_path, capsys):
     path = tmp_path / "mb.json"
     assert mb.main(["--device", "cpu", "--tiny", "--models", "gpt2", "--dtype", "fp32", "--reps", "1",
                     "--warmup", "0", "--train-batch", "2", "--train-seq", "8", "--prefill-seq", "8",
-                    "--prompt-len", "4", "--new-tokens", "2", "--decode-batches", "2",
+                    "--prompt-len", "4", "--new-tokens", "2", "--decode-batches", "2", "--profile",
                     "--json", str(path)]) == 0
     doc = json.loads(path.read_text())
     (model,) = doc["models"]
@@ -258,4 +335,9 @@ def test_tiny_run_through_transparent_mode(mb, tmp_path, capsys):
     assert graph_row["graph"] == "emulated" and not any(k.startswith("error") for k in graph_row)
     assert model["logits_error"]["torch"] == 0.0  # fp32 against fp32: the same model, the same kernels
     assert 0 < model["logits_error"]["ours"] < 1e-5  # our kernels ran (the interpreter's, not torch's)
-    assert "| gpt2 | train |" in capsys.readouterr().out
+    # the profile on the CPU: no device kernels, the host's GEMMs (Conv1D: addmm) on both sides
+    profile = model["profile"]
+    assert profile["kernels"]["torch"] == {"launches": 0, "us": 0.0} and profile["ours_extra"] == []
+    assert profile["host_ops"]["torch"]["aten::addmm"] > 0 and profile["host_ops"]["ours"]["aten::addmm"] > 0
+    out = capsys.readouterr().out
+    assert "| gpt2 | train |" in out and "| gpt2 | 0 | 0 | 0 | 0 | 0 |" in out
