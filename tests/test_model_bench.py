@@ -200,11 +200,12 @@ def test_kernel_kinds(mb, name):
 
 
 def _event(name: str, us: float, device: str = "CUDA"):
-    from types import SimpleNamespace
-
+    """A FunctionEvent as torch.profiler's events() gives them (a kernel: device_type CUDA)."""
     from torch.autograd import DeviceType
+    from torch.autograd.profiler_util import FunctionEvent
 
-    return SimpleNamespace(name=name, device_type=getattr(DeviceType, device), device_time_total=us)
+    return FunctionEvent(id=0, name=name, thread=0, start_us=100.0, end_us=100.0 + us,
+                         device_type=getattr(DeviceType, device))
 
 
 def test_tallies_of_profiler_events(mb):
