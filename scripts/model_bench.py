@@ -323,7 +323,10 @@ def bench_model(args: argparse.Namespace, name: str, device) -> dict:
     _token_agreement(rows)
     doc["rows"] = rows
     if args.profile:
-        doc["profile"] = bench.profile()
+        try:
+            doc["profile"] = bench.profile()
+        except Exception as exc:  # recorded: the other models still run
+            doc["profile"] = {"error": _why(exc)}
     del bench, model
     if device.type == "cuda":
         torch.cuda.empty_cache()

@@ -247,6 +247,8 @@ def test_profile_table(mb):
     text = mb.table(doc)
     assert "| llama | 10 | 100 | 13 | 130 | 3 | 4 / 4 | 1 / 4 |" in text
     assert f"| llama | `{'k' * 87}...` | copy | 3 | 0 | 1236.0 | 0.0 |" in text
+    doc["models"][0]["profile"] = {"error": "RuntimeError: CUPTI unavailable"}
+    assert "| llama | failed: RuntimeError: CUPTI unavailable |" in mb.table(doc)
     del doc["models"][0]["profile"]
     assert "profiled" not in mb.table(doc)
 

@@ -46,6 +46,9 @@ def profile_table(models: list[dict]) -> str:
              "launches | aten::mm torch / ours | aten::copy_ torch / ours |",
              "|---|---|---|---|---|---|---|---|"]
     for m in models:
+        if "error" in m["profile"]:
+            lines.append(f"| {m['model']} | failed: {m['profile']['error']} |")
+            continue
         p, k, ops = m["profile"], m["profile"]["kernels"], m["profile"]["host_ops"]
         lines.append(f"| {m['model']} | {k['torch']['launches']} | {k['torch']['us']:.0f} | "
                      f"{k['ours']['launches']} | {k['ours']['us']:.0f} | "
@@ -56,7 +59,7 @@ def profile_table(models: list[dict]) -> str:
               "| model | kernel | kind | ours n | torch n | ours us | torch us |",
               "|---|---|---|---|---|---|---|"]
     for m in models:
-        for r in m["profile"]["ours_extra"][:PROFILE_ROWS]:
+        for r in m["profile"].get("ours_extra", [])[:PROFILE_ROWS]:
             name = r["name"] if len(r["name"]) <= 90 else r["name"][:87] + "..."
             lines.append(f"| {m['model']} | `{name}` | {r['kind']} | {r['ours_count']} | "
                          f"{r['torch_count']} | {r['ours_us']:.1f} | {r['torch_us']:.1f} |")
