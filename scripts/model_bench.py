@@ -19,11 +19,15 @@ timed call, so host time counts as it does for a user):
                    generate()
     decode-graph   the same with a StaticCache, each decode step (forward, argmax, feedback) captured once
                    in a CUDA graph and replayed; a side that cannot be captured is recorded, not fatal
+                   (--device cpu: the graph emulated, lm_common.replay, a check of capture and replay)
 Logits error: relative Frobenius error of the prefill logits (full sequence) against the same model in
-float32 run by torch, for each side; decode rows give the share of tokens equal to torch's eager decode.
+float32 run by torch, for each side; decode rows give the share of tokens equal to torch's eager decode
+of the same prompt. --profile: one training step of each side under torch.profiler, the kernels ours
+launches more often than torch's step (by name, kind, counts and device us; copies and elementwise kernels
+are what issue 34 item 1 rules out) and the host's aten::mm / aten::copy_ calls.
 
     python scripts/model_bench.py --json model_bench.json              # all models and parts, bf16, H200
-    python scripts/model_bench.py --models llama gpt2 --parts train --quick
+    python scripts/model_bench.py --models llama gpt2 --parts train --quick --profile
     TRITON_INTERPRET=1 python scripts/model_bench.py --device cpu --tiny --quick --dtype fp32  # CPU smoke
 """
 
@@ -41,6 +45,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from lm_common import MODELS, EagerDecoder, GraphDecoder, build_config, build_model, max_positions
+from lm_common.profile import compare
+from lm_common.report import format_row, table
 
 PARTS = ("train", "prefill", "decode", "decode-graph")
 DTYPES = ("bf16", "fp16", "fp32")
@@ -69,6 +75,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--tiny", action="store_true", help="toy-sized models of the same architectures")
     p.add_argument("--device", default="cuda", help="cuda (default) or cpu (a smoke test: transparent "
                    "mode routes CPU tensors only under TRITON_INTERPRET=1)")
+    p.add_argument("--profile", action="store_true",
+                   help="also profile one training step of each side (torch.profiler, CUDA kernels) and list "
+                   "the kernels ours launches more often than torch's step (copies, elementwise, ...)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, help="write the results to this JSON file")
     args = p.parse_args(argv)
@@ -127,6 +136,13 @@ def _why(exc: Exception) -> str:
     return f"{type(exc).__name__}: {first[:300]}"
 
 
+def sides() -> tuple[tuple[str, Callable[[], contextlib.AbstractContextManager]], ...]:
+    """The two sides' modes: torch's own, and transparent mode."""
+    import tritonblas
+
+    return ("torch", contextlib.nullcontext), ("ours", tritonblas.enable)
+
+
 def rel_error(x, ref) -> float:
     """Relative Frobenius error, accumulated in float64."""
     import torch
@@ -152,6 +168,15 @@ class Bench:
         self.keep_last = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
         self.gen = torch.Generator(device=device).manual_seed(args.seed)
         self.sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+        self.prompts: dict[int, Any] = {}
+        self.train_ids = None
+
+    def prompt(self, batch: int):
+        """The decode prompt of a batch size, drawn once: the eager and the graph decode rows of a batch
+        start from the same prompt, so their tokens compare."""
+        if batch not in self.prompts:
+            self.prompts[batch] = self.ids(batch, self.args.prompt_len)
+        return self.prompts[batch]
 
     def ids(self, batch: int, seq: int):
         return self.torch.randint(self.config.vocab_size, (batch, seq), generator=self.gen,
@@ -161,49 +186,61 @@ class Bench:
         """Time a part, torch's side against ours; make() -> (setup, run) is called once in each side's
         mode. A side that fails (one that cannot be captured in a CUDA graph, say) is recorded in the row
         (error_torch / error_ours) and the other side is still timed."""
-        import tritonblas
-
         row = {"model": self.name, "part": part, **facts}
-        sides = []
-        for name, mode in (("torch", contextlib.nullcontext), ("ours", tritonblas.enable)):
+        timed = []
+        for name, mode in sides():
             try:
                 with mode():
                     setup, run = make()
-                sides.append(Side(name, mode, run, setup))
+                timed.append(Side(name, mode, run, setup))
             except Exception as exc:  # recorded: the other side, parts and models still run
                 row[f"error_{name}"] = _why(exc)
                 with contextlib.suppress(Exception):
                     self.sync()
         try:
-            ms = interleaved(sides, self.args.reps, self.args.warmup, self.sync) if sides else {}
+            ms = interleaved(timed, self.args.reps, self.args.warmup, self.sync) if timed else {}
         except Exception as exc:
             row["error_run"] = _why(exc)
             return row
         row.update({f"{name}_ms": t for name, t in ms.items()})
         if len(ms) == 2:
             row["speedup"] = ms["torch"] / ms["ours"]
-        row["_results"] = {s.name: s.result for s in sides}
+        row["_results"] = {s.name: s.result for s in timed}
         return row
 
     # --- the parts ---
 
-    def train(self) -> dict:
-        a = self.args
-        ids = self.ids(a.train_batch, min(a.train_seq, max_positions(self.config)))
-        model = self.model
+    def train_step(self):
+        """(ids, step): the training step the train part times and --profile profiles, on ids drawn once."""
+        a, model = self.args, self.model
+        if self.train_ids is None:
+            self.train_ids = self.ids(a.train_batch, min(a.train_seq, max_positions(self.config)))
+        ids = self.train_ids
 
-        def make():
-            def run(_):
-                for _ in range(2):  # the second backward accumulates into .grad
-                    model(input_ids=ids, labels=ids, use_cache=False).loss.backward()
-                model.zero_grad(set_to_none=True)
-            return (lambda: None), run
+        def step(_=None):
+            for _ in range(2):  # the second backward accumulates into .grad
+                model(input_ids=ids, labels=ids, use_cache=False).loss.backward()
+            model.zero_grad(set_to_none=True)
+        return ids, step
 
-        model.train()
+    @contextlib.contextmanager
+    def training(self):
+        self.model.train()
         try:
-            return self.row("train", make, batch=ids.shape[0], seq=ids.shape[1])
+            yield
         finally:
-            model.eval()
+            self.model.eval()
+
+    def train(self) -> dict:
+        ids, step = self.train_step()
+        with self.training():
+            return self.row("train", lambda: ((lambda: None), step), batch=ids.shape[0], seq=ids.shape[1])
+
+    def profile(self) -> dict:
+        """One training step of each side under torch.profiler: the kernels only ours launches."""
+        _, step = self.train_step()
+        with self.training():
+            return compare(step, dict(sides()), self.sync, self.device.type == "cuda")
 
     def prefill(self) -> dict:
         a = self.args
@@ -222,15 +259,19 @@ class Bench:
 
     def decode(self, batch: int, graph: bool) -> dict:
         a = self.args
-        prompt = self.ids(batch, a.prompt_len)
+        prompt = self.prompt(batch)
+        # off the GPU the graph is emulated (lm_common.replay): a smoke test of the capture and replay
+        kind = {"graph": "cuda" if self.device.type == "cuda" else "emulated"} if graph else {}
 
         def make():
-            decoder = (GraphDecoder if graph else EagerDecoder)(self, prompt, a.new_tokens)
+            decoder = GraphDecoder(self, prompt, a.new_tokens, **kind) if graph else \
+                EagerDecoder(self, prompt, a.new_tokens)
             return decoder.setup, decoder.run
 
         with self.torch.no_grad():
             row = self.row("decode-graph" if graph else "decode", make, batch=batch, prompt=a.prompt_len,
-                           new_tokens=a.new_tokens)
+                           new_tokens=a.new_tokens, **kind)
+        row["_prompt"] = prompt
         for side in ("torch", "ours"):
             if f"{side}_ms" in row:
                 row[f"{side}_ms_per_token"] = row[f"{side}_ms"] / a.new_tokens
@@ -238,11 +279,9 @@ class Bench:
 
     def logits_errors(self, ids) -> dict:
         """Each side's prefill logits against `ids`' float32 logits (computed before the cast)."""
-        import tritonblas
-
         out = {}
         with self.torch.no_grad():
-            for name, mode in (("torch", contextlib.nullcontext), ("ours", tritonblas.enable)):
+            for name, mode in sides():
                 with mode():
                     out[name] = rel_error(self.model(ids).logits, self.ref_logits)
         return out
@@ -283,6 +322,11 @@ def bench_model(args: argparse.Namespace, name: str, device) -> dict:
             print(format_row(r), flush=True)
     _token_agreement(rows)
     doc["rows"] = rows
+    if args.profile:
+        try:
+            doc["profile"] = bench.profile()
+        except Exception as exc:  # recorded: the other models still run
+            doc["profile"] = {"error": _why(exc)}
     del bench, model
     if device.type == "cuda":
         torch.cuda.empty_cache()
@@ -296,44 +340,20 @@ def _config_facts(config) -> dict:
 
 
 def _token_agreement(rows: list[dict]) -> None:
-    """Decode rows: the share of each side's tokens equal to torch's eager decode at the same batch."""
-    eager = {r["batch"]: r["_results"]["torch"] for r in rows if r["part"] == "decode" and "_results" in r}
+    """Decode rows: the share of each side's tokens equal to torch's eager decode at the same batch, which
+    must have started from the same prompt."""
+    eager = {r["batch"]: (r.get("_prompt"), r["_results"]["torch"]) for r in rows
+             if r["part"] == "decode" and "torch" in r.get("_results", {})}
     for r in rows:
-        results = r.pop("_results", None)
+        results, prompt = r.pop("_results", None), r.pop("_prompt", None)
         if results is None or not r["part"].startswith("decode") or r["batch"] not in eager:
             continue
-        ref = eager[r["batch"]]
+        ref_prompt, ref = eager[r["batch"]]
+        if prompt is None or ref_prompt is None or not ref_prompt.equal(prompt):
+            raise RuntimeError(f"{r['part']} b{r['batch']}: not the prompt of the eager decode it is "
+                               "compared to")
         for side, tokens in results.items():
             r[f"{side}_tokens_as_torch_eager"] = (tokens == ref).float().mean().item()
-
-
-def _ms(r: dict, key: str, fmt: str = ".3f", unit: str = "") -> str:
-    return "-" if r.get(key) is None else f"{r[key]:{fmt}}{unit}"
-
-
-def format_row(r: dict) -> str:
-    """One markdown table row of a part."""
-    shape = f"b{r['batch']}" + (f" s{r['seq']}" if "seq" in r else f" p{r['prompt']}+{r['new_tokens']}")
-    notes = [f"{k.removeprefix('error_')} failed: {v}" for k, v in r.items() if k.startswith("error_")]
-    agree = r.get("ours_tokens_as_torch_eager")
-    if agree is not None:
-        notes.append(f"tokens as torch eager: {agree:.2f}")
-    return (f"| {r['model']} | {r['part']} | {shape} | {_ms(r, 'torch_ms')} | {_ms(r, 'ours_ms')} | "
-            f"{_ms(r, 'speedup', '.3f', 'x')} | {'; '.join(notes)} |")
-
-
-def table(doc: dict) -> str:
-    lines = [f"Models on {doc['device']} ({doc['dtype']}, torch {doc['torch']}, transformers "
-             f"{doc['transformers']}): torch vs transparent mode, median of {doc['reps']} interleaved calls",
-             "", "| model | part | shape | torch ms | ours ms | speedup | note |",
-             "|---|---|---|---|---|---|---|"]
-    for m in doc["models"]:
-        lines.extend(format_row(r) for r in m["rows"])
-    lines += ["", "| model | params | logits error torch (bf16 vs fp32) | ours |", "|---|---|---|---|"]
-    for m in doc["models"]:
-        e = m["logits_error"]
-        lines.append(f"| {m['model']} | {m['params'] / 1e6:.1f}M | {e['torch']:.3e} | {e['ours']:.3e} |")
-    return "\n".join(lines).replace("(bf16 vs", f"({doc['dtype']} vs")
 
 
 def run(args: argparse.Namespace) -> dict:

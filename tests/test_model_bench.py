@@ -95,6 +95,11 @@ def _row(**over) -> dict:
     return {"model": "llama", "part": "decode", "batch": 8, "prompt": 128, "new_tokens": 64, **over}
 
 
+def _doc(*models: dict) -> dict:
+    return {"device": "NVIDIA H200", "dtype": "bf16", "torch": "2.11", "transformers": "5.17.0", "reps": 10,
+            "models": list(models)}
+
+
 def test_rows_and_table(mb):
     timed = _row(torch_ms=10.0, ours_ms=8.0, speedup=1.25, ours_tokens_as_torch_eager=0.96875)
     assert mb.format_row(timed) == ("| llama | decode | b8 p128+64 | 10.000 | 8.000 | 1.250x | "
@@ -102,24 +107,150 @@ def test_rows_and_table(mb):
     failed = _row(part="decode-graph", torch_ms=5.0, error_ours="RuntimeError: capture failed")
     assert mb.format_row(failed) == ("| llama | decode-graph | b8 p128+64 | 5.000 | - | - | "
                                      "ours failed: RuntimeError: capture failed |")
-    doc = {"device": "NVIDIA H200", "dtype": "bf16", "torch": "2.11", "transformers": "5.17.0", "reps": 10,
-           "models": [{"model": "llama", "params": 1_500_000_000, "rows": [timed, failed],
-                       "logits_error": {"torch": 0.0123, "ours": 0.0125}}]}
+    doc = _doc({"model": "llama", "params": 1_500_000_000, "rows": [timed, failed],
+                "logits_error": {"torch": 0.0123, "ours": 0.0125}})
     text = mb.table(doc)
     assert mb.format_row(timed) in text and mb.format_row(failed) in text
+    off = _row(part="decode-graph", ours_tokens_as_torch_eager=0.0, torch_tokens_as_torch_eager=0.0)
+    assert mb.format_row(off).endswith("| tokens as torch eager: 0.00; torch's own: 0.00 |")
     assert "| llama | 1500.0M | 1.230e-02 | 1.250e-02 |" in text
     assert "logits error torch (bf16 vs fp32)" in text
 
 
 def test_token_agreement_against_torchs_eager_decode(mb):
-    ref = torch.tensor([[1, 2, 3, 4]])
-    rows = [_row(batch=1, _results={"torch": ref, "ours": torch.tensor([[1, 2, 0, 4]])}),
-            _row(part="decode-graph", batch=1, _results={"torch": ref, "ours": torch.tensor([[0, 0, 0, 4]])}),
+    ref, prompt = torch.tensor([[1, 2, 3, 4]]), torch.tensor([[7, 8]])
+    rows = [_row(batch=1, _prompt=prompt, _results={"torch": ref, "ours": torch.tensor([[1, 2, 0, 4]])}),
+            _row(part="decode-graph", batch=1, _prompt=prompt.clone(),
+                 _results={"torch": ref, "ours": torch.tensor([[0, 0, 0, 4]])}),
             _row(part="train", batch=1, seq=16, _results={"torch": None, "ours": None})]
     mb._token_agreement(rows)
     assert [r.get("ours_tokens_as_torch_eager") for r in rows] == [0.75, 0.25, None]
     assert [r.get("torch_tokens_as_torch_eager") for r in rows] == [1.0, 1.0, None]
-    assert not any("_results" in r for r in rows)  # JSON-ready
+    assert not any("_results" in r or "_prompt" in r for r in rows)  # JSON-ready
+
+
+def test_token_agreement_refuses_another_prompt(mb):
+    """Rows decoded from different prompts do not compare (what made every graph row 0.0 on the H200)."""
+    ref = torch.tensor([[1, 2]])
+    rows = [_row(batch=1, _prompt=torch.tensor([[7, 8]]), _results={"torch": ref}),
+            _row(part="decode-graph", batch=1, _prompt=torch.tensor([[7, 9]]), _results={"torch": ref})]
+    with pytest.raises(RuntimeError, match="not the prompt of the eager decode"):
+        mb._token_agreement(rows)
+
+
+# --- the CUDA graph emulation (lm_common.replay) -----------------------------------------------------------
+
+def test_recorded_graph_freezes_host_values_and_follows_tensors(mb):
+    """Replays run what the capture ran: host-side values as they were at capture, tensors as they are."""
+    from lm_common.replay import RecordedGraph
+
+    buf, pos, x = torch.zeros(4), torch.zeros(1, dtype=torch.long), torch.ones(3)
+    host = [0]
+    outs = []
+
+    def step():
+        host[0] += 1  # a Python counter: a CUDA graph never sees it change
+        buf.index_fill_(0, pos, float(host[0]))
+        pos.add_(1)
+        outs.append((x * 2).sum())  # a fresh tensor: the graph's buffer for it
+
+    graph = RecordedGraph()
+    with graph.capture():
+        step()
+    assert buf.tolist() == [0.0] * 4 and pos.item() == 0  # a capture runs nothing
+    x.fill_(5.0)
+    for _ in range(3):
+        graph.replay()
+    assert host == [1] and len(outs) == 1  # no Python ran in the replays
+    assert buf.tolist() == [1.0, 1.0, 1.0, 0.0] and pos.item() == 3  # the device position advanced
+    assert outs[0].item() == 30.0  # the captured output buffer holds the last replay's value
+    with pytest.raises(RuntimeError, match="already captured"), graph.capture():
+        pass
+
+
+@pytest.mark.parametrize("body", [lambda t: t.sum().item(), lambda t: t.nonzero()])
+def test_recorded_graph_refuses_host_syncs(mb, body):
+    from lm_common.replay import RecordedGraph
+
+    graph, t = RecordedGraph(), torch.ones(3)
+    with pytest.raises(RuntimeError, match="host synchronization"), graph.capture():
+        body(t)
+    with pytest.raises(RuntimeError, match="replay before capture"):
+        RecordedGraph().replay()
+
+
+# --- the training-step profile (--profile; lm_common.profile) ----------------------------------------------
+
+KERNEL_KINDS = {  # kernel name (as torch.profiler gives it): kind
+    "void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<at::native::"
+    "direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda()#3}>>(int, T1)": "copy",
+    "Memcpy DtoD (Device -> Device)": "copy",
+    "void at::native::vectorized_elementwise_kernel<4, CUDAFunctor_add<c10::BFloat16>>": "elementwise",
+    "Memset (Device)": "memset",
+    "_persistent_matmul_kernel": "other",
+    "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64": "other",
+}
+
+
+@pytest.mark.parametrize("name", list(KERNEL_KINDS))
+def test_kernel_kinds(mb, name):
+    from lm_common.profile import kernel_kind
+
+    assert kernel_kind(name) == KERNEL_KINDS[name]
+
+
+def _event(name: str, us: float, device: str = "CUDA"):
+    """A FunctionEvent as torch.profiler's events() gives them (a kernel: device_type CUDA)."""
+    from torch.autograd import DeviceType
+    from torch.autograd.profiler_util import FunctionEvent
+
+    return FunctionEvent(id=0, name=name, thread=0, start_us=100.0, end_us=100.0 + us,
+                         device_type=getattr(DeviceType, device))
+
+
+def test_tallies_of_profiler_events(mb):
+    from lm_common.profile import kernel_tally, op_tally
+
+    events = [_event("gemm", 10.0), _event("copy", 2.0), _event("gemm", 12.5)]
+    events += [_event(op, 0.0, "CPU") for op in ("aten::mm", "aten::mm", "aten::copy_", "aten::add")]
+    assert kernel_tally(events) == {"gemm": {"count": 2, "us": 22.5}, "copy": {"count": 1, "us": 2.0}}
+    ops = op_tally(events)
+    assert (ops["aten::mm"], ops["aten::copy_"], ops["aten::addmm"]) == (2, 1, 0) and "aten::add" not in ops
+
+
+def test_surplus_lists_what_one_side_launches_more_often(mb):
+    from lm_common.profile import surplus
+
+    copy = "void at::native::elementwise_kernel<128, 4, direct_copy_kernel_cuda>"
+    tallies = {"torch": {"cublas_gemm": {"count": 6, "us": 600.0}, "add": {"count": 2, "us": 4.0}},
+               "ours": {"triton_gemm": {"count": 6, "us": 590.0}, "add": {"count": 2, "us": 4.5},
+                        copy: {"count": 3, "us": 1236.0}}}
+    extra = surplus(tallies, "ours", "torch")
+    assert [r["name"] for r in extra] == [copy, "triton_gemm"]  # the most extra time first; "add" even
+    assert extra[0] == {"name": copy, "kind": "copy", "ours_count": 3, "torch_count": 0, "ours_us": 1236.0,
+                        "torch_us": 0.0}
+    assert [r["name"] for r in surplus(tallies, "torch", "ours")] == ["cublas_gemm"]
+
+
+def _profile(extra: list[dict]) -> dict:
+    ops = {"aten::mm": 4, "aten::copy_": 1}
+    return {"kernels": {"torch": {"launches": 10, "us": 100.0}, "ours": {"launches": 13, "us": 130.0}},
+            "host_ops": {"torch": ops, "ours": {**ops, "aten::copy_": 4}}, "ours_extra": extra,
+            "torch_extra": [], "ours_extra_copy_or_elementwise_launches": 3}
+
+
+def test_profile_table(mb):
+    extra = [{"name": "k" * 120, "kind": "copy", "ours_count": 3, "torch_count": 0, "ours_us": 1236.0,
+              "torch_us": 0.0}]
+    doc = _doc({"model": "llama", "params": 1e9, "rows": [], "logits_error": {"torch": 0.0, "ours": 0.0},
+                "profile": _profile(extra)})
+    text = mb.table(doc)
+    assert "| llama | 10 | 100 | 13 | 130 | 3 | 4 / 4 | 1 / 4 |" in text
+    assert f"| llama | `{'k' * 87}...` | copy | 3 | 0 | 1236.0 | 0.0 |" in text
+    doc["models"][0]["profile"] = {"error": "RuntimeError: CUPTI unavailable"}
+    assert "| llama | failed: RuntimeError: CUPTI unavailable |" in mb.table(doc)
+    del doc["models"][0]["profile"]
+    assert "profiled" not in mb.table(doc)
 
 
 # --- with transformers -----------------------------------------------------------------------------------
@@ -152,9 +283,20 @@ def _tiny_bench(mb, name: str, argv: list[str]):
     return mb.Bench(args, name, model, config, torch.device("cpu"))
 
 
+def test_decode_rows_of_a_batch_share_their_prompt(mb):
+    pytest.importorskip("transformers")
+    bench = _tiny_bench(mb, "llama", ["--prompt-len", "5"])
+    first = bench.prompt(2)
+    assert first.shape == (2, 5) and bench.prompt(2) is first
+    assert bench.prompt(1).shape == (1, 5)
+
+
 @pytest.mark.parametrize("name", ["llama", "gpt2"])
-def test_static_cache_steps_decode_as_the_dynamic_cache(mb, name):
-    """The graph decoder's step (static cache, 4-D mask), run eagerly, gives the eager decode's tokens."""
+@pytest.mark.parametrize("graph", [None, "emulated"])
+def test_static_cache_steps_decode_as_the_dynamic_cache(mb, name, graph):
+    """The graph decoder (static cache, 4-D mask) gives the eager decode's tokens and logits: its step run
+    eagerly, and captured and replayed as the GPU does it (the same setup, warm-up steps and capture; replays
+    that change only what lives in tensors: lm_common.replay)."""
     pytest.importorskip("transformers")
     from lm_common import EagerDecoder, GraphDecoder
 
@@ -163,7 +305,8 @@ def test_static_cache_steps_decode_as_the_dynamic_cache(mb, name):
     with torch.no_grad():
         eager = EagerDecoder(bench, prompt, 6)
         want = eager.run(eager.setup())
-        static = GraphDecoder(bench, prompt, 6, capture=False)
+        static = GraphDecoder(bench, prompt, 6, graph=graph)
+        assert (static.graph is None) == (graph is None)
         for _ in range(2):  # the second from the same cache, reset
             static.setup()
             assert torch.equal(static.run(None), want)
@@ -171,6 +314,8 @@ def test_static_cache_steps_decode_as_the_dynamic_cache(mb, name):
             torch.testing.assert_close(static.last_logits, eager.last_logits, rtol=1e-5, atol=1e-5)
     with pytest.raises(RuntimeError, match="CUDA graphs need a CUDA device"):
         GraphDecoder(bench, prompt, 6)
+    with pytest.raises(ValueError, match="graph must be one of"):
+        GraphDecoder(bench, prompt, 6, graph="cpu")
 
 
 def test_tiny_run_through_transparent_mode(mb, tmp_path, capsys):
@@ -179,16 +324,23 @@ def test_tiny_run_through_transparent_mode(mb, tmp_path, capsys):
     path = tmp_path / "mb.json"
     assert mb.main(["--device", "cpu", "--tiny", "--models", "gpt2", "--dtype", "fp32", "--reps", "1",
                     "--warmup", "0", "--train-batch", "2", "--train-seq", "8", "--prefill-seq", "8",
-                    "--prompt-len", "4", "--new-tokens", "2", "--decode-batches", "2",
+                    "--prompt-len", "4", "--new-tokens", "2", "--decode-batches", "2", "--profile",
                     "--json", str(path)]) == 0
     doc = json.loads(path.read_text())
     (model,) = doc["models"]
     parts = [r["part"] for r in model["rows"]]
     assert parts == ["train", "prefill", "decode", "decode-graph"]
-    for r in model["rows"][:3]:
+    for r in model["rows"]:
         assert r["torch_ms"] > 0 and r["ours_ms"] > 0 and r["speedup"] > 0
-    assert model["rows"][2]["ours_tokens_as_torch_eager"] == 1.0
-    assert "CUDA graphs need a CUDA device" in model["rows"][3]["error_ours"]
+    for r in model["rows"][2:]:  # eager, then graph (emulated: lm_common.replay) decode of the same prompt
+        assert r["torch_tokens_as_torch_eager"] == 1.0 and r["ours_tokens_as_torch_eager"] == 1.0
+    graph_row = model["rows"][3]
+    assert graph_row["graph"] == "emulated" and not any(k.startswith("error") for k in graph_row)
     assert model["logits_error"]["torch"] == 0.0  # fp32 against fp32: the same model, the same kernels
     assert 0 < model["logits_error"]["ours"] < 1e-5  # our kernels ran (the interpreter's, not torch's)
-    assert "| gpt2 | train |" in capsys.readouterr().out
+    # the profile on the CPU: no device kernels, the host's GEMMs (Conv1D: addmm) on both sides
+    profile = model["profile"]
+    assert profile["kernels"]["torch"] == {"launches": 0, "us": 0.0} and profile["ours_extra"] == []
+    assert profile["host_ops"]["torch"]["aten::addmm"] > 0 and profile["host_ops"]["ours"]["aten::addmm"] > 0
+    out = capsys.readouterr().out
+    assert "| gpt2 | train |" in out and "| gpt2 | 0 | 0 | 0 | 0 | 0 |" in out

@@ -98,19 +98,29 @@ class EagerDecoder:
         return self.b.torch.cat(tokens, 1)
 
 
+GRAPHS = ("cuda", "emulated")  # GraphDecoder's capture kinds: torch.cuda.CUDAGraph, or replay.RecordedGraph
+
+
 class GraphDecoder:
     """Greedy decode through a StaticCache, one decode step (forward, argmax, the token fed back, the
-    attention mask grown by one) captured in a CUDA graph; setup() re-runs the prefill eagerly in place.
+    attention mask grown by one) captured in a graph and replayed; setup() re-runs the prefill eagerly in
+    place.
     The mask is kept in a static 4-D tensor, which the model uses as it is: nothing about it is derived
     on the host per call, so no data-dependent check can break the capture (transformers' own mask for a
-    StaticCache gives the same logits, checked with transformers 5.24). capture=False runs the same
-    steps eagerly (what the CPU tests check against EagerDecoder's tokens and logits)."""
+    StaticCache gives the same logits, checked with transformers 5.24).
 
-    def __init__(self, bench: ModelRunner, prompt, new_tokens: int, capture: bool = True) -> None:
+    graph: "cuda" (torch.cuda.graph, the documented pattern: warm-up steps on a side stream, then the
+    capture), "emulated" (lm_common.replay.RecordedGraph on any device: the same setup, warm-up steps and
+    capture, then replays with every host-side value frozen at capture, as a CUDA graph's are) or None (the
+    step run eagerly each time)."""
+
+    def __init__(self, bench: ModelRunner, prompt, new_tokens: int, graph: str | None = "cuda") -> None:
         import transformers
 
         torch = bench.torch
-        if capture and bench.device.type != "cuda":
+        if graph not in (*GRAPHS, None):
+            raise ValueError(f"graph must be one of {GRAPHS} or None, not {graph!r}")
+        if graph == "cuda" and bench.device.type != "cuda":
             raise RuntimeError("CUDA graphs need a CUDA device")
         self.b, self.prompt, self.new_tokens = bench, prompt, new_tokens
         batch, plen = prompt.shape
@@ -120,21 +130,33 @@ class GraphDecoder:
         self.mask = torch.zeros(batch, 1, 1, plen + new_tokens, dtype=torch.bool, device=bench.device)
         self.tokens = torch.zeros(batch, new_tokens, dtype=torch.long, device=bench.device)
         self.graph = None
-        if capture:
-            self._capture()
+        if graph is not None:
+            self._capture(graph)
 
-    def _capture(self) -> None:
+    def _capture(self, kind: str) -> None:
         torch = self.b.torch
         self.setup()  # allocates the cache (lazily, at its first update)
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):  # warm-up off the capture stream, as torch.cuda.graph asks
-            for _ in range(2):
+        if kind == "cuda":
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):  # warm-up off the capture stream, as torch.cuda.graph asks
+                self._warm_up()
+            torch.cuda.current_stream().wait_stream(stream)
+            self.setup()  # the warm-up steps advanced the cache, the position and the mask
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph):
                 self.step()
-        torch.cuda.current_stream().wait_stream(stream)
-        self.setup()
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
+        else:
+            from .replay import RecordedGraph
+
+            self._warm_up()
+            self.setup()
+            self.graph = RecordedGraph()
+            with self.graph.capture():
+                self.step()
+
+    def _warm_up(self) -> None:
+        for _ in range(2):
             self.step()
 
     def setup(self) -> None:

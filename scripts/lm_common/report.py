@@ -1,0 +1,66 @@
+"""The tables scripts/model_bench.py prints: the parts timed, the logits errors, the training-step profiles
+(--profile). Full kernel names and every row are in the JSON."""
+
+from __future__ import annotations
+
+PROFILE_ROWS = 12  # kernels listed per model in the table
+
+
+def _ms(r: dict, key: str, fmt: str = ".3f", unit: str = "") -> str:
+    return "-" if r.get(key) is None else f"{r[key]:{fmt}}{unit}"
+
+
+def format_row(r: dict) -> str:
+    """One markdown table row of a part."""
+    shape = f"b{r['batch']}" + (f" s{r['seq']}" if "seq" in r else f" p{r['prompt']}+{r['new_tokens']}")
+    notes = [f"{k.removeprefix('error_')} failed: {v}" for k, v in r.items() if k.startswith("error_")]
+    agree, own = r.get("ours_tokens_as_torch_eager"), r.get("torch_tokens_as_torch_eager")
+    if agree is not None:
+        notes.append(f"tokens as torch eager: {agree:.2f}")
+    if own is not None and own != 1.0:  # torch's own graph decode should give its eager tokens
+        notes.append(f"torch's own: {own:.2f}")
+    return (f"| {r['model']} | {r['part']} | {shape} | {_ms(r, 'torch_ms')} | {_ms(r, 'ours_ms')} | "
+            f"{_ms(r, 'speedup', '.3f', 'x')} | {'; '.join(notes)} |")
+
+
+def table(doc: dict) -> str:
+    lines = [f"Models on {doc['device']} ({doc['dtype']}, torch {doc['torch']}, transformers "
+             f"{doc['transformers']}): torch vs transparent mode, median of {doc['reps']} interleaved calls",
+             "", "| model | part | shape | torch ms | ours ms | speedup | note |",
+             "|---|---|---|---|---|---|---|"]
+    for m in doc["models"]:
+        lines.extend(format_row(r) for r in m["rows"])
+    lines += ["", "| model | params | logits error torch (bf16 vs fp32) | ours |", "|---|---|---|---|"]
+    for m in doc["models"]:
+        e = m["logits_error"]
+        lines.append(f"| {m['model']} | {m['params'] / 1e6:.1f}M | {e['torch']:.3e} | {e['ours']:.3e} |")
+    lines = "\n".join(lines).replace("(bf16 vs", f"({doc['dtype']} vs")
+    profiled = [m for m in doc["models"] if "profile" in m]
+    return lines + ("\n\n" + profile_table(profiled) if profiled else "")
+
+
+def profile_table(models: list[dict]) -> str:
+    """The training-step profiles (--profile): totals, then the kernels ours launches more often."""
+    lines = ["Training step, one profiled step a side (torch.profiler): kernel launches and device us",
+             "", "| model | torch launches | torch us | ours launches | ours us | extra copy/elementwise "
+             "launches | aten::mm torch / ours | aten::copy_ torch / ours |",
+             "|---|---|---|---|---|---|---|---|"]
+    for m in models:
+        if "error" in m["profile"]:
+            lines.append(f"| {m['model']} | failed: {m['profile']['error']} |")
+            continue
+        p, k, ops = m["profile"], m["profile"]["kernels"], m["profile"]["host_ops"]
+        lines.append(f"| {m['model']} | {k['torch']['launches']} | {k['torch']['us']:.0f} | "
+                     f"{k['ours']['launches']} | {k['ours']['us']:.0f} | "
+                     f"{p['ours_extra_copy_or_elementwise_launches']} | "
+                     f"{ops['torch']['aten::mm']} / {ops['ours']['aten::mm']} | "
+                     f"{ops['torch']['aten::copy_']} / {ops['ours']['aten::copy_']} |")
+    lines += ["", "Kernels ours launches more often than torch's step (most extra time first)", "",
+              "| model | kernel | kind | ours n | torch n | ours us | torch us |",
+              "|---|---|---|---|---|---|---|"]
+    for m in models:
+        for r in m["profile"].get("ours_extra", [])[:PROFILE_ROWS]:
+            name = r["name"] if len(r["name"]) <= 90 else r["name"][:87] + "..."
+            lines.append(f"| {m['model']} | `{name}` | {r['kind']} | {r['ours_count']} | "
+                         f"{r['torch_count']} | {r['ours_us']:.1f} | {r['torch_us']:.1f} |")
+    return "\n".join(lines)
