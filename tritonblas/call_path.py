@@ -371,10 +371,9 @@ def _fall_back(exc: Exception, plan: Plan, args: tuple, precision: str) -> None:
 def plan_gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, beta: float,
               enable_streamk: bool | None = None, backend: str | None = None,
               config: GemmConfig | None = None) -> Plan:
-    """Lookup-or-prepare below autograd, for 2-D operands its callers checked (the custom op's body,
-    transparent mode's aten::mm / addmm kernels)."""
-    key = signature("gemm" if beta != 0.0 else "gemm0", enable_streamk, backend, config, a, b, bias,
-                    autograd=False)
+    """Lookup-or-prepare below autograd, for 2-D operands the custom op's callers checked."""
+    key = signature("gemm" if beta != 0.0 else "gemm0", enable_streamk, backend, config, a, b, bias, None,
+                    False)
     return lookup(key, a, b, bias, None) or prepare(key, "gemm", a, b, bias, beta, None, enable_streamk,
                                                     config, backend)
 

@@ -43,7 +43,7 @@ import torch
 
 from . import log
 from . import record as _record
-from .call_path import plan_gemm, run, torch_runs
+from .call_path import lookup, prepare, run, torch_runs
 from .device import interpreter_enabled
 
 _lock = threading.RLock()
@@ -128,6 +128,11 @@ def _unregister() -> None:
 
 
 # --- the kernels ----------------------------------------------------------------------------------------
+# The plan key of a call here (call_path.lookup / prepare) is shorter than the explicit ops' signature:
+# only dense tensors of the CUDA (or CPU) dispatch key reach these kernels (sparse, nested, meta and
+# __torch_dispatch__ subclasses dispatch elsewhere), below autograd (no grad marker) and never while
+# torch.compile traces (it runs fake tensors), so the layout, the type, the grad flags and the options
+# it leaves out are the same for every call, and the device is its index (-1: the CPU).
 
 _ROUTED = (torch.float16, torch.bfloat16, torch.float32)
 _mm_out, _addmm_out = torch.ops.aten.mm.out, torch.ops.aten.addmm.out  # not overridden: torch's own kernels
@@ -149,22 +154,34 @@ def _kernels(torch_mm, torch_addmm) -> tuple:
         def own_addmm(keyset, bias, a, b, beta, alpha):
             return torch_addmm.call_boxed(keyset, bias, a, b, beta=beta, alpha=alpha)
 
+    # A plan found for the call's key says it is routable (a plan is made only for operands that passed
+    # the checks, and the key holds every fact they read): the checks run on a miss only.
     def mm(keyset, a, b):
-        if _routable(a, b) and a.shape[1] == b.shape[0]:
-            plan = plan_gemm(a, b, None, 0.0)
-            if not torch_runs(plan):
-                return run(plan, a, b, None, None, 1.0, 0.0)
-        elif _debug():
+        if a.dtype in _ROUTED:
+            key = ("aten::mm", a.shape, a.stride(), a.dtype, a.get_device(), b.shape, b.stride(), b.dtype,
+                   b.get_device())
+            plan = lookup(key, a, b, None, None)
+            if plan is None and _routable(a, b) and a.shape[1] == b.shape[0]:
+                plan = prepare(key, "gemm", a, b, None, 0.0, None, None, None, None)
+            if plan is not None:
+                return own_mm(keyset, a, b) if torch_runs(plan) else run(plan, a, b, None, None, 1.0, 0.0)
+        if _debug():
             _left_to_torch("mm", a, b)
         return own_mm(keyset, a, b)
 
     def addmm(keyset, bias, a, b, *, beta=1, alpha=1):
-        if _routable(a, b) and a.shape[1] == b.shape[0] and type(beta) in _NUMBERS and \
-                type(alpha) in _NUMBERS and _bias_ok(bias, a, b):
-            plan = plan_gemm(a, b, bias, float(beta))
-            if not torch_runs(plan):
-                return run(plan, a, b, bias, None, float(alpha), float(beta))
-        elif _debug():
+        if a.dtype in _ROUTED and type(beta) in _NUMBERS and type(alpha) in _NUMBERS:
+            beta = float(beta)
+            key = ("aten::addmm" if beta else "aten::addmm0", a.shape, a.stride(), a.dtype, a.get_device(),
+                   b.shape, b.stride(), b.dtype, b.get_device(), bias.shape, bias.stride(), bias.dtype,
+                   bias.get_device())  # (the schema's `self`: always a tensor)
+            plan = lookup(key, a, b, bias, None)
+            if plan is None and _routable(a, b) and a.shape[1] == b.shape[0] and _bias_ok(bias, a, b):
+                plan = prepare(key, "gemm", a, b, bias, beta, None, None, None, None)
+            if plan is not None:
+                return own_addmm(keyset, bias, a, b, beta, alpha) if torch_runs(plan) else \
+                    run(plan, a, b, bias, None, float(alpha), beta)
+        if _debug():
             _left_to_torch("addmm", a, b, bias)
         return own_addmm(keyset, bias, a, b, beta, alpha)
 
