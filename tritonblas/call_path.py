@@ -42,6 +42,7 @@ _BIAS_KINDS = {(False, False): "scalar", (False, True): "row", (True, False): "c
 _allow_tf32 = torch._C._get_cublas_allow_tf32
 _is_compiling = torch.compiler.is_compiling
 _grad_enabled = torch.is_grad_enabled
+_functorch_active = torch._C._are_functorch_transforms_active
 _capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", lambda: False)
 # The seam tests replace to watch launches: while it is replaced, every launch goes through it.
 _LAUNCH_GEMM = launch_gemm
@@ -175,11 +176,13 @@ def prepare(key: tuple | None, op: str, a: torch.Tensor, b: torch.Tensor, bias: 
     compiling = _is_compiling()
     if out is not None:
         check_out(out, m, n, a, b, bias, op, compiling)
-    if op != "gemm" and compiling:  # the custom op's body plans (torch.compile stores nothing)
-        return Plan(m, n, k, None, None, config, restriction, config is not None, False, (0, 0, 0, 0),
-                    out_shape, through_op=True, linear=linear)
     grad = op != "gemm" and out is None and _grad_enabled() and (
         a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad))
+    if op != "gemm" and (compiling or (grad and _functorch_active())):
+        # The custom op's body plans: torch.compile and torch.func's transforms (tensors without storage)
+        # see the one opaque node. Nothing stored (compile has no key; a transform's is a grad call's).
+        return Plan(m, n, k, None, None, config, restriction, config is not None, False, (0, 0, 0, 0),
+                    out_shape, through_op=True, linear=linear)
     read_at = caches.generation()  # before anything is selected
     device = tensor_device_info(a)  # first: it raises for tensors no kernel can take, empty ones too
     if a.is_cuda:
