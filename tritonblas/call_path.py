@@ -20,6 +20,7 @@ pointers' 16-byte alignment and the tf32 flag the prepared launch was made for.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -166,10 +167,12 @@ def _bias_kind(bias: torch.Tensor | None, m: int, n: int) -> str:
 
 def prepare(key: tuple | None, op: str, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
             beta: float, out: torch.Tensor | None, enable_streamk: bool | None, config: GemmConfig | None,
-            backend: str | None, out_shape: tuple | None = None, linear: bool = False) -> Plan:
+            backend: str | None, out_shape: tuple | None = None, linear: bool = False,
+            finish: Callable[[Plan], None] | None = None) -> Plan:
     """The checks every op shares (after its own argument checks: a and b are the GEMM's 2-D operands,
-    bias addmm's input or linear's bias), and the plan they derive, stored under `key` unless the
-    selections were dropped meanwhile. Raises before anything is written."""
+    bias addmm's input or linear's bias), and the plan they derive, completed by `finish` (the op's
+    own facts) and stored under `key` unless the selections were dropped meanwhile. Raises before
+    anything is written."""
     m, k = a.shape
     n = b.shape[1]
     restriction = (enable_streamk, backend)
@@ -207,6 +210,8 @@ def prepare(key: tuple | None, op: str, a: torch.Tensor, b: torch.Tensor, bias: 
         plan.precision = _precision(plan)
         c = out if out is not None else torch.empty((m, n), dtype=a.dtype, device="meta")  # strides only
         plan.launch = prepare_launch(a, b, c, _bias2d(plan, bias), config, device.sm_count, plan.precision)
+    if finish is not None:
+        finish(plan)  # before it is stored: other threads see it whole
     _note(plan)  # TRITONBLAS_RECORD / enable(record=...): a new problem goes to the file
     if key is not None:
         caches.store(read_at, plans, key, plan)

@@ -70,14 +70,20 @@ def _launch(plan: Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | N
 
 def _prepare(key: tuple | None, op: str, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
              beta: float, out: torch.Tensor | None, enable_streamk: bool | None, config: GemmConfig | None,
-             backend: str | None, out_shape: tuple | None = None, linear: bool = False) -> Plan:
-    """call_path.prepare, plus what the custom op's backward needs for a plan that runs under autograd."""
-    plan = call_path.prepare(key, op, a, b, bias, beta, out, enable_streamk, config, backend, out_shape,
-                             linear)
-    if plan.grad:
-        core_op = _core_op()
-        plan.op_args = (core_op.FAMILY[plan.restriction], core_op.config_to_list(plan.config))
-    return plan
+             backend: str | None, out_shape: tuple | None = None, x: torch.Tensor | None = None) -> Plan:
+    """call_path.prepare, with what the op adds before the plan is stored: for a linear (x: its input,
+    a: x as 2-D), no prepared launch where x's reshape copies (x's pointer is not the GEMM's A then);
+    for a call under autograd, the custom op's arguments its shared backward reads."""
+
+    def finish(plan: Plan) -> None:
+        if x is not None and x is not a and not (a._is_view() and a.data_ptr() == x.data_ptr()):
+            plan.launch = None
+        if plan.grad:
+            core_op = _core_op()
+            plan.op_args = (core_op.FAMILY[plan.restriction], core_op.config_to_list(plan.config))
+
+    return call_path.prepare(key, op, a, b, bias, beta, out, enable_streamk, config, backend, out_shape,
+                             x is not None, finish)
 
 
 # --- the public ops -----------------------------------------------------------------------------------
@@ -139,11 +145,8 @@ def _plan_linear(key, x, weight, bias, enable_streamk, config, backend) -> Plan:
     x2 = _check_linear(x, weight, bias)
     check_options(enable_streamk, config, backend)
     out_shape = None if x2 is x else (*x.shape[:-1], weight.shape[0])
-    plan = _prepare(key, "linear", x2, weight.t(), bias, 1.0, None, enable_streamk, config, backend,
-                    out_shape, linear=True)
-    if x2 is not x and not (x2._is_view() and x2.data_ptr() == x.data_ptr()):
-        plan.launch = None  # x's reshape copies for these strides: x's pointer is not the GEMM's A
-    return plan
+    return _prepare(key, "linear", x2, weight.t(), bias, 1.0, None, enable_streamk, config, backend,
+                    out_shape, x)
 
 
 def _check_linear(x: object, weight: object, bias: object) -> torch.Tensor:
