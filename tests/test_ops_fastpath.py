@@ -281,3 +281,51 @@ def test_a_compile_failure_drops_the_stored_plan(switchable_heuristic, monkeypat
     (plan,) = call_path.plans.values()
     assert plan.config == OTHER
     assert not launches or all(c.config == OTHER for c in launches)
+
+
+# A hit launches the plan's prepared launch on the op's own tensors (a linear's weight and bias as they
+# are): it must be the launch launch_gemm builds for the GEMM's 2-D operands, on the same pointers.
+PREPARED = {
+    "matmul": lambda a, b, w, bias, out: tritonblas.matmul(a, b, backend="triton"),
+    "matmul out=": lambda a, b, w, bias, out: tritonblas.matmul(a, b, out=out, backend="triton"),
+    "addmm": lambda a, b, w, bias, out: tritonblas.addmm(bias, a, b, beta=0.5, backend="triton"),
+    "addmm beta=0": lambda a, b, w, bias, out: tritonblas.addmm(bias, a, b, beta=0, backend="triton"),
+    "linear": lambda a, b, w, bias, out: tritonblas.linear(a, w, bias, backend="triton"),
+    "linear 3-D": lambda a, b, w, bias, out: tritonblas.linear(a.view(1, M, K), w, bias, backend="triton"),
+}
+
+
+def _gemm_of(case, x):
+    """(a, b, bias as the kernels read it, beta) of the GEMM that PREPARED[case] runs."""
+    full = torch.broadcast_to(x.bias, (M, N))
+    return {"matmul": (x.a, x.b, None), "matmul out=": (x.a, x.b, None), "addmm": (x.a, x.b, full),
+            "addmm beta=0": (x.a, x.b, None), "linear": (x.a, x.w.t(), full),
+            "linear 3-D": (x.a, x.w.t(), full)}[case]
+
+
+@pytest.mark.parametrize("case", PREPARED)
+def test_a_hit_runs_the_launch_launch_gemm_would_build(case, x, monkeypatch):
+    from tritonblas import launch
+
+    launched = []
+    monkeypatch.setattr(launch, "_launch", lambda plan, tensors, floats: launched.append((plan, tensors)))
+    for _ in range(2):
+        PREPARED[case](x.a, x.b, x.w, x.bias, x.out)
+    (hit, hit_tensors), n = launched[-1], len(launched)
+    a, b, bias2d = _gemm_of(case, x)
+    c = x.out if case == "matmul out=" else torch.empty(M, N, dtype=f16)
+    (plan,) = [p for p in call_path.plans.values() if p.launch is hit]  # the hit took a prepared launch
+    launch.launch_gemm(a, b, c, bias2d, 1.0, 0.5, plan.config, plan.device.sm_count, "tf32")
+    built, built_tensors = launched[n]
+    assert (hit.kernel, hit.progs, hit.ints, hit.constexprs, hit.num_warps, hit.num_stages) == \
+        (built.kernel, built.progs, built.ints, built.constexprs, built.num_warps, built.num_stages)
+    same = [t.data_ptr() for t in hit_tensors], [t.data_ptr() for t in built_tensors]
+    assert same[0][:2] == same[1][:2]  # A and B (the output and the bias: this call's own)
+    assert (hit_tensors[3] is hit_tensors[2]) == (built_tensors[3] is built_tensors[2])  # a bias or not
+
+
+def test_linear_of_an_nd_input_whose_reshape_copies(x):
+    x3 = _t(2, K, 3).transpose(1, 2)  # (2, 3, K), K not innermost: reshape(6, K) copies
+    for _ in range(2):
+        torch.testing.assert_close(tritonblas.linear(x3, x.w, x.bias), F.linear(
+            x3.float(), x.w.float(), x.bias.float()).to(f16), rtol=2e-3, atol=4e-3)
