@@ -329,3 +329,32 @@ def test_linear_of_an_nd_input_whose_reshape_copies(x):
     for _ in range(2):
         torch.testing.assert_close(tritonblas.linear(x3, x.w, x.bias), F.linear(
             x3.float(), x.w.float(), x.bias.float()).to(f16), rtol=2e-3, atol=4e-3)
+
+
+@pytest.mark.parametrize("op", ["matmul", "linear"])
+def test_a_compile_failure_of_a_prepared_launch_falls_back(op, switchable_heuristic, monkeypatch):
+    """The launch a hit runs (prepared with the plan) fails to compile as launch_gemm's would: the
+    config is reported, the next selection runs, the plan is dropped."""
+    from triton.runtime.errors import OutOfResources
+
+    from tritonblas import launch
+
+    real, blocks = launch._launch, []
+
+    def refuse_small(plan, tensors, floats):
+        blocks.append(plan.constexprs["BLOCK_M"])
+        if plan.constexprs["BLOCK_M"] == SMALL.block_m:
+            switchable_heuristic["config"] = OTHER  # the next ranked candidate
+            raise OutOfResources(300000, 232448, "shared memory")
+        return real(plan, tensors, floats)
+
+    monkeypatch.setattr(launch, "_launch", refuse_small)
+    a, b = _t(M, K), _t(K, N)
+    call = {"matmul": lambda: tritonblas.matmul(a, b, backend="triton"),
+            "linear": lambda: tritonblas.linear(a, b.t(), backend="triton")}[op]
+    with pytest.warns(RuntimeWarning, match="could not be compiled"):
+        got = call()
+    assert blocks == [SMALL.block_m, OTHER.block_m] and not call_path.plans
+    torch.testing.assert_close(got, (a.float() @ b.float()).to(f16), rtol=2e-3, atol=2e-3)
+    call()
+    assert blocks[-1] == OTHER.block_m

@@ -247,7 +247,10 @@ def run(plan: Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
         if out is None:
             # new_empty with int sizes: 0.85 us, torch.empty((m, n), dtype=, device=) 1.8 us.
             out = a.new_empty(plan.m, plan.n) if plan.out_shape is None else a.new_empty(plan.out_shape)
-        _launch_prepared(plan, a, b, bias, out, alpha, beta, False)
+        try:  # free when nothing is raised (zero-cost exceptions)
+            launch_prepared(plan.launch, a, b, out, bias if plan.has_bias else None, alpha, beta)
+        except Exception as exc:
+            _prepared_failed(exc, plan, a, b, bias, out, alpha, beta, False)
         return out
     a2, b2 = gemm_operands(plan, a, b)
     y = run_views(plan, a2, b2, bias, out, alpha, beta)
@@ -259,7 +262,10 @@ def run_gemm(plan: Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | 
     """Run a plan on the GEMM's 2-D operands (a linear's x as (M, K) and weight.t()): a new (M, N)."""
     if plan.launch is not None and _ready(plan, a, b, bias, None):
         out = a.new_empty(plan.m, plan.n)
-        _launch_prepared(plan, a, b, bias, out, alpha, beta, True)
+        try:
+            launch_prepared(plan.launch, a, b, out, bias if plan.has_bias else None, alpha, beta)
+        except Exception as exc:
+            _prepared_failed(exc, plan, a, b, bias, out, alpha, beta, True)
         return out
     return run_views(plan, a, b, bias, None, alpha, beta)
 
@@ -280,16 +286,15 @@ def _ready(plan: Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | No
     return not ptrs & 15
 
 
-def _launch_prepared(plan: Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
+def _prepared_failed(exc: Exception, plan: Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
                      out: torch.Tensor, alpha: float, beta: float, two_d: bool) -> None:
-    try:  # free when nothing is raised (zero-cost exceptions)
-        launch_prepared(plan.launch, a, b, out, bias if plan.has_bias else None, alpha, beta)
-    except Exception as exc:
-        if plan.user_config:
-            raise
-        a2, b2 = (a, b) if two_d else gemm_operands(plan, a, b)
-        _fall_back(exc, plan, (a2, b2, out.view(plan.m, plan.n), _bias2d(plan, bias), alpha, beta),
-                   plan.precision)
+    """A prepared launch raised: as run_views' launch, the next selection where triton could not compile
+    the selected config (_fall_back), else the error."""
+    if plan.user_config:
+        raise exc
+    a2, b2 = (a, b) if two_d else gemm_operands(plan, a, b)
+    args = (a2, b2, out.view(plan.m, plan.n), _bias2d(plan, bias), alpha, beta)
+    _fall_back(exc, plan, args, plan.precision)
 
 
 def gemm_operands(plan: Plan, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

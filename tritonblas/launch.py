@@ -397,6 +397,10 @@ def _reduce_plan(kernel, config: GemmConfig, output_ints: tuple, tiles: int, pro
     return _Plan(kernel, sk_tiles * chunks, ints, reduce_constexprs, config.num_warps, 1, None)
 
 
+# torch.cuda.current_device() without its lazy-init call: a CUDA tensor in hand means CUDA is initialized.
+_current_device = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)
+
+
 def _launch(plan: _Plan, tensors: tuple, floats: tuple) -> None:
     """Launch through triton's C launcher once the plan's kernel is compiled.
 
@@ -411,7 +415,7 @@ def _launch(plan: _Plan, tensors: tuple, floats: tuple) -> None:
                                    num_stages=plan.num_stages)
         return
     index = tensors[0].get_device()  # an int: .device.index builds a device object first
-    if index != torch.cuda.current_device():
+    if index != _current_device():
         # Triton launches on (and loads modules into) the current device: switch to the tensors' one.
         with torch.cuda.device(index):
             _launch(plan, tensors, floats)
