@@ -358,3 +358,42 @@ def test_a_compile_failure_of_a_prepared_launch_falls_back(op, switchable_heuris
     torch.testing.assert_close(got, (a.float() @ b.float()).to(f16), rtol=2e-3, atol=2e-3)
     call()
     assert blocks[-1] == OTHER.block_m
+
+
+def _selection(time_us: float, device, backend: str = "triton"):
+    from tritonblas.config import Problem
+
+    config = SMALL if backend == "triton" else tritonblas.GemmConfig.vendor()
+    return dispatch.Selection(config, "shipped", time_us / 1000, True, Problem(M, N, K, "fp16"), device)
+
+
+@pytest.mark.parametrize("time_us, backend, on_gpu, leaves_eager_to_torch", [
+    (call_path.KERNEL_HOST_US / 2, "triton", True, True),  # host-bound: its launch costs more than it runs
+    (call_path.KERNEL_HOST_US * 2, "triton", True, False),  # the kernel hides its launch
+    (call_path.KERNEL_HOST_US / 2, "torch", True, False),  # torch already
+    (0.0, "triton", True, False),  # no time known (nothing to judge by)
+    (call_path.KERNEL_HOST_US / 2, "triton", False, False),  # the interpreter: no host cost to weigh
+])
+def test_a_kernel_pick_shorter_than_its_launch_runs_only_under_capture(time_us, backend, on_gpu,
+                                                                       leaves_eager_to_torch):
+    from tritonblas.config import INTERPRETER_DEVICE, device_for_arch
+
+    device = device_for_arch("sm_90") if on_gpu else INTERPRETER_DEVICE
+    assert call_path._eager_vendor(_selection(time_us, device, backend)) is leaves_eager_to_torch
+
+
+def test_an_eager_vendor_plan_runs_torch_explicit_and_routed(x, monkeypatch):
+    """Where the plan leaves eager calls to torch, an explicit call runs torch.mm (out=) and a routed one
+    torch's own kernel; neither launches a kernel; an explicit restriction keeps the kernels."""
+    monkeypatch.setattr(call_path, "_eager_vendor", lambda selection: True)
+    dispatch.clear_cache()
+    launches = record_launches(monkeypatch)
+    ref = torch.mm(x.a, x.b)
+    for _ in range(2):
+        torch.testing.assert_close(tritonblas.matmul(x.a, x.b), ref)
+        with tritonblas.enable():
+            torch.testing.assert_close(torch.mm(x.a, x.b), ref)
+    assert not launches
+    tritonblas.matmul(x.a, x.b, backend="triton")  # restricted: not judged
+    assert len(launches) == 1
+    dispatch.clear_cache()

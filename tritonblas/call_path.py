@@ -44,9 +44,13 @@ _allow_tf32 = torch._C._get_cublas_allow_tf32
 _is_compiling = torch.compiler.is_compiling
 _grad_enabled = torch.is_grad_enabled
 _functorch_active = torch._C._are_functorch_transforms_active
-_capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", lambda: False)
 # The seam tests replace to watch launches: while it is replaced, every launch goes through it.
 _LAUNCH_GEMM = launch_gemm
+
+
+def _capturing() -> bool:
+    """Whether the current CUDA stream is being captured into a graph (never without CUDA)."""
+    return torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing()
 
 
 # --- the plan -----------------------------------------------------------------------------------------
