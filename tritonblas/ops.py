@@ -33,17 +33,25 @@ def _core_op():
 class _Gemm(torch.autograd.Function):
     """alpha * a @ b + beta * bias for eager autograd: the forward runs the plan, the backward and the
     saved context are the custom op's. The old-style forward(ctx, ...) (setup inside it): with a
-    separate setup_context, apply costs 28 us instead of 7 on the CPU box."""
+    separate setup_context, apply costs 28 us instead of 7 on the CPU box. A linear hands its weight
+    as it is (b is its transpose): weight.t() outside would add a view node to the graph (~1.5 us), and
+    the weight's gradient is b's transposed, as the view's backward would make it."""
 
     @staticmethod
     def forward(ctx, a, b, bias, beta, alpha, family, plan):  # noqa: ANN001, ANN205 (autograd's API)
+        if plan.linear:
+            b = b.t()
         y = call_path.run_gemm(plan, a, b, bias, alpha, beta)
         _core_op().setup_context(ctx, (a, b, bias, beta, alpha, family, plan.op_args[1]), y)
+        ctx.tritonblas_weight = plan.linear
         return y
 
     @staticmethod
     def backward(ctx, grad):  # noqa: ANN001, ANN205
-        return _core_op().backward(ctx, grad)
+        grads = _core_op().backward(ctx, grad)
+        if ctx.tritonblas_weight and grads[1] is not None:
+            return (grads[0], grads[1].t(), *grads[2:])
+        return grads
 
 
 # Function.apply's own Python (binding defaults, unwrapping functorch's dead wrappers) costs ~3 us a
@@ -57,10 +65,11 @@ def _launch(plan: Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | N
     """Run a plan on the op's tensors: through autograd or the custom op where it needs them."""
     if not (plan.grad or plan.through_op):
         return run(plan, a, b, bias, out, alpha, beta)
-    a2, b2 = call_path.gemm_operands(plan, a, b)
     if plan.grad and not _functorch_active():
-        y = _apply(a2, b2, bias, beta, alpha, plan.op_args[0], plan)
+        a2 = a if plan.out_shape is None else a.reshape(plan.m, plan.k)
+        y = _apply(a2, b, bias, beta, alpha, plan.op_args[0], plan)
     else:  # torch.compile, or torch.func's transforms (which refuse a Function without setup_context)
+        a2, b2 = call_path.gemm_operands(plan, a, b)
         core_op = _core_op()
         y = core_op.gemm(a2, b2, bias, beta, alpha, core_op.FAMILY[plan.restriction],
                          core_op.config_to_list(plan.config))
