@@ -34,9 +34,11 @@ from .validate import TORCH_DTYPES, check_out, span_bytes
 # A dispatched config that triton cannot compile (out of shared memory) is reported and the next one
 # selected, this many times at most (tests/test_dispatch_fallback.py).
 MAX_COMPILE_FALLBACKS = 8
-# Host time of one launch of a prepared kernel plan on a GPU, above which a kernel must run for its
-# selection to win in eager use (see `_eager_vendor`). The H200's host, issue 34: F.linear at decode
-# size 27.0 us a call; set from the integrator's measurement of this tree.
+# Host time of one call of ours that launches a kernel on a GPU (a hit: key, lookup, triton's launcher),
+# where it exceeds torch's for the same op; a selected kernel that runs shorter than this leaves eager
+# calls to torch (see `_eager_vendor`); 0 turns the rule off (right where ours is no dearer than
+# torch's). Not yet measured for this tree on the H200: there F.linear took 27.0 us a call at decode
+# size and tritonblas.linear 56.6 before this call path (issue 34), so 25 us is an estimate to replace.
 KERNEL_HOST_US = 25.0
 _BIAS_KINDS = {(False, False): "scalar", (False, True): "row", (True, False): "column", (True, True): "full"}
 # What torch.backends.cuda.matmul.allow_tf32 returns, without its module __getattr__: 0.65 -> 0.05 us.
