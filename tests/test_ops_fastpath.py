@@ -397,3 +397,27 @@ def test_an_eager_vendor_plan_runs_torch_explicit_and_routed(x, monkeypatch):
     tritonblas.matmul(x.a, x.b, backend="triton")  # restricted: not judged
     assert len(launches) == 1
     dispatch.clear_cache()
+
+
+@pytest.mark.parametrize("layout", ["weight row-major", "weight column-major"])
+def test_a_hit_builds_host_descriptors_as_launch_gemm_does(layout, monkeypatch):
+    """Host-built TMA descriptors of a prepared launch: the geometry its plan keeps, on the op's own
+    tensors (the weight itself as B's base) = what launch_gemm builds for the GEMM's views."""
+    from tritonblas import launch
+
+    config = tritonblas.GemmConfig(block_m=16, block_n=16, block_k=16, tma=True, host_descriptors=True)
+    x, w = _t(32, 48), _t(64, 48)
+    if layout == "weight column-major":
+        w = w.t().contiguous().t()
+    ref = F.linear(x.float(), w.float()).to(f16)
+    for _ in range(2):
+        torch.testing.assert_close(tritonblas.linear(x, w, config=config), ref, rtol=2e-3, atol=4e-3)
+    launched = []
+    monkeypatch.setattr(launch, "_launch", lambda plan, tensors, floats: launched.append((plan, floats)))
+    tritonblas.linear(x, w, config=config)
+    launch.launch_gemm(x, w.t(), torch.empty(32, 64, dtype=f16), None, 1.0, 0.0, config, 4, "tf32")
+    (prepared, hit), (_, built) = launched
+    assert prepared.descs is not None  # the hit took the prepared launch
+    for ours, theirs in zip(hit[2:], built[2:], strict=True):  # A's, then B's
+        assert (ours.shape, ours.strides, ours.block_shape, ours.base.data_ptr()) == \
+            (theirs.shape, theirs.strides, theirs.block_shape, theirs.base.data_ptr())
