@@ -4,10 +4,11 @@ Kept with the tests rather than in scripts/ because --baseline imports another t
 
 Usage: TRITON_INTERPRET=1 python tests/ops_overhead.py [--baseline DIR] [--rounds 7] [--trials 3]
                                                       [--calls 20000]
-A benchmark, not a test. call_path.launch_gemm (the binding the public ops launch through) is replaced by a
-no-op, so what is timed is the Python of the call path: the cache lookup, the per-call checks, the
-output allocation and the launch's arguments. 64x64x64 on CPU tensors (the interpreter device),
-backend="triton" (the kernels' path; torch.mm would run for real). Rows:
+A benchmark, not a test. launch._launch (the last Python before triton's C launcher, or the interpreter)
+is replaced by a no-op, so what is timed is the Python of the call path: the cache lookup, the per-call
+checks, the output allocation, the launch plan's lookup and the launch's arguments. 64x64x64 on CPU
+tensors (the interpreter device), backend="triton" (the kernels' path; torch.mm would run for real).
+Until 2026-12-01 the stub replaced call_path.launch_gemm, which left the launch plan's key out. Rows:
   matmul(out=)      tritonblas.matmul(a, b, out=out)
   matmul            tritonblas.matmul(a, b) (allocates the output)
   addmm             tritonblas.addmm(bias, a, b, beta=0.5, alpha=2.0)
@@ -16,6 +17,9 @@ backend="triton" (the kernels' path; torch.mm would run for real). Rows:
   matmul fp32       tritonblas.matmul(a, b) in fp32 (the tf32 flag read per call)
   linear grad       tritonblas.linear(x, w, bias) with w.requires_grad: the custom op and autograd
   matmul config=    tritonblas.matmul(a, b, out=out, config=...): a pinned config, as the tuner calls
+  torch.mm 1^3, torch.addmm 1^3, F.linear 1^3, F.linear grad 1^3: torch's own ops on 1x1x1 fp32 CPU
+                    tensors (the weight needing grad in the last), whose kernels do next to nothing:
+                    torch's host cost per call, the reference tests/test_host_cost.py bounds ours by
 Each trial times every row in turn (thread CPU time: what other processes take of the host is not
 counted). --transparent times transparent mode in this tree instead (tritonblas.enable()): torch.mm and
 F.linear routed through dispatch next to the explicit ops (the difference is the mode's own cost), a
@@ -43,17 +47,30 @@ HERE = Path(__file__).resolve().parents[1]
 
 def child(root: str, trials: int, calls: int) -> dict[str, list[float]]:
     sys.path.insert(0, root)
-    import torch
 
     import tritonblas
-
-    try:  # the module whose launch_gemm binding the public ops launch through (ops itself before 2026-12)
-        from tritonblas import call_path as launcher
-    except ImportError:
-        from tritonblas import ops as launcher
+    from tritonblas import launch
 
     assert Path(tritonblas.__file__).resolve().is_relative_to(Path(root).resolve()), tritonblas.__file__
-    launcher.launch_gemm = lambda *args: None  # the host cost alone
+    launch._launch = lambda *args: None  # the host cost alone
+    rows = {**op_rows(tritonblas), **torch_rows()}
+    for fn in rows.values():
+        for _ in range(200):
+            fn()
+    runs: dict[str, list[float]] = {name: [] for name in rows}
+    for _ in range(trials):
+        for name, fn in rows.items():
+            t0 = time.thread_time()
+            for _ in range(calls):
+                fn()
+            runs[name].append((time.thread_time() - t0) / calls * 1e6)
+    return runs
+
+
+def op_rows(tritonblas) -> dict:  # noqa: ANN001
+    """The library's rows (see the module's docstring), on 64^3 fp16 CPU tensors."""
+    import torch
+
     torch.manual_seed(0)
     f16, f32 = torch.float16, torch.float32
     a, b, w, bias = (torch.randn(64, 64, dtype=f16) for _ in range(4))
@@ -75,17 +92,23 @@ def child(root: str, trials: int, calls: int) -> dict[str, list[float]]:
         "matmul config=": lambda: mm(a, b, out=out, config=pinned),
     }
     assert f32 is a32.dtype
-    for fn in rows.values():
-        for _ in range(200):
-            fn()
-    runs: dict[str, list[float]] = {name: [] for name in rows}
-    for _ in range(trials):
-        for name, fn in rows.items():
-            t0 = time.thread_time()
-            for _ in range(calls):
-                fn()
-            runs[name].append((time.thread_time() - t0) / calls * 1e6)
-    return runs
+    return rows
+
+
+def torch_rows() -> dict:
+    """torch's own ops on 1x1x1 fp32 CPU tensors: its host cost per call, next to no kernel work."""
+    import torch
+    import torch.nn.functional as F
+
+    a, b, w, bias = (torch.ones(1, 1) for _ in range(4))
+    bias = bias[0].clone()
+    w_grad = w.clone().requires_grad_()
+    return {
+        "torch.mm 1^3": lambda: torch.mm(a, b),
+        "torch.addmm 1^3": lambda: torch.addmm(bias, a, b, beta=0.5, alpha=2.0),
+        "F.linear 1^3": lambda: F.linear(a, w, bias),
+        "F.linear grad 1^3": lambda: F.linear(a, w_grad, bias),
+    }
 
 
 def transparent_rows() -> dict:
@@ -93,14 +116,15 @@ def transparent_rows() -> dict:
     import torch.nn.functional as F
 
     import tritonblas
-    from tritonblas import call_path
+    from tritonblas import launch
 
-    call_path.launch_gemm = lambda *args: None
+    launch._launch = lambda *args: None
     torch.manual_seed(0)
     a, b, w = (torch.randn(64, 64, dtype=torch.float16) for _ in range(3))
     bias = torch.randn(64, dtype=torch.float16)
     a64, b64 = torch.randn(8, 8, dtype=torch.float64), torch.randn(8, 8, dtype=torch.float64)
     x, y = torch.randn(64, 64), torch.randn(64, 64)
+    a1, b1, w1, bias1 = torch.ones(1, 1), torch.ones(1, 1), torch.ones(1, 1), torch.ones(1)
     on = tritonblas.enable  # each row's lambda runs with the mode as its name says (toggled per row)
     return {
         "tritonblas.matmul": (False, lambda: tritonblas.matmul(a, b)),
@@ -111,6 +135,8 @@ def transparent_rows() -> dict:
         "mm fp64 8^3, on": (True, lambda: torch.mm(a64, b64)),
         "torch.add, off": (False, lambda: torch.add(x, y)),
         "torch.add, on": (True, lambda: torch.add(x, y)),
+        "torch.mm 1^3 fp32, off": (False, lambda: torch.mm(a1, b1)),
+        "F.linear 1^3 fp32, off": (False, lambda: F.linear(a1, w1, bias1)),
     }, on, tritonblas.disable
 
 

@@ -281,3 +281,143 @@ def test_a_compile_failure_drops_the_stored_plan(switchable_heuristic, monkeypat
     (plan,) = call_path.plans.values()
     assert plan.config == OTHER
     assert not launches or all(c.config == OTHER for c in launches)
+
+
+# A hit launches the plan's prepared launch on the op's own tensors (a linear's weight and bias as they
+# are): it must be the launch launch_gemm builds for the GEMM's 2-D operands, on the same pointers.
+PREPARED = {
+    "matmul": lambda a, b, w, bias, out: tritonblas.matmul(a, b, backend="triton"),
+    "matmul out=": lambda a, b, w, bias, out: tritonblas.matmul(a, b, out=out, backend="triton"),
+    "addmm": lambda a, b, w, bias, out: tritonblas.addmm(bias, a, b, beta=0.5, backend="triton"),
+    "addmm beta=0": lambda a, b, w, bias, out: tritonblas.addmm(bias, a, b, beta=0, backend="triton"),
+    "linear": lambda a, b, w, bias, out: tritonblas.linear(a, w, bias, backend="triton"),
+    "linear 3-D": lambda a, b, w, bias, out: tritonblas.linear(a.view(1, M, K), w, bias, backend="triton"),
+}
+
+
+def _gemm_of(case, x):
+    """(a, b, bias as the kernels read it, beta) of the GEMM that PREPARED[case] runs."""
+    full = torch.broadcast_to(x.bias, (M, N))
+    return {"matmul": (x.a, x.b, None), "matmul out=": (x.a, x.b, None), "addmm": (x.a, x.b, full),
+            "addmm beta=0": (x.a, x.b, None), "linear": (x.a, x.w.t(), full),
+            "linear 3-D": (x.a, x.w.t(), full)}[case]
+
+
+@pytest.mark.parametrize("case", PREPARED)
+def test_a_hit_runs_the_launch_launch_gemm_would_build(case, x, monkeypatch):
+    from tritonblas import launch
+
+    launched = []
+    monkeypatch.setattr(launch, "_launch", lambda plan, tensors, floats: launched.append((plan, tensors)))
+    for _ in range(2):
+        PREPARED[case](x.a, x.b, x.w, x.bias, x.out)
+    (hit, hit_tensors), n = launched[-1], len(launched)
+    a, b, bias2d = _gemm_of(case, x)
+    c = x.out if case == "matmul out=" else torch.empty(M, N, dtype=f16)
+    (plan,) = [p for p in call_path.plans.values() if p.launch is hit]  # the hit took a prepared launch
+    launch.launch_gemm(a, b, c, bias2d, 1.0, 0.5, plan.config, plan.device.sm_count, "tf32")
+    built, built_tensors = launched[n]
+    assert (hit.kernel, hit.progs, hit.ints, hit.constexprs, hit.num_warps, hit.num_stages) == \
+        (built.kernel, built.progs, built.ints, built.constexprs, built.num_warps, built.num_stages)
+    same = [t.data_ptr() for t in hit_tensors], [t.data_ptr() for t in built_tensors]
+    assert same[0][:2] == same[1][:2]  # A and B (the output and the bias: this call's own)
+    assert (hit_tensors[3] is hit_tensors[2]) == (built_tensors[3] is built_tensors[2])  # a bias or not
+
+
+def test_linear_of_an_nd_input_whose_reshape_copies(x):
+    x3 = _t(2, K, 3).transpose(1, 2)  # (2, 3, K), K not innermost: reshape(6, K) copies
+    for _ in range(2):
+        torch.testing.assert_close(tritonblas.linear(x3, x.w, x.bias), F.linear(
+            x3.float(), x.w.float(), x.bias.float()).to(f16), rtol=2e-3, atol=4e-3)
+
+
+@pytest.mark.parametrize("op", ["matmul", "linear"])
+def test_a_compile_failure_of_a_prepared_launch_falls_back(op, switchable_heuristic, monkeypatch):
+    """The launch a hit runs (prepared with the plan) fails to compile as launch_gemm's would: the
+    config is reported, the next selection runs, the plan is dropped."""
+    from triton.runtime.errors import OutOfResources
+
+    from tritonblas import launch
+
+    real, blocks = launch._launch, []
+
+    def refuse_small(plan, tensors, floats):
+        blocks.append(plan.constexprs["BLOCK_M"])
+        if plan.constexprs["BLOCK_M"] == SMALL.block_m:
+            switchable_heuristic["config"] = OTHER  # the next ranked candidate
+            raise OutOfResources(300000, 232448, "shared memory")
+        return real(plan, tensors, floats)
+
+    monkeypatch.setattr(launch, "_launch", refuse_small)
+    a, b = _t(M, K), _t(K, N)
+    call = {"matmul": lambda: tritonblas.matmul(a, b, backend="triton"),
+            "linear": lambda: tritonblas.linear(a, b.t(), backend="triton")}[op]
+    with pytest.warns(RuntimeWarning, match="could not be compiled"):
+        got = call()
+    assert blocks == [SMALL.block_m, OTHER.block_m] and not call_path.plans
+    torch.testing.assert_close(got, (a.float() @ b.float()).to(f16), rtol=2e-3, atol=2e-3)
+    call()
+    assert blocks[-1] == OTHER.block_m
+
+
+def _selection(time_us: float, device, backend: str = "triton"):
+    from tritonblas.config import Problem
+
+    config = SMALL if backend == "triton" else tritonblas.GemmConfig.vendor()
+    return dispatch.Selection(config, "shipped", time_us / 1000, True, Problem(M, N, K, "fp16"), device)
+
+
+@pytest.mark.parametrize("time_us, backend, on_gpu, leaves_eager_to_torch", [
+    (call_path.KERNEL_HOST_US / 2, "triton", True, True),  # host-bound: its launch costs more than it runs
+    (call_path.KERNEL_HOST_US * 2, "triton", True, False),  # the kernel hides its launch
+    (call_path.KERNEL_HOST_US / 2, "torch", True, False),  # torch already
+    (0.0, "triton", True, False),  # no time known (nothing to judge by)
+    (call_path.KERNEL_HOST_US / 2, "triton", False, False),  # the interpreter: no host cost to weigh
+])
+def test_a_kernel_pick_shorter_than_its_launch_runs_only_under_capture(time_us, backend, on_gpu,
+                                                                       leaves_eager_to_torch):
+    from tritonblas.config import INTERPRETER_DEVICE, device_for_arch
+
+    device = device_for_arch("sm_90") if on_gpu else INTERPRETER_DEVICE
+    assert call_path._eager_vendor(_selection(time_us, device, backend)) is leaves_eager_to_torch
+
+
+def test_an_eager_vendor_plan_runs_torch_explicit_and_routed(x, monkeypatch):
+    """Where the plan leaves eager calls to torch, an explicit call runs torch.mm (out=) and a routed one
+    torch's own kernel; neither launches a kernel; an explicit restriction keeps the kernels."""
+    monkeypatch.setattr(call_path, "_eager_vendor", lambda selection: True)
+    dispatch.clear_cache()
+    launches = record_launches(monkeypatch)
+    ref = torch.mm(x.a, x.b)
+    for _ in range(2):
+        torch.testing.assert_close(tritonblas.matmul(x.a, x.b), ref)
+        with tritonblas.enable():
+            torch.testing.assert_close(torch.mm(x.a, x.b), ref)
+    assert not launches
+    tritonblas.matmul(x.a, x.b, backend="triton")  # restricted: not judged
+    assert len(launches) == 1
+    dispatch.clear_cache()
+
+
+@pytest.mark.parametrize("layout", ["weight row-major", "weight column-major"])
+def test_a_hit_builds_host_descriptors_as_launch_gemm_does(layout, monkeypatch):
+    """Host-built TMA descriptors of a prepared launch: the geometry its plan keeps, on the op's own
+    tensors (the weight itself as B's base) = what launch_gemm builds for the GEMM's views."""
+    from tritonblas import launch
+
+    config = tritonblas.GemmConfig(block_m=16, block_n=16, block_k=16, tma=True, host_descriptors=True)
+    x, w = _t(32, 48), _t(64, 48)
+    if layout == "weight column-major":
+        w = w.t().contiguous().t()
+    ref = F.linear(x.float(), w.float()).to(f16)
+    for _ in range(2):
+        torch.testing.assert_close(tritonblas.linear(x, w, config=config), ref, rtol=2e-3, atol=4e-3)
+    launched = []
+    monkeypatch.setattr(launch, "_launch", lambda plan, tensors, floats: launched.append((plan, floats)))
+    tritonblas.linear(x, w, config=config)
+    launch.launch_gemm(x, w.t(), torch.empty(32, 64, dtype=f16), None, 1.0, 0.0, config, 4, "tf32")
+    (prepared, hit), (_, built) = launched
+    assert prepared.descs is not None  # the hit took the prepared launch
+    for ours, theirs in zip(hit[2:], built[2:], strict=True):  # A's, then B's
+        assert (ours.shape, ours.strides, ours.block_shape, ours.base.data_ptr()) == \
+            (theirs.shape, theirs.strides, theirs.block_shape, theirs.base.data_ptr())

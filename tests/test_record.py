@@ -134,3 +134,129 @@ def test_a_with_block_gives_back_the_recording_before_it(tmp_path):
     assert load_problems(inner) == [Problem(8, 8, 8, "fp16")]
     assert load_problems(outer) == [Problem(16, 8, 8, "fp16")]
     assert record.current() is None
+
+
+# Issue 34 item 5: a file gets every problem that runs while it is recorded, whether it was planned
+# before recording started (a warm-up, another file) or not. The ways a problem reaches dispatch, each
+# run with transparent mode on (its routed calls need it; explicit ops run the same either way).
+ROUTES = {
+    "explicit matmul": lambda a, b: tritonblas.matmul(a, b),
+    "explicit linear": lambda a, b: tritonblas.linear(a, b.t(), b[0]),
+    "routed mm": lambda a, b: torch.mm(a, b),
+    "routed linear": lambda a, b: F.linear(a, b.t(), b[0]),
+}
+EXPECTED = {  # what each route records for a (m, 8) @ (8, 8) fp16 call
+    "explicit matmul": lambda m: Problem(m, 8, 8, "fp16"),
+    "explicit linear": lambda m: Problem(m, 8, 8, "fp16", "nn", "row"),
+    "routed mm": lambda m: Problem(m, 8, 8, "fp16"),
+    "routed linear": lambda m: Problem(m, 8, 8, "fp16", "nn", "row"),
+}
+
+
+def _run(route: str, *ms: int, times: int = 2) -> None:
+    b = _t(8, 8)
+    for m in ms:
+        a = _t(m, 8)
+        for _ in range(times):  # the second call of each is a plan hit
+            ROUTES[route](a, b)
+
+
+def _count_writes(monkeypatch) -> list[int]:
+    """The size of each problem set written to a file from now on."""
+    writes: list[int] = []
+    real = record._write
+    monkeypatch.setattr(record, "_write", lambda path, problems: (writes.append(len(problems)),
+                                                                   real(path, problems))[1])
+    return writes
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_a_problem_planned_before_recording_is_recorded(route, tmp_path):
+    path = tmp_path / "late.yaml"
+    with tritonblas.enable():
+        _run(route, 40)  # warm-up: planned, not recorded
+    with tritonblas.enable(record=path):
+        _run(route, 40, 48)
+    expected = [EXPECTED[route](40), EXPECTED[route](48)]
+    assert sorted(load_problems(path), key=repr) == sorted(expected, key=repr)
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_each_file_of_a_sequence_gets_all_it_saw(route, tmp_path):
+    """A first model, then a second in the same process: the second file gets the problems both share."""
+    paths = [tmp_path / f"model{i}.yaml" for i in range(3)]
+    for i, path in enumerate(paths):
+        with tritonblas.enable(record=path):
+            _run(route, 56, 64 + i)
+    for i, path in enumerate(paths):
+        assert sorted(load_problems(path), key=repr) == sorted([EXPECTED[route](56), EXPECTED[route](64 + i)],
+                                                               key=repr), path.name
+
+
+def test_a_problem_known_to_the_file_is_not_written_again_on_a_hit(tmp_path, monkeypatch):
+    path = tmp_path / "once.yaml"
+    writes = _count_writes(monkeypatch)
+    with tritonblas.enable(record=path):
+        _run("routed mm", 72, times=5)
+    with tritonblas.enable(record=path):  # the same file again: the hit notes it, the file holds it
+        _run("routed mm", 72, times=5)
+    assert writes == [1]
+    assert load_problems(path) == [Problem(72, 8, 8, "fp16")]
+
+
+@pytest.mark.parametrize("route", ["explicit matmul", "routed mm"])
+def test_threads_recording_the_same_problems_write_each_once(route, tmp_path, monkeypatch):
+    import threading
+
+    from tritonblas import launch
+
+    path = tmp_path / "threads.yaml"
+    written = _count_writes(monkeypatch)
+    monkeypatch.setattr(launch, "_launch", lambda *args: None)  # triton's interpreter is not thread-safe
+    ms = (80, 88, 96)
+    with tritonblas.enable():
+        _run(route, ms[0])  # one of them planned before recording starts
+    go = threading.Barrier(4)
+    errors = []
+
+    def worker() -> None:
+        try:
+            go.wait(30)
+            _run(route, *ms, times=3)
+        except Exception as exc:  # noqa: BLE001 (reported by the assertion below)
+            errors.append(exc)
+
+    with tritonblas.enable(record=path):
+        threads = [threading.Thread(target=worker) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+    assert not errors
+    assert sorted(written) == [1, 2, 3]  # each problem written once, one at a time
+    assert sorted(load_problems(path), key=repr) == sorted([EXPECTED[route](m) for m in ms], key=repr)
+
+
+SEQUENCE = """
+import sys, torch, tritonblas
+a, b = torch.randn(8, 8).half(), torch.randn(8, 8).half()
+with tritonblas.enable():
+    torch.mm(a, b)
+for path in sys.argv[1:]:
+    with tritonblas.enable(record=path):
+        torch.mm(a, b)
+print("ops imported:", "tritonblas.ops" in sys.modules)
+"""
+
+
+def test_a_process_using_transparent_mode_alone_records_into_every_file(tmp_path):
+    """The issue's report as it happened: a model under transparent mode only (the explicit ops never
+    imported), warmed up, then recorded into two files in turn."""
+    paths = [tmp_path / "first.yaml", tmp_path / "second.yaml"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1"}
+    done = subprocess.run([sys.executable, "-c", SEQUENCE, *map(str, paths)], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "ops imported: False" in done.stdout
+    for path in paths:
+        assert load_problems(path) == [Problem(8, 8, 8, "fp16")], path.name

@@ -100,6 +100,46 @@ def test_everything_else_falls_through_to_torch(case, launches, monkeypatch):
     assert torch.equal(got, expected)
 
 
+@pytest.fixture
+def torch_picked(monkeypatch):
+    """Dispatch selecting torch.mm for every problem (as the tuned configs do where cuBLAS won)."""
+    from tritonblas import dispatch
+
+    def layer(problem, device, enable_streamk, backend=None):
+        return dispatch.Selection(tritonblas.GemmConfig.vendor(), "heuristic", 0.0, False, problem, device)
+
+    monkeypatch.setattr(dispatch, "_from_heuristic", layer)
+    dispatch.clear_cache()
+    yield
+    monkeypatch.undo()
+    dispatch.clear_cache()
+
+
+@pytest.mark.parametrize("pick", ["kernels", "torch", "fall through"])
+@pytest.mark.parametrize("op", ["mm", "addmm"])
+def test_a_routed_call_is_one_aten_op(op, pick, launches, request):
+    """Issue 34: routed calls added an aten::mm of their own (the torch pick and the fall-through ran the
+    out= overloads, a second trip through the dispatcher). Now each call is the one aten op torch's own
+    call is, whoever runs it."""
+    from torch.profiler import profile
+
+    if pick == "torch":
+        request.getfixturevalue("torch_picked")
+    dtype = torch.float64 if pick == "fall through" else f16
+    a, b, bias = _t(12, 8, dtype=dtype), _t(8, 4, dtype=dtype, seed=1), _t(4, dtype=dtype, seed=2)
+    call = (lambda: torch.mm(a, b)) if op == "mm" else (lambda: torch.addmm(bias, a, b, beta=0.5))
+    theirs = call()
+    with tritonblas.enable():
+        call()  # planned
+        with profile() as prof:
+            ours = call()
+    names = [e.name for e in prof.events()]
+    assert names.count(f"aten::{op}") == 1, names
+    assert names.count("aten::mm") + names.count("aten::addmm") == 1, names
+    assert len(launches) == (2 if pick == "kernels" else 0)
+    torch.testing.assert_close(ours, theirs, rtol=2e-3, atol=2e-3)
+
+
 @pytest.mark.parametrize("call, message", [
     (lambda a, b: torch.mm(a, b[:-1]), "cannot be multiplied"),
     (lambda a, b: torch.mm(a, b.double()), "dtype"),

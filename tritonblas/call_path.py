@@ -1,95 +1,109 @@
-"""The call path below the public ops: a call's plan (what its checks and the selection derived),
-stored by the call's signature, and its launch.
+"""The call path below the public ops: a call's plan (what its checks, the selection and the launch's
+preparation derived), stored by the call's signature in the one plan cache, and its launch.
 
 Every op (ops.matmul / addmm / linear, the custom op's body `gemm_body`, transparent mode's aten
-kernels) does lookup-or-prepare, then launch:
+kernels) does lookup-or-prepare, then run:
 
-    sig = signature(op, options, tensors)          # options + each tensor's type, layout, shape, ...
-    plan = plans.get(sig)                           # a Plan an earlier call with these facts made,
-    if plan is None or not still_valid(plan, ...):  #   if the facts a signature leaves out allow it
-        <the op's argument checks>                  # raise naming the argument; nothing written
-        plan = prepare(sig, ...)                    # the shared checks, the dispatch key (Problem),
-                                                    #   device facts, the selected config; stored
-    return run_plan(plan, tensors, alpha, beta)     # (ops sends a plan through_op to core_op.gemm)
+    key = signature(op, options, tensors)            # options + each tensor's type, layout, shape, ...
+    plan = lookup(key, tensors) or <the op's checks, then prepare(key, ...)>
+    return run(plan, tensors, alpha, beta)           # (ops sends grad / compile plans elsewhere)
 
-A Plan is frozen, holds no tensor and is a function of the signature and of dispatch's selections
-(dropped with them: dispatch.on_clear, and never stored across a drop: dispatch.cache_if_current).
-The per-call facts a signature leaves out are out's memory overlap with the inputs (data pointers) and
-TRITON_INTERPRET for CPU tensors, both checked on every hit (`still_valid`); grad mode with the
-requires_grad flags is in it (whether the call needs autograd), and torch.compile gets none.
+A hit is one key build, one dict lookup and the launch prepared with the plan (launch.prepare_launch:
+kernel, grid, integer arguments, constexprs; the op's own tensors give the pointers, so a linear passes
+its weight and bias as they are, without the transposed and broadcast views a GEMM describes them by).
+Plans live in a `caches.new()` dict: dropped with dispatch's selections (caches.invalidate), never
+stored across a drop (caches.store). The per-call facts a signature leaves out are checked on every hit
+(`lookup`): out's memory overlap with the inputs, TRITON_INTERPRET for plans of CPU tensors, whether
+the plan's problem went into the file being recorded now (record.generation), and on the run the
+pointers' 16-byte alignment and the tf32 flag the prepared launch was made for.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
-from . import dispatch, record
+from . import caches, dispatch, record
 from .config import INTERPRETER_DEVICE, DeviceInfo, GemmConfig, Problem
 from .device import interpreter_enabled, tensor_device_info
-from .launch import is_out_of_resources, launch_gemm, prefetch_compile_key
-from .validate import (
-    TORCH_DTYPES,
-    check_out,
-    span_bytes,
-)
+from .launch import is_out_of_resources, launch_gemm, launch_prepared, prefetch_compile_key, prepare_launch
+from .validate import TORCH_DTYPES, check_out, span_bytes
 
 # A dispatched config that triton cannot compile (out of shared memory) is reported and the next one
 # selected, this many times at most (tests/test_dispatch_fallback.py).
 MAX_COMPILE_FALLBACKS = 8
+# Host time of one call of ours that launches a kernel on a GPU (a hit: key, lookup, triton's launcher),
+# where it exceeds torch's for the same op; a selected kernel that runs shorter than this leaves eager
+# calls to torch (see `_eager_vendor`); 0 turns the rule off (right where ours is no dearer than
+# torch's). Not yet measured for this tree on the H200: there F.linear took 27.0 us a call at decode
+# size and tritonblas.linear 56.6 before this call path (issue 34), so 25 us is an estimate to replace.
+KERNEL_HOST_US = 25.0
 _BIAS_KINDS = {(False, False): "scalar", (False, True): "row", (True, False): "column", (True, True): "full"}
 # What torch.backends.cuda.matmul.allow_tf32 returns, without its module __getattr__: 0.65 -> 0.05 us.
 _allow_tf32 = torch._C._get_cublas_allow_tf32
 _is_compiling = torch.compiler.is_compiling
 _grad_enabled = torch.is_grad_enabled
+_functorch_active = torch._C._are_functorch_transforms_active
+# The seam tests replace to watch launches: while it is replaced, every launch goes through it.
+_LAUNCH_GEMM = launch_gemm
+
+
+def _capturing() -> bool:
+    """Whether the current CUDA stream is being captured into a graph (never without CUDA)."""
+    return torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing()
 
 
 # --- the plan -----------------------------------------------------------------------------------------
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class Plan:
     """What the checks of one call derived, for its launch and for every later call of its signature."""
 
     m: int
     n: int
     k: int
-    problem: Problem | None  # the dispatch key; None when the call goes through the custom op
-    device: DeviceInfo | None  # None when the call goes through the custom op (its body plans)
+    problem: Problem | None  # the dispatch key; None under torch.compile (the custom op's body plans)
+    device: DeviceInfo | None
     config: GemmConfig | None  # what runs: selected, or the caller's; None: an empty output, no launch
     restriction: tuple  # (enable_streamk, backend) of the call: the next selection on a fall-back
     user_config: bool  # config= given: run exactly that, never replaced after a compile failure
     fp32: bool  # precision then depends on the global tf32 flag, read per call
     spans: tuple[int, int, int, int]  # span_bytes of out, a, b, bias (out= calls only)
     out_shape: tuple | None = None  # linear of an N-D x: the result's shape
-    through_op: bool = False  # autograd or torch.compile: the custom op `gemm`
+    through_op: bool = False  # torch.compile: the custom op `gemm`
+    grad: bool = False  # eager autograd: ops' autograd.Function, whose forward runs this plan
+    linear: bool = False  # the op's tensors are (x, weight): the GEMM's operands x (2-D) and weight.t()
+    has_bias: bool = False  # a bias term (addmm with beta == 0 has none: its input is ignored)
+    launch: object = None  # launch.prepare_launch's plan, for tensors with the planned call's pointers
+    precision: str = "tf32"  # the tf32 choice `launch` was made with (fp32 only: read per call)
+    eager_vendor: bool = False  # the kernels win only where no host time is paid: graph capture
+    recorded: int = -1  # record.generation when the problem was last noted (see lookup)
+    op_args: tuple = ()  # grad plans: the custom op's (family, config list), for the shared backward
 
 
-plans: dict[tuple, Plan] = {}  # by signature
-PLANS_CAP = 4096
-dispatch.on_clear.append(plans.clear)  # a plan must not outlive the selection it holds
+plans: dict[tuple, Plan] = caches.new()  # by signature
 
 
 def signature(op: str, enable_streamk: object, backend: object, config: object, a: object, b: object,
-               bias: object = None, out: object = None) -> tuple | None:
-    """What a plan is stored under: the op (marked when autograd needs the custom op), its options
-    (config= included: a frozen GemmConfig, checked against the problem once like the rest) and each
-    tensor's (type, layout, shape, strides, dtype, device); None where no plan may be stored (then the call
-    is planned every time): an option of the wrong type, out= with autograd (refused), torch.compile.
-    Spelled out flat rather than a helper per tensor over map(): 1.6 -> 1.2 us for three tensors (~50 ns
-    an attribute read). A config= call was planned every time until 2026-12-01: 12.1 us of host time a
-    call on the CPU box against 3.3 through dispatch (launch stubbed, 64^3 fp16), 27-41 us against 15-22 on
-    the H200's host (scripts/dispatch_overhead.py); its config costs a hash now (0.34 us)."""
+              bias: object = None, out: object = None, autograd: bool = True) -> tuple | None:
+    """What a plan is stored under: the op (marked when the call needs autograd, unless `autograd` is
+    False: below autograd, as the custom op's body and transparent mode's kernels run), its options
+    (config= included: a frozen GemmConfig) and each tensor's (type, layout, shape, strides, dtype,
+    device); None where no plan may be stored (then the call is planned every time): an option of the
+    wrong type, out= with autograd (refused), torch.compile. Spelled out flat rather than a helper per
+    tensor: 1.6 -> 1.2 us for three tensors (~50 ns an attribute read)."""
     if not (config is None or type(config) is GemmConfig) or \
             not (enable_streamk is None or type(enable_streamk) is bool) or \
             not (backend is None or backend == "triton" or backend == "torch") or _is_compiling():
         return None
     try:
-        if _grad_enabled() and (a.requires_grad or b.requires_grad or (
+        if autograd and _grad_enabled() and (a.requires_grad or b.requires_grad or (
                 bias is not None and bias.requires_grad) or (out is not None and out.requires_grad)):
             if out is not None:
                 return None  # out= refuses autograd: the checks raise
-            op = (op, "grad")  # through the custom op, for autograd
+            op = (op, "grad")
         # Layout is needed: a sparse COO tensor has a shape and strides (all 0) like an expanded view.
         return (op, enable_streamk, backend, config,
                 type(a), a.layout, a.shape, a.stride(), a.dtype, a.device,
@@ -102,24 +116,42 @@ def signature(op: str, enable_streamk: object, backend: object, config: object, 
         return None
 
 
-def still_valid(plan: Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
-                 out: torch.Tensor | None) -> bool:
-    """Whether the per-call facts a signature leaves out allow its plan: the interpreter still chosen for
-    CPU tensors, and no byte of out in the range of an input (else check_out compares their storages)."""
-    if plan.device is INTERPRETER_DEVICE and not interpreter_enabled():
-        return False
-    if out is None:
-        return True
+def lookup(key: tuple | None, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
+           out: torch.Tensor | None) -> Plan | None:
+    """The stored plan of `key` if the per-call facts it leaves out allow it (else None: the caller
+    checks and prepares): the interpreter still chosen for CPU tensors, no byte of out in the range
+    of an input. A problem not yet noted into the file recorded now is noted (once per plan and
+    recording: a generation stamp)."""
+    plan = plans.get(key) if key is not None else None
+    if plan is None or (plan.device is INTERPRETER_DEVICE and not interpreter_enabled()) or \
+            (out is not None and _overlaps(plan, a, b, bias, out)):
+        return None
+    if plan.recorded != record.generation:
+        _note(plan)
+    return plan
+
+
+def _overlaps(plan: Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
+              out: torch.Tensor) -> bool:
     out_span, a_span, b_span, bias_span = plan.spans
     lo = out.data_ptr()
     hi = lo + out_span
     p = a.data_ptr()
     if p < hi and lo < p + a_span:
-        return False
+        return True
     p = b.data_ptr()
     if p < hi and lo < p + b_span:
-        return False
-    return bias is None or not ((p := bias.data_ptr()) < hi and lo < p + bias_span)
+        return True
+    return bias is not None and (p := bias.data_ptr()) < hi and lo < p + bias_span
+
+
+def _note(plan: Plan) -> None:
+    """Note the plan's problem into the file recorded now; stamped with the generation read first, so
+    that a recording started meanwhile gets it on the next hit."""
+    seen = record.generation
+    if plan.problem is not None:
+        record.note(plan.problem)
+    plan.recorded = seen
 
 
 def _layout(a: torch.Tensor, b: torch.Tensor) -> str:
@@ -139,69 +171,160 @@ def _bias_kind(bias: torch.Tensor | None, m: int, n: int) -> str:
     return _BIAS_KINDS[shape[0] == m and m != 1, shape[1] == n and n != 1]
 
 
-def prepare(signature: tuple | None, op: str, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
-             beta: float, out: torch.Tensor | None, enable_streamk: bool | None, config: GemmConfig | None,
-             backend: str | None, out_shape: tuple | None = None) -> Plan:
+def prepare(key: tuple | None, op: str, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
+            beta: float, out: torch.Tensor | None, enable_streamk: bool | None, config: GemmConfig | None,
+            backend: str | None, out_shape: tuple | None = None, linear: bool = False,
+            finish: Callable[[Plan], None] | None = None) -> Plan:
     """The checks every op shares (after its own argument checks: a and b are the GEMM's 2-D operands,
-    bias addmm's input or linear's bias), and the plan they derive, stored under `signature` unless the
-    selections were dropped meanwhile. Raises before anything is written."""
+    bias addmm's input or linear's bias), and the plan they derive, completed by `finish` (the op's
+    own facts) and stored under `key` unless the selections were dropped meanwhile. Raises before
+    anything is written."""
     m, k = a.shape
     n = b.shape[1]
     restriction = (enable_streamk, backend)
+    compiling = _is_compiling()
     if out is not None:
-        compiling = _is_compiling()
         check_out(out, m, n, a, b, bias, op, compiling)
-    else:
-        compiling = op != "gemm" and _is_compiling()
-    if op != "gemm" and (compiling or (out is None and _grad_enabled() and (
-            a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad)))):
-        plan = Plan(m, n, k, None, None, config, restriction, config is not None, False, (0, 0, 0, 0),
-                    out_shape, through_op=True)
-        if signature is not None:  # autograd (torch.compile has none): it holds no selection
-            dispatch.cache_if_current(dispatch.generation(), plans, signature, plan, PLANS_CAP)
-        return plan
-    read_at = dispatch.generation()  # before anything is selected (not while compiling: no guard on it)
+    grad = op != "gemm" and out is None and _grad_enabled() and (
+        a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad))
+    if op != "gemm" and (compiling or (grad and _functorch_active())):
+        # The custom op's body plans: torch.compile and torch.func's transforms (tensors without storage)
+        # see the one opaque node. Nothing stored (compile has no key; a transform's is a grad call's).
+        return Plan(m, n, k, None, None, config, restriction, config is not None, False, (0, 0, 0, 0),
+                    out_shape, through_op=True, linear=linear)
+    read_at = caches.generation()  # before anything is selected
     device = tensor_device_info(a)  # first: it raises for tensors no kernel can take, empty ones too
     if a.is_cuda:
         prefetch_compile_key()  # the first compile-cache lookup's hash, in a thread while we select
-    # As torch.addmm: with beta == 0 the input is ignored, NaN/inf in it included.
-    problem = Problem(m, n, k, TORCH_DTYPES[a.dtype], _layout(a, b), _bias_kind(None if beta == 0.0 else bias,
+    has_bias = bias is not None and beta != 0.0  # as torch.addmm: beta == 0 ignores the input, NaN too
+    problem = Problem(m, n, k, TORCH_DTYPES[a.dtype], _layout(a, b), _bias_kind(bias if has_bias else None,
                                                                                  m, n))
-    record.note(problem)  # TRITONBLAS_RECORD / enable(record=...): a new problem goes to the file
     user_config = config is not None
+    eager_vendor = False
     if user_config:
         dispatch.check_user_config(config, problem, device)
     elif m and n:  # an empty output launches nothing, and the heuristic has no tiles to rank
-        config = dispatch.select_config(problem, device, enable_streamk, backend)
+        selection = dispatch.select(m, n, k, problem.dtype, layout=problem.layout, bias=problem.bias,
+                                    enable_streamk=enable_streamk, device=device, backend=backend)
+        config = selection.config
+        eager_vendor = restriction == (None, None) and _eager_vendor(selection)
     spans = (0, 0, 0, 0) if out is None else \
         (span_bytes(out), span_bytes(a), span_bytes(b), 0 if bias is None else span_bytes(bias))
     plan = Plan(m, n, k, problem, device, config, restriction, user_config, a.dtype is torch.float32, spans,
-                out_shape)
-    if signature is not None:
-        dispatch.cache_if_current(read_at, plans, signature, plan, PLANS_CAP)
+                out_shape, grad=grad, linear=linear, has_bias=has_bias, eager_vendor=eager_vendor)
+    if config is not None and config.backend != "torch":
+        plan.precision = _precision(plan)
+        c = out if out is not None else torch.empty((m, n), dtype=a.dtype, device="meta")  # strides only
+        plan.launch = prepare_launch(a, b, c, _bias2d(plan, bias), config, device.sm_count, plan.precision)
+    if finish is not None:
+        finish(plan)  # before it is stored: other threads see it whole
+    _note(plan)  # TRITONBLAS_RECORD / enable(record=...): a new problem goes to the file
+    if key is not None:
+        caches.store(read_at, plans, key, plan)
     return plan
+
+
+def _eager_vendor(selection: dispatch.Selection) -> bool:
+    """Whether a kernel selection must leave eager calls to torch: on a GPU, its kernel time (measured
+    or predicted) shorter than the host time of its launch (KERNEL_HOST_US). Such a call is host-bound:
+    its wall time is the host's, at least torch's, and the faster kernel gains nothing. A kernel that
+    runs at least as long as its launch takes hides it and, selected as faster than torch.mm, wins.
+    Under graph capture no host time is paid: the kernel runs there."""
+    return selection.device is not INTERPRETER_DEVICE and selection.backend != "torch" and \
+        0.0 < selection.time_ms * 1000 < KERNEL_HOST_US
+
+
+def _precision(plan: Plan) -> str:
+    return "tf32" if not plan.fp32 or _allow_tf32() else "ieee"
+
+
+def _bias2d(plan: Plan, bias: torch.Tensor | None) -> torch.Tensor | None:
+    """The bias as the kernels read it: a 2-D view of the output's shape (None: no bias term)."""
+    return torch.broadcast_to(bias, (plan.m, plan.n)) if plan.has_bias else None
 
 
 # --- the launch of a plan ------------------------------------------------------------------------------
 
-def run_plan(plan: Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
-             out: torch.Tensor | None, alpha: float, beta: float) -> torch.Tensor:
-    """Run a plan on this call's tensors: out (allocated when None) = alpha * a @ b + beta * bias."""
-    # (a plan through the custom op never gets here: ops._launch sends it to core_op.gemm)
+def run(plan: Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor | None,
+        alpha: float, beta: float) -> torch.Tensor:
+    """Run a plan on this call's tensors (a linear's x and weight as they are): out (allocated when None)
+    = alpha * a @ b + beta * bias. A plan through the custom op or autograd never gets here (ops)."""
+    if plan.launch is not None and _ready(plan, a, b, bias, out):
+        if out is None:
+            # new_empty with int sizes: 0.85 us, torch.empty((m, n), dtype=, device=) 1.8 us.
+            out = a.new_empty(plan.m, plan.n) if plan.out_shape is None else a.new_empty(plan.out_shape)
+        try:  # free when nothing is raised (zero-cost exceptions)
+            launch_prepared(plan.launch, a, b, out, bias if plan.has_bias else None, alpha, beta)
+        except Exception as exc:
+            _prepared_failed(exc, plan, a, b, bias, out, alpha, beta, False)
+        return out
+    a2, b2 = gemm_operands(plan, a, b)
+    y = run_views(plan, a2, b2, bias, out, alpha, beta)
+    return y if plan.out_shape is None else y.reshape(plan.out_shape)
+
+
+def run_gemm(plan: Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, alpha: float,
+             beta: float) -> torch.Tensor:
+    """Run a plan on the GEMM's 2-D operands (a linear's x as (M, K) and weight.t()): a new (M, N)."""
+    if plan.launch is not None and _ready(plan, a, b, bias, None):
+        out = a.new_empty(plan.m, plan.n)
+        try:
+            launch_prepared(plan.launch, a, b, out, bias if plan.has_bias else None, alpha, beta)
+        except Exception as exc:
+            _prepared_failed(exc, plan, a, b, bias, out, alpha, beta, True)
+        return out
+    return run_views(plan, a, b, bias, None, alpha, beta)
+
+
+def _ready(plan: Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
+           out: torch.Tensor | None) -> bool:
+    """Whether the plan's prepared launch may run these tensors: its pointers 16-byte aligned as
+    planned (a new output is: the allocators give 64 bytes or more), the tf32 flag as planned, eager
+    use not left to torch, and the launch seam not replaced (tests watching launch_gemm)."""
+    if launch_gemm is not _LAUNCH_GEMM or plan.eager_vendor or \
+            (plan.fp32 and _precision(plan) != plan.precision):
+        return False
+    ptrs = a.data_ptr() | b.data_ptr()
+    if plan.has_bias:
+        ptrs |= bias.data_ptr()
+    if out is not None:
+        ptrs |= out.data_ptr()
+    return not ptrs & 15
+
+
+def _prepared_failed(exc: Exception, plan: Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
+                     out: torch.Tensor, alpha: float, beta: float, two_d: bool) -> None:
+    """A prepared launch raised: as run_views' launch, the next selection where triton could not compile
+    the selected config (_fall_back), else the error."""
+    if plan.user_config:
+        raise exc
+    a2, b2 = (a, b) if two_d else gemm_operands(plan, a, b)
+    args = (a2, b2, out.view(plan.m, plan.n), _bias2d(plan, bias), alpha, beta)
+    _fall_back(exc, plan, args, plan.precision)
+
+
+def gemm_operands(plan: Plan, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The GEMM's 2-D operands of the op's tensors (a linear's x as (M, K) and weight.t())."""
+    if not plan.linear:
+        return a, b
+    return (a if plan.out_shape is None else a.reshape(plan.m, plan.k)), b.t()
+
+
+def run_views(plan: Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
+              out: torch.Tensor | None, alpha: float, beta: float) -> torch.Tensor:
+    """Run a plan on the GEMM's 2-D operands through launch_gemm or the vendor GEMM."""
     if out is None:
-        # new_empty with int sizes: 0.85 us, torch.empty((m, n), dtype=, device=) 1.8 us (keyword parsing).
         out = a.new_empty(plan.m, plan.n)
     config = plan.config
     if config is None:
         return out
-    if config.backend == "torch":  # _run_config inlined: one frame less on the hot path (~0.1 us)
+    if config.backend == "torch" or (plan.eager_vendor and not _capturing()):
         # torch.addmm broadcasts the bias itself: no 2-D view to build (1.5 us a call on the CPU box)
-        _vendor_gemm(a, b, out, None if plan.problem.bias == "none" else bias, alpha, beta)
+        _vendor_gemm(a, b, out, bias if plan.has_bias else None, alpha, beta)
         return out
-    # The bias kind is "none" for addmm with beta == 0 too: the input is ignored.
-    bias2d = None if plan.problem.bias == "none" else torch.broadcast_to(bias, (plan.m, plan.n))
-    precision = "tf32" if not plan.fp32 or _allow_tf32() else "ieee"
-    try:  # free when nothing is raised (zero-cost exceptions): the hot path pays nothing for it
+    precision = _precision(plan)
+    bias2d = _bias2d(plan, bias)
+    try:
         launch_gemm(a, b, out, bias2d, alpha, beta, config, plan.device.sm_count, precision)
     except Exception as exc:
         if plan.user_config:
@@ -223,7 +346,8 @@ def _vendor_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bias: torc
                  alpha: float, beta: float) -> None:
     """torch.mm / torch.addmm with the kernels' contract: out = alpha * (a @ b) + beta * bias in a's
     dtype, bias anything torch.addmm broadcasts (None: no bias term, as with beta == 0; K = 0 gives
-    beta * bias). torch honours allow_tf32 for fp32 as the kernels' precision does."""
+    beta * bias). torch honours allow_tf32 for fp32 as the kernels' precision does. The out= overloads:
+    transparent mode does not intercept them, so an explicit call never comes back through it."""
     if bias is not None:
         if bias.dim() == 2 and bias.stride(1) == 1 and (bias.shape[0] == 1 or bias.stride(0) == 0):
             # A row bias goes in as the (N,) vector it is: cuBLASLt then fuses it into the GEMM's
@@ -261,16 +385,27 @@ def _fall_back(exc: Exception, plan: Plan, args: tuple, precision: str) -> None:
                        "explicitly") from exc
 
 
-# --- the core op's body ---------------------------------------------------------------------------
+# --- the core op's body and transparent mode's kernels --------------------------------------------
+
+def plan_gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, beta: float,
+              enable_streamk: bool | None = None, backend: str | None = None,
+              config: GemmConfig | None = None) -> Plan:
+    """Lookup-or-prepare below autograd, for 2-D operands the custom op's callers checked."""
+    key = signature("gemm" if beta != 0.0 else "gemm0", enable_streamk, backend, config, a, b, bias, None,
+                    False)
+    return lookup(key, a, b, bias, None) or prepare(key, "gemm", a, b, bias, beta, None, enable_streamk,
+                                                    config, backend)
+
+
+def torch_runs(plan: Plan) -> bool:
+    """Whether torch's own GEMM runs this plan (transparent mode then calls torch's kernel itself):
+    dispatch chose torch.mm, the kernels win only under graph capture, or the output is empty."""
+    config = plan.config
+    return config is None or config.backend == "torch" or (plan.eager_vendor and not _capturing())
+
 
 def gemm_body(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, beta: float, alpha: float,
-          enable_streamk: bool | None = None, backend: str | None = None,
-          config: GemmConfig | None = None) -> torch.Tensor:
-    """The core op's body: lookup-or-prepare, then launch, for 2-D operands its callers checked (the
-    custom op's (core_op.gemm), and transparent mode's aten::mm / addmm kernels); never through the
-    custom op."""
-    sig = signature("gemm" if beta != 0.0 else "gemm0", enable_streamk, backend, config, a, b, bias)
-    plan = plans.get(sig) if sig is not None else None
-    if plan is None or not still_valid(plan, a, b, bias, None):
-        plan = prepare(sig, "gemm", a, b, bias, beta, None, enable_streamk, config, backend)
-    return run_plan(plan, a, b, bias, None, alpha, beta)
+              enable_streamk: bool | None = None, backend: str | None = None,
+              config: GemmConfig | None = None) -> torch.Tensor:
+    """The core op's body: plan_gemm, then run; never through the custom op."""
+    return run(plan_gemm(a, b, bias, beta, enable_streamk, backend, config), a, b, bias, None, alpha, beta)

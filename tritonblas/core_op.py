@@ -103,3 +103,7 @@ def _bias_grad(grad: torch.Tensor, shape: torch.Size, beta: float) -> torch.Tens
 
 
 gemm.register_autograd(_backward, setup_context=_setup_context)
+
+# ops' eager autograd.Function (ops._Gemm) uses these two: one definition of the saved context and of the
+# gradients for both ways a call gets autograd.
+setup_context, backward = _setup_context, _backward

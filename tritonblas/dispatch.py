@@ -11,9 +11,10 @@ cached selection never touches it again. A DB that cannot be used costs one warn
 failed matmul: selection goes on without it. A SQLite DB file that does not exist is simply skipped:
 dispatch never creates one. The neighbour layer's distance and search are `neighbors`'.
 
-Selections are cached here (`_selections`) and in ops' plans. Dropping them (`clear_cache`,
-`set_database`, `set_shipped_dir`, a config reported as failing to compile) bumps `_state.generation`;
-a cache entry computed from what was read before a drop is never stored after it (`cache_if_current`).
+Selections are cached here (`_selections`) and in the call path's plans, both `caches.new()` dicts.
+Dropping them (`clear_cache`, `set_database`, `set_shipped_dir`, a config reported as failing to
+compile) is `caches.invalidate()`; an entry computed from what was read before a drop is never stored
+after it (`caches.store`).
 """
 
 from __future__ import annotations
@@ -23,12 +24,12 @@ import dataclasses
 import functools
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from . import heuristic, log, neighbors
+from . import caches, heuristic, log, neighbors
 from .config import BiasKind, DeviceInfo, GemmConfig, Problem, config_supports, require_supported
 from .userdb import UserDB
 
@@ -76,9 +77,6 @@ class _State:
     def __init__(self) -> None:
         self.lock = threading.RLock()
         self.user_db = UserDB(self.lock)
-        # Bumped, under the lock, once every cached selection has been dropped: what a thread computed
-        # from the state it read before is stored only if this has not moved since (cache_if_current).
-        self.generation = 0
         self.forget()
 
     def forget(self) -> None:
@@ -92,29 +90,8 @@ class _State:
 
 
 _state = _State()
-# Called whenever the cached selections are dropped: ops keeps the selected config in its plans.
-on_clear: list[Callable[[], None]] = []
-# Selections by (problem, device, enable_streamk, backend); dropped whole at the cap.
-_selections: dict[tuple, Selection] = {}
-_CACHE_CAP = 4096
-
-
-def generation() -> int:
-    """Read before computing something from dispatch's state; hand it to cache_if_current."""
-    return _state.generation
-
-
-def cache_if_current(read_at: int, cache: dict, key: object, value: object, cap: int = _CACHE_CAP) -> bool:
-    """cache[key] = value unless the selections were dropped since generation() returned `read_at`
-    (then `value` may hold an older selection, and is not kept). Under the lock that dropping holds,
-    so a drop cannot fall between the check and the store. A full cache is emptied first."""
-    with _state.lock:
-        if _state.generation != read_at:
-            return False
-        if len(cache) >= cap:
-            cache.clear()
-        cache[key] = value
-        return True
+# Selections by (problem, device, enable_streamk, backend); dropped with the plans (caches.invalidate).
+_selections: dict[tuple, Selection] = caches.new()
 
 
 def _db_call(fn):
@@ -157,11 +134,8 @@ def clear_cache() -> None:
 
 
 def _drop_selections() -> None:
-    """Under _state.lock, after the state they came from has changed."""
-    _selections.clear()
-    for fn in on_clear:
-        fn()
-    _state.generation += 1  # last: a reader of the new generation finds everything above dropped
+    """Under _state.lock, after the state they came from has changed: selections and plans go."""
+    caches.invalidate()
 
 
 def _arch_key(p: Problem) -> tuple:
@@ -353,9 +327,9 @@ def _selection(problem: Problem, device: DeviceInfo, enable_streamk: bool | None
     args = (problem, device, enable_streamk, backend)
     found = _selections.get(args)
     if found is None:
-        read_at = _state.generation
+        read_at = caches.generation()
         found = _select(problem, device, enable_streamk, backend)
-        if cache_if_current(read_at, _selections, args, found):
+        if caches.store(read_at, _selections, args, found):
             _log_decision(found)
     return found
 

@@ -175,6 +175,7 @@ class _Plan:
     tma: bool = False  # device-side descriptors: needs triton's allocator in the launching thread
     compiled: object = None  # triton's CompiledKernel once launched through the C launcher
     then: _Plan | None = None  # Stream-K with reduce_kernel: kernels/reduce.py's launch, on (ws, c, bias)
+    descs: tuple | None = None  # a prepared launch's host descriptors: (shape, strides, box) of A and B
 
 
 _plans: dict[tuple, _Plan] = {}
@@ -248,21 +249,62 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.T
             scratch.give(held)
 
 
+def prepare_launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None,
+                   config: GemmConfig, sm_count: int, precision: str) -> _Plan | None:
+    """The launch of `config` on tensors of these shapes, strides, dtype, device and alignment, for a
+    caller that keeps it (the call path's plan) and runs it with `launch_prepared` on tensors of the
+    same facts, or on any tensors with the same data pointers (the plan holds every shape and stride:
+    a weight can stand for its transpose, a bias vector for its broadcast view). None where a launch
+    needs more than the pointers: scratch (padded copies, the Stream-K workspace), bf16 in the
+    interpreter (which launches fp32 copies), an empty output, a pointer that is not 16-byte aligned
+    (the caller then takes launch_gemm, whose plan key holds the alignment)."""
+    m, n = a.shape[0], b.shape[1]
+    if config.backend == "torch" or config.aligned_copy or config.streamk or m == 0 or n == 0 or \
+            (a.dtype == torch.bfloat16 and not a.is_cuda) or _misaligned(a, b, c, bias):
+        return None
+    plan = _make_plan(a, b, c, bias, config, sm_count, precision)
+    if plan.constexprs["HOST_DESC"]:
+        plan.descs = _descriptor_geometry(a, b, plan.constexprs)
+    return plan
+
+
+def _misaligned(*tensors: torch.Tensor | None) -> bool:
+    return any(t is not None and t.data_ptr() % 16 for t in tensors)
+
+
+def launch_prepared(plan: _Plan, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None,
+                    alpha: float, beta: float) -> None:
+    """Launch a plan of prepare_launch: c = alpha * a @ b + beta * bias, each tensor's pointer as the
+    plan's (16-byte aligned: the caller checks)."""
+    descs = plan.descs
+    if descs is None:
+        _launch(plan, (a, b, c, c if bias is None else bias), (alpha, beta, None, None))
+    else:
+        _launch(plan, (a, b, c, c if bias is None else bias),
+                (alpha, beta, _descriptor(a, *descs[0]), _descriptor(b, *descs[1])))
+
+
 def _host_descriptors(a: torch.Tensor, b: torch.Tensor, constexprs: dict) -> tuple:
     """TMA descriptors of A and B built here, as kernel arguments (config.host_descriptors): the same
     storage-order shapes, strides and boxes as the kernels' make_operand_descs builds on the device.
     Made per call (they hold the tensors); triton's launcher encodes each into the launch."""
+    geometry_a, geometry_b = _descriptor_geometry(a, b, constexprs)
+    return _descriptor(a, *geometry_a), _descriptor(b, *geometry_b)
+
+
+def _descriptor_geometry(a: torch.Tensor, b: torch.Tensor, constexprs: dict) -> tuple:
+    """((shape, strides, box) of A, the same of B): all a descriptor needs but its base pointer."""
     bm, bn, bk = constexprs["BLOCK_M"], constexprs["BLOCK_N"], constexprs["BLOCK_K"]
     (m, k), n = a.shape, b.shape[1]
     if constexprs["A_COL"]:
-        a_desc = _descriptor(a, [k, m], [a.stride(1), 1], [bk, bm])
+        geometry_a = ([k, m], [a.stride(1), 1], [bk, bm])
     else:
-        a_desc = _descriptor(a, [m, k], [a.stride(0), 1], [bm, bk])
+        geometry_a = ([m, k], [a.stride(0), 1], [bm, bk])
     if constexprs["B_COL"]:
-        b_desc = _descriptor(b, [n, k], [b.stride(1), 1], [bn, bk])
+        geometry_b = ([n, k], [b.stride(1), 1], [bn, bk])
     else:
-        b_desc = _descriptor(b, [k, n], [b.stride(0), 1], [bk, bn])
-    return a_desc, b_desc
+        geometry_b = ([k, n], [b.stride(0), 1], [bk, bn])
+    return geometry_a, geometry_b
 
 
 @functools.cache
@@ -361,6 +403,10 @@ def _reduce_plan(kernel, config: GemmConfig, output_ints: tuple, tiles: int, pro
     return _Plan(kernel, sk_tiles * chunks, ints, reduce_constexprs, config.num_warps, 1, None)
 
 
+# torch.cuda.current_device() without its lazy-init call: a CUDA tensor in hand means CUDA is initialized.
+_current_device = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)
+
+
 def _launch(plan: _Plan, tensors: tuple, floats: tuple) -> None:
     """Launch through triton's C launcher once the plan's kernel is compiled.
 
@@ -374,8 +420,8 @@ def _launch(plan: _Plan, tensors: tuple, floats: tuple) -> None:
         plan.kernel[(plan.progs,)](*args, **plan.constexprs, num_warps=plan.num_warps,
                                    num_stages=plan.num_stages)
         return
-    index = tensors[0].device.index
-    if index != torch.cuda.current_device():
+    index = tensors[0].get_device()  # an int: .device.index builds a device object first
+    if index != _current_device():
         # Triton launches on (and loads modules into) the current device: switch to the tensors' one.
         with torch.cuda.device(index):
             _launch(plan, tensors, floats)

@@ -1,11 +1,12 @@
 """The public ops: matmul, addmm, linear (as torch.mm, torch.addmm, F.linear).
 
-Each checks its arguments only when the call's signature has no plan yet (call_path: lookup-or-prepare,
-then launch). A call that needs autograd (its plan is stored apart), or runs under torch.compile (never
-stored), is planned through the custom op `tritonblas::gemm` (core_op.gemm, registered on the first
-such call; one opaque node for the compiler, the library's kernels in the backward), whose body
-(call_path.gemm_body) plans and launches the same way without the argument checks its callers ran.
-Eager calls that need no autograd launch directly: the custom-op dispatcher costs ~10 us a call.
+Each checks its arguments only when the call's signature has no plan yet (call_path: lookup, or the
+op's checks and prepare, then run). A call that needs autograd runs its plan through `_Gemm`, an
+autograd.Function whose forward launches directly and whose backward is the custom op's
+(core_op.backward: one definition of the gradients). Under torch.compile a call goes through the custom
+op `tritonblas::gemm` (core_op.gemm: one opaque node for the compiler), whose body plans and launches
+the same way. Eager calls never pay the custom op's dispatch: a linear with a weight needing grad cost
+69.5 us of host time through it, 12.8 us now (CPU box, launch stubbed: tests/ops_overhead.py).
 """
 
 from __future__ import annotations
@@ -15,35 +16,88 @@ import math
 import torch
 
 from . import call_path
-from .call_path import Plan
-from .call_path import plans as _plans
-from .call_path import run_plan as _run_plan
-from .call_path import signature as _signature
-from .call_path import still_valid as _still_valid
+from .call_path import Plan, lookup, run, signature
 from .config import GemmConfig
 from .validate import check_bias, check_operands, check_options, check_scalar, check_tensor
 
 
+def _core_op():
+    # Imported on the first call that needs autograd or runs under torch.compile (which performs the
+    # import while tracing): registering the custom op took 0.14-0.24 s of a warmed first call on the
+    # H200 (scripts/first_call_imports.py), and eager calls without autograd never use it.
+    from . import core_op
+
+    return core_op
+
+
+class _Gemm(torch.autograd.Function):
+    """alpha * a @ b + beta * bias for eager autograd: the forward runs the plan, the backward and the
+    saved context are the custom op's. The old-style forward(ctx, ...) (setup inside it): with a
+    separate setup_context, apply costs 28 us instead of 7 on the CPU box. A linear hands its weight
+    as it is (b is its transpose): weight.t() outside would add a view node to the graph (~1.5 us), and
+    the weight's gradient is b's transposed, as the view's backward would make it."""
+
+    @staticmethod
+    def forward(ctx, a, b, bias, beta, alpha, family, plan):  # noqa: ANN001, ANN205 (autograd's API)
+        if plan.linear:
+            b = b.t()
+        y = call_path.run_gemm(plan, a, b, bias, alpha, beta)
+        _core_op().setup_context(ctx, (a, b, bias, beta, alpha, family, plan.op_args[1]), y)
+        ctx.tritonblas_weight = plan.linear
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):  # noqa: ANN001, ANN205
+        grads = _core_op().backward(ctx, grad)
+        if ctx.tritonblas_weight and grads[1] is not None:
+            return (grads[0], grads[1].t(), *grads[2:])
+        return grads
+
+
+# Function.apply's own Python (binding defaults, unwrapping functorch's dead wrappers) costs ~3 us a
+# call on the CPU box: with no functorch transform active it ends in this C apply, called directly.
+_apply = super(torch.autograd.Function, _Gemm).apply
+_functorch_active = torch._C._are_functorch_transforms_active
+
+
 def _launch(plan: Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor | None,
             alpha: float, beta: float) -> torch.Tensor:
-    """Run a plan: through the custom op where it needs autograd or torch.compile, else directly."""
-    if plan.through_op:
-        # Imported here, on the first call that needs autograd or runs under torch.compile (which
-        # performs the import while tracing): registering the custom op took 0.14-0.24 s of a warmed
-        # first call on the H200 (scripts/first_call_imports.py), and eager calls never use it.
-        from .core_op import FAMILY, config_to_list, gemm
+    """Run a plan on the op's tensors: through autograd or the custom op where it needs them."""
+    if not (plan.grad or plan.through_op):
+        return run(plan, a, b, bias, out, alpha, beta)
+    if plan.grad and not _functorch_active():
+        a2 = a if plan.out_shape is None else a.reshape(plan.m, plan.k)
+        y = _apply(a2, b, bias, beta, alpha, plan.op_args[0], plan)
+    else:  # torch.compile, or torch.func's transforms (which refuse a Function without setup_context)
+        a2, b2 = call_path.gemm_operands(plan, a, b)
+        core_op = _core_op()
+        y = core_op.gemm(a2, b2, bias, beta, alpha, core_op.FAMILY[plan.restriction],
+                         core_op.config_to_list(plan.config))
+        y = y if out is None else out.copy_(y)
+    return y if plan.out_shape is None else y.reshape(plan.out_shape)
 
-        y = gemm(a, b, bias, beta, alpha, FAMILY[plan.restriction], config_to_list(plan.config))
-        return y if out is None else out.copy_(y)
-    return _run_plan(plan, a, b, bias, out, alpha, beta)
+
+def _prepare(key: tuple | None, op: str, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
+             beta: float, out: torch.Tensor | None, enable_streamk: bool | None, config: GemmConfig | None,
+             backend: str | None, out_shape: tuple | None = None, x: torch.Tensor | None = None) -> Plan:
+    """call_path.prepare, with what the op adds before the plan is stored: for a linear (x: its input,
+    a: x as 2-D), no prepared launch where x's reshape copies (x's pointer is not the GEMM's A then);
+    for a call under autograd, the custom op's arguments its shared backward reads."""
+
+    def finish(plan: Plan) -> None:
+        if x is not None and x is not a and not (a._is_view() and a.data_ptr() == x.data_ptr()):
+            plan.launch = None
+        if plan.grad:
+            core_op = _core_op()
+            plan.op_args = (core_op.FAMILY[plan.restriction], core_op.config_to_list(plan.config))
+
+    return call_path.prepare(key, op, a, b, bias, beta, out, enable_streamk, config, backend, out_shape,
+                             x is not None, finish)
 
 
 # --- the public ops -----------------------------------------------------------------------------------
-# Host cost of a repeated call, every launch stubbed (thread CPU time, 2-core CPU box, 64^3 fp16,
-# TRITON_INTERPRET=1 python tests/ops_overhead.py --baseline <the tree before plans>): matmul(out=)
-# 3.26 -> 3.20 us, matmul 3.52 -> 3.45, addmm 5.34 -> 5.28, linear 6.15 -> 6.09, linear of a 3-D x 8.92
-# -> 8.85, linear needing autograd (its plan is stored now) 54.8 -> 48.0. matmul(out=, config=), planned
-# on every call until config= joined the signature: 12.80 -> 3.79 (2026-12-01, --baseline the tree before).
+# Host cost of a repeated call: tests/ops_overhead.py (launch stubbed, CPU box), bounded against
+# torch's own ops by tests/test_host_cost.py.
 
 def matmul(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
            enable_streamk: bool | None = None, config: GemmConfig | None = None,
@@ -52,14 +106,16 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
 
     backend: None (dispatch decides between the kernels and torch.mm), "triton" (the kernels only) or
     "torch" (torch.mm, the vendor GEMM)."""
-    signature = _signature("matmul", enable_streamk, backend, config, a, b, None, out)
-    plan = _plans.get(signature) if signature is not None else None
-    if plan is None or not _still_valid(plan, a, b, None, out):
-        check_operands(a, b)
-        if enable_streamk is not None or config is not None or backend is not None:
-            check_options(enable_streamk, config, backend)
-        plan = call_path.prepare(signature, "matmul", a, b, None, 1.0, out, enable_streamk, config, backend)
+    key = signature("matmul", enable_streamk, backend, config, a, b, None, out)
+    plan = lookup(key, a, b, None, out) or _plan_matmul(key, a, b, out, enable_streamk, config, backend)
     return _launch(plan, a, b, None, out, 1.0, 1.0)
+
+
+def _plan_matmul(key, a, b, out, enable_streamk, config, backend) -> Plan:  # noqa: ANN001
+    check_operands(a, b)
+    if enable_streamk is not None or config is not None or backend is not None:
+        check_options(enable_streamk, config, backend)
+    return _prepare(key, "matmul", a, b, None, 1.0, out, enable_streamk, config, backend)
 
 
 def addmm(input: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta: float = 1, alpha: float = 1,
@@ -67,38 +123,39 @@ def addmm(input: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta: float 
           config: GemmConfig | None = None, backend: str | None = None) -> torch.Tensor:
     """beta * input + alpha * (a @ b), with input broadcast as torch.addmm broadcasts it; backend as
     for matmul (torch.addmm is the vendor's)."""
-    signature = None
+    key = None
     if type(beta) in (float, int) and type(alpha) in (float, int):  # bool and other Reals: the checks
-        signature = _signature("addmm" if beta != 0 else "addmm0", enable_streamk, backend, config, a, b,
-                               input, out)
-    plan = _plans.get(signature) if signature is not None else None
-    if plan is None or not _still_valid(plan, a, b, input, out):
-        check_operands(a, b)
-        check_bias("input", input, a, a.shape[0], b.shape[1])
-        check_scalar("beta", beta)
-        check_scalar("alpha", alpha)
-        check_options(enable_streamk, config, backend)
-        plan = call_path.prepare(signature, "addmm", a, b, input, float(beta), out, enable_streamk, config,
-                                 backend)
+        key = signature("addmm" if beta != 0 else "addmm0", enable_streamk, backend, config, a, b, input, out)
+    plan = lookup(key, a, b, input, out) or _plan_addmm(key, input, a, b, beta, alpha, out, enable_streamk,
+                                                        config, backend)
     return _launch(plan, a, b, input, out, float(alpha), float(beta))
+
+
+def _plan_addmm(key, input, a, b, beta, alpha, out, enable_streamk, config, backend) -> Plan:  # noqa: ANN001
+    check_operands(a, b)
+    check_bias("input", input, a, a.shape[0], b.shape[1])
+    check_scalar("beta", beta)
+    check_scalar("alpha", alpha)
+    check_options(enable_streamk, config, backend)
+    return _prepare(key, "addmm", a, b, input, float(beta), out, enable_streamk, config, backend)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
            enable_streamk: bool | None = None, config: GemmConfig | None = None,
            backend: str | None = None) -> torch.Tensor:
     """As torch.nn.functional.linear: x[..., K] @ weight[N, K].T + bias[N]; backend as for matmul."""
-    signature = _signature("linear", enable_streamk, backend, config, x, weight, bias)
-    plan = _plans.get(signature) if signature is not None else None
-    if plan is None or not _still_valid(plan, x, weight, bias, None):
-        x2 = _check_linear(x, weight, bias)
-        check_options(enable_streamk, config, backend)
-        out_shape = None if x2 is x else (*x.shape[:-1], weight.shape[0])
-        plan = call_path.prepare(signature, "linear", x2, weight.t(), bias, 1.0, None, enable_streamk,
-                                 config, backend, out_shape)
-    if plan.out_shape is None:  # a 2-D x is used as it is: a reshape to the same shape costs 0.9 us
-        return _launch(plan, x, weight.t(), bias, None, 1.0, 1.0)
-    y = _launch(plan, x.reshape(plan.m, plan.k), weight.t(), bias, None, 1.0, 1.0)
-    return y.reshape(plan.out_shape)
+    key = signature("linear", enable_streamk, backend, config, x, weight, bias)
+    plan = lookup(key, x, weight, bias, None) or _plan_linear(key, x, weight, bias, enable_streamk, config,
+                                                              backend)
+    return _launch(plan, x, weight, bias, None, 1.0, 1.0)
+
+
+def _plan_linear(key, x, weight, bias, enable_streamk, config, backend) -> Plan:  # noqa: ANN001
+    x2 = _check_linear(x, weight, bias)
+    check_options(enable_streamk, config, backend)
+    out_shape = None if x2 is x else (*x.shape[:-1], weight.shape[0])
+    return _prepare(key, "linear", x2, weight.t(), bias, 1.0, None, enable_streamk, config, backend,
+                    out_shape, x)
 
 
 def _check_linear(x: object, weight: object, bias: object) -> torch.Tensor:

@@ -4,8 +4,10 @@
     ... run the model ...
     tritonblas-tune --shapes shapes.yaml      # reads the file as it is
 
-A problem is (m, n, k, dtype, layout, bias kind), the dispatch key; it is noted when a call is planned
-(the first call of each signature, so a hit costs nothing). One entry per problem, sorted, in the
+A problem is (m, n, k, dtype, layout, bias kind), the dispatch key; it is noted when a call is planned,
+and again on the first hit of each plan after recording moved to another file (`generation`, bumped
+by start(), against each plan's stamp: one integer compare a hit), so a file gets every problem that
+runs while it is recorded, planned before or not. One entry per problem, sorted, in the
 shapes.yaml format (`tritonblas.shapes`); problems with a zero size (nothing to tune) or past the
 tuning database's bound are left out. The file is rewritten whole on each new problem, so comments and
 grids written by hand in it become one entry per problem.
@@ -31,6 +33,9 @@ from . import log
 from .config import Problem
 
 _lock = threading.Lock()
+# Bumped by start() whenever the file recorded into changes: a plan whose problem was noted at another
+# generation notes it again (call_path.lookup); note() itself skips what the file already holds.
+generation = 0
 _HEADER = ("# GEMM problems recorded by tritonblas (tritonblas.enable(record=...) or TRITONBLAS_RECORD),\n"
            "# one entry per problem; tune them with: tritonblas-tune --shapes <this file>\n")
 
@@ -48,17 +53,15 @@ _state = _State()
 
 
 def start(path: str | os.PathLike | None) -> None:
-    """Record into `path` from now on (None: stop, but for TRITONBLAS_RECORD). Plans made before are
-    dropped, so that problems already planned are noted again on their next call."""
+    """Record into `path` from now on (None: stop, but for TRITONBLAS_RECORD). Problems planned before
+    are noted into it on their next call (generation)."""
+    global generation
     new = None if path is None else Path(path)
     with _lock:
         before, _state.path = _state.path, new
+        if new != before:
+            generation += 1
     if new is not None and new != before:
-        import sys
-
-        ops = sys.modules.get(f"{__package__}.ops")
-        if ops is not None:
-            ops._plans.clear()
         log.get().info("recording new GEMM problems to %s", new)
 
 

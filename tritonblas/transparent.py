@@ -19,9 +19,11 @@ runs below autograd, so
   - autograd keeps torch's own derivative formulas, and the mm calls of the backward come here too;
   - the mode is global (every thread; a TorchFunctionMode is per thread) and costs nothing for other
     ops (a TorchFunctionMode costs every torch call in Python, +1.3 us on a CPU add of 64x64);
-  - a call that falls through runs torch's own kernel through the out= overload (aten::mm.out,
-    aten::addmm.out), which is not overridden; the library's torch backend calls the same overloads,
-    so neither recurses into the mode;
+  - a call that falls through, or that dispatch gives to torch, runs torch's own kernel, taken
+    (torch.library.get_kernel) before ours replaced it and called with the dispatch key set: no second
+    trip through the dispatcher, so no second aten::mm in a profile and no out= allocation (torch
+    before 2.9 has no get_kernel: then the out= overloads aten::mm.out / aten::addmm.out, which are not
+    overridden). Explicit calls' torch backend runs those out= overloads, so it never recurses here;
   - torch.compile traces with fake tensors and never calls these kernels. With Inductor, compiled code
     runs Inductor's own GEMMs (its Triton templates, or cuBLAS through mm.out), not the library's;
     backends that run the captured aten ops eagerly ("eager", "aot_eager") do come here. To put the
@@ -41,7 +43,7 @@ import torch
 
 from . import log
 from . import record as _record
-from .call_path import gemm_body
+from .call_path import lookup, prepare, run, torch_runs
 from .device import interpreter_enabled
 
 _lock = threading.RLock()
@@ -98,11 +100,22 @@ def _register() -> None:
     with warnings.catch_warnings():  # torch warns once that a kernel is overridden: that is the point
         warnings.simplefilter("ignore")
         for key in ("CUDA", "CPU") if interpreter_enabled() else ("CUDA",):
-            lib.impl("mm", _mm, key)
-            lib.impl("addmm", _addmm, key)
+            mm, addmm = _kernels(_torch_kernel("aten::mm", key), _torch_kernel("aten::addmm", key))
+            lib.impl("mm", mm, key, with_keyset=True)
+            lib.impl("addmm", addmm, key, with_keyset=True)
     _library = lib
     log.get().info("transparent mode on: torch's mm, addmm and linear on %s go through dispatch",
                    "CUDA and (interpreter) CPU tensors" if interpreter_enabled() else "CUDA tensors")
+
+
+def _torch_kernel(op: str, key: str):
+    """torch's own kernel of `op` at `key` (ours is never registered while this runs), or None where
+    this torch cannot hand it out."""
+    get_kernel = getattr(torch.library, "get_kernel", None)
+    try:
+        return get_kernel(op, key) if get_kernel is not None else None
+    except RuntimeError:
+        return None
 
 
 def _unregister() -> None:
@@ -115,27 +128,64 @@ def _unregister() -> None:
 
 
 # --- the kernels ----------------------------------------------------------------------------------------
-
-def _mm(a, b):
-    if _routable(a, b) and a.shape[1] == b.shape[0]:
-        return gemm_body(a, b, None, 0.0, 1.0)
-    if _debug():
-        _left_to_torch("mm", a, b)
-    return _mm_out(a, b, out=a.new_empty(0))
-
-
-def _addmm(bias, a, b, *, beta=1, alpha=1):
-    if _routable(a, b) and a.shape[1] == b.shape[0] and type(beta) in _NUMBERS and type(alpha) in _NUMBERS \
-            and _bias_ok(bias, a, b):
-        return gemm_body(a, b, bias, float(beta), float(alpha))
-    if _debug():
-        _left_to_torch("addmm", a, b, bias)
-    return _addmm_out(bias, a, b, beta=beta, alpha=alpha, out=a.new_empty(0))
-
+# The plan key of a call here (call_path.lookup / prepare) is shorter than the explicit ops' signature:
+# only dense tensors of the CUDA (or CPU) dispatch key reach these kernels (sparse, nested, meta and
+# __torch_dispatch__ subclasses dispatch elsewhere), below autograd (no grad marker) and never while
+# torch.compile traces (it runs fake tensors), so the layout, the type, the grad flags and the options
+# it leaves out are the same for every call, and the device is its index (-1: the CPU).
 
 _ROUTED = (torch.float16, torch.bfloat16, torch.float32)
 _mm_out, _addmm_out = torch.ops.aten.mm.out, torch.ops.aten.addmm.out  # not overridden: torch's own kernels
 _NUMBERS = (int, float)
+
+
+def _kernels(torch_mm, torch_addmm) -> tuple:
+    """Our aten::mm and aten::addmm kernels for one dispatch key, over torch's own ones there."""
+    if torch_mm is None or torch_addmm is None:
+        def own_mm(keyset, a, b):
+            return _mm_out(a, b, out=a.new_empty(0))
+
+        def own_addmm(keyset, bias, a, b, beta, alpha):
+            return _addmm_out(bias, a, b, beta=beta, alpha=alpha, out=a.new_empty(0))
+    else:
+        def own_mm(keyset, a, b):
+            return torch_mm.call_boxed(keyset, a, b)
+
+        def own_addmm(keyset, bias, a, b, beta, alpha):
+            return torch_addmm.call_boxed(keyset, bias, a, b, beta=beta, alpha=alpha)
+
+    # A plan found for the call's key says it is routable (a plan is made only for operands that passed
+    # the checks, and the key holds every fact they read): the checks run on a miss only.
+    def mm(keyset, a, b):
+        if a.dtype in _ROUTED:
+            key = ("aten::mm", a.shape, a.stride(), a.dtype, a.get_device(), b.shape, b.stride(), b.dtype,
+                   b.get_device())
+            plan = lookup(key, a, b, None, None)
+            if plan is None and _routable(a, b) and a.shape[1] == b.shape[0]:
+                plan = prepare(key, "gemm", a, b, None, 0.0, None, None, None, None)
+            if plan is not None:
+                return own_mm(keyset, a, b) if torch_runs(plan) else run(plan, a, b, None, None, 1.0, 0.0)
+        if _debug():
+            _left_to_torch("mm", a, b)
+        return own_mm(keyset, a, b)
+
+    def addmm(keyset, bias, a, b, *, beta=1, alpha=1):
+        if a.dtype in _ROUTED and type(beta) in _NUMBERS and type(alpha) in _NUMBERS:
+            beta = float(beta)
+            key = ("aten::addmm" if beta else "aten::addmm0", a.shape, a.stride(), a.dtype, a.get_device(),
+                   b.shape, b.stride(), b.dtype, b.get_device(), bias.shape, bias.stride(), bias.dtype,
+                   bias.get_device())  # (the schema's `self`: always a tensor)
+            plan = lookup(key, a, b, bias, None)
+            if plan is None and _routable(a, b) and a.shape[1] == b.shape[0] and _bias_ok(bias, a, b):
+                plan = prepare(key, "gemm", a, b, bias, beta, None, None, None, None)
+            if plan is not None:
+                return own_addmm(keyset, bias, a, b, beta, alpha) if torch_runs(plan) else \
+                    run(plan, a, b, bias, None, float(alpha), beta)
+        if _debug():
+            _left_to_torch("addmm", a, b, bias)
+        return own_addmm(keyset, bias, a, b, beta, alpha)
+
+    return mm, addmm
 
 
 def _routable(a, b) -> bool:
