@@ -1,108 +1,106 @@
-"""Host overhead of a dispatch hit: tritonblas.matmul vs launching the same kernel directly.
+"""Host time per call: each public op and each routed torch op against the torch op it replaces.
 
-Usage: python scripts/dispatch_overhead.py [--m 64 --n 64 --k 64] [--dtype fp16] [--calls 5000]
-A benchmark, not a test. On a GPU it times, per call (median of --trials loops of --calls calls, host
-wall clock; the problem is tiny so the GPU keeps up and the host is the bottleneck):
-  direct        launch.launch_gemm with the selected config (what any Triton caller pays)
-  matmul(out=)  tritonblas.matmul(a, b, out=out): argument checks + dispatch hit + launch
-  matmul        tritonblas.matmul(a, b): the same plus allocating the output
-  select        tritonblas.select for the same problem (argument checks + the cached dispatch lookup)
-  matmul(out=, config=)  the same call pinned to the selected config, as the tuner and users who pin
-and, with the kernel launch replaced by a no-op (call_path's binding of launch.launch_gemm), the pure Python
-cost of the public path. The figure the issue asks for is "matmul(out=) - direct" (<= 5 us). Without a
-GPU only the select and no-op rows are run (in Triton's interpreter).
+Usage: python scripts/dispatch_overhead.py [--m 4 --n 2048 --k 2048] [--dtype bf16] [--calls 2000]
+A benchmark, not a test. Decode runs GEMMs this small one after another, so the host, not the GPU, sets
+the pace: the wall time per call of a loop of calls (the GPU synchronized once at its end) is what a
+user's step pays. Each row times ours and torch's loops interleaved, trial by trial (median), in one
+process, on the same random operands:
+  linear                  tritonblas.linear(x, w)        vs F.linear(x, w)
+  linear, w grad          the same with w.requires_grad  (every linear of a training step's forward)
+  matmul                  tritonblas.matmul(a, b)        vs torch.mm(a, b)
+  routed F.linear         F.linear under tritonblas.enable() vs with the mode off
+  routed F.linear, w grad the same with w.requires_grad
+  add, not routed         torch.add under the mode       vs with the mode off (an op the mode leaves alone)
+Dispatch decides what runs (shipped configs, neighbour, heuristic, torch.mm); `--backend triton` pins the
+kernels. Without a GPU the same rows run in Triton's interpreter (the times then say little).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import os
 import statistics
 import time
 
 
-def per_call_us(fns: dict, calls: int, trials: int, sync) -> dict[str, float]:
-    """Median per-call time of each fn; trials alternate between the fns, so slow drift of the host
-    (clock, other load) lands on all of them alike rather than on the difference."""
-    for fn in fns.values():
-        for _ in range(100):
-            fn()
-    sync()
-    runs: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(trials):
-        for name, fn in fns.items():
+def per_call_us(pairs: dict, calls: int, trials: int, sync) -> dict[str, tuple[float, float]]:
+    """{row: (torch us, ours us)}: median per-call wall time of `calls` calls, the two sides' loops
+    alternating trial by trial so that drift of the host lands on both alike. A side is (context, fn)."""
+    def loop(side) -> float:
+        ctx, fn = side
+        with ctx():
             t0 = time.perf_counter()
             for _ in range(calls):
                 fn()
             sync()
-            runs[name].append((time.perf_counter() - t0) / calls * 1e6)
-    return {name: statistics.median(r) for name, r in runs.items()}
+            return (time.perf_counter() - t0) / calls * 1e6
+
+    out = {}
+    for name, sides in pairs.items():
+        for side in sides:  # warm-up: plans, compiles, torch's own caches
+            loop(side)
+        runs: tuple[list[float], list[float]] = ([], [])
+        for trial in range(trials):
+            order = (0, 1) if trial % 2 == 0 else (1, 0)
+            for i in order:
+                runs[i].append(loop(sides[i]))
+        out[name] = (statistics.median(runs[0]), statistics.median(runs[1]))
+    return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--m", type=int, default=64)
-    ap.add_argument("--n", type=int, default=64)
-    ap.add_argument("--k", type=int, default=64)
-    ap.add_argument("--dtype", choices=["fp16", "bf16", "fp32"], default="fp16")
-    ap.add_argument("--calls", type=int, default=5000)
-    ap.add_argument("--trials", type=int, default=15)
+    ap.add_argument("--m", type=int, default=4)
+    ap.add_argument("--n", type=int, default=2048)
+    ap.add_argument("--k", type=int, default=2048)
+    ap.add_argument("--dtype", choices=["fp16", "bf16", "fp32"], default="bf16")
+    ap.add_argument("--calls", type=int, default=2000)
+    ap.add_argument("--trials", type=int, default=9)
+    ap.add_argument("--backend", choices=["triton", "torch"], default=None,
+                    help="pin our side's explicit calls (default: dispatch decides)")
+    ap.add_argument("--json", default=None, help="write the rows to this JSON file")
     args = ap.parse_args()
     import torch
 
     gpu = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") in ("", "0")
     if not gpu:
         os.environ["TRITON_INTERPRET"] = "1"  # before triton loads: CPU tensors run in the interpreter
-    from sqlalchemy.engine import make_url
+    import torch.nn.functional as F
 
     import tritonblas
-    import tuning_db
-    from tritonblas import call_path, launch
-    from tritonblas.device import device_info
 
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype]
     dev = torch.device("cuda" if gpu else "cpu")
     sync = torch.cuda.synchronize if gpu else (lambda: None)
-    a = torch.randn(args.m, args.k, device=dev, dtype=dtype)
-    b = torch.randn(args.k, args.n, device=dev, dtype=dtype)
-    out = torch.empty(args.m, args.n, device=dev, dtype=dtype)
-    info = device_info(dev)
-    # backend="triton" throughout: the kernels' path (on an H200 dispatch gives a problem this small to
-    # torch.mm, heuristic.vendor_preferred; its overhead is torch's).
-    sel = tritonblas.select(args.m, args.n, args.k, args.dtype, device=dev, backend="triton")
-    precision = "tf32" if dtype != torch.float32 or torch.backends.cuda.matmul.allow_tf32 else "ieee"
-    print(f"{args.m}x{args.n}x{args.k} {args.dtype} on {info.name}: {sel.describe()}")
-    print(f"dispatch db: {make_url(tuning_db.default_url()).render_as_string(hide_password=True)}")
-    rows: dict[str, float] = {}
-    if gpu:
-        cfg = sel.config
-        rows.update(per_call_us({
-            "direct": lambda: launch.launch_gemm(a, b, out, None, 1.0, 0.0, cfg, info.sm_count, precision),
-            "matmul(out=)": lambda: tritonblas.matmul(a, b, out=out, backend="triton"),
-            "matmul": lambda: tritonblas.matmul(a, b, backend="triton"),
-            "matmul(out=, config=)": lambda: tritonblas.matmul(a, b, out=out, config=cfg),
-        }, args.calls, args.trials, sync))
-    select = lambda: tritonblas.select(args.m, args.n, args.k, args.dtype, device=info,  # noqa: E731
-                                       backend="triton")
-    rows.update(per_call_us({"select": select}, args.calls, args.trials, sync))
-    if not hasattr(call_path, "launch_gemm"):
-        raise SystemExit("call_path.launch_gemm is gone: point the no-launch stub below at the launch the "
-                         "public ops make now")
-    real = call_path.launch_gemm
-    call_path.launch_gemm = lambda *x: None  # the pure host cost of the public path, kernel launch excluded
-    try:
-        rows.update(per_call_us({
-            "matmul(out=), no launch": lambda: tritonblas.matmul(a, b, out=out, backend="triton"),
-            "matmul, no launch": lambda: tritonblas.matmul(a, b, backend="triton"),
-        }, args.calls, args.trials, lambda: None))
-    finally:
-        call_path.launch_gemm = real
-    for name, us in rows.items():
-        print(f"  {name:26s} {us:8.2f} us/call")
-    if gpu:
-        over = rows['matmul(out=)'] - rows['direct']
-        print(f"overhead of matmul(out=) over the direct launch: {over:.2f} us"
-              f"/call; of allocating matmul: {rows['matmul'] - rows['direct']:.2f} us/call")
+    x = torch.randn(args.m, args.k, device=dev, dtype=dtype)
+    w = torch.randn(args.n, args.k, device=dev, dtype=dtype)
+    wg = w.clone().requires_grad_(True)
+    b = w.t()
+    off, on = contextlib.nullcontext, tritonblas.enable
+    kw = {} if args.backend is None else {"backend": args.backend}
+    pairs = {
+        "linear": ((off, lambda: F.linear(x, w)), (off, lambda: tritonblas.linear(x, w, **kw))),
+        "linear, w grad": ((off, lambda: F.linear(x, wg)), (off, lambda: tritonblas.linear(x, wg, **kw))),
+        "matmul": ((off, lambda: torch.mm(x, b)), (off, lambda: tritonblas.matmul(x, b, **kw))),
+        "routed F.linear": ((off, lambda: F.linear(x, w)), (on, lambda: F.linear(x, w))),
+        "routed F.linear, w grad": ((off, lambda: F.linear(x, wg)), (on, lambda: F.linear(x, wg))),
+        "add, not routed": ((off, lambda: torch.add(x, x)), (on, lambda: torch.add(x, x))),
+    }
+    sel = tritonblas.select(args.m, args.n, args.k, args.dtype, layout="nt", device=dev, **kw)
+    name = torch.cuda.get_device_name(dev) if gpu else "CPU (Triton's interpreter)"
+    print(f"{args.m}x{args.n}x{args.k} {args.dtype} on {name}, torch {torch.__version__}: {sel.describe()}")
+    rows = per_call_us(pairs, args.calls, args.trials, sync)
+    print(f"  {'call':26s} {'torch':>9s} {'ours':>9s} {'ours-torch':>11s}")
+    for row, (t, o) in rows.items():
+        print(f"  {row:26s} {t:9.2f} {o:9.2f} {o - t:+11.2f} us/call")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"problem": [args.m, args.n, args.k, args.dtype], "device": name,
+                       "torch": torch.__version__, "selection": sel.describe(), "calls": args.calls,
+                       "trials": args.trials, "rows": {r: {"torch_us": t, "ours_us": o}
+                                                       for r, (t, o) in rows.items()}}, f, indent=1)
 
 
 if __name__ == "__main__":
