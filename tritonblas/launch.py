@@ -319,8 +319,7 @@ def _make_plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Te
     constexprs = dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
                       GROUP_M=config.group_m, HAS_BIAS=has_bias, EVEN_K=k % config.block_k == 0,
                       PRECISION=precision, USE_TMA=use_tma, A_COL=a_col, B_COL=b_col,
-                      A_DIV=_vector_divisor(a, 0), B_DIV=_vector_divisor(b, 1), FLATTEN=config.flatten,
-                      WARP_SPEC=config.warp_specialize)
+                      A_DIV=_vector_divisor(a, 0), B_DIV=_vector_divisor(b, 1), FLATTEN=config.flatten)
     host_desc = use_tma and config.host_descriptors and k > 0  # (K = 0: a descriptor of no columns)
     ints = (m, n, k, progs, *a.stride(), *b.stride(), *c.stride(), sbm, sbn)
     streamk = config.streamk and k > 0
