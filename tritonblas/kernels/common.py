@@ -249,3 +249,40 @@ def epilogue(
         out += bias.to(tl.float32) * beta
     c_ptrs = c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn
     tl.store(c_ptrs, out.to(c_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def full_tiles(
+    a_ptr, b_ptr, a_desc, b_desc, c_ptr, bias_ptr,
+    M, N, K,
+    stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_biasm, stride_biasn,
+    alpha, beta, first_tile, end_tile, tile_step, iters,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, PRECISION: tl.constexpr,
+    USE_TMA: tl.constexpr, A_COL: tl.constexpr, B_COL: tl.constexpr,
+    A_DIV: tl.constexpr, B_DIV: tl.constexpr, FLATTEN: tl.constexpr, INT64: tl.constexpr,
+):
+    """Whole tiles first_tile, first_tile + tile_step, ... below end_tile, each over its `iters` K
+    blocks: the persistent kernel's loop, and Stream-K's data-parallel one."""
+    # flatten lets the pipeliner prefetch the next tile's first K blocks during this tile's epilogue.
+    for tile_id in tl.range(first_tile, end_tile, tile_step, flatten=FLATTEN):
+        pid_m, pid_n = tile_coords(
+            tile_id=tile_id, M=M, N=N, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, GROUP_M=GROUP_M,
+        )
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        acc = k_loop(
+            acc=acc, a_ptr=a_ptr, b_ptr=b_ptr, a_desc=a_desc, b_desc=b_desc,
+            M=M, N=N, K=K,
+            stride_am=stride_am, stride_ak=stride_ak, stride_bk=stride_bk, stride_bn=stride_bn,
+            pid_m=pid_m, pid_n=pid_n, iter_start=0, iter_end=iters,
+            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
+            EVEN_K=EVEN_K, PRECISION=PRECISION, USE_TMA=USE_TMA, A_COL=A_COL,
+            B_COL=B_COL, A_DIV=A_DIV, B_DIV=B_DIV, INT64=INT64,
+        )
+        epilogue(
+            acc=acc, c_ptr=c_ptr, bias_ptr=bias_ptr,
+            M=M, N=N,
+            stride_cm=stride_cm, stride_cn=stride_cn, stride_biasm=stride_biasm, stride_biasn=stride_biasn,
+            alpha=alpha, beta=beta, pid_m=pid_m, pid_n=pid_n,
+            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HAS_BIAS=HAS_BIAS, INT64=INT64,
+        )

@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 
 from .common import tile_coords
-from .streamk import _chunk_epilogue, _sum_chunk
+from .fixup import chunk_epilogue, sum_chunk
 
 
 @triton.jit
@@ -34,12 +34,12 @@ def splitk_reduce_kernel(
     pid_m, pid_n = tile_coords(
         tile_id=dp_tiles + sk_tile, M=M, N=N, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, GROUP_M=GROUP_M,
     )
-    total = _sum_chunk(
+    total = sum_chunk(
         ws_ptr=ws_ptr,
         first=sk_tile, count=splits, stride=sk_tiles, chunk=chunk,
         INT64=INT64, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, FIXUP_CHUNKS=FIXUP_CHUNKS,
     )
-    _chunk_epilogue(
+    chunk_epilogue(
         total=total, chunk=chunk, c_ptr=c_ptr, bias_ptr=bias_ptr,
         M=M, N=N,
         stride_cm=stride_cm, stride_cn=stride_cn, stride_biasm=stride_biasm, stride_biasn=stride_biasn,
