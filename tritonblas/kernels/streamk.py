@@ -112,9 +112,9 @@ def streamk_gemm_kernel(
     splits = min(NUM_PROGS // max(sk_tiles, 1), iters_per_tile)
     in_split = pid < splits * sk_tiles
 
-    # DEFERRED (the host's arith.fixup_deferred): segments first (phase 0), so that the fix-up's chunks
-    # are claimed after the data-parallel tiles; else the data-parallel tiles first, as before the chunks.
-    # (Two phases unrolled at compile time, so the segment's call is written once.)
+    # DEFERRED (the host's arith.fixup_deferred): the segment first (phase 0), so that the fix-up's chunks
+    # are claimed after the data-parallel tiles; else the data-parallel tiles first. The two phases are
+    # unrolled at compile time: the code is that of two ifs, with the segment's call written once.
     segment_phase: tl.constexpr = 0 if DEFERRED else 1
     for phase in tl.static_range(2):
         if phase == segment_phase:
