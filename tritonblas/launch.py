@@ -343,7 +343,7 @@ def _make_plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Te
 def reduce_chunks(sk_tiles: int, programs: int) -> int:
     """Row chunks a split tile is summed in by kernels/reduce.py: 8 where 4 would leave half the
     programs' worth of SMs idle, else 4 (a chunk of a tile of 4 or 8 holds at most 32 or 16 values a
-    thread under the accumulator rule, so _sum_chunk's 4 or 8 slots in flight stay within 128)."""
+    thread under the accumulator rule, so fixup.sum_chunk's 4 or 8 slots in flight stay within 128)."""
     return 8 if 4 * sk_tiles < programs else 4
 
 
