@@ -15,11 +15,11 @@ allocates shared memory (--full-llir runs the whole stage: the same bytes on 60 
 6.6x slower; a full compile through ptxas is slower still).
 
 The space: block sizes 16-256 each, 4 or 8 warps, 1-6 stages, Persistent and Stream-K, TMA on and off,
-flatten, warp_specialize (8 warps), aligned_copy (where a leading dim is misaligned), group 4/8/16 and a
+flatten, aligned_copy (where a leading dim is misaligned), group 4/8/16 and a
 2-per-SM grid now and then; problems in every layout and dtype (fp32 at tf32 and ieee precision), with
 even, ragged and short K (11, 127, 1), misaligned leading dims, one-tile problems, M = 1, every bias
 kind. Configs that `config_supports` refuses for reasons other than shared memory (registers, the
-warp_specialize and fp32 block_k rules, TMA alignment) are left out: they never run. Rows are drawn with
+fp32 block_k rule, TMA alignment) are left out: they never run. Rows are drawn with
 a fixed seed, weighted towards the configs whose footprint is near the limit.
 
 Run it on a CPU machine (TRITON_INTERPRET is dropped for its compiling processes); the records file's
@@ -72,7 +72,7 @@ _UNBOUNDED = DeviceInfo(arch="sm_90", name="sm_90 without a shared-memory limit"
 
 PROBLEM_COLUMNS = ["m", "n", "k", "dtype", "layout", "bias", "precision"]
 CONFIG_COLUMNS = ["block_m", "block_n", "block_k", "group_m", "num_warps", "num_stages", "streamk", "grid",
-                  "tma", "flatten", "warp_specialize", "aligned_copy"]
+                  "tma", "flatten", "aligned_copy"]
 COLUMNS = [*PROBLEM_COLUMNS, *CONFIG_COLUMNS, "shared"]
 
 # (m, n, k): what each brings.
@@ -117,13 +117,10 @@ def config_space(problem: Problem) -> list[GemmConfig]:
     default grid; the sampler varies those)."""
     copies = (False,) if operands_aligned(problem) else (False, True)
     out = []
-    for bm, bn, bk, warps, stages, sk, tma, flat, ws, copy in itertools.product(
-            BLOCKS, BLOCKS, BLOCKS, (4, 8), STAGES, (False, True), (False, True), (False, True),
-            (False, True), copies):
-        if ws and warps != 8:
-            continue
+    for bm, bn, bk, warps, stages, sk, tma, flat, copy in itertools.product(
+            BLOCKS, BLOCKS, BLOCKS, (4, 8), STAGES, (False, True), (False, True), (False, True), copies):
         cfg = GemmConfig(block_m=bm, block_n=bn, block_k=bk, num_warps=warps, num_stages=stages,
-                         streamk=sk, tma=tma, flatten=flat, warp_specialize=ws, aligned_copy=copy)
+                         streamk=sk, tma=tma, flatten=flat, aligned_copy=copy)
         if config_supports(cfg, problem, _UNBOUNDED) is None:
             out.append(cfg)
     return out
@@ -198,7 +195,7 @@ def record_problem(row: list | tuple) -> tuple[Problem, str]:
 def record_config(row: list | tuple) -> GemmConfig:
     values = row[len(PROBLEM_COLUMNS):len(PROBLEM_COLUMNS) + len(CONFIG_COLUMNS)]
     fields = dict(zip(CONFIG_COLUMNS, values, strict=True))
-    for name in ("streamk", "tma", "flatten", "warp_specialize", "aligned_copy"):
+    for name in ("streamk", "tma", "flatten", "aligned_copy"):
         fields[name] = bool(fields[name])
     return GemmConfig(**fields)
 

@@ -49,7 +49,7 @@ def gemm_constexprs(kernel, **changes) -> dict:
     then arguments, not constants), and for Stream-K whole partials summed on arrival."""
     constexprs = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, HAS_BIAS=True, EVEN_K=True,
                       PRECISION="ieee", USE_TMA=False, A_COL=False, B_COL=False, A_DIV=8, B_DIV=8,
-                      FLATTEN=False, WARP_SPEC=False, INT64=False, HOST_DESC=False, a_host=None, b_host=None)
+                      FLATTEN=False, INT64=False, HOST_DESC=False, a_host=None, b_host=None)
     if kernel is streamk_gemm_kernel:
         constexprs.update(FIXUP_CHUNKS=1, DEFERRED=False, REDUCE=False)
     constexprs.update(changes)
@@ -85,20 +85,10 @@ def reduce_variants():
     yield "splitk_reduce_kernel", splitk_reduce_kernel, constexprs, None
 
 
-def warp_specialize_is_a_no_op() -> bool:
-    """Whether warp_specialize leaves the 8-warp TMA kernels' sm_90 code as it is (triton 3.6: it does,
-    so the tuner's space no longer offers it; kernel-levers row 37). A triton that changes this fails
-    tests/test_kernels_compile.py, the cue to measure the lever again."""
-    return all(len({compile_kernel(kernel, gemm_constexprs(kernel, BLOCK_N=256, USE_TMA=True, WARP_SPEC=ws),
-                                   ptx=True) for ws in (False, True)}) == 1
-               for kernel in (persistent_gemm_kernel, streamk_gemm_kernel))
-
-
 def main() -> None:
     for name, kernel, constexprs, types in (*gemm_variants(), *reduce_variants()):
         print(name, compile_kernel(kernel, constexprs, types=types), flush=True)
     print("pad_copy_kernel", compile_kernel(pad_copy_kernel, dict(BLOCK_R=16, BLOCK_C=256), 4, 1))
-    print("warp_specialize_8_warps", "same" if warp_specialize_is_a_no_op() else "differs")
 
 
 if __name__ == "__main__":

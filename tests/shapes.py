@@ -93,8 +93,7 @@ GPU_DTYPES = {"bf16": torch.bfloat16, **DTYPES}
 # Kernel paths: Persistent (plain, flattened tile x K loop, warp-specialized), Stream-K with one tile
 # split over 3+ programs / data-parallel plus split tiles (its data-parallel loop also flattened or
 # warp-specialized) / idle programs, and the heuristic's choice.
-PATHS = ("persistent", "persistent_flat", "persistent_ws", "sk_shared", "sk_mixed", "sk_mixed_flat",
-         "sk_mixed_ws", "sk_idle", "heuristic")
+PATHS = ("persistent", "persistent_flat", "sk_shared", "sk_mixed", "sk_mixed_flat", "sk_idle", "heuristic")
 # bias kinds addmm accepts, including stride-0 expanded views and a transposed (non-contiguous) one.
 BIASES = ("scalar0d", "one", "row", "row2d", "col", "full", "full_t", "expand_row", "expand_col",
           "expand_scalar")
@@ -194,8 +193,8 @@ SK_GOALS: dict[str, Callable[[StreamKPlan], bool]] = {
 
 
 def sk_goal(path: str) -> Callable[[StreamKPlan], bool]:
-    """The split a Stream-K path asks for; "_flat" / "_ws" only change its data-parallel loop."""
-    return SK_GOALS[path.removesuffix("_flat").removesuffix("_ws")]
+    """The split a Stream-K path asks for; "_flat" only changes its data-parallel loop."""
+    return SK_GOALS[path.removesuffix("_flat")]
 
 
 def sk_config(bm: int, bn: int, bk: int, grid: int) -> GemmConfig:
@@ -244,20 +243,18 @@ def config_for_path(path: str, m: int, n: int, k: int, gpu: bool = False) -> Gem
     """
     if path == "heuristic":
         return None
-    flags = {"flatten": path.endswith("_flat"), "warp_specialize": path.endswith("_ws"),
-             "tma": path.endswith("_tma")}
+    flags = {"flatten": path.endswith("_flat"), "tma": path.endswith("_tma")}
     if path.startswith("persistent"):
         if gpu:
             return GemmConfig(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3, grid=132,
                               **flags)
         # Fewer programs than tiles, so programs loop; group_m=2 makes several tile groups.
         bm = 16 if m < 64 else 32
-        return GemmConfig(block_m=bm, block_n=16, block_k=32, group_m=2, grid=3,
-                          num_warps=8 if flags["warp_specialize"] else 4, **flags)
+        return GemmConfig(block_m=bm, block_n=16, block_k=32, group_m=2, grid=3, **flags)
     goal = sk_goal(path)
     blocks, grids = (_GPU_BLOCKS, range(100, 265)) if gpu else (_BLOCKS, range(2, 25))
     for (bm, bn, bk), grid in itertools.product(blocks, grids):
-        warps = 8 if flags["warp_specialize"] or (gpu and bm * bn >= 128 * 128) else 4
+        warps = 8 if gpu and bm * bn >= 128 * 128 else 4
         config = GemmConfig(block_m=bm, block_n=bn, block_k=bk, group_m=2 if not gpu else 8, grid=grid,
                             streamk=True, num_warps=warps, num_stages=3 if gpu else 2, **flags)
         if goal(sk_plan(config, m, n, k)):

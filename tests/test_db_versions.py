@@ -8,12 +8,14 @@ import json
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 from test_db_support import BIG, ENV, ENV_NEW_KERNELS, ENV_OLD_TRITON, SK, SMALL, key, measurement, winner
 
 from tritonblas.config import GemmConfig, Problem, device_for_arch
-from tuning_db import EnvIdentity, TuningDB, Winner
+from tuning_db import EnvIdentity, TuningDB, TuningDBError, Winner
 from tuning_db import exchange as ex
 from tuning_db.coverage import coverage_gaps, other_triton_counts
+from tuning_db.engine import make_engine
 
 ENV_39 = ENV.model_copy(update={"triton_version": "3.9.0"})
 VENDOR = GemmConfig.vendor()
@@ -100,6 +102,23 @@ def test_an_old_file_with_hosts_loads_and_serves():
     running = ENV.model_copy(update={"kernel_hash": cfg.header.kernel_hash, "triton_version": "3.9.0"})
     served = [w for w, _ in cfg.serving(running).values()]
     assert len(served) == len(cfg.entries) and all(w.other_triton and w.host == "vm" for w in served)
+
+
+# warp_specialize, removed from GemmConfig: rows stored before carry it. (value stored, what reading does)
+RETIRED_WS = [(False, None), (True, "winners row .* warp_specialize was removed")]
+
+
+@pytest.mark.parametrize("stored, refusal", RETIRED_WS, ids=["false", "true"])
+def test_a_row_stored_with_warp_specialize_reads_false_and_refuses_true(db, stored, refusal):
+    db.import_winners([winner(key(m=16), env=ENV)])
+    old = json.dumps({**SMALL.model_dump(mode="json"), "warp_specialize": stored}, sort_keys=True)
+    with make_engine(db.url).begin() as conn:
+        conn.execute(text("UPDATE winners SET config_json = :old"), {"old": old})
+    if refusal is None:
+        assert [w.config for w in db.winners(env=ENV)] == [SMALL]
+    else:
+        with pytest.raises(TuningDBError, match=refusal):
+            db.winners(env=ENV)
 
 
 def test_coverage_counts_other_versions_and_strict_refuses_them():

@@ -14,9 +14,9 @@ from tritonblas import identity
 
 # (id, file, text in it, replacement, whether the hash stays)
 EDITS = [
-    ("kernel_comment", "streamk.py", "_CLAIM_BIT = tl.constexpr(20)",
+    ("kernel_comment", "fixup.py", "_CLAIM_BIT = tl.constexpr(20)",
      "# why 20, said again\n_CLAIM_BIT = tl.constexpr(20)  # and here", True),
-    ("kernel_docstring", "streamk.py", '"""Rows `offs` of workspace slot', '"""Reworded: rows `offs` of slot',
+    ("kernel_docstring", "fixup.py", '"""Rows `offs` of workspace slot', '"""Reworded: rows `offs` of slot',
      True),
     ("kernel_module_docstring", "reduce.py", '"""The Stream-K fix-up as a kernel of its own',
      '"""A reworded first line', True),
@@ -27,10 +27,10 @@ EDITS = [
      '"""The (FIXUP_CHUNKS, DEFERRED) of a Stream-K launch', True),
     ("host_code_outside_planning", "launch.py", "    if m == 0 or n == 0:\n        return\n",
      "    if not (m and n):\n        return None\n", True),
-    ("kernel_constexpr", "streamk.py", "_CLAIM_BIT = tl.constexpr(20)", "_CLAIM_BIT = tl.constexpr(21)",
+    ("kernel_constexpr", "fixup.py", "_CLAIM_BIT = tl.constexpr(20)", "_CLAIM_BIT = tl.constexpr(21)",
      False),
-    ("kernel_constexpr_default", "reduce.py", "FIXUP_CHUNKS: tl.constexpr):",
-     "FIXUP_CHUNKS: tl.constexpr = 4):", False),
+    ("kernel_constexpr_default", "reduce.py", "FIXUP_CHUNKS: tl.constexpr,\n):",
+     "FIXUP_CHUNKS: tl.constexpr = 4,\n):", False),
     ("kernel_code", "copy.py", "mask = (r < rows) & (c < cols)", "mask = (r < rows)", False),
     ("tree_threshold", "arith.py", "TREE_MIN_SPLITS = 12", "TREE_MIN_SPLITS = 16", False),
     ("defer_threshold", "arith.py", "DEFER_MIN_SPLITS = 6", "DEFER_MIN_SPLITS = 5", False),

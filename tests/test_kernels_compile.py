@@ -24,9 +24,7 @@ def test_kernels_compile_for_sm_90():
     assert run.returncode == 0, run.stderr[-3000:]
     lines = run.stdout.splitlines()
     # compile_sm90's gemm variants, the reduce kernel and its Stream-K mode, the copy kernel
-    assert len(lines) == 11, run.stdout
-    # warp_specialize on 8 warps compiles to the code without it, which is why the tuner does not try it
-    assert lines.pop() == "warp_specialize_8_warps same", run.stdout
+    assert len(lines) == 10, run.stdout
     variants = dict(line.rsplit(" ", 1) for line in lines)
     assert {name.split()[0] for name in variants} == {*GEMM_KERNELS, *OTHER_KERNELS}, run.stdout
     for name, shared in variants.items():

@@ -10,7 +10,7 @@ from shapes import STREAMK_SPLITS, prime_workspace, reference, rel_error, sk_con
 import tritonblas
 from tritonblas import arith, launch, scratch
 from tritonblas.config import Problem, fixup_plan, smem_bytes
-from tritonblas.kernels.streamk import fixup_groups
+from tritonblas.kernels.fixup import fixup_groups
 
 CPU = torch.device("cpu")
 

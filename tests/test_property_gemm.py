@@ -56,9 +56,9 @@ def gemm_configs(draw, m: int, n: int, k: int, streamk: bool) -> GemmConfig:
     # ones off, or nearly all its examples would be refusals
     flags = {f: draw(st.sampled_from([False, False, False, True])) for f in FLAGS}  # each on 1 in 4
     if streamk:
-        flags.update(flatten=False, warp_specialize=False)
+        flags.update(flatten=False)
     return GemmConfig(block_m=bm, block_n=bn, block_k=bk, group_m=draw(st.sampled_from([1, 2, 4, 8])),
-                      num_warps=8 if flags.get("warp_specialize") else draw(st.sampled_from([1, 2, 4, 8])),
+                      num_warps=draw(st.sampled_from([1, 2, 4, 8])),
                       num_stages=draw(st.integers(1, 4)), streamk=streamk,
                       grid=draw(st.none() | st.integers(1, 24)), **flags)
 

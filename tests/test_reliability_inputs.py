@@ -131,8 +131,8 @@ OP_CASES = [
     Case("config_tma_misaligned", "tma with a 12-byte leading dim (K = 6 fp16)", lambda x, o:
          tritonblas.matmul(x.a, x.b, config=_cfg(streamk=True, tma=True), out=o), ValueError,
          r"\bconfig SK .*not feasible.*tensor descriptors \(tma\) need leading dimensions"),
-    Case("config_ws_4_warps", "warp_specialize with 4 warps", lambda x, o: tritonblas.matmul(
-        x.a, x.b, config=_cfg(warp_specialize=True), out=o), ValueError, r"\bconfig .*needs num_warps=8"),
+    Case("config_ws_removed", "warp_specialize=True (a removed lever)", lambda x, o: tritonblas.matmul(
+        x.a, x.b, config=_cfg(warp_specialize=True), out=o), ValueError, r"\bwarp_specialize was removed"),
     Case("config_accumulator_regs", "256x256 tile on 4 warps", lambda x, o: tritonblas.matmul(
         x.a, x.b, config=_cfg(block_m=256, block_n=256, num_stages=1), out=o), ValueError,
          r"\bconfig .*512 registers per thread"),
@@ -256,8 +256,9 @@ IMPORT_CASES = [
         t, db, g, *_CONFIG, "grid", MAX_GRID + 1), 1, r"entries\[2\].*config.grid"),
     Case("import_copy_aligned", "aligned_copy on operands already aligned", lambda t, db, g: _import(
         t, db, g, "entries", 0, "config", "aligned_copy", True), 1, r"entries\[0\].*aligned_copy applies"),
-    Case("import_ws_4_warps", "warp_specialize on 4 warps", lambda t, db, g: _import(
-        t, db, g, "entries", 0, "config", "warp_specialize", True), 1, r"entries\[0\].*needs num_warps=8"),
+    Case("import_ws_removed", "warp_specialize: true (a removed lever)", lambda t, db, g: _import(
+        t, db, g, "entries", 0, "config", "warp_specialize", True), 1,
+         r"entries\[0\].*warp_specialize was removed"),
     Case("import_arch_too_small", "the sm_90 entries declared for gfx942 (64 KiB shared memory)",
          lambda t, db, g: _import(t, db, g, "header", "arch", "gfx942"), 1,
          r"entries\[1\].*infeasible on gfx942.*shared memory"),

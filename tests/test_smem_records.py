@@ -57,7 +57,7 @@ def test_records_describe_the_h200_and_cover_the_space():
     for column, values in (("dtype", {"fp16", "bf16", "fp32"}), ("layout", {"nn", "nt", "tn", "tt"}),
                            ("bias", {"none", "scalar", "row", "column", "full"}),
                            ("precision", {"tf32", "ieee"}), ("streamk", {0, 1}), ("tma", {0, 1}),
-                           ("flatten", {0, 1}), ("warp_specialize", {0, 1}), ("aligned_copy", {0, 1}),
+                           ("flatten", {0, 1}), ("aligned_copy", {0, 1}),
                            ("num_warps", {4, 8}), ("num_stages", {1, 2, 3, 4, 5, 6})):
         assert {r[column] for r in rows} == values, column
         assert {r[column] for r in over} == values or column == "num_stages", column

@@ -308,14 +308,6 @@ def test_candidate_space_has_neighbours_and_grids():
     assert all(c.grid is None for c in tiny if not c.streamk)
 
 
-def test_candidate_space_times_no_warp_specialized_twins():
-    # On sm_90 triton 3.6 compiles warp_specialize on 8 warps to the code without it (compile_sm90 checks
-    # it) and refuses it on 4: a candidate with it would time a kernel already in the space.
-    for problem in (Problem(256, 256, 16384, "bf16"), Problem(4096, 4096, 4096, "bf16"),
-                    Problem(768, 768, 768, "fp16")):
-        assert not any(c.warp_specialize for c in candidate_space(problem, H200))
-
-
 def test_tma_is_offered_with_host_descriptors_first_except_on_small_problems():
     # A pointer seed's TMA neighbour comes with host-built descriptors, then device-built; the tenth
     # tuning run, which offered them on TMA seeds only, timed none on the streamk class.

@@ -27,7 +27,7 @@ def streamk_split(tiles: int, programs: int, iters: int) -> int:
     return min(programs // rest, max(iters, 1)) if rest else 0
 
 
-# Splits from which the Stream-K fix-up is a two-level tree (kernels/streamk.py mirrors it). The tree's
+# Splits from which the Stream-K fix-up is a two-level tree (kernels/fixup.py mirrors it). The tree's
 # second level (a group sum stored, a fence, one more counter) cost about 3 partial reads on the H200:
 # 2176x2176x4096 (S = 5) 81.3 -> 84.9 us and 512x512x32768 (S = 8) 55.9 -> 58.4 with the tree, 768x3072x8192
 # (S = 11) 89.5 -> 89.3, 256x256x65536 (S = 33) 85.8 -> 58.7, 128x128x8192 (S = 128) 218 -> 59
@@ -38,7 +38,7 @@ TREE_EXTRA_READS = 3
 
 def fixup_groups(splits: int) -> tuple[int, int]:
     """(G, Q) of a Stream-K tile split S ways: G = ceil(sqrt(S)) segments per fix-up group and Q =
-    cdiv(S, G) groups; one group below TREE_MIN_SPLITS (the kernel's fixup_groups, kernels/streamk.py)."""
+    cdiv(S, G) groups; one group below TREE_MIN_SPLITS (the kernel's fixup_groups, kernels/fixup.py)."""
     group = splits if splits < TREE_MIN_SPLITS else math.isqrt(splits - 1) + 1
     return group, cdiv(splits, group)
 

@@ -60,7 +60,6 @@ class GemmConfig(BaseModel):
     host_descriptors: bool = False  # TMA descriptors built on the host, kernel arguments (tma only)
     # The persistent tile loop (Stream-K: its data-parallel loop) as triton's tl.range options:
     flatten: bool = False  # one flattened tile x K loop, prefetching the next tile's first K blocks
-    warp_specialize: bool = False  # producer/consumer warps (triton 3.6, sm_90: a no-op, see config_supports)
     aligned_copy: bool = False  # copy operands whose leading dim is not 16-byte aligned into padded ones
     # Stream-K: split tiles summed by a kernel of their own over all the SMs (kernels/reduce.py), not by
     # their last segment's program.
@@ -75,6 +74,18 @@ class GemmConfig(BaseModel):
     @property
     def is_vendor(self) -> bool:
         return self.backend == "torch"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _retired_warp_specialize(cls, data: object) -> object:
+        # Configs stored before the lever was removed (configs/sm_90.json, user databases) carry
+        # "warp_specialize": false, which is today's code; true asked for code that no longer exists.
+        if not (isinstance(data, dict) and "warp_specialize" in data):
+            return data
+        if data["warp_specialize"] is not False:
+            raise ValueError(f"warp_specialize was removed (triton 3.6 compiled it on sm_90 to the same code "
+                             f"as without); only false is read, got {data['warp_specialize']!r}")
+        return {f: v for f, v in data.items() if f != "warp_specialize"}
 
     @model_validator(mode="before")
     @classmethod
@@ -120,7 +131,6 @@ class GemmConfig(BaseModel):
         grid = "sms" if self.grid is None else str(self.grid)
         flags = "".join(f" {name}" for name, on in (("tma", self.tma), ("hdesc", self.host_descriptors),
                                                      ("flat", self.flatten),
-                                                     ("ws", self.warp_specialize),
                                                      ("copy", self.aligned_copy),
                                                      ("reduce", self.reduce_kernel)) if on)
         return (
@@ -345,11 +355,6 @@ def config_supports(config: GemmConfig, problem: Problem, device: DeviceInfo) ->
     regs = accumulator_regs_per_thread(config)
     if regs > 128:
         return f"accumulator needs {regs} registers per thread with {config.num_warps} warps (max 128)"
-    # triton 3.6 on the H200 returned wrong results for 128x128x64 tiles on 4 specialized warps
-    # (scripts/sweep.py, 2026-11-29), and again on the K loop (max error 483 on 4096^3, NaN: kernel-levers
-    # row 37). On 8 warps it compiles to the same sm_90 code as without: right, and a no-op there.
-    if config.warp_specialize and config.num_warps != 8:
-        return "warp_specialize needs num_warps=8 (4-warp variants gave wrong results on triton 3.6)"
     if problem.dtype == "fp32" and config.block_k > 128:
         return "fp32 operands support block_k <= 128"
     aligned = operands_aligned(problem)

@@ -361,8 +361,7 @@ def _make_plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Te
     constexprs = dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
                       GROUP_M=config.group_m, HAS_BIAS=has_bias, EVEN_K=k % config.block_k == 0,
                       PRECISION=precision, USE_TMA=use_tma, A_COL=a_col, B_COL=b_col,
-                      A_DIV=_vector_divisor(a, 0), B_DIV=_vector_divisor(b, 1), FLATTEN=config.flatten,
-                      WARP_SPEC=config.warp_specialize)
+                      A_DIV=_vector_divisor(a, 0), B_DIV=_vector_divisor(b, 1), FLATTEN=config.flatten)
     host_desc = use_tma and config.host_descriptors and k > 0  # (K = 0: a descriptor of no columns)
     ints = (m, n, k, progs, *a.stride(), *b.stride(), *c.stride(), sbm, sbn)
     streamk = config.streamk and k > 0
@@ -386,7 +385,7 @@ def _make_plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Te
 def reduce_chunks(sk_tiles: int, programs: int) -> int:
     """Row chunks a split tile is summed in by kernels/reduce.py: 8 where 4 would leave half the
     programs' worth of SMs idle, else 4 (a chunk of a tile of 4 or 8 holds at most 32 or 16 values a
-    thread under the accumulator rule, so _sum_chunk's 4 or 8 slots in flight stay within 128)."""
+    thread under the accumulator rule, so fixup.sum_chunk's 4 or 8 slots in flight stay within 128)."""
     return 8 if 4 * sk_tiles < programs else 4
 
 

@@ -22,9 +22,13 @@ def tile_coords(tile_id, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GRO
 
 
 @triton.jit
-def make_operand_descs(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                       A_COL: tl.constexpr, B_COL: tl.constexpr):
+def make_operand_descs(
+    a_ptr, b_ptr,
+    M, N, K,
+    stride_am, stride_ak, stride_bk, stride_bn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    A_COL: tl.constexpr, B_COL: tl.constexpr,
+):
     """TMA descriptors over A and B in their storage order; out-of-bounds boxes read as zeros."""
     if A_COL:
         a_desc = tl.make_tensor_descriptor(a_ptr, [K, M], [stride_ak, 1], [BLOCK_K, BLOCK_M])
@@ -38,10 +42,13 @@ def make_operand_descs(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, s
 
 
 @triton.jit
-def operand_sources(a_ptr, b_ptr, a_host, b_host, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                    USE_TMA: tl.constexpr, HOST_DESC: tl.constexpr, A_COL: tl.constexpr,
-                    B_COL: tl.constexpr):
+def operand_sources(
+    a_ptr, b_ptr, a_host, b_host,
+    M, N, K,
+    stride_am, stride_ak, stride_bk, stride_bn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    USE_TMA: tl.constexpr, HOST_DESC: tl.constexpr, A_COL: tl.constexpr, B_COL: tl.constexpr,
+):
     """What the K loop reads A and B through: TMA descriptors, or the pointers themselves. HOST_DESC:
     the descriptors came built from the host (a_host, b_host: launch._host_descriptors, the same
     shapes, strides and boxes as make_operand_descs), so no program builds and fences its own: that
@@ -51,8 +58,13 @@ def operand_sources(a_ptr, b_ptr, a_host, b_host, M, N, K, stride_am, stride_ak,
         if HOST_DESC:
             a_desc, b_desc = a_host, b_host
         else:
-            a_desc, b_desc = make_operand_descs(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk,
-                                                stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, A_COL, B_COL)
+            a_desc, b_desc = make_operand_descs(
+                a_ptr=a_ptr, b_ptr=b_ptr,
+                M=M, N=N, K=K,
+                stride_am=stride_am, stride_ak=stride_ak, stride_bk=stride_bk, stride_bn=stride_bn,
+                BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
+                A_COL=A_COL, B_COL=B_COL,
+            )
     return a_desc, b_desc
 
 
@@ -79,9 +91,12 @@ def k_step(stride, BLOCK_K: tl.constexpr, INT64: tl.constexpr):
 
 
 @triton.jit
-def k_loop_tma(acc, a_desc, b_desc, pid_m, pid_n, iter_start, iter_end,
-               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-               A_COL: tl.constexpr, B_COL: tl.constexpr, PRECISION: tl.constexpr):
+def k_loop_tma(
+    acc, a_desc, b_desc,
+    pid_m, pid_n, iter_start, iter_end,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    A_COL: tl.constexpr, B_COL: tl.constexpr, PRECISION: tl.constexpr,
+):
     """acc += A[tile_m, k] @ B[k, tile_n] through TMA: the copy engine zero-fills ragged edges, so no
     masks and no index arithmetic in the loop."""
     off_m = pid_m * BLOCK_M
@@ -125,11 +140,15 @@ def wrapped_index(pid, extent, BLOCK: tl.constexpr, DIV: tl.constexpr):
 
 
 @triton.jit
-def k_loop_ptr(acc, a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-               pid_m, pid_n, iter_start, iter_end,
-               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-               EVEN_K: tl.constexpr, PRECISION: tl.constexpr, A_COL: tl.constexpr, B_COL: tl.constexpr,
-               A_DIV: tl.constexpr, B_DIV: tl.constexpr, INT64: tl.constexpr):
+def k_loop_ptr(
+    acc, a_ptr, b_ptr,
+    M, N, K,
+    stride_am, stride_ak, stride_bk, stride_bn,
+    pid_m, pid_n, iter_start, iter_end,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    EVEN_K: tl.constexpr, PRECISION: tl.constexpr, A_COL: tl.constexpr, B_COL: tl.constexpr,
+    A_DIV: tl.constexpr, B_DIV: tl.constexpr, INT64: tl.constexpr,
+):
     """acc += A[tile_m, k] @ B[k, tile_n] over K iterations [iter_start, iter_end), by pointers.
 
     Rows/columns past M/N are wrapped (modulo) instead of masked: they read valid memory and the
@@ -140,18 +159,24 @@ def k_loop_ptr(acc, a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stri
     of A_DIV elements along the contiguous axis are aligned and contiguous. Triton itself only
     specializes integers divisible by 16, so a dimension of 1000 would load one element at a time.
     """
-    rm = widened(wrapped_index(pid_m, M, BLOCK_M, A_DIV if A_COL else 1), INT64)
-    rn = widened(wrapped_index(pid_n, N, BLOCK_N, 1 if B_COL else B_DIV), INT64)
+    rm = wrapped_index(pid=pid_m, extent=M, BLOCK=BLOCK_M, DIV=A_DIV if A_COL else 1)
+    rm = widened(idx=rm, INT64=INT64)
+    rn = wrapped_index(pid=pid_n, extent=N, BLOCK=BLOCK_N, DIV=1 if B_COL else B_DIV)
+    rn = widened(idx=rn, INT64=INT64)
     kk = tl.arange(0, BLOCK_K)
-    rk = widened(iter_start * BLOCK_K + kk, INT64)
+    rk = widened(idx=iter_start * BLOCK_K + kk, INT64=INT64)
     if A_COL:
-        a_ptrs = a_ptr + rm[:, None] * stride_am + hinted_offsets(rk, stride_ak, A_DIV)[None, :]
+        a_ptrs = (a_ptr + rm[:, None] * stride_am
+                  + hinted_offsets(idx=rk, stride=stride_ak, DIV=A_DIV)[None, :])
     else:
-        a_ptrs = a_ptr + hinted_offsets(rm, stride_am, A_DIV)[:, None] + rk[None, :] * stride_ak
+        a_ptrs = (a_ptr + hinted_offsets(idx=rm, stride=stride_am, DIV=A_DIV)[:, None]
+                  + rk[None, :] * stride_ak)
     if B_COL:
-        b_ptrs = b_ptr + rk[:, None] * stride_bk + hinted_offsets(rn, stride_bn, B_DIV)[None, :]
+        b_ptrs = (b_ptr + rk[:, None] * stride_bk
+                  + hinted_offsets(idx=rn, stride=stride_bn, DIV=B_DIV)[None, :])
     else:
-        b_ptrs = b_ptr + hinted_offsets(rk, stride_bk, B_DIV)[:, None] + rn[None, :] * stride_bn
+        b_ptrs = (b_ptr + hinted_offsets(idx=rk, stride=stride_bk, DIV=B_DIV)[:, None]
+                  + rn[None, :] * stride_bn)
     full_end = iter_end
     if not EVEN_K:
         full_end = min(iter_end, K // BLOCK_K)
@@ -159,8 +184,8 @@ def k_loop_ptr(acc, a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stri
         a = tl.load(a_ptrs)
         b = tl.load(b_ptrs)
         acc = tl.dot(a, b, acc, input_precision=PRECISION)
-        a_ptrs += k_step(stride_ak, BLOCK_K, INT64)
-        b_ptrs += k_step(stride_bk, BLOCK_K, INT64)
+        a_ptrs += k_step(stride=stride_ak, BLOCK_K=BLOCK_K, INT64=INT64)
+        b_ptrs += k_step(stride=stride_bk, BLOCK_K=BLOCK_K, INT64=INT64)
     if not EVEN_K:
         if iter_end > full_end:
             k_left = K - full_end * BLOCK_K
@@ -171,33 +196,51 @@ def k_loop_ptr(acc, a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stri
 
 
 @triton.jit
-def k_loop(acc, a_ptr, b_ptr, a_desc, b_desc, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-           pid_m, pid_n, iter_start, iter_end,
-           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
-           PRECISION: tl.constexpr, USE_TMA: tl.constexpr, A_COL: tl.constexpr, B_COL: tl.constexpr,
-           A_DIV: tl.constexpr, B_DIV: tl.constexpr, INT64: tl.constexpr):
+def k_loop(
+    acc, a_ptr, b_ptr, a_desc, b_desc,
+    M, N, K,
+    stride_am, stride_ak, stride_bk, stride_bn,
+    pid_m, pid_n, iter_start, iter_end,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    EVEN_K: tl.constexpr, PRECISION: tl.constexpr, USE_TMA: tl.constexpr, A_COL: tl.constexpr,
+    B_COL: tl.constexpr, A_DIV: tl.constexpr, B_DIV: tl.constexpr, INT64: tl.constexpr,
+):
     """The K loop of one tile (or one Stream-K segment of it), by TMA or by pointers."""
     if USE_TMA:
-        acc = k_loop_tma(acc, a_desc, b_desc, pid_m, pid_n, iter_start, iter_end,
-                         BLOCK_M, BLOCK_N, BLOCK_K, A_COL, B_COL, PRECISION)
+        acc = k_loop_tma(
+            acc=acc, a_desc=a_desc, b_desc=b_desc,
+            pid_m=pid_m, pid_n=pid_n, iter_start=iter_start, iter_end=iter_end,
+            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
+            A_COL=A_COL, B_COL=B_COL, PRECISION=PRECISION,
+        )
     else:
-        acc = k_loop_ptr(acc, a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                         pid_m, pid_n, iter_start, iter_end, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION,
-                         A_COL, B_COL, A_DIV, B_DIV, INT64)
+        acc = k_loop_ptr(
+            acc=acc, a_ptr=a_ptr, b_ptr=b_ptr,
+            M=M, N=N, K=K,
+            stride_am=stride_am, stride_ak=stride_ak, stride_bk=stride_bk, stride_bn=stride_bn,
+            pid_m=pid_m, pid_n=pid_n, iter_start=iter_start, iter_end=iter_end,
+            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
+            EVEN_K=EVEN_K, PRECISION=PRECISION, A_COL=A_COL, B_COL=B_COL,
+            A_DIV=A_DIV, B_DIV=B_DIV, INT64=INT64,
+        )
     return acc
 
 
 @triton.jit
-def epilogue(acc, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, stride_biasm, stride_biasn,
-             alpha, beta, pid_m, pid_n,
-             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr, INT64: tl.constexpr):
+def epilogue(
+    acc, c_ptr, bias_ptr,
+    M, N,
+    stride_cm, stride_cn, stride_biasm, stride_biasn,
+    alpha, beta, pid_m, pid_n,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr, INT64: tl.constexpr,
+):
     """out = alpha * acc + beta * bias in fp32, one cast to the output dtype, masked store.
 
     The bias is a 2-D view of what torch.addmm broadcasts (stride 0 along broadcast dims), so scalar,
     row (N,), column (M, 1) and full (M, N) biases are all the same code.
     """
-    rm = widened(pid_m * BLOCK_M + tl.arange(0, BLOCK_M), INT64)
-    rn = widened(pid_n * BLOCK_N + tl.arange(0, BLOCK_N), INT64)
+    rm = widened(idx=pid_m * BLOCK_M + tl.arange(0, BLOCK_M), INT64=INT64)
+    rn = widened(idx=pid_n * BLOCK_N + tl.arange(0, BLOCK_N), INT64=INT64)
     mask = (rm < M)[:, None] & (rn < N)[None, :]
     out = acc * alpha
     if HAS_BIAS:
@@ -206,3 +249,40 @@ def epilogue(acc, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, stride_biasm, str
         out += bias.to(tl.float32) * beta
     c_ptrs = c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn
     tl.store(c_ptrs, out.to(c_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def full_tiles(
+    a_ptr, b_ptr, a_desc, b_desc, c_ptr, bias_ptr,
+    M, N, K,
+    stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_biasm, stride_biasn,
+    alpha, beta, first_tile, end_tile, tile_step, iters,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, PRECISION: tl.constexpr,
+    USE_TMA: tl.constexpr, A_COL: tl.constexpr, B_COL: tl.constexpr,
+    A_DIV: tl.constexpr, B_DIV: tl.constexpr, FLATTEN: tl.constexpr, INT64: tl.constexpr,
+):
+    """Whole tiles first_tile, first_tile + tile_step, ... below end_tile, each over its `iters` K
+    blocks: the persistent kernel's loop, and Stream-K's data-parallel one."""
+    # flatten lets the pipeliner prefetch the next tile's first K blocks during this tile's epilogue.
+    for tile_id in tl.range(first_tile, end_tile, tile_step, flatten=FLATTEN):
+        pid_m, pid_n = tile_coords(
+            tile_id=tile_id, M=M, N=N, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, GROUP_M=GROUP_M,
+        )
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        acc = k_loop(
+            acc=acc, a_ptr=a_ptr, b_ptr=b_ptr, a_desc=a_desc, b_desc=b_desc,
+            M=M, N=N, K=K,
+            stride_am=stride_am, stride_ak=stride_ak, stride_bk=stride_bk, stride_bn=stride_bn,
+            pid_m=pid_m, pid_n=pid_n, iter_start=0, iter_end=iters,
+            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
+            EVEN_K=EVEN_K, PRECISION=PRECISION, USE_TMA=USE_TMA, A_COL=A_COL,
+            B_COL=B_COL, A_DIV=A_DIV, B_DIV=B_DIV, INT64=INT64,
+        )
+        epilogue(
+            acc=acc, c_ptr=c_ptr, bias_ptr=bias_ptr,
+            M=M, N=N,
+            stride_cm=stride_cm, stride_cn=stride_cn, stride_biasm=stride_biasm, stride_biasn=stride_biasn,
+            alpha=alpha, beta=beta, pid_m=pid_m, pid_n=pid_n,
+            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HAS_BIAS=HAS_BIAS, INT64=INT64,
+        )

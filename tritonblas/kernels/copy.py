@@ -11,8 +11,12 @@ import triton.language as tl
 
 
 @triton.jit
-def pad_copy_kernel(src_ptr, dst_ptr, rows, cols, stride_r, stride_c, lead_dst,
-                    BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+def pad_copy_kernel(
+    src_ptr, dst_ptr,
+    rows, cols,
+    stride_r, stride_c, lead_dst,
+    BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
+):
     """dst[r, c] = src[r, c] for a rows x cols block each program; dst has unit column stride."""
     pid = tl.program_id(0)
     col_blocks = tl.cdiv(cols, BLOCK_C)

@@ -14,20 +14,35 @@ import triton
 import triton.language as tl
 
 from .common import tile_coords
-from .streamk import _chunk_epilogue, _sum_chunk
+from .fixup import chunk_epilogue, sum_chunk
 
 
 @triton.jit
-def splitk_reduce_kernel(ws_ptr, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, stride_biasm, stride_biasn,
-                         dp_tiles, sk_tiles, splits, alpha, beta,
-                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr,
-                         HAS_BIAS: tl.constexpr, INT64: tl.constexpr, FIXUP_CHUNKS: tl.constexpr):
+def splitk_reduce_kernel(
+    ws_ptr, c_ptr, bias_ptr,
+    M, N,
+    stride_cm, stride_cn, stride_biasm, stride_biasn,
+    dp_tiles, sk_tiles, splits, alpha, beta,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr,
+    HAS_BIAS: tl.constexpr, INT64: tl.constexpr, FIXUP_CHUNKS: tl.constexpr,
+):
     """Program p: row chunk p % FIXUP_CHUNKS of split tile p // FIXUP_CHUNKS, whose segment j's partial
     is in workspace slot j * sk_tiles + tile (streamk_gemm_kernel's program of that segment)."""
     pid = tl.program_id(0)
     sk_tile = pid // FIXUP_CHUNKS
     chunk = pid % FIXUP_CHUNKS
-    pid_m, pid_n = tile_coords(dp_tiles + sk_tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    total = _sum_chunk(ws_ptr, sk_tile, splits, sk_tiles, chunk, INT64, BLOCK_M, BLOCK_N, FIXUP_CHUNKS)
-    _chunk_epilogue(total, chunk, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, stride_biasm, stride_biasn,
-                    alpha, beta, pid_m, pid_n, BLOCK_M, BLOCK_N, HAS_BIAS, INT64, FIXUP_CHUNKS)
+    pid_m, pid_n = tile_coords(
+        tile_id=dp_tiles + sk_tile, M=M, N=N, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, GROUP_M=GROUP_M,
+    )
+    total = sum_chunk(
+        ws_ptr=ws_ptr,
+        first=sk_tile, count=splits, stride=sk_tiles, chunk=chunk,
+        INT64=INT64, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, FIXUP_CHUNKS=FIXUP_CHUNKS,
+    )
+    chunk_epilogue(
+        total=total, chunk=chunk, c_ptr=c_ptr, bias_ptr=bias_ptr,
+        M=M, N=N,
+        stride_cm=stride_cm, stride_cn=stride_cn, stride_biasm=stride_biasm, stride_biasn=stride_biasn,
+        alpha=alpha, beta=beta, pid_m=pid_m, pid_n=pid_n,
+        BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HAS_BIAS=HAS_BIAS, INT64=INT64, FIXUP_CHUNKS=FIXUP_CHUNKS,
+    )

@@ -11,7 +11,7 @@ programs left over (NUM_PROGS - S*T < T) have no segment.
 
 A split tile's programs write their fp32 partials to workspace slot p, and the tile is summed in slot
 order in FIXUP_CHUNKS row chunks (launch: config.fixup_plan), eight or four partials' chunks in flight
-at a time (_sum_chunk), or whole (one chunk) a partial at a time: each read is a round trip (0.85-1.5
+at a time (fixup.sum_chunk), or whole (one chunk) a partial at a time: each read is a round trip (0.85-1.5
 us for a 64 KB partial on one SM, kernel-levers row 18), and a whole 128x128 tile is as many values as
 a thread can keep in flight. Who sums a chunk is settled by one counter per split tile, arrivals in
 its low 20 bits and a claim bit per chunk above; nobody waits:
@@ -39,269 +39,71 @@ fp32 (no group slots unless the tree runs); counters: T tile counters, then T * 
 import triton
 import triton.language as tl
 
-from .common import epilogue, k_loop, operand_sources, tile_coords, widened
-
-# A tile counter: arrivals below bit 20 (S <= NUM_PROGS <= config.MAX_GRID < 2**20), chunk c's claim at
-# bit 20 + c (<= 8 chunks: config.fixup_plan), so it stays a positive int32.
-_CLAIM_BIT = tl.constexpr(20)
-_ARRIVALS = tl.constexpr(1 << 20)
+from .common import full_tiles, k_loop, operand_sources, tile_coords
+from .fixup import claim_chunks, finish_segment
 
 
 @triton.jit
-def fixup_groups(splits):
-    """(G, Q): segments per group, ceil(sqrt(S)), and groups, cdiv(S, G); one group below S = 12
-    (arith.TREE_MIN_SPLITS: where the tree's second level pays, measured there). arith.fixup_groups is
-    the host's copy (the workspace it sizes holds the Q group slots)."""
-    group = splits
-    if splits >= 12:
-        group = tl.full((), 1, tl.int32)
-        while group * group < splits:
-            group += 1
-    return group, tl.cdiv(splits, group)
-
-
-@triton.jit
-def _chunk_offsets(chunk, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, FIXUP_CHUNKS: tl.constexpr):
-    """Offsets, within a BLOCK_M x BLOCK_N slot, of row chunk `chunk` of FIXUP_CHUNKS."""
-    rows = chunk * (BLOCK_M // FIXUP_CHUNKS) + tl.arange(0, BLOCK_M // FIXUP_CHUNKS)
-    return rows[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-
-
-@triton.jit
-def _slot_rows(ws_ptr, offs, slot, valid, INT64: tl.constexpr, SLOT: tl.constexpr):
-    """Rows `offs` of workspace slot `slot`; -0.0 where not `valid`: x + -0.0 is x for every x, bit for
-    bit, so an unrolled read past the last slot adds nothing."""
-    # A mask of offs' shape: triton 3.9's interpreter refuses a scalar one; compiled, the same code.
-    mask = tl.full(offs.shape, 1, tl.int1) & valid
-    return tl.load(ws_ptr + widened(slot, INT64) * SLOT + offs, mask=mask, other=-0.0, cache_modifier=".cg")
-
-
-@triton.jit
-def _four_slots(ws_ptr, offs, slot, stride, j, count, INT64: tl.constexpr, SLOT: tl.constexpr):
-    """Rows `offs` of the slots j .. j + 3 of `count` (slot, slot + stride, ...), loads issued together."""
-    p0 = _slot_rows(ws_ptr, offs, slot, j < count, INT64, SLOT)
-    p1 = _slot_rows(ws_ptr, offs, slot + stride, j + 1 < count, INT64, SLOT)
-    p2 = _slot_rows(ws_ptr, offs, slot + 2 * stride, j + 2 < count, INT64, SLOT)
-    p3 = _slot_rows(ws_ptr, offs, slot + 3 * stride, j + 3 < count, INT64, SLOT)
-    return p0, p1, p2, p3
-
-
-@triton.jit
-def _sum_chunk(ws_ptr, first, count, stride, chunk, INT64: tl.constexpr, BLOCK_M: tl.constexpr,
-               BLOCK_N: tl.constexpr, FIXUP_CHUNKS: tl.constexpr):
-    """The fp32 sum, in slot order, of one row chunk of `count` slots first, first + stride, ...
-
-    Each read is a round trip, so as many slots' loads as registers allow are issued before the first
-    add: a chunk of a tile of FIXUP_CHUNKS holds at most 128 / FIXUP_CHUNKS values a thread (the
-    accumulator rule, config_supports), so 8 slots at 8 chunks and 4 at 2-4 stay within 128; a whole
-    tile (one chunk) is read a slot at a time."""
-    offs = _chunk_offsets(chunk, BLOCK_M, BLOCK_N, FIXUP_CHUNKS)
-    total = tl.zeros((BLOCK_M // FIXUP_CHUNKS, BLOCK_N), dtype=tl.float32)
-    slot_size: tl.constexpr = BLOCK_M * BLOCK_N
-    width: tl.constexpr = 8 if FIXUP_CHUNKS >= 8 else (4 if FIXUP_CHUNKS > 1 else 1)
-    for j in range(0, count, width):
-        slot = first + j * stride
-        if width == 1:
-            total += _slot_rows(ws_ptr, offs, slot, True, INT64, slot_size)
-        else:
-            p0, p1, p2, p3 = _four_slots(ws_ptr, offs, slot, stride, j, count, INT64, slot_size)
-            if width == 8:
-                p4, p5, p6, p7 = _four_slots(ws_ptr, offs, slot + 4 * stride, stride, j + 4, count, INT64,
-                                             slot_size)
-            total += p0
-            total += p1
-            total += p2
-            total += p3
-            if width == 8:
-                total += p4
-                total += p5
-                total += p6
-                total += p7
-    return total
-
-
-@triton.jit
-def _chunk_epilogue(total, chunk, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, stride_biasm, stride_biasn,
-                    alpha, beta, pid_m, pid_n, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                    HAS_BIAS: tl.constexpr, INT64: tl.constexpr, FIXUP_CHUNKS: tl.constexpr):
-    """The shared epilogue on row chunk `chunk` of tile (pid_m, pid_n): the tile of BLOCK_M //
-    FIXUP_CHUNKS rows at row-tile index pid_m * FIXUP_CHUNKS + chunk."""
-    epilogue(total, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, stride_biasm, stride_biasn, alpha, beta,
-             pid_m * FIXUP_CHUNKS + chunk, pid_n, BLOCK_M // FIXUP_CHUNKS, BLOCK_N, HAS_BIAS, INT64)
-
-
-@triton.jit
-def _arrive(counter, delta):
-    """Add `delta` to `counter` once every thread's stores before it are done; the value it had."""
-    tl.debug_barrier()
-    return tl.atomic_add(counter, delta, sem="acq_rel", scope="gpu")
-
-
-@triton.jit
-def _write_chunks(claims, c_ptr, bias_ptr, ws_ptr, M, N, stride_cm, stride_cn, stride_biasm, stride_biasn,
-                  alpha, beta, pid_m, pid_n, first, count, stride,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr, INT64: tl.constexpr,
-                  FIXUP_CHUNKS: tl.constexpr):
-    """Sum, over every chunk whose claim bit is set in `claims`, the `count` slots first, first + stride,
-    ... (a split tile's partials, or the tree's group slots), and write it."""
-    for c in range(0, FIXUP_CHUNKS):
-        if (claims >> (_CLAIM_BIT + c)) & 1:
-            total = _sum_chunk(ws_ptr, first, count, stride, c, INT64, BLOCK_M, BLOCK_N, FIXUP_CHUNKS)
-            _chunk_epilogue(total, c, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, stride_biasm, stride_biasn,
-                            alpha, beta, pid_m, pid_n, BLOCK_M, BLOCK_N, HAS_BIAS, INT64, FIXUP_CHUNKS)
-
-
-@triton.jit
-def _claims(seg, splits, FIXUP_CHUNKS: tl.constexpr):
-    """The claim bits of segment `seg`'s program: chunks c < FIXUP_CHUNKS with c mod S == seg."""
-    bits = tl.zeros((), tl.int32)
-    for c in range(seg, FIXUP_CHUNKS, splits):
-        bits += tl.full((), _ARRIVALS, tl.int32) << c
-    return bits
-
-
-@triton.jit
-def _settle(counter, before, delta, splits, c_ptr, bias_ptr, ws_ptr, M, N, stride_cm, stride_cn,
-            stride_biasm, stride_biasn, alpha, beta, pid_m, pid_n, sk_tile, sk_tiles,
-            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr, INT64: tl.constexpr,
-            FIXUP_CHUNKS: tl.constexpr):
-    """After adding `delta` to a tile counter that held `before`: the chunks this event completes (all
-    S arrived and claimed) are this program's to sum; the event that completes them all resets it."""
-    after = before + delta
-    if after % _ARRIVALS == splits:
-        done = delta  # a claim after the last arrival: its own chunks
-        if before % _ARRIVALS < splits:  # the last arrival: every chunk claimed so far, its own included
-            done = after - splits
-        _write_chunks(done, c_ptr, bias_ptr, ws_ptr, M, N, stride_cm, stride_cn, stride_biasm,
-                      stride_biasn, alpha, beta, pid_m, pid_n, sk_tile, splits, sk_tiles, BLOCK_M,
-                      BLOCK_N, HAS_BIAS, INT64, FIXUP_CHUNKS)
-    if after == splits + ((tl.full((), 1, tl.int32) << FIXUP_CHUNKS) - 1) * _ARRIVALS:
-        tl.atomic_xchg(counter, 0, sem="relaxed", scope="gpu")
-
-
-@triton.jit
-def _tree_fix_up(c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, stride_cm, stride_cn, stride_biasm,
-                 stride_biasn, alpha, beta, pid_m, pid_n, sk_tile, sk_tiles, splits, seg, NUM_PROGS,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr, INT64: tl.constexpr,
-                 FIXUP_CHUNKS: tl.constexpr):
-    """The two-level fix-up of a split tile whose partial this program has just stored (S >= 12, not
-    deferred: see the module docstring)."""
-    group, groups = fixup_groups(splits)
-    q = seg // group
-    first = q * group
-    in_group = min(group, splits - first)
-    group_counter = counter_ptr + sk_tiles + sk_tile * groups + q
-    if _arrive(group_counter, 1) == in_group - 1:
-        group_slot = NUM_PROGS + sk_tile * groups + q
-        for c in range(0, FIXUP_CHUNKS):
-            part = _sum_chunk(ws_ptr, first * sk_tiles + sk_tile, in_group, sk_tiles, c, INT64, BLOCK_M,
-                              BLOCK_N, FIXUP_CHUNKS)
-            tl.store(ws_ptr + widened(group_slot, INT64) * BLOCK_M * BLOCK_N +
-                     _chunk_offsets(c, BLOCK_M, BLOCK_N, FIXUP_CHUNKS), part, cache_modifier=".cg")
-        tl.atomic_xchg(group_counter, 0, sem="relaxed", scope="gpu")
-        tile_counter = counter_ptr + sk_tile
-        if _arrive(tile_counter, 1) == groups - 1:
-            every_chunk = ((tl.full((), 1, tl.int32) << FIXUP_CHUNKS) - 1) << _CLAIM_BIT
-            _write_chunks(every_chunk, c_ptr, bias_ptr, ws_ptr, M, N, stride_cm, stride_cn, stride_biasm,
-                          stride_biasn, alpha, beta, pid_m, pid_n, NUM_PROGS + sk_tile * groups, groups, 1,
-                          BLOCK_M, BLOCK_N, HAS_BIAS, INT64, FIXUP_CHUNKS)
-            tl.atomic_xchg(tile_counter, 0, sem="relaxed", scope="gpu")
-
-
-@triton.jit
-def finish_segment(acc, c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, stride_cm, stride_cn, stride_biasm,
-                   stride_biasn, alpha, beta, pid_m, pid_n, slot, sk_tile, sk_tiles, splits, seg, NUM_PROGS,
-                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr, INT64: tl.constexpr,
-                   FIXUP_CHUNKS: tl.constexpr, DEFERRED: tl.constexpr, REDUCE: tl.constexpr):
-    """What follows a segment's K loop: the tile written whole when it is not split, else `acc` stored
-    as the partial of workspace slot `slot` and summed as the module docstring says (deferred: arrive
-    now, claim later; REDUCE: by kernels/reduce.py after this kernel)."""
-    if splits == 1:
-        epilogue(acc, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, stride_biasm, stride_biasn,
-                 alpha, beta, pid_m, pid_n, BLOCK_M, BLOCK_N, HAS_BIAS, INT64)
-    else:
-        # Every partial is read back from its slot, this program's own included: its registers are
-        # then free, so the fix-up never holds two BLOCK_M x BLOCK_N fp32 tiles.
-        tile_offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-        slot_ptrs = ws_ptr + widened(slot, INT64) * BLOCK_M * BLOCK_N + tile_offs
-        if DEFERRED:
-            # Read back after the data-parallel tiles, whose operands would push it out to HBM: an L2
-            # hint to keep it (the claims' reads then wait on L2, not HBM).
-            tl.store(slot_ptrs, acc, eviction_policy="evict_last")
-        else:
-            tl.store(slot_ptrs, acc, cache_modifier=".cg")
-        if not REDUCE:  # (REDUCE: no counter, no fix-up here; splitk_reduce_kernel sums them next)
-            if (fixup_groups(splits)[1] > 1) & (not DEFERRED):
-                _tree_fix_up(c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, stride_cm, stride_cn, stride_biasm,
-                             stride_biasn, alpha, beta, pid_m, pid_n, sk_tile, sk_tiles, splits, seg,
-                             NUM_PROGS, BLOCK_M, BLOCK_N, HAS_BIAS, INT64, FIXUP_CHUNKS)
-            else:
-                delta = 1
-                if not DEFERRED:
-                    delta += _claims(seg, splits, FIXUP_CHUNKS)
-                counter = counter_ptr + sk_tile
-                _settle(counter, _arrive(counter, delta), delta, splits, c_ptr, bias_ptr, ws_ptr, M, N,
-                        stride_cm, stride_cn, stride_biasm, stride_biasn, alpha, beta, pid_m, pid_n, sk_tile,
-                        sk_tiles, BLOCK_M, BLOCK_N, HAS_BIAS, INT64, FIXUP_CHUNKS)
-
-
-@triton.jit
-def _split_segment(a_ptr, b_ptr, a_desc, b_desc, c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, K, NUM_PROGS,
-                   stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_biasm,
-                   stride_biasn, alpha, beta, pid, dp_tiles, sk_tiles, splits, iters_per_tile,
-                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                   HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, PRECISION: tl.constexpr,
-                   USE_TMA: tl.constexpr, A_COL: tl.constexpr, B_COL: tl.constexpr, A_DIV: tl.constexpr,
-                   B_DIV: tl.constexpr, INT64: tl.constexpr, FIXUP_CHUNKS: tl.constexpr,
-                   DEFERRED: tl.constexpr, REDUCE: tl.constexpr):
+def _split_segment(
+    a_ptr, b_ptr, a_desc, b_desc, c_ptr, bias_ptr, ws_ptr, counter_ptr,
+    M, N, K, NUM_PROGS,
+    stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_biasm, stride_biasn,
+    alpha, beta, pid, dp_tiles, sk_tiles, splits, iters_per_tile,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, PRECISION: tl.constexpr,
+    USE_TMA: tl.constexpr, A_COL: tl.constexpr, B_COL: tl.constexpr,
+    A_DIV: tl.constexpr, B_DIV: tl.constexpr, INT64: tl.constexpr,
+    FIXUP_CHUNKS: tl.constexpr, DEFERRED: tl.constexpr, REDUCE: tl.constexpr,
+):
     """Program `pid`'s K segment of its leftover tile (segment pid // T of tile pid % T), then
     finish_segment with workspace slot `pid`."""
     sk_tile = pid % sk_tiles
     seg = pid // sk_tiles
-    pid_m, pid_n = tile_coords(dp_tiles + sk_tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    pid_m, pid_n = tile_coords(
+        tile_id=dp_tiles + sk_tile, M=M, N=N, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, GROUP_M=GROUP_M,
+    )
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    acc = k_loop(acc, a_ptr, b_ptr, a_desc, b_desc, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                 pid_m, pid_n, seg * iters_per_tile // splits, (seg + 1) * iters_per_tile // splits,
-                 BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, PRECISION, USE_TMA, A_COL, B_COL, A_DIV, B_DIV, INT64)
-    finish_segment(acc, c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, stride_cm, stride_cn, stride_biasm,
-                   stride_biasn, alpha, beta, pid_m, pid_n, pid, sk_tile, sk_tiles, splits, seg,
-                   NUM_PROGS, BLOCK_M, BLOCK_N, HAS_BIAS, INT64, FIXUP_CHUNKS, DEFERRED, REDUCE)
-
-
-@triton.jit
-def _claim_chunks(c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, stride_cm, stride_cn, stride_biasm,
-                  stride_biasn, alpha, beta, pid, dp_tiles, sk_tiles, splits,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, HAS_BIAS: tl.constexpr,
-                  INT64: tl.constexpr, FIXUP_CHUNKS: tl.constexpr):
-    """Deferred: claim this program's chunks of its split tile, and sum them if every partial is in."""
-    sk_tile = pid % sk_tiles
-    claims = _claims(pid // sk_tiles, splits, FIXUP_CHUNKS)
-    if (claims != 0) & (splits > 1):  # (the host defers split tiles only: arith.fixup_deferred)
-        pid_m, pid_n = tile_coords(dp_tiles + sk_tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        counter = counter_ptr + sk_tile
-        # Acquire only: a claim publishes nothing (this program's partial went out with its arrival), so
-        # it need not wait for its data-parallel tiles' stores to drain as a release would.
-        before = tl.atomic_add(counter, claims, sem="acquire", scope="gpu")
-        _settle(counter, before, claims, splits, c_ptr, bias_ptr, ws_ptr, M, N, stride_cm, stride_cn,
-                stride_biasm, stride_biasn, alpha, beta, pid_m, pid_n, sk_tile, sk_tiles, BLOCK_M, BLOCK_N,
-                HAS_BIAS, INT64, FIXUP_CHUNKS)
+    acc = k_loop(
+        acc=acc, a_ptr=a_ptr, b_ptr=b_ptr, a_desc=a_desc, b_desc=b_desc,
+        M=M, N=N, K=K,
+        stride_am=stride_am, stride_ak=stride_ak, stride_bk=stride_bk, stride_bn=stride_bn,
+        pid_m=pid_m, pid_n=pid_n,
+        iter_start=seg * iters_per_tile // splits, iter_end=(seg + 1) * iters_per_tile // splits,
+        BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
+        EVEN_K=EVEN_K, PRECISION=PRECISION, USE_TMA=USE_TMA, A_COL=A_COL,
+        B_COL=B_COL, A_DIV=A_DIV, B_DIV=B_DIV, INT64=INT64,
+    )
+    finish_segment(
+        acc=acc, c_ptr=c_ptr, bias_ptr=bias_ptr, ws_ptr=ws_ptr, counter_ptr=counter_ptr,
+        M=M, N=N,
+        stride_cm=stride_cm, stride_cn=stride_cn, stride_biasm=stride_biasm, stride_biasn=stride_biasn,
+        alpha=alpha, beta=beta, pid_m=pid_m, pid_n=pid_n,
+        slot=pid, sk_tile=sk_tile, sk_tiles=sk_tiles, splits=splits, seg=seg, NUM_PROGS=NUM_PROGS,
+        BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HAS_BIAS=HAS_BIAS, INT64=INT64,
+        FIXUP_CHUNKS=FIXUP_CHUNKS, DEFERRED=DEFERRED, REDUCE=REDUCE,
+    )
 
 
 @triton.jit
 def streamk_gemm_kernel(
-    a_ptr, b_ptr, c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, K, NUM_PROGS,
+    a_ptr, b_ptr, c_ptr, bias_ptr, ws_ptr, counter_ptr,
+    M, N, K, NUM_PROGS,
     stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_biasm, stride_biasn,
     alpha, beta, a_host, b_host,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, PRECISION: tl.constexpr,
     USE_TMA: tl.constexpr, A_COL: tl.constexpr, B_COL: tl.constexpr,
-    A_DIV: tl.constexpr, B_DIV: tl.constexpr, FLATTEN: tl.constexpr, WARP_SPEC: tl.constexpr,
-    INT64: tl.constexpr, HOST_DESC: tl.constexpr, FIXUP_CHUNKS: tl.constexpr, DEFERRED: tl.constexpr,
-    REDUCE: tl.constexpr,
+    A_DIV: tl.constexpr, B_DIV: tl.constexpr, FLATTEN: tl.constexpr,
+    INT64: tl.constexpr, HOST_DESC: tl.constexpr,
+    FIXUP_CHUNKS: tl.constexpr, DEFERRED: tl.constexpr, REDUCE: tl.constexpr,
 ):
-    a_desc, b_desc = operand_sources(a_ptr, b_ptr, a_host, b_host, M, N, K, stride_am, stride_ak,
-                                     stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, HOST_DESC,
-                                     A_COL, B_COL)
+    a_desc, b_desc = operand_sources(
+        a_ptr=a_ptr, b_ptr=b_ptr, a_host=a_host, b_host=b_host,
+        M=M, N=N, K=K,
+        stride_am=stride_am, stride_ak=stride_ak, stride_bk=stride_bk, stride_bn=stride_bn,
+        BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
+        USE_TMA=USE_TMA, HOST_DESC=HOST_DESC, A_COL=A_COL, B_COL=B_COL,
+    )
     pid = tl.program_id(0)
     num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     iters_per_tile = tl.cdiv(K, BLOCK_K)
@@ -310,34 +112,52 @@ def streamk_gemm_kernel(
     splits = min(NUM_PROGS // max(sk_tiles, 1), iters_per_tile)
     in_split = pid < splits * sk_tiles
 
-    # DEFERRED (the host's arith.fixup_deferred): segments first, so that the fix-up's chunks are
-    # claimed after the data-parallel tiles; else the data-parallel tiles first, as before the chunks.
+    # DEFERRED (the host's arith.fixup_deferred): the segment first (phase 0), so that the fix-up's chunks
+    # are claimed after the data-parallel tiles; else the data-parallel tiles first. The two phases are
+    # unrolled at compile time: the code is that of two ifs, with the segment's call written once.
+    segment_phase: tl.constexpr = 0 if DEFERRED else 1
+    for phase in tl.static_range(2):
+        if phase == segment_phase:
+            if in_split:
+                _split_segment(
+                    a_ptr=a_ptr, b_ptr=b_ptr, a_desc=a_desc, b_desc=b_desc, c_ptr=c_ptr, bias_ptr=bias_ptr,
+                    ws_ptr=ws_ptr, counter_ptr=counter_ptr,
+                    M=M, N=N, K=K, NUM_PROGS=NUM_PROGS,
+                    stride_am=stride_am, stride_ak=stride_ak, stride_bk=stride_bk, stride_bn=stride_bn,
+                    stride_cm=stride_cm, stride_cn=stride_cn, stride_biasm=stride_biasm,
+                    stride_biasn=stride_biasn,
+                    alpha=alpha, beta=beta, pid=pid, dp_tiles=dp_tiles, sk_tiles=sk_tiles, splits=splits,
+                    iters_per_tile=iters_per_tile,
+                    BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, GROUP_M=GROUP_M,
+                    HAS_BIAS=HAS_BIAS, EVEN_K=EVEN_K, PRECISION=PRECISION,
+                    USE_TMA=USE_TMA, A_COL=A_COL, B_COL=B_COL,
+                    A_DIV=A_DIV, B_DIV=B_DIV, INT64=INT64,
+                    FIXUP_CHUNKS=FIXUP_CHUNKS, DEFERRED=DEFERRED, REDUCE=REDUCE,
+                )
+        else:
+            # The data-parallel tiles: the persistent kernel's loop, with its lever.
+            full_tiles(
+                a_ptr=a_ptr, b_ptr=b_ptr, a_desc=a_desc, b_desc=b_desc, c_ptr=c_ptr, bias_ptr=bias_ptr,
+                M=M, N=N, K=K,
+                stride_am=stride_am, stride_ak=stride_ak, stride_bk=stride_bk, stride_bn=stride_bn,
+                stride_cm=stride_cm, stride_cn=stride_cn, stride_biasm=stride_biasm,
+                stride_biasn=stride_biasn,
+                alpha=alpha, beta=beta, first_tile=pid, end_tile=dp_tiles, tile_step=NUM_PROGS,
+                iters=iters_per_tile,
+                BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, GROUP_M=GROUP_M,
+                HAS_BIAS=HAS_BIAS, EVEN_K=EVEN_K, PRECISION=PRECISION,
+                USE_TMA=USE_TMA, A_COL=A_COL, B_COL=B_COL,
+                A_DIV=A_DIV, B_DIV=B_DIV, FLATTEN=FLATTEN, INT64=INT64,
+            )
+
     if DEFERRED:
         if in_split:
-            _split_segment(a_ptr, b_ptr, a_desc, b_desc, c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, K,
-                           NUM_PROGS, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-                           stride_biasm, stride_biasn, alpha, beta, pid, dp_tiles, sk_tiles, splits,
-                           iters_per_tile, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, HAS_BIAS, EVEN_K, PRECISION,
-                           USE_TMA, A_COL, B_COL, A_DIV, B_DIV, INT64, FIXUP_CHUNKS, DEFERRED, REDUCE)
-
-    # The data-parallel loop is the persistent kernel's, with its levers (see persistent.py).
-    for tile_id in tl.range(pid, dp_tiles, NUM_PROGS, flatten=FLATTEN, warp_specialize=WARP_SPEC):
-        pid_m, pid_n = tile_coords(tile_id, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        acc = k_loop(acc, a_ptr, b_ptr, a_desc, b_desc, M, N, K, stride_am, stride_ak, stride_bk,
-                     stride_bn, pid_m, pid_n, 0, iters_per_tile, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K,
-                     PRECISION, USE_TMA, A_COL, B_COL, A_DIV, B_DIV, INT64)
-        epilogue(acc, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, stride_biasm, stride_biasn,
-                 alpha, beta, pid_m, pid_n, BLOCK_M, BLOCK_N, HAS_BIAS, INT64)
-
-    if DEFERRED:
-        if in_split:
-            _claim_chunks(c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, stride_cm, stride_cn, stride_biasm,
-                          stride_biasn, alpha, beta, pid, dp_tiles, sk_tiles, splits, BLOCK_M, BLOCK_N,
-                          GROUP_M, HAS_BIAS, INT64, FIXUP_CHUNKS)
-    elif in_split:
-        _split_segment(a_ptr, b_ptr, a_desc, b_desc, c_ptr, bias_ptr, ws_ptr, counter_ptr, M, N, K, NUM_PROGS,
-                       stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_biasm,
-                       stride_biasn, alpha, beta, pid, dp_tiles, sk_tiles, splits, iters_per_tile,
-                       BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, HAS_BIAS, EVEN_K, PRECISION, USE_TMA, A_COL,
-                       B_COL, A_DIV, B_DIV, INT64, FIXUP_CHUNKS, DEFERRED, REDUCE)
+            claim_chunks(
+                c_ptr=c_ptr, bias_ptr=bias_ptr, ws_ptr=ws_ptr, counter_ptr=counter_ptr,
+                M=M, N=N,
+                stride_cm=stride_cm, stride_cn=stride_cn,
+                stride_biasm=stride_biasm, stride_biasn=stride_biasn,
+                alpha=alpha, beta=beta, pid=pid, dp_tiles=dp_tiles, sk_tiles=sk_tiles, splits=splits,
+                BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, GROUP_M=GROUP_M, HAS_BIAS=HAS_BIAS,
+                INT64=INT64, FIXUP_CHUNKS=FIXUP_CHUNKS,
+            )
