@@ -13,9 +13,9 @@ import os
 __version__ = "0.1.0"
 
 _WHERE = {
-    "GemmConfig": "config", "DeviceInfo": "config", "Problem": "config", "config_supports": "config",
-    "matmul": "ops", "addmm": "ops", "linear": "ops",
-    "select": "dispatch", "Selection": "dispatch",
+    "GemmConfig": "config", "config_supports": "config", "DeviceInfo": "arch", "Problem": "problem",
+    "matmul": "call.ops", "addmm": "call.ops", "linear": "call.ops",
+    "select": "selection.dispatch", "Selection": "selection.dispatch",
     "enable": "transparent", "disable": "transparent",
     "warmup": "warm",
 }

@@ -16,8 +16,10 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from .arch import DeviceInfo
 from .arith import tflops
-from .config import DeviceInfo, GemmConfig, Problem
+from .config import GemmConfig
+from .problem import Problem
 
 # Wall-clock repetitions per side in the interpreter (the median of them is reported).
 CPU_REPS = 3
@@ -104,7 +106,7 @@ def _timed_head_to_head(bench, problem: Problem, info: DeviceInfo):
 
 
 def _bench_problem(problem: Problem, info: DeviceInfo, bench, caught: list) -> BenchRow:
-    from . import dispatch
+    from .selection import dispatch
 
     def selected():
         return dispatch.select(problem.m, problem.n, problem.k, problem.dtype, layout=problem.layout,
@@ -130,8 +132,8 @@ def run_bench(problems: list[Problem], device: int, db_url: str | None, on_row=l
               backend: str | None = None) -> tuple[DeviceInfo, list[BenchRow]]:
     """Each problem on GPU `device` (the interpreter's CPU "device" under TRITON_INTERPRET=1), dispatch
     reading the DB at `db_url`; `on_row` sees each row as it is measured."""
-    from . import dispatch
     from .device import interpreter_enabled, on_device
+    from .selection import dispatch
     from .tuning.benchmark import GpuBenchmark
 
     rows = []

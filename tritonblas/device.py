@@ -9,7 +9,7 @@ import re
 
 import torch
 
-from .config import INTERPRETER_DEVICE, DeviceInfo
+from .arch import INTERPRETER_DEVICE, DeviceInfo
 
 _INTERPRETER = ("CPU tensors run only in Triton's interpreter (TRITON_INTERPRET=1, set before triton is "
                 "imported)")

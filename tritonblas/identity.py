@@ -29,16 +29,19 @@ _KERNEL_DIR = _PACKAGE / "kernels"
 
 # The host code that decides what the kernels compute and how they are launched (constexprs, grid,
 # workspace, Stream-K split and fix-up plan, padded copies, 64-bit offsets), per module of tritonblas:
-# functions by name (their code) and module-level constants (their assignment). Hashed by name, not by
-# module, so moving one keeps the hash; a name not found is an error, so a rename must be made here too.
+# functions by name (their code) and module-level constants (their assignment), by file under
+# tritonblas/. Hashed by name, not by module, so moving one keeps the hash (a relative import inside one
+# is hashed as written from tritonblas/, see _from_package); a name not found is an error, so a rename
+# must be made here too.
 PLANNING: dict[str, tuple[str, ...]] = {
-    "arith.py": ("cdiv", "streamk_split", "TREE_MIN_SPLITS", "fixup_groups", "DEFER_MIN_SPLITS",
-                 "DEFERRED_CHUNK", "DEFER_MIN_CHUNKS", "fixup_deferred"),
-    "config.py": ("fixup_plan", "aligned_leading_dim"),
-    "launch.py": ("_kernels", "program_count", "streamk_workspace", "_make_plan", "reduce_chunks",
-                  "_reduce_plan", "_host_descriptors", "_descriptor", "_tma_ready", "_is_col_major",
-                  "_pow2_divisor", "_vector_divisor", "INT32_OFFSETS", "_OFFSET_SLACK", "offset_reach",
-                  "needs_int64", "_aligned", "_COPY_ROWS"),
+    "arith.py": ("cdiv",),
+    "problem.py": ("aligned_leading_dim",),
+    "launch/streamk.py": ("streamk_split", "TREE_MIN_SPLITS", "fixup_groups", "DEFER_MIN_SPLITS",
+                          "DEFERRED_CHUNK", "DEFER_MIN_CHUNKS", "fixup_deferred", "fixup_plan",
+                          "program_count", "streamk_workspace", "reduce_chunks"),
+    "launch/gemm.py": ("_kernels", "_make_plan", "_reduce_plan", "_host_descriptors", "_descriptor",
+                       "_tma_ready", "_is_col_major", "_pow2_divisor", "_vector_divisor", "INT32_OFFSETS",
+                       "_OFFSET_SLACK", "offset_reach", "needs_int64", "_aligned", "_COPY_ROWS"),
 }
 
 _SCOPES = (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
@@ -77,6 +80,19 @@ def _defines(stmt: ast.stmt) -> set[str]:
     return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
 
 
+def _from_package(stmt: ast.stmt, module: str) -> ast.stmt:
+    """`stmt` of tritonblas/`module` with its relative imports as written in a module of tritonblas/
+    itself (`from ..kernels.copy import x` in launch/gemm.py reads `from .kernels.copy import x`)."""
+    package = module.split("/")[:-1]
+    if not package:
+        return stmt
+    for node in ast.walk(stmt):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = package[:len(package) - (node.level - 1)]
+            node.module, node.level = ".".join([*base, *filter(None, [node.module])]) or None, 1
+    return stmt
+
+
 def code_hash(kernels: dict[str, str], planning: dict[str, str],
               names: dict[str, tuple[str, ...]] = PLANNING) -> str:
     """sha256 (first 16 hex digits) of the kernel sources (file name -> text) and of the statements
@@ -100,7 +116,7 @@ def _code_hash(kernels: dict[str, str], planning: dict[str, str], names: dict[st
     for module, wanted in names.items():
         for stmt in ast.parse(planning[module]).body:
             for name in _defines(stmt) & set(wanted):
-                found[name] = _canonical(stmt)
+                found[name] = _canonical(_from_package(stmt, module))
         missing = sorted(set(wanted) - set(found))
         if missing:
             raise LookupError(f"tritonblas.identity.PLANNING: {module} defines no {', '.join(missing)}")

@@ -30,11 +30,11 @@ import threading
 from pathlib import Path
 
 from . import log
-from .config import Problem
+from .problem import Problem
 
 _lock = threading.Lock()
 # Bumped by start() whenever the file recorded into changes: a plan whose problem was noted at another
-# generation notes it again (call_path.lookup); note() itself skips what the file already holds.
+# generation notes it again (call.path.lookup); note() itself skips what the file already holds.
 generation = 0
 _HEADER = ("# GEMM problems recorded by tritonblas (tritonblas.enable(record=...) or TRITONBLAS_RECORD),\n"
            "# one entry per problem; tune them with: tritonblas-tune --shapes <this file>\n")

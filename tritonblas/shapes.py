@@ -14,19 +14,16 @@ from __future__ import annotations
 import itertools
 import math
 from pathlib import Path
-from typing import get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from tuning_db.schemas import MAX_DIM
 from tuning_db.textfile import read_bounded_text
+from tuning_db.vocabulary import DTYPES, BiasKind, DType, Layout
 
-from .config import BiasKind, DType, Layout, Problem
+from .problem import Problem
 
-DTYPES: tuple[str, ...] = get_args(DType)
-LAYOUTS: tuple[str, ...] = get_args(Layout)
-BIAS_KINDS: tuple[str, ...] = get_args(BiasKind)
 # A shapes file is a short list written by hand; these bounds keep a hostile or mistaken one (a 300 x
 # 300 x 300 grid is three short lines) from exhausting memory before anything is reported.
 MAX_FILE_BYTES = 4 * 2**20

@@ -43,7 +43,8 @@ import torch
 
 from . import log
 from . import record as _record
-from .call_path import lookup, prepare, run, torch_runs
+from .call.path import lookup, prepare
+from .call.run import run, torch_runs
 from .device import interpreter_enabled
 
 _lock = threading.RLock()
@@ -128,7 +129,7 @@ def _unregister() -> None:
 
 
 # --- the kernels ----------------------------------------------------------------------------------------
-# The plan key of a call here (call_path.lookup / prepare) is shorter than the explicit ops' signature:
+# The plan key of a call here (call.path.lookup / prepare) is shorter than the explicit ops' signature:
 # only dense tensors of the CUDA (or CPU) dispatch key reach these kernels (sparse, nested, meta and
 # __torch_dispatch__ subclasses dispatch elsewhere), below autograd (no grad marker) and never while
 # torch.compile traces (it runs fake tensors), so the layout, the type, the grad flags and the options

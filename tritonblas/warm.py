@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from .config import GemmConfig, Problem
+from .config import GemmConfig
+from .problem import Problem
 
 WarmStatus = Literal["compiled", "vendor", "selected", "failed"]
 # In the interpreter a launch runs the kernel in numpy: only problems up to this many multiply-adds run.
@@ -82,7 +83,7 @@ def _operands(problem: Problem, device):
 def _warm_one(problem: Problem, info, torch_device, interpreter: bool, backend: str | None) -> WarmupResult:
     import tritonblas
 
-    from . import dispatch
+    from .selection import dispatch
 
     start = time.monotonic()
 

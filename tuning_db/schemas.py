@@ -20,15 +20,14 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .vocabulary import BiasKind, DType, Layout
+
 # Largest M, N or K a key may hold: 2**24 already makes a 16M x 16M fp16 operand of 512 TiB.
 MAX_DIM = 2**24
 # A single GEMM slower than 10 minutes is a broken measurement, not a result.
 MAX_MS = 600_000.0
 # Free text that reaches a terminal or a file header: printable, no control characters.
 _NAME = r"^[^\x00-\x1f\x7f]*$"
-DType = Literal["fp16", "bf16", "fp32"]
-Layout = Literal["nn", "nt", "tn", "tt"]
-BiasKind = Literal["none", "scalar", "row", "column", "full"]
 Dim = Annotated[int, Field(ge=0, le=MAX_DIM)]
 Millis = Annotated[float, Field(gt=0.0, le=MAX_MS)]
 # Constraints reject NaN and infinity too: NaN fails every comparison, infinity the upper bounds.

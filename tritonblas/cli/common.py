@@ -20,7 +20,7 @@ import typer
 import typer.core
 from rich.console import Console
 
-from ..config import Problem
+from ..problem import Problem
 from ..shapes import DTYPES, ShapesError, load_problems
 
 USAGE_ERROR = 2

@@ -202,7 +202,7 @@ def show_cmd(m: str = SizeM, n: str = SizeN, k: str = SizeK, dtype: str = DtypeO
     tritonblas db show 16 6144 4096 --dtype fp16 --layout nt --bias row --arch sm_90
     ```
     """
-    from ..config import Problem
+    from ..problem import Problem
 
     p = Problem(parse_size(m, "M"), parse_size(n, "N"), parse_size(k, "K"), check_dtype(dtype),
                 layout.value, bias.value)

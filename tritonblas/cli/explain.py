@@ -6,8 +6,8 @@ import typer
 from rich import box
 from rich.table import Table
 
+from ..arch import DeviceInfo
 from ..arith import tflops
-from ..config import DeviceInfo
 from . import common
 from .common import (
     DB_HELP,
@@ -44,7 +44,7 @@ def _local_device() -> DeviceInfo | None:
 def _explain_device(arch: str | None, sms: int | None) -> DeviceInfo:
     """--arch explains for a GPU that is not here (the GPU here when it is of that arch, for its SM
     count); otherwise the GPU (or the interpreter) we run on."""
-    from ..config import ARCHS, device_for_arch
+    from ..arch import ARCHS, device_for_arch
 
     if arch is None:
         if sms is not None:
@@ -63,7 +63,7 @@ def _explain_device(arch: str | None, sms: int | None) -> DeviceInfo:
 
 
 def _where(info: DeviceInfo, sms_given: bool) -> str:
-    from ..config import ARCHS
+    from ..arch import ARCHS
 
     on = info.name if info.name == info.arch else f"{info.name} ({info.arch})"
     text = f"on {on}, {info.sm_count} SMs"
@@ -99,7 +99,7 @@ def explain(m: str = SizeM, n: str = SizeN, k: str = SizeK, dtype: str = DtypeOp
     tritonblas explain 8192 8192 8192 --arch sm_80 --sms 84    # an A40 (sm_86 parts differ too)
     ```
     """
-    from .. import dispatch, heuristic
+    from ..selection import dispatch, heuristic
 
     m, n, k = parse_size(m, "M"), parse_size(n, "N"), parse_size(k, "K")
     check_dtype(dtype)

@@ -23,7 +23,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from ..config import Problem
+from ..problem import Problem
 from ..tuning.run import Event, Interrupted, TuneRow, run_tuning
 from .common import (
     CREATES_FOLDERS,

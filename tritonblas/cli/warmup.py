@@ -45,7 +45,7 @@ def warmup(shapes: list[Path] = typer.Option(None, "--shapes", help=SHAPES_HELP)
     tritonblas warmup --shapes shapes.yaml --db tune.sqlite --workers 8
     ```
     """
-    from .. import dispatch
+    from ..selection import dispatch
     from ..shapes import ShapesError
     from ..warm import problems_of
     from ..warm import warmup as warm

@@ -30,8 +30,10 @@ from dataclasses import dataclass
 
 import torch
 
-from ..config import DeviceInfo, GemmConfig, Problem
+from ..arch import DeviceInfo
+from ..config import GemmConfig
 from ..parallel import run_first_launches
+from ..problem import Problem
 from .protocol import Benchmark, BenchResult, error_result
 
 _TORCH = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}

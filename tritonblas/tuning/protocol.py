@@ -16,8 +16,10 @@ from dataclasses import dataclass
 
 from tuning_db.schemas import Status
 
-from ..config import DeviceInfo, GemmConfig, Problem
-from ..launch import is_out_of_resources
+from ..arch import DeviceInfo
+from ..config import GemmConfig
+from ..launch.gemm import is_out_of_resources
+from ..problem import Problem
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ..arch import DeviceInfo
 from ..arith import tflops
-from ..config import DeviceInfo, GemmConfig, Problem
+from ..config import GemmConfig
+from ..problem import Problem
 from . import interrupt
 
 RowStatus = Literal["tuned", "skipped", "no_winner", "failed"]
@@ -95,7 +97,7 @@ def device_label(index: int, interpreter: bool) -> str:
 
 
 def _previous_source(problem: Problem, info: DeviceInfo) -> str:
-    from .. import dispatch
+    from ..selection import dispatch
 
     dispatch.clear_cache()  # problems tuned earlier in this run are neighbours now
     try:
@@ -188,8 +190,8 @@ def work_loop(next_task: Callable[[], tuple[int, Problem] | None], emit: Callabl
     `db_url`, with dispatch reading the same DB (what each problem's `previous` source says)."""
     from tuning_db import TuningDB
 
-    from .. import dispatch
     from ..device import on_device
+    from ..selection import dispatch
 
     with dispatch.using_database(db_url), TuningDB(db_url) as db, on_device(device, interpreter) as info:
         _loop(next_task, emit, info, db, device_label(device, interpreter), options)
@@ -218,7 +220,7 @@ def tune_problems(problems: Iterable[Problem], device: DeviceInfo, db, *,
     Ctrl-C raises Interrupted (a KeyboardInterrupt) with the rows finished before it: their results are
     committed; the interrupted problem wrote nothing.
     """
-    from .. import dispatch
+    from ..selection import dispatch
     from .tuner import check_problem
 
     problems = list(problems)

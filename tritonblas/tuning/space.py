@@ -10,10 +10,12 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable
 
-from .. import heuristic
+from ..arch import DeviceInfo
 from ..arith import cdiv
-from ..config import DeviceInfo, GemmConfig, Problem, config_supports
-from ..launch import program_count
+from ..config import GemmConfig, config_supports
+from ..launch.streamk import program_count
+from ..problem import Problem
+from ..selection import heuristic
 
 # How many of the heuristic's best configs get neighbours and grid variants added.
 NEIGHBOUR_SEEDS = 4

@@ -21,8 +21,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Literal
 
+from ..arch import DeviceInfo
 from ..arith import tflops
-from ..config import DeviceInfo, GemmConfig, Problem
+from ..config import GemmConfig
+from ..problem import Problem
 from . import interrupt
 from .protocol import Benchmark, BenchmarkFn, BenchResult, as_benchmark, error_result
 from .space import NEIGHBOUR_SEEDS, candidate_space

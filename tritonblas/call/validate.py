@@ -6,7 +6,11 @@ import numbers
 
 import torch
 
-from .config import BACKENDS, DeviceInfo, GemmConfig, Problem
+from tuning_db.vocabulary import BIAS_KINDS, DTYPES, LAYOUTS
+
+from ..arch import DeviceInfo
+from ..config import BACKENDS, GemmConfig
+from ..problem import Problem
 
 TORCH_DTYPES: dict[torch.dtype, str] = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 _STRIDED = torch.strided
@@ -170,11 +174,6 @@ def _check_out_tensor(out: object, m: int, n: int, a: torch.Tensor) -> None:
     check_same("out", out, "a", a)
 
 
-_DTYPES = ("fp16", "bf16", "fp32")
-_LAYOUTS = ("nn", "nt", "tn", "tt")
-_BIASES = ("none", "scalar", "row", "column", "full")
-
-
 def problem_of(m, n, k, dtype, out_dtype, layout, bias) -> Problem:
     """select()'s problem arguments, checked by name."""
     m, n, k = _check_int("m", m), _check_int("n", n), _check_int("k", k)
@@ -182,11 +181,11 @@ def problem_of(m, n, k, dtype, out_dtype, layout, bias) -> Problem:
     out = dt if out_dtype is None else _dtype_name("out_dtype", out_dtype)
     if out != dt:
         raise ValueError(f"out_dtype {out} differs from dtype {dt}: the kernels write the operand dtype")
-    if layout not in _LAYOUTS:
-        raise ValueError(f"layout must be one of {', '.join(_LAYOUTS)}, got {layout!r}")
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
     bias = "none" if bias is None else bias
-    if bias not in _BIASES:
-        raise ValueError(f"bias must be None or one of {', '.join(_BIASES)}, got {bias!r}")
+    if bias not in BIAS_KINDS:
+        raise ValueError(f"bias must be None or one of {', '.join(BIAS_KINDS)}, got {bias!r}")
     return Problem(m, n, k, dt, layout, bias)
 
 
@@ -201,8 +200,8 @@ def _check_int(name: str, v: object) -> int:
 def _dtype_name(name: str, v: object) -> str:
     if isinstance(v, torch.dtype):
         v = TORCH_DTYPES.get(v, str(v))
-    if not isinstance(v, str) or v not in _DTYPES:
-        raise ValueError(f"{name} must be one of {', '.join(_DTYPES)} (or the torch dtype), got {v!r}")
+    if not isinstance(v, str) or v not in DTYPES:
+        raise ValueError(f"{name} must be one of {', '.join(DTYPES)} (or the torch dtype), got {v!r}")
     return v
 
 
@@ -211,7 +210,7 @@ def device_info_of(device: object) -> DeviceInfo:
     device string, or a DeviceInfo."""
     if isinstance(device, DeviceInfo):
         return device
-    from .device import device_info, interpreter_enabled
+    from ..device import device_info, interpreter_enabled
 
     if device is None:
         if interpreter_enabled() or not torch.cuda.is_available():

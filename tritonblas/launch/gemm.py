@@ -6,67 +6,26 @@ Kernels (and so triton) are imported on first launch, not when `tritonblas` is i
 from __future__ import annotations
 
 import functools
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
-from . import scratch
-from .arith import cdiv, fixup_groups, streamk_split
-from .config import GemmConfig, aligned_leading_dim, fixup_plan
+from ..arith import cdiv
+from ..config import GemmConfig
+from ..problem import aligned_leading_dim
+from . import compile_key, scratch
+from .streamk import fixup_plan, program_count, reduce_chunks, streamk_split, streamk_workspace
 
 
 @functools.cache
 def _kernels():
-    from .kernels.copy import pad_copy_kernel
-    from .kernels.persistent import persistent_gemm_kernel
-    from .kernels.reduce import splitk_reduce_kernel
-    from .kernels.streamk import streamk_gemm_kernel
+    from ..kernels.copy import pad_copy_kernel
+    from ..kernels.persistent import persistent_gemm_kernel
+    from ..kernels.reduce import splitk_reduce_kernel
+    from ..kernels.streamk import streamk_gemm_kernel
 
     return persistent_gemm_kernel, streamk_gemm_kernel, pad_copy_kernel, splitk_reduce_kernel
-
-
-@functools.cache
-def prefetch_compile_key() -> None:
-    """Start, once per process, a thread that loads (or computes and stores) triton's compile-cache key
-    (tritonblas.compile_key): it runs while the calling thread selects a config and imports the
-    kernels, and the first launch waits for it instead of hashing triton's files a second time."""
-    threading.Thread(target=_install_compile_key, name="tritonblas-triton-key", daemon=True).start()
-
-
-def _install_compile_key() -> None:
-    try:
-        from . import compile_key
-
-        compile_key.install()
-    except Exception:  # noqa: BLE001 (only a head start: triton computes its key itself if this failed)
-        pass
-
-
-def _descriptor_scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
-    # Called inside the launch, with the tensors' device current (see _launch).
-    return torch.empty(size, dtype=torch.int8, device=torch.cuda.current_device())
-
-
-@functools.cache
-def _allocator_var():
-    from triton.runtime import _allocation
-
-    return _allocation._allocator, _allocation._NULL_ALLOCATOR
-
-
-def _ensure_allocator() -> None:
-    """Device-side tensor descriptors need global scratch, which triton asks its allocator for at every
-    launch. The allocator is a ContextVar: set in one thread, unset in the next. So it is checked at
-    each TMA launch, not once per plan: a plan built in the tuner's compile threads (or a user's
-    thread) and launched from another failed with "no allocator was set" (311 TMA candidates lost in
-    the first two-GPU tuning run)."""
-    var, null = _allocator_var()
-    if var.get() is null:
-        import triton
-
-        triton.set_allocator(_descriptor_scratch)
 
 
 def is_out_of_resources(exc: BaseException) -> bool:
@@ -137,28 +96,6 @@ def _aligned(t: torch.Tensor, slot: int, held: list | None = None, stream: int |
 # pad_copy_kernel's block: 16 x 256 elements per program (27.0 us for the 33.5 MB B of 127x4097x4095,
 # scripts/copy_probe.py).
 _COPY_ROWS, _COPY_COLS = 16, 256
-
-
-def streamk_workspace(config: GemmConfig, m: int, n: int, k: int, programs: int) -> tuple[int, int]:
-    """(fp32 partial floats, counters) a Stream-K launch needs: a slot per program and, where the fix-up
-    is a tree (S >= 12, not deferred), a slot per group of each split tile; a counter per split tile
-    and per group."""
-    tiles = cdiv(m, config.block_m) * cdiv(n, config.block_n)
-    sk_tiles = tiles % programs
-    splits = streamk_split(tiles, programs, cdiv(k, config.block_k))
-    deferred = fixup_plan(config, tiles, programs, splits, config.tma)[1]
-    groups = fixup_groups(splits)[1] if splits > 1 and not (deferred or config.reduce_kernel) else 1
-    group_slots = sk_tiles * groups if groups > 1 else 0
-    return (programs + group_slots) * config.block_m * config.block_n, sk_tiles + group_slots
-
-
-def program_count(config: GemmConfig, m: int, n: int, k: int, sm_count: int) -> int:
-    """Programs launched for `config` on an (m, n, k) problem."""
-    tiles = cdiv(m, config.block_m) * cdiv(n, config.block_n)
-    grid = config.grid or sm_count
-    if config.streamk and k > 0:
-        return max(1, min(grid, tiles * cdiv(k, config.block_k)))
-    return max(1, min(grid, tiles))
 
 
 @dataclass
@@ -382,13 +319,6 @@ def _make_plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Te
                  tma=use_tma and not host_desc)
 
 
-def reduce_chunks(sk_tiles: int, programs: int) -> int:
-    """Row chunks a split tile is summed in by kernels/reduce.py: 8 where 4 would leave half the
-    programs' worth of SMs idle, else 4 (a chunk of a tile of 4 or 8 holds at most 32 or 16 values a
-    thread under the accumulator rule, so fixup.sum_chunk's 4 or 8 slots in flight stay within 128)."""
-    return 8 if 4 * sk_tiles < programs else 4
-
-
 def _reduce_plan(kernel, config: GemmConfig, output_ints: tuple, tiles: int, programs: int, splits: int,
                  constexprs: dict) -> _Plan:
     """kernels/reduce.py's launch after a Stream-K launch with REDUCE: one program per row chunk of
@@ -426,10 +356,10 @@ def _launch(plan: _Plan, tensors: tuple, floats: tuple) -> None:
             _launch(plan, tensors, floats)
         return
     if plan.tma:
-        _ensure_allocator()
+        scratch.ensure_allocator()
     compiled = plan.compiled
     if compiled is None:
-        _install_compile_key()  # waits for prefetch_compile_key's thread, if one is running
+        compile_key.install_quietly()  # waits for compile_key.prefetch's thread, if one is running
         compiled = plan.kernel[(plan.progs,)](*args, **plan.constexprs, num_warps=plan.num_warps,
                                               num_stages=plan.num_stages)
         # The fast path passes constexprs positionally: only keep it when their order is the kernel's.

@@ -90,3 +90,19 @@ def _write(path: Path, doc: dict) -> None:
         os.replace(tmp, path)
     except OSError:
         tmp.unlink(missing_ok=True)  # (itself an OSError only where nothing could be written anyway)
+
+
+@functools.cache
+def prefetch() -> None:
+    """Start, once per process, a thread that loads (or computes and stores) triton's compile-cache key
+    (this module): it runs while the calling thread selects a config and imports the
+    kernels, and the first launch waits for it instead of hashing triton's files a second time."""
+    threading.Thread(target=install_quietly, name="tritonblas-triton-key", daemon=True).start()
+
+
+def install_quietly() -> None:
+    """install(), its errors ignored: only a head start (triton computes its key itself)."""
+    try:
+        install()
+    except Exception:  # noqa: BLE001 (only a head start: triton computes its key itself if this failed)
+        pass

@@ -1,6 +1,6 @@
 """The public ops: matmul, addmm, linear (as torch.mm, torch.addmm, F.linear).
 
-Each checks its arguments only when the call's signature has no plan yet (call_path: lookup, or the
+Each checks its arguments only when the call's signature has no plan yet (call.path: lookup, or the
 op's checks and prepare, then run). A call that needs autograd runs its plan through `_Gemm`, an
 autograd.Function whose forward launches directly and whose backward is the custom op's
 (core_op.backward: one definition of the gradients). Under torch.compile a call goes through the custom
@@ -15,9 +15,10 @@ import math
 
 import torch
 
-from . import call_path
-from .call_path import Plan, lookup, run, signature
-from .config import GemmConfig
+from ..config import GemmConfig
+from . import path
+from .path import Plan, lookup, signature
+from .run import gemm_operands, run, run_gemm
 from .validate import check_bias, check_operands, check_options, check_scalar, check_tensor
 
 
@@ -41,7 +42,7 @@ class _Gemm(torch.autograd.Function):
     def forward(ctx, a, b, bias, beta, alpha, family, plan):  # noqa: ANN001, ANN205 (autograd's API)
         if plan.linear:
             b = b.t()
-        y = call_path.run_gemm(plan, a, b, bias, alpha, beta)
+        y = run_gemm(plan, a, b, bias, alpha, beta)
         _core_op().setup_context(ctx, (a, b, bias, beta, alpha, family, plan.op_args[1]), y)
         ctx.tritonblas_weight = plan.linear
         return y
@@ -69,7 +70,7 @@ def _launch(plan: Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | N
         a2 = a if plan.out_shape is None else a.reshape(plan.m, plan.k)
         y = _apply(a2, b, bias, beta, alpha, plan.op_args[0], plan)
     else:  # torch.compile, or torch.func's transforms (which refuse a Function without setup_context)
-        a2, b2 = call_path.gemm_operands(plan, a, b)
+        a2, b2 = gemm_operands(plan, a, b)
         core_op = _core_op()
         y = core_op.gemm(a2, b2, bias, beta, alpha, core_op.FAMILY[plan.restriction],
                          core_op.config_to_list(plan.config))
@@ -80,7 +81,7 @@ def _launch(plan: Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | N
 def _prepare(key: tuple | None, op: str, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
              beta: float, out: torch.Tensor | None, enable_streamk: bool | None, config: GemmConfig | None,
              backend: str | None, out_shape: tuple | None = None, x: torch.Tensor | None = None) -> Plan:
-    """call_path.prepare, with what the op adds before the plan is stored: for a linear (x: its input,
+    """path.prepare, with what the op adds before the plan is stored: for a linear (x: its input,
     a: x as 2-D), no prepared launch where x's reshape copies (x's pointer is not the GEMM's A then);
     for a call under autograd, the custom op's arguments its shared backward reads."""
 
@@ -91,7 +92,7 @@ def _prepare(key: tuple | None, op: str, a: torch.Tensor, b: torch.Tensor, bias:
             core_op = _core_op()
             plan.op_args = (core_op.FAMILY[plan.restriction], core_op.config_to_list(plan.config))
 
-    return call_path.prepare(key, op, a, b, bias, beta, out, enable_streamk, config, backend, out_shape,
+    return path.prepare(key, op, a, b, bias, beta, out, enable_streamk, config, backend, out_shape,
                              x is not None, finish)
 
 

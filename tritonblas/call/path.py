@@ -1,14 +1,14 @@
 """The call path below the public ops: a call's plan (what its checks, the selection and the launch's
-preparation derived), stored by the call's signature in the one plan cache, and its launch.
+preparation derived), stored by the call's signature in the one plan cache; its launch is call.run's.
 
 Every op (ops.matmul / addmm / linear, the custom op's body `gemm_body`, transparent mode's aten
 kernels) does lookup-or-prepare, then run:
 
     key = signature(op, options, tensors)            # options + each tensor's type, layout, shape, ...
     plan = lookup(key, tensors) or <the op's checks, then prepare(key, ...)>
-    return run(plan, tensors, alpha, beta)           # (ops sends grad / compile plans elsewhere)
+    return run.run(plan, tensors, alpha, beta)       # (ops sends grad / compile plans elsewhere)
 
-A hit is one key build, one dict lookup and the launch prepared with the plan (launch.prepare_launch:
+A hit is one key build, one dict lookup and the launch prepared with the plan (launch.gemm.prepare_launch:
 kernel, grid, integer arguments, constexprs; the op's own tensors give the pointers, so a linear passes
 its weight and bias as they are, without the transposed and broadcast views a GEMM describes them by).
 Plans live in a `caches.new()` dict: dropped with dispatch's selections (caches.invalidate), never
@@ -25,15 +25,17 @@ from dataclasses import dataclass
 
 import torch
 
-from . import caches, dispatch, record
-from .config import INTERPRETER_DEVICE, DeviceInfo, GemmConfig, Problem
-from .device import interpreter_enabled, tensor_device_info
-from .launch import is_out_of_resources, launch_gemm, launch_prepared, prefetch_compile_key, prepare_launch
+from .. import record
+from ..arch import INTERPRETER_DEVICE, DeviceInfo
+from ..config import GemmConfig
+from ..device import interpreter_enabled, tensor_device_info
+from ..launch.compile_key import prefetch as prefetch_compile_key
+from ..launch.gemm import prepare_launch
+from ..problem import Problem
+from ..selection import dispatch
+from . import caches
 from .validate import TORCH_DTYPES, check_out, span_bytes
 
-# A dispatched config that triton cannot compile (out of shared memory) is reported and the next one
-# selected, this many times at most (tests/test_dispatch_fallback.py).
-MAX_COMPILE_FALLBACKS = 8
 # Host time of one call of ours that launches a kernel on a GPU (a hit: key, lookup, triton's launcher),
 # where it exceeds torch's for the same op; a selected kernel that runs shorter than this leaves eager
 # calls to torch (see `_eager_vendor`); 0 turns the rule off (right where ours is no dearer than
@@ -46,13 +48,6 @@ _allow_tf32 = torch._C._get_cublas_allow_tf32
 _is_compiling = torch.compiler.is_compiling
 _grad_enabled = torch.is_grad_enabled
 _functorch_active = torch._C._are_functorch_transforms_active
-# The seam tests replace to watch launches: while it is replaced, every launch goes through it.
-_LAUNCH_GEMM = launch_gemm
-
-
-def _capturing() -> bool:
-    """Whether the current CUDA stream is being captured into a graph (never without CUDA)."""
-    return torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing()
 
 
 # --- the plan -----------------------------------------------------------------------------------------
@@ -213,9 +208,9 @@ def prepare(key: tuple | None, op: str, a: torch.Tensor, b: torch.Tensor, bias: 
     plan = Plan(m, n, k, problem, device, config, restriction, user_config, a.dtype is torch.float32, spans,
                 out_shape, grad=grad, linear=linear, has_bias=has_bias, eager_vendor=eager_vendor)
     if config is not None and config.backend != "torch":
-        plan.precision = _precision(plan)
+        plan.precision = precision_of(plan)
         c = out if out is not None else torch.empty((m, n), dtype=a.dtype, device="meta")  # strides only
-        plan.launch = prepare_launch(a, b, c, _bias2d(plan, bias), config, device.sm_count, plan.precision)
+        plan.launch = prepare_launch(a, b, c, bias_view(plan, bias), config, device.sm_count, plan.precision)
     if finish is not None:
         finish(plan)  # before it is stored: other threads see it whole
     _note(plan)  # TRITONBLAS_RECORD / enable(record=...): a new problem goes to the file
@@ -234,178 +229,10 @@ def _eager_vendor(selection: dispatch.Selection) -> bool:
         0.0 < selection.time_ms * 1000 < KERNEL_HOST_US
 
 
-def _precision(plan: Plan) -> str:
+def precision_of(plan: Plan) -> str:
     return "tf32" if not plan.fp32 or _allow_tf32() else "ieee"
 
 
-def _bias2d(plan: Plan, bias: torch.Tensor | None) -> torch.Tensor | None:
+def bias_view(plan: Plan, bias: torch.Tensor | None) -> torch.Tensor | None:
     """The bias as the kernels read it: a 2-D view of the output's shape (None: no bias term)."""
     return torch.broadcast_to(bias, (plan.m, plan.n)) if plan.has_bias else None
-
-
-# --- the launch of a plan ------------------------------------------------------------------------------
-
-def run(plan: Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor | None,
-        alpha: float, beta: float) -> torch.Tensor:
-    """Run a plan on this call's tensors (a linear's x and weight as they are): out (allocated when None)
-    = alpha * a @ b + beta * bias. A plan through the custom op or autograd never gets here (ops)."""
-    if plan.launch is not None and _ready(plan, a, b, bias, out):
-        if out is None:
-            # new_empty with int sizes: 0.85 us, torch.empty((m, n), dtype=, device=) 1.8 us.
-            out = a.new_empty(plan.m, plan.n) if plan.out_shape is None else a.new_empty(plan.out_shape)
-        try:  # free when nothing is raised (zero-cost exceptions)
-            launch_prepared(plan.launch, a, b, out, bias if plan.has_bias else None, alpha, beta)
-        except Exception as exc:
-            _prepared_failed(exc, plan, a, b, bias, out, alpha, beta, False)
-        return out
-    a2, b2 = gemm_operands(plan, a, b)
-    y = run_views(plan, a2, b2, bias, out, alpha, beta)
-    return y if plan.out_shape is None else y.reshape(plan.out_shape)
-
-
-def run_gemm(plan: Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, alpha: float,
-             beta: float) -> torch.Tensor:
-    """Run a plan on the GEMM's 2-D operands (a linear's x as (M, K) and weight.t()): a new (M, N)."""
-    if plan.launch is not None and _ready(plan, a, b, bias, None):
-        out = a.new_empty(plan.m, plan.n)
-        try:
-            launch_prepared(plan.launch, a, b, out, bias if plan.has_bias else None, alpha, beta)
-        except Exception as exc:
-            _prepared_failed(exc, plan, a, b, bias, out, alpha, beta, True)
-        return out
-    return run_views(plan, a, b, bias, None, alpha, beta)
-
-
-def _ready(plan: Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
-           out: torch.Tensor | None) -> bool:
-    """Whether the plan's prepared launch may run these tensors: its pointers 16-byte aligned as
-    planned (a new output is: the allocators give 64 bytes or more), the tf32 flag as planned, eager
-    use not left to torch, and the launch seam not replaced (tests watching launch_gemm)."""
-    if launch_gemm is not _LAUNCH_GEMM or plan.eager_vendor or \
-            (plan.fp32 and _precision(plan) != plan.precision):
-        return False
-    ptrs = a.data_ptr() | b.data_ptr()
-    if plan.has_bias:
-        ptrs |= bias.data_ptr()
-    if out is not None:
-        ptrs |= out.data_ptr()
-    return not ptrs & 15
-
-
-def _prepared_failed(exc: Exception, plan: Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
-                     out: torch.Tensor, alpha: float, beta: float, two_d: bool) -> None:
-    """A prepared launch raised: as run_views' launch, the next selection where triton could not compile
-    the selected config (_fall_back), else the error."""
-    if plan.user_config:
-        raise exc
-    a2, b2 = (a, b) if two_d else gemm_operands(plan, a, b)
-    args = (a2, b2, out.view(plan.m, plan.n), _bias2d(plan, bias), alpha, beta)
-    _fall_back(exc, plan, args, plan.precision)
-
-
-def gemm_operands(plan: Plan, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The GEMM's 2-D operands of the op's tensors (a linear's x as (M, K) and weight.t())."""
-    if not plan.linear:
-        return a, b
-    return (a if plan.out_shape is None else a.reshape(plan.m, plan.k)), b.t()
-
-
-def run_views(plan: Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
-              out: torch.Tensor | None, alpha: float, beta: float) -> torch.Tensor:
-    """Run a plan on the GEMM's 2-D operands through launch_gemm or the vendor GEMM."""
-    if out is None:
-        out = a.new_empty(plan.m, plan.n)
-    config = plan.config
-    if config is None:
-        return out
-    if config.backend == "torch" or (plan.eager_vendor and not _capturing()):
-        # torch.addmm broadcasts the bias itself: no 2-D view to build (1.5 us a call on the CPU box)
-        _vendor_gemm(a, b, out, bias if plan.has_bias else None, alpha, beta)
-        return out
-    precision = _precision(plan)
-    bias2d = _bias2d(plan, bias)
-    try:
-        launch_gemm(a, b, out, bias2d, alpha, beta, config, plan.device.sm_count, precision)
-    except Exception as exc:
-        if plan.user_config:
-            raise
-        _fall_back(exc, plan, (a, b, out, bias2d, alpha, beta), precision)
-    return out
-
-
-def _run_config(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bias2d: torch.Tensor | None,
-                alpha: float, beta: float, config: GemmConfig, sm_count: int, precision: str) -> None:
-    """The kernels, or for a torch-backend config the vendor GEMM (_vendor_gemm)."""
-    if config.backend == "torch":
-        _vendor_gemm(a, b, out, bias2d, alpha, beta)
-    else:
-        launch_gemm(a, b, out, bias2d, alpha, beta, config, sm_count, precision)
-
-
-def _vendor_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bias: torch.Tensor | None,
-                 alpha: float, beta: float) -> None:
-    """torch.mm / torch.addmm with the kernels' contract: out = alpha * (a @ b) + beta * bias in a's
-    dtype, bias anything torch.addmm broadcasts (None: no bias term, as with beta == 0; K = 0 gives
-    beta * bias). torch honours allow_tf32 for fp32 as the kernels' precision does. The out= overloads:
-    transparent mode does not intercept them, so an explicit call never comes back through it."""
-    if bias is not None:
-        if bias.dim() == 2 and bias.stride(1) == 1 and (bias.shape[0] == 1 or bias.stride(0) == 0):
-            # A row bias goes in as the (N,) vector it is: cuBLASLt then fuses it into the GEMM's
-            # epilogue, where a 2-D one is first copied into out (512x6144x4096 bf16, nt, row bias:
-            # 48.0 us vs F.linear's 39.9 us on the H200, 2026-11-30; 1x6144x4096, whose broadcast view
-            # has stride (N, 1): a copy and a non-bias kernel, 58.7 vs 24.1 us, scripts/vendor_probe.py).
-            bias = bias[0]
-        if alpha == 1.0 and beta == 1.0:  # keyword parsing costs 0.6 us
-            torch.addmm(bias, a, b, out=out)
-        else:
-            torch.addmm(bias, a, b, beta=beta, alpha=alpha, out=out)
-    elif alpha == 1.0:
-        torch.mm(a, b, out=out)
-    else:  # beta=0: out is not read (torch.addmm ignores its input then, NaN included)
-        torch.addmm(out, a, b, beta=0.0, alpha=alpha, out=out)
-
-
-def _fall_back(exc: Exception, plan: Plan, args: tuple, precision: str) -> None:
-    """A selected config triton cannot compile is reported (never selected again for this problem,
-    which drops the plans) and the next selection runs; other errors propagate."""
-    config = plan.config
-    for _ in range(MAX_COMPILE_FALLBACKS):
-        if not is_out_of_resources(exc):
-            raise exc
-        dispatch.report_compile_failure(plan.problem, plan.device, config, exc)
-        config = dispatch.select_config(plan.problem, plan.device, *plan.restriction)
-        try:
-            _run_config(*args, config, plan.device.sm_count, precision)
-            return
-        except Exception as again:
-            exc = again
-    p = plan.problem
-    raise RuntimeError(f"tritonblas: {MAX_COMPILE_FALLBACKS + 1} selected configs in a row could not be "
-                       f"compiled for {p.m}x{p.n}x{p.k} {p.dtype} on {plan.device.name}; pass config= "
-                       "explicitly") from exc
-
-
-# --- the core op's body and transparent mode's kernels --------------------------------------------
-
-def plan_gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, beta: float,
-              enable_streamk: bool | None = None, backend: str | None = None,
-              config: GemmConfig | None = None) -> Plan:
-    """Lookup-or-prepare below autograd, for 2-D operands the custom op's callers checked."""
-    key = signature("gemm" if beta != 0.0 else "gemm0", enable_streamk, backend, config, a, b, bias, None,
-                    False)
-    return lookup(key, a, b, bias, None) or prepare(key, "gemm", a, b, bias, beta, None, enable_streamk,
-                                                    config, backend)
-
-
-def torch_runs(plan: Plan) -> bool:
-    """Whether torch's own GEMM runs this plan (transparent mode then calls torch's kernel itself):
-    dispatch chose torch.mm, the kernels win only under graph capture, or the output is empty."""
-    config = plan.config
-    return config is None or config.backend == "torch" or (plan.eager_vendor and not _capturing())
-
-
-def gemm_body(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, beta: float, alpha: float,
-              enable_streamk: bool | None = None, backend: str | None = None,
-              config: GemmConfig | None = None) -> torch.Tensor:
-    """The core op's body: plan_gemm, then run; never through the custom op."""
-    return run(plan_gemm(a, b, bias, beta, enable_streamk, backend, config), a, b, bias, None, alpha, beta)

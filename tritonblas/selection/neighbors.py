@@ -7,7 +7,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 
-from .config import GemmConfig, Problem
+from ..config import GemmConfig
+from ..problem import Problem
 
 # A neighbour further than this (Euclidean distance in log2 M, N, K: 3.0 is e.g. 8x in one dimension)
 # says little about the new shape; the heuristic is the better guess past it.

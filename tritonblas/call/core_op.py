@@ -1,6 +1,6 @@
 """The core op `tritonblas::gemm`: the one node autograd and torch.compile see for a GEMM of the library.
 
-Its body is call_path.gemm_body (lookup-or-prepare, then launch, as every eager call); its backward runs the
+Its body is call.run.gemm_body (lookup-or-prepare, then launch, as every eager call); its backward runs the
 library's kernels too; its fake implementation gives torch.compile the output's shape. ops imports this
 module on the first call that needs it (autograd, torch.compile): an eager call never goes through the
 custom op, and registering it is not free (0.14-0.24 s in a fresh process on the H200).
@@ -12,8 +12,8 @@ import functools
 
 import torch
 
-from .call_path import gemm_body
-from .config import BACKENDS, GemmConfig
+from ..config import BACKENDS, GemmConfig
+from .run import gemm_body
 
 # (enable_streamk, backend) <-> the custom op's `family` int (its schema has no Optional[bool]). A
 # family restriction already means the kernels, so (False, "triton") is (False, None).

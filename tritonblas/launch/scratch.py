@@ -41,6 +41,7 @@ graphs" (tests/scratch_overhead.py).
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -149,3 +150,28 @@ def padded_buffer(slot: int, rows: int, lead: int, like: torch.Tensor, held: lis
     if stream is not None:
         held.append((free, buf))
     return buf
+
+
+def _descriptor_scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
+    # Called inside the launch, with the tensors' device current (see launch.gemm's _launch).
+    return torch.empty(size, dtype=torch.int8, device=torch.cuda.current_device())
+
+
+@functools.cache
+def _allocator_var():
+    from triton.runtime import _allocation
+
+    return _allocation._allocator, _allocation._NULL_ALLOCATOR
+
+
+def ensure_allocator() -> None:
+    """Device-side tensor descriptors need global scratch, which triton asks its allocator for at every
+    launch. The allocator is a ContextVar: set in one thread, unset in the next. So it is checked at
+    each TMA launch, not once per plan: a plan built in the tuner's compile threads (or a user's
+    thread) and launched from another failed with "no allocator was set" (311 TMA candidates lost in
+    the first two-GPU tuning run)."""
+    var, null = _allocator_var()
+    if var.get() is null:
+        import triton
+
+        triton.set_allocator(_descriptor_scratch)

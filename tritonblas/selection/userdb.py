@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable
 from typing import Literal, TypeVar
 
-from . import log
+from .. import log
 
 T = TypeVar("T")
 

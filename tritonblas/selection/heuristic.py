@@ -18,21 +18,20 @@ import itertools
 import math
 from dataclasses import dataclass
 
-from . import arith
-from .arith import cdiv, fixup_reads, gemm_flops
-from .config import (
+from ..arch import DeviceInfo
+from ..arith import cdiv, gemm_flops
+from ..config import GemmConfig, config_supports
+from ..launch import streamk as plan
+from ..launch.streamk import fixup_plan, fixup_reads
+from ..problem import (
     DTYPE_BYTES,
-    DeviceInfo,
-    GemmConfig,
     Problem,
     aligned_leading_dim,
-    config_supports,
-    fixup_plan,
     operand_alignment,
     operand_leading_dims,
     operands_aligned,
-    smem_bytes,
 )
+from ..smem import smem_bytes
 
 # Peak dense rates (TFLOP/s) and bandwidth (TB/s) per arch; unknown archs fall back to "default".
 # H200: torch.mm bf16 8192^3 measured 660-800 TFLOP/s on 2026-11-29, our best tile 760; copy ~4.3 TB/s.
@@ -162,7 +161,7 @@ def estimate(config: GemmConfig, problem: Problem, device: DeviceInfo) -> Estima
                 fixup += split_fixed_us(config)
                 # The fix-up's reads at about twice one SM's fair share of bandwidth: 256x256x65536
                 # with 128x128 tiles (33 partials of 64 KB read by one program) took 66 us against
-                # ~38 us with no fix-up at all. What is on the critical path: arith.fixup_reads (the
+                # ~38 us with no fix-up at all. What is on the critical path: launch.streamk.fixup_reads (the
                 # tree's chain, or deferred one program's chunks).
                 per_sm_bytes_us = _BANDWIDTH_TBS[arch] * 1e6 / device.sm_count * 2
                 reads = fixup_reads(split, *fixup_plan(config, tiles, programs, split, config.tma))
@@ -208,9 +207,10 @@ def split_fixed_us(config: GemmConfig) -> float:
 
 
 def streamk_split(config: GemmConfig, problem: Problem, programs: int) -> int:
-    """K segments per leftover tile of `config` on `problem` on `programs` programs (arith.streamk_split)."""
+    """K segments per leftover tile of `config` on `problem` on `programs` programs
+    (launch.streamk.streamk_split)."""
     tiles = cdiv(problem.m, config.block_m) * cdiv(problem.n, config.block_n)
-    return arith.streamk_split(tiles, programs, cdiv(problem.k, config.block_k))
+    return plan.streamk_split(tiles, programs, cdiv(problem.k, config.block_k))
 
 
 def splits_tiles(config: GemmConfig, problem: Problem, programs: int) -> bool:
@@ -328,7 +328,7 @@ def streamk_grids(blocks: tuple[int, int, int], problem: Problem, sm_count: int)
     tree fix-up, torch.mm 7.3 (tests/kernel_ab.py, graph replay, H200, 2026-11-30)."""
     block_m, block_n, block_k = blocks
     tiles = cdiv(problem.m, block_m) * cdiv(problem.n, block_n)
-    default_split = arith.streamk_split(tiles, sm_count, cdiv(problem.k, block_k)) if tiles < sm_count else 0
+    default_split = plan.streamk_split(tiles, sm_count, cdiv(problem.k, block_k)) if tiles < sm_count else 0
     return (None, *(tiles * s for s in STREAMK_SPLITS if s < default_split))
 
 

@@ -29,8 +29,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from . import caches, heuristic, log, neighbors
-from .config import BiasKind, DeviceInfo, GemmConfig, Problem, config_supports, require_supported
+from tuning_db.vocabulary import BiasKind
+
+from .. import log
+from ..arch import DeviceInfo
+from ..call import caches
+from ..config import GemmConfig, config_supports, require_supported
+from ..problem import Problem
+from . import heuristic, neighbors
 from .userdb import UserDB
 
 Source = Literal["db", "shipped", "neighbor", "heuristic", "user"]
@@ -237,7 +243,7 @@ def _vendor_won(w) -> str:
 def _tuned_under(w) -> str:
     """Which triton tuned a stored winner: one of another version than the running one serves (same
     kernels, feasibility checked again here), and says so."""
-    from . import identity
+    from .. import identity
 
     other = f" (another version than the running {identity.triton_version()})" if w.other_triton else ""
     return f" under triton {w.env.triton_version}{other}"
@@ -375,7 +381,7 @@ def select(m: int, n: int, k: int, dtype: object, *, out_dtype: object = None, l
     checking that it can run the problem. backend: None (dispatch decides), "triton" (kernels only),
     "torch" (torch.mm pinned).
     """
-    from .validate import check_options, device_info_of, problem_of
+    from ..call.validate import check_options, device_info_of, problem_of
 
     problem = problem_of(m, n, k, dtype, out_dtype, layout, bias)
     check_options(enable_streamk, config, backend)  # the same checks as matmul's, conflicts included

@@ -1,0 +1,192 @@
+"""The run of a call's plan (tritonblas.call.path): its prepared launch where the call's tensors allow
+it, else launch_gemm or the vendor GEMM on the GEMM's 2-D views; a config triton cannot compile falls
+back to the next selection (`_fall_back`). Also the custom op's body (`gemm_body`) and transparent mode's
+question whether torch runs a plan (`torch_runs`)."""
+
+from __future__ import annotations
+
+import torch
+
+from ..config import GemmConfig
+from ..launch.gemm import is_out_of_resources, launch_gemm, launch_prepared
+from ..selection import dispatch
+from .path import Plan, bias_view, lookup, precision_of, prepare, signature
+
+# A dispatched config that triton cannot compile (out of shared memory) is reported and the next one
+# selected, this many times at most (tests/test_dispatch_fallback.py).
+MAX_COMPILE_FALLBACKS = 8
+# The seam tests replace to watch launches: while it is replaced, every launch goes through it.
+_LAUNCH_GEMM = launch_gemm
+
+
+def capturing() -> bool:
+    """Whether the current CUDA stream is being captured into a graph (never without CUDA)."""
+    return torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing()
+
+
+# --- the launch of a plan ------------------------------------------------------------------------------
+
+def run(plan: Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor | None,
+        alpha: float, beta: float) -> torch.Tensor:
+    """Run a plan on this call's tensors (a linear's x and weight as they are): out (allocated when None)
+    = alpha * a @ b + beta * bias. A plan through the custom op or autograd never gets here (ops)."""
+    if plan.launch is not None and _ready(plan, a, b, bias, out):
+        if out is None:
+            # new_empty with int sizes: 0.85 us, torch.empty((m, n), dtype=, device=) 1.8 us.
+            out = a.new_empty(plan.m, plan.n) if plan.out_shape is None else a.new_empty(plan.out_shape)
+        try:  # free when nothing is raised (zero-cost exceptions)
+            launch_prepared(plan.launch, a, b, out, bias if plan.has_bias else None, alpha, beta)
+        except Exception as exc:
+            _prepared_failed(exc, plan, a, b, bias, out, alpha, beta, False)
+        return out
+    a2, b2 = gemm_operands(plan, a, b)
+    y = run_views(plan, a2, b2, bias, out, alpha, beta)
+    return y if plan.out_shape is None else y.reshape(plan.out_shape)
+
+
+def run_gemm(plan: Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, alpha: float,
+             beta: float) -> torch.Tensor:
+    """Run a plan on the GEMM's 2-D operands (a linear's x as (M, K) and weight.t()): a new (M, N)."""
+    if plan.launch is not None and _ready(plan, a, b, bias, None):
+        out = a.new_empty(plan.m, plan.n)
+        try:
+            launch_prepared(plan.launch, a, b, out, bias if plan.has_bias else None, alpha, beta)
+        except Exception as exc:
+            _prepared_failed(exc, plan, a, b, bias, out, alpha, beta, True)
+        return out
+    return run_views(plan, a, b, bias, None, alpha, beta)
+
+
+def _ready(plan: Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
+           out: torch.Tensor | None) -> bool:
+    """Whether the plan's prepared launch may run these tensors: its pointers 16-byte aligned as
+    planned (a new output is: the allocators give 64 bytes or more), the tf32 flag as planned, eager
+    use not left to torch, and the launch seam not replaced (tests watching launch_gemm)."""
+    if launch_gemm is not _LAUNCH_GEMM or plan.eager_vendor or \
+            (plan.fp32 and precision_of(plan) != plan.precision):
+        return False
+    ptrs = a.data_ptr() | b.data_ptr()
+    if plan.has_bias:
+        ptrs |= bias.data_ptr()
+    if out is not None:
+        ptrs |= out.data_ptr()
+    return not ptrs & 15
+
+
+def _prepared_failed(exc: Exception, plan: Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
+                     out: torch.Tensor, alpha: float, beta: float, two_d: bool) -> None:
+    """A prepared launch raised: as run_views' launch, the next selection where triton could not compile
+    the selected config (_fall_back), else the error."""
+    if plan.user_config:
+        raise exc
+    a2, b2 = (a, b) if two_d else gemm_operands(plan, a, b)
+    args = (a2, b2, out.view(plan.m, plan.n), bias_view(plan, bias), alpha, beta)
+    _fall_back(exc, plan, args, plan.precision)
+
+
+def gemm_operands(plan: Plan, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The GEMM's 2-D operands of the op's tensors (a linear's x as (M, K) and weight.t())."""
+    if not plan.linear:
+        return a, b
+    return (a if plan.out_shape is None else a.reshape(plan.m, plan.k)), b.t()
+
+
+def run_views(plan: Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
+              out: torch.Tensor | None, alpha: float, beta: float) -> torch.Tensor:
+    """Run a plan on the GEMM's 2-D operands through launch_gemm or the vendor GEMM."""
+    if out is None:
+        out = a.new_empty(plan.m, plan.n)
+    config = plan.config
+    if config is None:
+        return out
+    if config.backend == "torch" or (plan.eager_vendor and not capturing()):
+        # torch.addmm broadcasts the bias itself: no 2-D view to build (1.5 us a call on the CPU box)
+        _vendor_gemm(a, b, out, bias if plan.has_bias else None, alpha, beta)
+        return out
+    precision = precision_of(plan)
+    bias2d = bias_view(plan, bias)
+    try:
+        launch_gemm(a, b, out, bias2d, alpha, beta, config, plan.device.sm_count, precision)
+    except Exception as exc:
+        if plan.user_config:
+            raise
+        _fall_back(exc, plan, (a, b, out, bias2d, alpha, beta), precision)
+    return out
+
+
+def _run_config(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bias2d: torch.Tensor | None,
+                alpha: float, beta: float, config: GemmConfig, sm_count: int, precision: str) -> None:
+    """The kernels, or for a torch-backend config the vendor GEMM (_vendor_gemm)."""
+    if config.backend == "torch":
+        _vendor_gemm(a, b, out, bias2d, alpha, beta)
+    else:
+        launch_gemm(a, b, out, bias2d, alpha, beta, config, sm_count, precision)
+
+
+def _vendor_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bias: torch.Tensor | None,
+                 alpha: float, beta: float) -> None:
+    """torch.mm / torch.addmm with the kernels' contract: out = alpha * (a @ b) + beta * bias in a's
+    dtype, bias anything torch.addmm broadcasts (None: no bias term, as with beta == 0; K = 0 gives
+    beta * bias). torch honours allow_tf32 for fp32 as the kernels' precision does. The out= overloads:
+    transparent mode does not intercept them, so an explicit call never comes back through it."""
+    if bias is not None:
+        if bias.dim() == 2 and bias.stride(1) == 1 and (bias.shape[0] == 1 or bias.stride(0) == 0):
+            # A row bias goes in as the (N,) vector it is: cuBLASLt then fuses it into the GEMM's
+            # epilogue, where a 2-D one is first copied into out (512x6144x4096 bf16, nt, row bias:
+            # 48.0 us vs F.linear's 39.9 us on the H200, 2026-11-30; 1x6144x4096, whose broadcast view
+            # has stride (N, 1): a copy and a non-bias kernel, 58.7 vs 24.1 us, scripts/vendor_probe.py).
+            bias = bias[0]
+        if alpha == 1.0 and beta == 1.0:  # keyword parsing costs 0.6 us
+            torch.addmm(bias, a, b, out=out)
+        else:
+            torch.addmm(bias, a, b, beta=beta, alpha=alpha, out=out)
+    elif alpha == 1.0:
+        torch.mm(a, b, out=out)
+    else:  # beta=0: out is not read (torch.addmm ignores its input then, NaN included)
+        torch.addmm(out, a, b, beta=0.0, alpha=alpha, out=out)
+
+
+def _fall_back(exc: Exception, plan: Plan, args: tuple, precision: str) -> None:
+    """A selected config triton cannot compile is reported (never selected again for this problem,
+    which drops the plans) and the next selection runs; other errors propagate."""
+    config = plan.config
+    for _ in range(MAX_COMPILE_FALLBACKS):
+        if not is_out_of_resources(exc):
+            raise exc
+        dispatch.report_compile_failure(plan.problem, plan.device, config, exc)
+        config = dispatch.select_config(plan.problem, plan.device, *plan.restriction)
+        try:
+            _run_config(*args, config, plan.device.sm_count, precision)
+            return
+        except Exception as again:
+            exc = again
+    p = plan.problem
+    raise RuntimeError(f"tritonblas: {MAX_COMPILE_FALLBACKS + 1} selected configs in a row could not be "
+                       f"compiled for {p.m}x{p.n}x{p.k} {p.dtype} on {plan.device.name}; pass config= "
+                       "explicitly") from exc
+
+
+# --- the core op's body and transparent mode's kernels --------------------------------------------
+
+def plan_gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, beta: float,
+              enable_streamk: bool | None = None, backend: str | None = None,
+              config: GemmConfig | None = None) -> Plan:
+    """Lookup-or-prepare below autograd, for 2-D operands the custom op's callers checked."""
+    key = signature("gemm" if beta != 0.0 else "gemm0", enable_streamk, backend, config, a, b, bias, None,
+                    False)
+    return lookup(key, a, b, bias, None) or prepare(key, "gemm", a, b, bias, beta, None, enable_streamk,
+                                                    config, backend)
+
+
+def torch_runs(plan: Plan) -> bool:
+    """Whether torch's own GEMM runs this plan (transparent mode then calls torch's kernel itself):
+    dispatch chose torch.mm, the kernels win only under graph capture, or the output is empty."""
+    config = plan.config
+    return config is None or config.backend == "torch" or (plan.eager_vendor and not capturing())
+
+
+def gemm_body(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, beta: float, alpha: float,
+              enable_streamk: bool | None = None, backend: str | None = None,
+              config: GemmConfig | None = None) -> torch.Tensor:
+    """The core op's body: plan_gemm, then run; never through the custom op."""
+    return run(plan_gemm(a, b, bias, beta, enable_streamk, backend, config), a, b, bias, None, alpha, beta)

@@ -1,0 +1,15 @@
+"""The words a GEMM problem is described in, defined once: operand dtypes, layouts (A and B each "n"
+or "t", transposed) and bias kinds. tuning_db validates keys with these types; tritonblas imports them
+from here (tuning_db imports nothing of tritonblas), so the two cannot disagree."""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+DType = Literal["fp16", "bf16", "fp32"]
+Layout = Literal["nn", "nt", "tn", "tt"]
+BiasKind = Literal["none", "scalar", "row", "column", "full"]
+
+DTYPES: tuple[str, ...] = get_args(DType)
+LAYOUTS: tuple[str, ...] = get_args(Layout)
+BIAS_KINDS: tuple[str, ...] = get_args(BiasKind)
