@@ -36,7 +36,7 @@ class BenchRow:
     rel_error: float | None = None
     note: str = ""
     # Run-time fallbacks: RuntimeWarnings of configs dispatch selected and triton refused to compile
-    # (issue 21: the feasibility predicate should leave none; `ops._fall_back` is the safety net).
+    # (issue 21: the feasibility predicate should leave none; call.run's `_fall_back` is the safety net).
     fallbacks: int = 0
 
     def _tflops(self, ms: float | None) -> float | None:

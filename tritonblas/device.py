@@ -17,7 +17,7 @@ _NOT_ON_CPU = f"tritonblas runs on CUDA/ROCm tensors and got CPU ones: move them
 # select() without tensors on a machine without a GPU asks for the current device and lands here too.
 _NO_GPU = (f"tritonblas runs on CUDA/ROCm devices and this torch sees none; {_INTERPRETER}. To see what "
            "dispatch selects for a GPU that is not here: tritonblas.select(..., device="
-           "tritonblas.config.device_for_arch('sm_90')) or `tritonblas explain M N K --arch sm_90`")
+           "tritonblas.arch.device_for_arch('sm_90')) or `tritonblas explain M N K --arch sm_90`")
 
 
 def interpreter_enabled() -> bool:

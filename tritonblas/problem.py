@@ -66,7 +66,7 @@ def operand_leading_dims(problem: Problem) -> tuple[int, int]:
 
 def aligned_leading_dim(lead: int, elt: int) -> int:
     """`lead` elements of `elt` bytes rounded up to a multiple of 16 bytes: the leading dim of an
-    aligned_copy buffer (launch._aligned), and what the heuristic prices the copied operand at."""
+    aligned_copy buffer (launch.gemm._aligned), and what the heuristic prices the copied operand at."""
     per16 = 16 // elt
     return -(-lead // per16) * per16
 

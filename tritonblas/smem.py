@@ -17,7 +17,7 @@ SMEM_FITTED_ARCHS = ("sm_90", "interpreter")
 
 def smem_bytes(config: GemmConfig, problem: Problem, arch: str = "sm_90") -> int:
     """Shared memory triton 3.6 allocates for the kernels on sm_90, fitted to its own figures:
-    scripts/smem_sweep.py compiles them on a CPU exactly as a launch would (tritonblas.launch's
+    scripts/smem_sweep.py compiles them on a CPU exactly as a launch would (tritonblas.launch.gemm's
     arguments, triton's specialization) over a sample of the heuristic's and the tuner's space, every
     dtype, layout, K residue and bias, the TMA, pointer and aligned-copy paths, both families. Fitted
     to 4476 records, checked on 1726 more drawn afterwards (none of their 255 rows over the limit
@@ -43,7 +43,7 @@ def smem_bytes(config: GemmConfig, problem: Problem, arch: str = "sm_90") -> int
       buffers (triton asks for the larger of the two) and is at most 128 KiB within the register rule.
     On archs it was not fitted to (`arch` not in SMEM_FITTED_ARCHS) every operand counts every stage:
     the fewer buffers were measured on sm_90 only. A config triton still refuses falls back to the
-    next selection (`ops._fall_back`); docs/notes/shared-memory.md says how to measure again."""
+    next selection (call.run's `_fall_back`); docs/notes/shared-memory.md says how to measure again."""
     elt = DTYPE_BYTES[problem.dtype]
     bm, bn, bk, stages = config.block_m, config.block_n, config.block_k, max(config.num_stages, 1)
     a_tile, b_tile = bm * bk * elt, bk * bn * elt
@@ -63,7 +63,7 @@ def smem_bytes(config: GemmConfig, problem: Problem, arch: str = "sm_90") -> int
 
 
 def _one_element_loads(problem: Problem, copied: bool) -> tuple[bool, bool]:
-    """Per operand (A, B), whether the pointer loop reads it one element at a time, as launch's
+    """Per operand (A, B), whether the pointer loop reads it one element at a time, as launch.gemm's
     A_DIV / B_DIV = 1 make it for a 16-bit dtype: an odd leading dim (a copied operand's is padded),
     or an odd M (A column-major) / N (B row-major), the contiguous axis it wraps. Problems with a
     dimension of 1 (which triton turns into constants) count as not."""

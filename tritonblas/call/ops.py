@@ -25,7 +25,7 @@ from .validate import check_bias, check_operands, check_options, check_scalar, c
 def _core_op():
     # Imported on the first call that needs autograd or runs under torch.compile (which performs the
     # import while tracing): registering the custom op took 0.14-0.24 s of a warmed first call on the
-    # H200 (scripts/first_call_imports.py), and eager calls without autograd never use it.
+    # H200 (016dd08:scripts/first_call_imports.py), and eager calls without autograd never use it.
     from . import core_op
 
     return core_op

@@ -71,7 +71,7 @@ class Plan:
     grad: bool = False  # eager autograd: ops' autograd.Function, whose forward runs this plan
     linear: bool = False  # the op's tensors are (x, weight): the GEMM's operands x (2-D) and weight.t()
     has_bias: bool = False  # a bias term (addmm with beta == 0 has none: its input is ignored)
-    launch: object = None  # launch.prepare_launch's plan, for tensors with the planned call's pointers
+    launch: object = None  # launch.gemm.prepare_launch's plan, for tensors with the planned call's pointers
     precision: str = "tf32"  # the tf32 choice `launch` was made with (fp32 only: read per call)
     eager_vendor: bool = False  # the kernels win only where no host time is paid: graph capture
     recorded: int = -1  # record.generation when the problem was last noted (see lookup)

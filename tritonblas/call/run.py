@@ -134,7 +134,8 @@ def _vendor_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bias: torc
             # A row bias goes in as the (N,) vector it is: cuBLASLt then fuses it into the GEMM's
             # epilogue, where a 2-D one is first copied into out (512x6144x4096 bf16, nt, row bias:
             # 48.0 us vs F.linear's 39.9 us on the H200, 2026-11-30; 1x6144x4096, whose broadcast view
-            # has stride (N, 1): a copy and a non-bias kernel, 58.7 vs 24.1 us, scripts/vendor_probe.py).
+            # has stride (N, 1): a copy and a non-bias kernel, 58.7 vs 24.1 us,
+            # 016dd08:scripts/vendor_probe.py).
             bias = bias[0]
         if alpha == 1.0 and beta == 1.0:  # keyword parsing costs 0.6 us
             torch.addmm(bias, a, b, out=out)

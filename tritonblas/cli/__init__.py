@@ -1,7 +1,7 @@
 """The command line: `tritonblas {tune,bench,explain,warmup,db}` and `tritonblas-tune`.
 
 One module per command, each thin over the library: tuning is `tritonblas.tuning` (a run over GPUs and
-shards: `tuning.run`), benchmarking `tritonblas.bench`, selection `tritonblas.dispatch`, warm-up
+shards: `tuning.run`), benchmarking `tritonblas.bench`, selection `tritonblas.selection.dispatch`, warm-up
 `tritonblas.warmup`, the database `tuning_db`. `common` holds what they share: how help is attached
 (each command's docstring, with examples), option types and checks, and the one-line exits.
 """

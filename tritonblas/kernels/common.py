@@ -50,9 +50,9 @@ def operand_sources(
     USE_TMA: tl.constexpr, HOST_DESC: tl.constexpr, A_COL: tl.constexpr, B_COL: tl.constexpr,
 ):
     """What the K loop reads A and B through: TMA descriptors, or the pointers themselves. HOST_DESC:
-    the descriptors came built from the host (a_host, b_host: launch._host_descriptors, the same
+    the descriptors came built from the host (a_host, b_host: launch.gemm._host_descriptors, the same
     shapes, strides and boxes as make_operand_descs), so no program builds and fences its own: that
-    cost a small problem's kernel 1.1-2.3 us (scripts/tma_desc_probe.py, graph replay, H200)."""
+    cost a small problem's kernel 1.1-2.3 us (016dd08:scripts/tma_desc_probe.py, graph replay, H200)."""
     a_desc, b_desc = a_ptr, b_ptr
     if USE_TMA:
         if HOST_DESC:
@@ -71,7 +71,7 @@ def operand_sources(
 @triton.jit
 def widened(idx, INT64: tl.constexpr):
     """`idx` as int64 when the launch needs 64-bit offsets (INT64, chosen on the host by
-    launch.needs_int64): an index times a stride then never wraps past 2**31 elements. Problems that
+    launch.gemm.needs_int64): an index times a stride then never wraps past 2**31 elements. Problems that
     fit keep 32-bit index arithmetic, as before."""
     # One return: triton refuses returns of two types even under a constexpr branch.
     wide = idx
@@ -119,7 +119,7 @@ def k_loop_tma(
 def hinted_offsets(idx, stride, DIV: tl.constexpr):
     """idx * stride, declared a multiple of DIV. The hint goes on this tensor, not on the scalar stride:
     a hint on a kernel argument is silently dropped, which left 1024x1024x1000 bf16 at 178 us against
-    12 us for 1024^3 (scripts/ragged_probe.py, 2026-11-30)."""
+    12 us for 1024^3 (016dd08:scripts/ragged_probe.py, 2026-11-30)."""
     offs = idx * stride
     if DIV > 1:
         offs = tl.multiple_of(offs, DIV)

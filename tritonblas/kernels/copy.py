@@ -3,7 +3,7 @@ copied into a buffer whose rows are padded to one, so the GEMM can read it by TM
 
 torch's own `copy_` into the padded view cannot vectorize either side of such a copy: on the H200 it
 took 45.1 us for the 4095x4097 bf16 B of 127x4097x4095, where this kernel takes 27.0 us and a plain
-contiguous `clone` 24.2 us (scripts/copy_probe.py, 2026-11-30).
+contiguous `clone` 24.2 us (016dd08:scripts/copy_probe.py, 2026-11-30).
 """
 
 import triton

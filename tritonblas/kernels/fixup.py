@@ -10,7 +10,7 @@ import triton.language as tl
 from .common import epilogue, tile_coords, widened
 
 # A tile counter: arrivals below bit 20 (S <= NUM_PROGS <= config.MAX_GRID < 2**20), chunk c's claim at
-# bit 20 + c (<= 8 chunks: config.fixup_plan), so it stays a positive int32.
+# bit 20 + c (<= 8 chunks: launch.streamk.fixup_plan), so it stays a positive int32.
 _CLAIM_BIT = tl.constexpr(20)
 _ARRIVALS = tl.constexpr(1 << 20)
 
@@ -18,8 +18,8 @@ _ARRIVALS = tl.constexpr(1 << 20)
 @triton.jit
 def fixup_groups(splits):
     """(G, Q): segments per group, ceil(sqrt(S)), and groups, cdiv(S, G); one group below S = 12
-    (arith.TREE_MIN_SPLITS: where the tree's second level pays, measured there). arith.fixup_groups is
-    the host's copy (the workspace it sizes holds the Q group slots)."""
+    (launch.streamk.TREE_MIN_SPLITS: where the tree's second level pays, measured there).
+    launch.streamk.fixup_groups is the host's copy (the workspace it sizes holds the Q group slots)."""
     group = splits
     if splits >= 12:
         group = tl.full((), 1, tl.int32)
@@ -307,7 +307,7 @@ def claim_chunks(
     """Deferred: claim this program's chunks of its split tile, and sum them if every partial is in."""
     sk_tile = pid % sk_tiles
     claims = _claims(seg=pid // sk_tiles, splits=splits, FIXUP_CHUNKS=FIXUP_CHUNKS)
-    if (claims != 0) & (splits > 1):  # (the host defers split tiles only: arith.fixup_deferred)
+    if (claims != 0) & (splits > 1):  # (the host defers split tiles only: launch.streamk.fixup_deferred)
         pid_m, pid_n = tile_coords(
             tile_id=dp_tiles + sk_tile, M=M, N=N, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, GROUP_M=GROUP_M,
         )

@@ -7,7 +7,7 @@ order and code, so the same bits) and writes the chunk through the shared epilog
 counts, and the reads are spread over all the SMs instead of one program per tile: on the H200 the
 last arrival of a tile with no data-parallel work to hide behind spent 6-10 us summing it
 (256x2048x28672, 1024x1024x16384, 512x512x32768: tests/streamk_timeline.py), where cuBLAS runs split-K
-and then a reduce kernel of 2.7-4.5 us (scripts/vendor_kernels.py).
+and then a reduce kernel of 2.7-4.5 us (016dd08:scripts/vendor_kernels.py).
 """
 
 import triton

@@ -10,7 +10,7 @@ H200 that ran the split part at ~0.45 of the data-parallel rate (512x1024x32768,
 programs left over (NUM_PROGS - S*T < T) have no segment.
 
 A split tile's programs write their fp32 partials to workspace slot p, and the tile is summed in slot
-order in FIXUP_CHUNKS row chunks (launch: config.fixup_plan), eight or four partials' chunks in flight
+order in FIXUP_CHUNKS row chunks (launch.streamk.fixup_plan), eight or four partials' chunks in flight
 at a time (fixup.sum_chunk), or whole (one chunk) a partial at a time: each read is a round trip (0.85-1.5
 us for a 64 KB partial on one SM, kernel-levers row 18), and a whole 128x128 tile is as many values as
 a thread can keep in flight. Who sums a chunk is settled by one counter per split tile, arrivals in
@@ -32,7 +32,7 @@ its low 20 bits and a claim bit per chunk above; nobody waits:
 The sum order is fixed either way, so the result is bitwise the same run to run, whoever sums; the
 event that completes a counter resets it to 0 for the next launch.
 
-Workspace (sized by the host, launch.streamk_workspace): NUM_PROGS + T * Q slots of BLOCK_M x BLOCK_N
+Workspace (sized by the host, launch.streamk.streamk_workspace): NUM_PROGS + T * Q slots of BLOCK_M x BLOCK_N
 fp32 (no group slots unless the tree runs); counters: T tile counters, then T * Q group counters.
 """
 
@@ -112,9 +112,10 @@ def streamk_gemm_kernel(
     splits = min(NUM_PROGS // max(sk_tiles, 1), iters_per_tile)
     in_split = pid < splits * sk_tiles
 
-    # DEFERRED (the host's arith.fixup_deferred): the segment first (phase 0), so that the fix-up's chunks
-    # are claimed after the data-parallel tiles; else the data-parallel tiles first. The two phases are
-    # unrolled at compile time: the code is that of two ifs, with the segment's call written once.
+    # DEFERRED (the host's launch.streamk.fixup_deferred): the segment first (phase 0), so that the
+    # fix-up's chunks are claimed after the data-parallel tiles; else the data-parallel tiles first. The
+    # two phases are unrolled at compile time: the code is that of two ifs, with the segment's call
+    # written once.
     segment_phase: tl.constexpr = 0 if DEFERRED else 1
     for phase in tl.static_range(2):
         if phase == segment_phase:

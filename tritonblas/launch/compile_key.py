@@ -2,7 +2,7 @@
 
 Before triton looks a compiled kernel up in its cache it computes `triton_key()`: a hash of its compiler
 sources and of libtriton.so (415 MB in triton 3.6), once per process. On the H200 host that was 0.35-0.66
-s of a warm first call of 0.76 s (scripts/custom_op_probe.py, scripts/warmup_check.py --profile,
+s of a warm first call of 0.76 s (016dd08:scripts/custom_op_probe.py, scripts/warmup_check.py --profile,
 2026-11-30), more than the issue's whole 0.5 s budget. The key is a pure function of those files'
 contents, so it is stored next to triton's cache with the size and mtime of every file it covers (as
 ccache and pip do for theirs): a later process whose files all stat the same reuses it; any difference

@@ -94,7 +94,7 @@ def _aligned(t: torch.Tensor, slot: int, held: list | None = None, stream: int |
 
 
 # pad_copy_kernel's block: 16 x 256 elements per program (27.0 us for the 33.5 MB B of 127x4097x4095,
-# scripts/copy_probe.py).
+# 016dd08:scripts/copy_probe.py).
 _COPY_ROWS, _COPY_COLS = 16, 256
 
 
@@ -144,7 +144,7 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.T
     Rebuilding it cost ~6 us of Python per call on this project's CPU; a hit costs one tuple hash.
 
     Scratch (padded copies, Stream-K workspace) is held by this call alone from before its first launch
-    until after its last one is enqueued, then given back (see tritonblas/scratch.py), or dropped if
+    until after its last one is enqueued, then given back (see launch/scratch.py), or dropped if
     the call raised; a config that needs none skips all of it.
     """
     m, k = a.shape

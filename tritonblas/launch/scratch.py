@@ -10,7 +10,7 @@ of 160 calls, 8 threads on the default stream, 127x4097x4095, H200, 2026-11-30; 
 
 So a buffer is owned by one call at a time. A call takes its scratch out of free_lists (by device
 and stream; a padded buffer also by operand slot, shape and dtype), enqueues all its kernels, and only
-then gives it back (launch.launch_gemm). A buffer taken is never handed to another call until given
+then gives it back (launch.gemm.launch_gemm). A buffer taken is never handed to another call until given
 back, and a later call on the same stream that takes it enqueues its kernels after the giving call's
 (the give happens after those launches returned), so on the GPU they run in that order too. Two
 streams never share: the key holds the stream. Stream-K counters are left at zero by every launch (the

@@ -86,7 +86,7 @@ def fixup_plan(config: GemmConfig, tiles: int, programs: int, splits: int, tma: 
     warps, kernel-levers row 30), bf16 (tests/kernel_ab.py --chunks --both-modes, row 31): TMA 128x128
     128x128x8192 38.8 -> 35.1 us, 256x256x65536 49.0 -> 47.7, 1024x1024x16384 60.6 -> 58.9; pointer
     128x128 at 5 stages slower in chunks, 768x3072x8192 72.7 -> 74.3, 2176x2176x4096 71.1 -> 73.8.
-    Deferred (arith.fixup_deferred), chunks of 2048 fp32, at most 8 (the tile counter's claim bits):
+    Deferred (fixup_deferred), chunks of 2048 fp32, at most 8 (the tile counter's claim bits):
     up to 8 programs claim one each and read its S slots eight at a time (row 33)."""
     if config.reduce_kernel:  # no fix-up in the kernel (kernels/reduce.py sums the partials)
         return 1, False

@@ -47,7 +47,7 @@ _MISALIGNED_BANDWIDTH = 0.05
 # A K-contiguous operand (A row-major, B column-major) whose leading dim is 16-byte aligned but not a
 # multiple of 16 elements runs the pointer loop ~3.5x slower even with the kernel's alignment hint:
 # 1024x1024x1000 bf16 44.7 us vs 12.3 us for 1024^3 with the same config, while TMA took 14.9 us
-# (scripts/ragged_probe.py, 2026-11-30). B row-major with N=1000 lost only 9% (13.4 us).
+# (016dd08:scripts/ragged_probe.py, 2026-11-30). B row-major with N=1000 lost only 9% (13.4 us).
 _UNSPECIALIZED_K_LEAD_EFFICIENCY = 0.3
 _IN_FLIGHT_BYTES = 128 * 1024  # per SM, for full bandwidth (see streaming_efficiency)
 # Grouped tile order: 8 row-tiles per group. In the tuning run of 2026-11-30, the same config with
@@ -85,7 +85,7 @@ class Estimate:
 
 def tile_efficiency(config: GemmConfig, dtype: str) -> float:
     """Fraction of peak one tile shape sustains in steady state, fitted to an H200 sweep (bf16, 4096^3
-    to 8192^3, scripts/sweep.py, 2026-11-29): 128x256x64 760 TFLOP/s, 128x128x64 675, 64x128x64 440,
+    to 8192^3, 016dd08:scripts/sweep.py, 2026-11-29): 128x256x64 760 TFLOP/s, 128x128x64 675, 64x128x64 440,
     64x64x128 382, 64x64x64 264, 32x64x128 177, 16x64x256 119.
 
     - operand reuse: FLOPs per loaded element grow with the tile's harmonic size h = 2*BM*BN/(BM+BN),
@@ -111,7 +111,7 @@ def tile_efficiency(config: GemmConfig, dtype: str) -> float:
         # won 512x1024x32768, 1536x1536x12288 and 512x6144x4096. Fitted to the tuning run of 2026-11-30
         # (docs/benchmarks/h200-tune3-measurements.json): with this table the heuristic's pick among
         # each problem's measured configs is 0.972 of the best (0.954 with a 4-stage bonus only), and
-        # 0.950 on the previous kernel's run (tune2, 0.932); scripts/heuristic_vs_sweep.py --min-us 0.
+        # 0.950 on the previous kernel's run (tune2, 0.932); 016dd08:scripts/heuristic_vs_sweep.py --min-us 0.
         eff *= _STAGE_BONUS.get(config.num_stages - (bm * bn == 128 * 128), 1.0)
     if config.tma and config.flatten and bm * bn >= 128 * 128:
         # 4096^3 128x256: 0.99x torch.mm vs 0.94x for the plain loop; on 64x64 tiles (512x1024x32768)
@@ -192,7 +192,7 @@ def estimate(config: GemmConfig, problem: Problem, device: DeviceInfo) -> Estima
 # kernel-levers row 33): its segment's pipeline fill (768x3072x8192: 11.6 iterations in 6.2 us where the
 # data-parallel tile ran 0.35 us an iteration), and its fp32 partial's store and arrival (every program
 # writes at once, then fences: 3.1 us for 64 KB, 5.1 for 128 KB). Charged, the heuristic's pick among each
-# problem's measured configs improved on three tuning runs' rows (scripts/heuristic_vs_sweep.py
+# problem's measured configs improved on three tuning runs' rows (016dd08:scripts/heuristic_vs_sweep.py
 # --min-us 0: tune9 0.923 -> 0.930, tune8 0.930 -> 0.934, tune7 0.906 -> 0.912; 0.930-0.931 on tune9 for
 # either constant from 0 to 3 us), and its own pick changed on 10 of tune9's 152 problems, measured
 # before and after on 8: 7 faster (64x1024x512 6.4 -> 3.7 us, 2176x2176x4096 75.9 -> 70.7,
@@ -231,7 +231,7 @@ def streaming_efficiency(config: GemmConfig, problem: Problem) -> float:
     # Counted up to 5 stages (7 of the 44 tuned winners of 2026-11-30 use 5; none more): on memory-bound
     # problems a cap at 4 tied 4 and 5 stages and ranked the 4-stage config first, the tuner's seed,
     # where the 5-stage one won the exhaustive search (127x4096x4096 P 64x64x128, 16x4096x14336
-    # P 16x64x256: scripts/tune_quality.py). Pick quality on the tune3 rows 0.973 (0.972 capped at 4).
+    # P 16x64x256: 016dd08:scripts/tune_quality.py). Pick quality on the tune3 rows 0.973 (0.972 capped at 4).
     in_flight = (min(config.num_stages, 5) - 1) * rows * config.block_k * elt
     return min(1.0, in_flight / _IN_FLIGHT_BYTES) ** 0.45
 
@@ -279,7 +279,7 @@ def _aligned_copy_us(problem: Problem, arch: str) -> float:
     """Read and write each misaligned operand once at the copy's share of the device bandwidth, plus a
     launch per copy. kernels/copy.py moved the 4095x4097 bf16 B of 127x4097x4095 (67 MB read and
     written) in 27.0 us, 0.58 of 4.3 TB/s; torch's contiguous clone of it took 24.2 us
-    (scripts/copy_probe.py, 2026-11-30)."""
+    (016dd08:scripts/copy_probe.py, 2026-11-30)."""
     elt = DTYPE_BYTES[problem.dtype]
     sizes = (problem.m * problem.k, problem.k * problem.n)
     copied = [numel for numel, aligned in zip(sizes, operand_alignment(problem), strict=True) if not aligned]

@@ -40,8 +40,8 @@ def _neighbours(cfg: GemmConfig) -> Iterable[GemmConfig]:
     for s in (cfg.num_stages + 1, cfg.num_stages - 1):
         if 1 <= s <= 8:
             yield _with(cfg, num_stages=s)
-    # TMA with host-built descriptors first: 1.1-2.3 us less a small kernel (scripts/tma_desc_probe.py),
-    # 1.0-6.6 us less a Stream-K one, whose every program builds its own (graph replay, H200, the same
+    # TMA with host-built descriptors first: 1.1-2.3 us less a small kernel
+    # (016dd08:scripts/tma_desc_probe.py), 1.0-6.6 us less a Stream-K one, whose every program builds its own (graph replay, H200, the same
     # config device- -> host-built: 512x512x32768 36.2 -> 34.8, h200-hdesc-ab11.txt; branch next/overlap's
     # configs 1792x1792x8192 93.3 -> 86.7, 2176x2176x4096 73.5 -> 70.8, h200-kernel-ab-overlap.txt).
     # Offered on TMA seeds only before, the tenth tuning run timed none on the streamk class.
@@ -81,7 +81,7 @@ def _canonical(cfg: GemmConfig, problem: Problem, device: DeviceInfo,
     """One config per schedule (dedup): a Stream-K config that splits no tile is its persistent twin
     (unless the family is forced), a small problem's reduce kernel is the in-kernel fix-up and its
     host-built descriptors device-built ones, and a grid that launches as many programs as the default
-    one is the default one. In a cold-cache run of scripts/tune_quality.py (2026-11-30),
+    one is the default one. In a cold-cache run of 016dd08:scripts/tune_quality.py (2026-11-30),
     4096x1024x512's tuned winner was a Stream-K config splitting nothing, timed in place of the
     flattened persistent twin that won the exhaustive search by 6%."""
     args = (problem.m, problem.n, problem.k, device.sm_count)
@@ -92,8 +92,8 @@ def _canonical(cfg: GemmConfig, problem: Problem, device: DeviceInfo,
         # Per-call host work an eager call pays and a graph replay (how small problems are timed) hides.
         # The reduce kernel's second launch: 128x128x8192 bf16 by config=, H200, 32x32x128 Stream-K:
         # replay 8.10 -> 7.78 us with it, host 31 -> 48 us a call, eager median 16-18 -> 23-66
-        # (scripts/reduce_host_probe.py). Descriptors built and encoded on the host at every call: timed
-        # eager, 90 pairs of a tuning run, host-built / device-built 1.02 geomean (0.72-1.49; row 25).
+        # (016dd08:scripts/reduce_host_probe.py). Descriptors built and encoded on the host at every
+        # call: timed eager, 90 pairs of a tuning run, host-built / device-built 1.02 geomean (0.72-1.49; row 25).
         cfg = _with(cfg, reduce_kernel=False, host_descriptors=False)
     if cfg.grid is None:
         return cfg
@@ -147,7 +147,7 @@ def candidate_space(problem: Problem, device: DeviceInfo, *, top_k: int = 10, ex
     # On a cold compile cache a budget of 4-6 s times the first ~8 candidates only (MIN_TIMED), so the
     # first seed's neighbours come before the other seeds: on the rows of the tuning run of 2026-11-30
     # the best of the first 8 was more than 2% behind the problem's best on 9 of 44 problems in the
-    # order seeds-then-neighbours, on 1 in this order (python scripts/tuner_order.py ROWS).
+    # order seeds-then-neighbours, on 1 in this order (python 016dd08:scripts/tuner_order.py ROWS).
     extra = itertools.chain.from_iterable(_neighbours(c) for c in seeds[1:neighbour_seeds])
     pool = [*seeds[:SEEDS_FIRST], *(_neighbours(seeds[0]) if seeds and neighbour_seeds else ()),
             *seeds[SEEDS_FIRST:], *(ranked if exhaustive else []), *extra]
