@@ -41,9 +41,10 @@ def _neighbours(cfg: GemmConfig) -> Iterable[GemmConfig]:
         if 1 <= s <= 8:
             yield _with(cfg, num_stages=s)
     # TMA with host-built descriptors first: 1.1-2.3 us less a small kernel
-    # (016dd08:scripts/tma_desc_probe.py), 1.0-6.6 us less a Stream-K one, whose every program builds its own (graph replay, H200, the same
-    # config device- -> host-built: 512x512x32768 36.2 -> 34.8, h200-hdesc-ab11.txt; branch next/overlap's
-    # configs 1792x1792x8192 93.3 -> 86.7, 2176x2176x4096 73.5 -> 70.8, h200-kernel-ab-overlap.txt).
+    # (016dd08:scripts/tma_desc_probe.py), 1.0-6.6 us less a Stream-K one, whose every program builds
+    # its own (graph replay, H200, the same config device- -> host-built: 512x512x32768 36.2 -> 34.8,
+    # h200-hdesc-ab11.txt; branch next/overlap's configs 1792x1792x8192 93.3 -> 86.7, 2176x2176x4096
+    # 73.5 -> 70.8, h200-kernel-ab-overlap.txt).
     # Offered on TMA seeds only before, the tenth tuning run timed none on the streamk class.
     if cfg.tma:
         yield _with(cfg, host_descriptors=not cfg.host_descriptors)
@@ -93,7 +94,8 @@ def _canonical(cfg: GemmConfig, problem: Problem, device: DeviceInfo,
         # The reduce kernel's second launch: 128x128x8192 bf16 by config=, H200, 32x32x128 Stream-K:
         # replay 8.10 -> 7.78 us with it, host 31 -> 48 us a call, eager median 16-18 -> 23-66
         # (016dd08:scripts/reduce_host_probe.py). Descriptors built and encoded on the host at every
-        # call: timed eager, 90 pairs of a tuning run, host-built / device-built 1.02 geomean (0.72-1.49; row 25).
+        # call: timed eager, 90 pairs of a tuning run, host-built / device-built 1.02 geomean (0.72-1.49;
+        # row 25).
         cfg = _with(cfg, reduce_kernel=False, host_descriptors=False)
     if cfg.grid is None:
         return cfg
