@@ -40,7 +40,7 @@ from . import heuristic, neighbors
 from .userdb import UserDB
 
 Source = Literal["db", "shipped", "neighbor", "heuristic", "user"]
-SHIPPED_DIR = Path(__file__).parent / "configs"
+SHIPPED_DIR = Path(__file__).parent.parent / "configs"  # tritonblas/configs
 # A neighbour's config that the model predicts this much slower than its own best pick for the new
 # shape is not used: 2000x3000x1000 took a 2048^3-like pointer config at 0.30x torch.mm, where K=1000
 # (a leading dim triton does not specialize) wants TMA (bench of untuned shapes, 2026-11-30).
@@ -127,7 +127,7 @@ def using_database(url: str | None | Literal[False]) -> Iterator[None]:
 def set_shipped_dir(path: str | Path | None) -> None:
     """Read shipped config files from `path` (None: the package's configs/). For tests and packagers."""
     global SHIPPED_DIR
-    SHIPPED_DIR = Path(path) if path is not None else Path(__file__).parent / "configs"
+    SHIPPED_DIR = Path(path) if path is not None else Path(__file__).parent.parent / "configs"
     clear_cache()
 
 
