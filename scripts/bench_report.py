@@ -3,7 +3,7 @@
 Usage: python scripts/bench_report.py docs/benchmarks/h200-classes-tune12-suite.json [--png out.png]
        python scripts/bench_report.py a.json b.json --by-file scripts/shapes.yaml scripts/classes/*.yaml
 Columns: TFLOP/s ours and torch.mm, ratio, and our fraction of the roofline
-(max(FLOPs / peak, bytes / bandwidth), tritonblas.heuristic's figures for the file's arch). The last
+(max(FLOPs / peak, bytes / bandwidth), tritonblas.selection.heuristic's figures for the file's arch). The last
 line counts run-time fallbacks (RuntimeWarnings of configs triton refused to compile, issue 21) and
 names their problems; files written before the count have none recorded ("not recorded").
 --by-file: one summary line per shapes file instead (the rows of every JSON given whose problem the file
@@ -17,9 +17,11 @@ import argparse
 import json
 from pathlib import Path
 
+from tritonblas.arch import device_for_arch
 from tritonblas.bench import BenchRow, fallback_count, geomean, write_plot
-from tritonblas.config import GemmConfig, Problem, device_for_arch
-from tritonblas.heuristic import roofline_us
+from tritonblas.config import GemmConfig
+from tritonblas.problem import Problem
+from tritonblas.selection.heuristic import roofline_us
 from tritonblas.shapes import load_problems
 
 

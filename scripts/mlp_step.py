@@ -103,7 +103,7 @@ def timer(fns: list, device, rep_ms: float, reps: int) -> list[float]:
 
 def gemms(m: int, d: int, f: int, dtype: str, backend: str | None, device) -> list[dict]:
     """What dispatch runs for each GEMM of the step (tritonblas' ops call it with these layouts)."""
-    from tritonblas import dispatch
+    from tritonblas.selection import dispatch
 
     roles = [("fwd gate/up", m, f, d, "nt"), ("fwd down", m, d, f, "nt"),
              ("dX of gate/up", m, d, f, "nn"), ("dX of down", m, f, d, "nn"),

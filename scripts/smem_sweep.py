@@ -51,15 +51,9 @@ import sys
 import time
 from pathlib import Path
 
-from tritonblas.config import (
-    DTYPE_BYTES,
-    DeviceInfo,
-    GemmConfig,
-    Problem,
-    aligned_leading_dim,
-    config_supports,
-    operands_aligned,
-)
+from tritonblas.arch import DeviceInfo
+from tritonblas.config import GemmConfig, config_supports
+from tritonblas.problem import DTYPE_BYTES, Problem, aligned_leading_dim, operands_aligned
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "tests" / "data" / "smem_records.json"
@@ -222,7 +216,7 @@ def _init_worker(full_llir: bool = False) -> None:
     from triton.compiler import ASTSource, make_backend
     from triton.runtime.jit import JITFunction
 
-    from tritonblas import launch
+    from tritonblas.launch import gemm as launch
 
     class OnDevice(torch.Tensor):
         """A meta tensor that says it is on the GPU, so launch_gemm takes its GPU path (it hands CPU

@@ -11,7 +11,9 @@ import torch
 from shapes import assert_close, reference
 
 import tritonblas
-from tritonblas import GemmConfig, launch, scratch
+from tritonblas import GemmConfig
+from tritonblas.launch import gemm as launch
+from tritonblas.launch import scratch
 
 # fp16 33x17x100: A's leading dim (200 B) and B's (34 B) are not 16-byte multiples, so aligned_copy
 # copies both; 16x16 tiles make 6 tiles, 4 programs split 2 of them 2 ways.

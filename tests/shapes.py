@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import torch
 
 from tritonblas import GemmConfig
-from tritonblas.config import INTERPRETER_DEVICE
-from tritonblas.launch import program_count
+from tritonblas.arch import INTERPRETER_DEVICE
+from tritonblas.launch.streamk import program_count
 
 # Ragged sizes: none is a multiple of a 16/32 block, so every tile edge is partial somewhere.
 RAGGED = (1, 15, 17, 33, 100, 127)
@@ -360,16 +360,16 @@ class Launch:
 
 def record_launches(monkeypatch) -> list[Launch]:
     """Wrap the ops' launcher: record what each launch got (operands, config, precision), then run it."""
-    import tritonblas.call_path
+    import tritonblas.call.path
 
     calls: list[Launch] = []
-    real = tritonblas.call_path.launch_gemm
+    real = tritonblas.call_run.launch_gemm
 
     def spy(a, b, c, bias, alpha, beta, config, sm_count, precision):
         calls.append(Launch(a, b, c, config, precision))
         return real(a, b, c, bias, alpha, beta, config, sm_count, precision)
 
-    monkeypatch.setattr(tritonblas.call_path, "launch_gemm", spy)
+    monkeypatch.setattr(tritonblas.call.path, "launch_gemm", spy)
     return calls
 
 
@@ -391,7 +391,7 @@ def run_op(op: str, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
 def prime_workspace(config: GemmConfig, plan: StreamKPlan, device: torch.device) -> torch.Tensor:
     """Size the Stream-K scratch as the launch will and fill it with NaN: the launch reuses it, so the
     slots it wrote partials to can be read back (see `written_slots`)."""
-    from tritonblas import scratch
+    from tritonblas.launch import scratch
 
     ws, _ = scratch.workspace(device, *plan.workspace(config))
     return ws.fill_(float("nan"))
@@ -417,7 +417,7 @@ def check_case(op: str, dtype: str, path: str, shape: tuple[int, int, int], layo
                scale: str, launches: list[Launch], device: str = "cpu") -> None:
     """Run one matrix case and check it: accuracy vs float64 and torch, operands read in place, the
     exact config run, and for Stream-K the planned split (partials written, counters reset)."""
-    from tritonblas import scratch
+    from tritonblas.launch import scratch
 
     m, n, k = shape
     a, b = operands(m, n, k, GPU_DTYPES[dtype], layout, device)

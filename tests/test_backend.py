@@ -17,11 +17,13 @@ from test_tuner import FakeBench, candidate_calls, fake_ms
 from typer.testing import CliRunner
 
 import tritonblas
-from tritonblas import dispatch, heuristic
+from tritonblas.arch import INTERPRETER_DEVICE, device_for_arch
+from tritonblas.call.core_op import config_from_list as _config_from_list
+from tritonblas.call.core_op import config_to_list as _config_to_list
 from tritonblas.cli import app
-from tritonblas.config import INTERPRETER_DEVICE, GemmConfig, Problem, config_supports, device_for_arch
-from tritonblas.core_op import config_from_list as _config_from_list
-from tritonblas.core_op import config_to_list as _config_to_list
+from tritonblas.config import GemmConfig, config_supports
+from tritonblas.problem import Problem
+from tritonblas.selection import dispatch, heuristic
 from tritonblas.tuning.protocol import BenchResult
 from tritonblas.tuning.space import candidate_space
 from tritonblas.tuning.tuner import MIN_TIMED, REMATCH_ROUNDS, tune_problem

@@ -190,7 +190,7 @@ def test_bench_with_missing_db_file(tmp_path):
 
 
 def test_explain_for_an_arch_without_gpu(no_gpu, tmp_path):
-    from tritonblas import dispatch
+    from tritonblas.selection import dispatch
     from tuning_db import TuningDB
 
     TuningDB(str(tmp_path / "empty.sqlite")).close()

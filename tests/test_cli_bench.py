@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from tritonblas.bench import BenchRow, geomean, write_plot
 from tritonblas.cli import app
-from tritonblas.config import Problem
+from tritonblas.problem import Problem
 from tritonblas.tuning import benchmark as benchmark_module
 from tritonblas.tuning.protocol import Benchmark, BenchResult
 
@@ -122,12 +122,12 @@ def test_run_time_fallbacks_are_counted_in_the_table_and_json(timed, tmp_path, m
     and the row names the config that ran instead (issue 21)."""
     from triton.runtime.errors import OutOfResources
 
-    from tritonblas import dispatch
+    from tritonblas.selection import dispatch
 
     refused = []
 
     def call(config, problem, device, *, cutoff_ms=None):
-        if problem.m == 17 and not refused:  # as call_path._fall_back: report, then the next selection runs
+        if problem.m == 17 and not refused:  # as call_run._fall_back: report, then the next selection runs
             sel = dispatch.select(problem.m, problem.n, problem.k, problem.dtype, device=device)
             refused.append(sel.config)
             dispatch.report_compile_failure(problem, device, sel.config,
@@ -157,8 +157,9 @@ def test_run_time_fallbacks_are_counted_in_the_table_and_json(timed, tmp_path, m
 
 
 def test_a_gpu_bench_alternates_ours_and_torch_and_reports_medians():
+    from tritonblas.arch import device_for_arch
     from tritonblas.bench import BENCH_ROUNDS, _timed_head_to_head
-    from tritonblas.config import Problem, device_for_arch
+    from tritonblas.problem import Problem
     from tritonblas.tuning.protocol import Benchmark, BenchResult
 
     calls, ours_ms, torch_ms = [], iter([3.0, 1.0, 2.0]), iter([5.0, 9.0, 4.0])

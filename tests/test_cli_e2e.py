@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tritonblas.cli import app
-from tritonblas.config import Problem
+from tritonblas.problem import Problem
 from tritonblas.shapes import load_problems
 from tuning_db import TuningDB
 

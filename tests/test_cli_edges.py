@@ -186,7 +186,7 @@ def test_select_without_a_gpu_says_how_to_ask_for_one(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     with pytest.raises(RuntimeError, match=r"sees none.*device_for_arch\('sm_90'\).*explain M N K --arch"):
         tritonblas.select(64, 64, 64, "bf16")
-    from tritonblas.config import device_for_arch
+    from tritonblas.arch import device_for_arch
 
     assert tritonblas.select(64, 64, 64, "bf16", device=device_for_arch("sm_80")).device.sm_count == 108
 

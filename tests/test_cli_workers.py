@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from tritonblas.arch import INTERPRETER_DEVICE
 from tritonblas.cli import app
-from tritonblas.config import INTERPRETER_DEVICE, Problem
+from tritonblas.problem import Problem
 from tritonblas.tuning import benchmark as benchmark_module
 from tritonblas.tuning.protocol import Benchmark, BenchResult
 from tritonblas.tuning.run import Interrupted, run_tuning

@@ -1,4 +1,4 @@
-"""tritonblas.compile_key: triton's per-process key (a hash of libtriton.so and its compiler sources)
+"""tritonblas.launch.compile_key: triton's per-process key (a hash of libtriton.so and its compiler sources)
 stored on disk with the stat of every file it covers, reused while they are unchanged."""
 
 import json

@@ -24,9 +24,10 @@ import pytest
 from test_db_support import PG_ENV, drop_everything, pg_url_or_skip
 from typer.testing import CliRunner
 
-from tritonblas import dispatch
+from tritonblas.arch import INTERPRETER_DEVICE
 from tritonblas.cli import app
-from tritonblas.config import INTERPRETER_DEVICE, Problem
+from tritonblas.problem import Problem
+from tritonblas.selection import dispatch
 from tritonblas.tuning import benchmark as benchmark_module
 from tritonblas.tuning.protocol import Benchmark, BenchResult
 from tritonblas.tuning.run import run_tuning, work_loop

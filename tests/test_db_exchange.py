@@ -18,7 +18,7 @@ from test_db_support import (
     winner,
 )
 
-from tritonblas.config import Problem
+from tritonblas.problem import Problem
 from tuning_db import TuningDB
 from tuning_db import exchange as ex
 from tuning_db.coverage import coverage_gaps
@@ -214,7 +214,7 @@ def test_coverage_gaps_names_missing_and_stale_problems():
 
 
 def test_shipped_config_files_all_validate():
-    from tritonblas import dispatch
+    from tritonblas.selection import dispatch
 
     files = sorted(dispatch.SHIPPED_DIR.glob("*.json"))
     assert files

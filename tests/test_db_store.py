@@ -23,7 +23,8 @@ from test_db_support import (
     winner,
 )
 
-from tritonblas.config import Problem, device_for_arch
+from tritonblas.arch import device_for_arch
+from tritonblas.problem import Problem
 from tuning_db import (
     SCHEMA_VERSION,
     EnvIdentity,

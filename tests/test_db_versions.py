@@ -11,7 +11,9 @@ import pytest
 from sqlalchemy import text
 from test_db_support import BIG, ENV, ENV_NEW_KERNELS, ENV_OLD_TRITON, SK, SMALL, key, measurement, winner
 
-from tritonblas.config import GemmConfig, Problem, device_for_arch
+from tritonblas.arch import device_for_arch
+from tritonblas.config import GemmConfig
+from tritonblas.problem import Problem
 from tuning_db import EnvIdentity, TuningDB, TuningDBError, Winner
 from tuning_db import exchange as ex
 from tuning_db.coverage import coverage_gaps, other_triton_counts

@@ -9,8 +9,10 @@ from datetime import datetime, timezone
 
 import pytest
 
-from tritonblas import dispatch, heuristic
-from tritonblas.config import DeviceInfo, GemmConfig, Problem, device_for_arch
+from tritonblas.arch import DeviceInfo, device_for_arch
+from tritonblas.config import GemmConfig
+from tritonblas.problem import Problem
+from tritonblas.selection import dispatch, heuristic
 from tuning_db import DatabaseLockedError, EnvIdentity, Measurement, ProblemKey, TuningDB, Winner
 from tuning_db.engine import make_engine, normalize_url
 from tuning_db.exchange import export_file

@@ -7,8 +7,11 @@ import torch
 from triton.runtime.errors import OutOfResources
 
 import tritonblas
-from tritonblas import call_path, dispatch
-from tritonblas.config import INTERPRETER_DEVICE, Problem
+from tritonblas.arch import INTERPRETER_DEVICE
+from tritonblas.call import path as call_path
+from tritonblas.call import run as call_run
+from tritonblas.problem import Problem
+from tritonblas.selection import dispatch
 
 
 @pytest.fixture
@@ -22,8 +25,8 @@ def fresh_dispatch(tmp_path):
 
 
 def _failing_launch(monkeypatch, refuse):
-    """call_path.launch_gemm raising OutOfResources for the configs `refuse` says no to; returns the log."""
-    real, tried = call_path.launch_gemm, []
+    """call_run.launch_gemm raising OutOfResources for the configs `refuse` says no to; returns the log."""
+    real, tried = call_run.launch_gemm, []
 
     def launch(a, b, c, bias, alpha, beta, config, sm_count, precision):
         tried.append(config)
@@ -56,7 +59,7 @@ def test_every_selection_uncompilable_is_a_clear_error_and_out_is_untouched(fres
     with pytest.warns(RuntimeWarning), \
             pytest.raises(RuntimeError, match="could not be compiled for 33x17x40"):
         tritonblas.matmul(a, b, out=out)
-    assert len(set(tried)) == len(tried) == call_path.MAX_COMPILE_FALLBACKS + 1
+    assert len(set(tried)) == len(tried) == call_run.MAX_COMPILE_FALLBACKS + 1
     assert torch.equal(out, torch.full((33, 17), 7.0).half())
 
 

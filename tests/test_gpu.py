@@ -40,9 +40,13 @@ from shapes import (
 )
 
 import tritonblas
-from tritonblas import GemmConfig, launch, scratch
-from tritonblas.config import Problem, config_supports, device_for_arch
+from tritonblas import GemmConfig
+from tritonblas.arch import device_for_arch
+from tritonblas.config import config_supports
 from tritonblas.device import interpreter_enabled
+from tritonblas.launch import gemm as launch
+from tritonblas.launch import scratch
+from tritonblas.problem import Problem
 
 GPU = torch.cuda.is_available() and not interpreter_enabled()
 # A selected config that triton refuses to compile falls back with a RuntimeWarning (issue 21): on the
@@ -480,7 +484,7 @@ def test_gpu_small_problems_are_timed_in_replay():
 
 @pytest.mark.parametrize("shape, fields, tree", [
     ((256, 2048, 28672), dict(block_m=128, block_n=128, block_k=64, num_warps=4, num_stages=6), False),  # S 4
-    # S 33: the in-kernel fix-up is a two-level tree there (arith.TREE_MIN_SPLITS), another sum order
+    # S 33: the in-kernel fix-up is a two-level tree there (launch_streamk.TREE_MIN_SPLITS), another sum order
     ((256, 256, 65536), dict(block_m=128, block_n=128, block_k=64, num_warps=4, num_stages=3, tma=True),
      True),
     ((128, 128, 8192), dict(block_m=32, block_n=32, block_k=128, num_warps=4, num_stages=5), False),  # S 8

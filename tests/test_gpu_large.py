@@ -11,8 +11,10 @@ import torch
 from shapes import assert_close
 
 import tritonblas
-from tritonblas import GemmConfig, launch
+from tritonblas import GemmConfig
 from tritonblas.device import interpreter_enabled
+from tritonblas.launch import gemm as launch
+from tritonblas.launch import streamk as launch_streamk
 
 GPU = torch.cuda.is_available() and not interpreter_enabled()
 # A selected config that triton refuses to compile falls back with a RuntimeWarning (issue 21): on the
@@ -116,7 +118,7 @@ def test_stream_k_workspace_of_2_to_the_31_floats():
     m, n, k = 4096, 4096, 8192
     config = GemmConfig(block_m=256, block_n=128, block_k=64, num_warps=8, num_stages=3, streamk=True,
                         grid=65536)
-    assert launch.program_count(config, m, n, k, 132) * 256 * 128 == BIG
+    assert launch_streamk.program_count(config, m, n, k, 132) * 256 * 128 == BIG
     a, b = _rand(m, k), _rand(k, n)
     out = tritonblas.matmul(a, b, config=config)
     _check_rows(out, a, b, None, _rows(m))

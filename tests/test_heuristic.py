@@ -10,16 +10,10 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from tritonblas import heuristic
-from tritonblas.config import (
-    INTERPRETER_DEVICE,
-    DeviceInfo,
-    GemmConfig,
-    Problem,
-    config_supports,
-    device_for_arch,
-    operand_alignment,
-)
+from tritonblas.arch import INTERPRETER_DEVICE, DeviceInfo, device_for_arch
+from tritonblas.config import GemmConfig, config_supports
+from tritonblas.problem import Problem, operand_alignment
+from tritonblas.selection import heuristic
 
 ROOT = Path(__file__).resolve().parent.parent
 H200 = device_for_arch("sm_90", "NVIDIA H200", 132)

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 import tritonblas
-from tritonblas import launch
+from tritonblas.launch import gemm as launch
 
 ROUNDS, CALLS = 7, 1000
 

@@ -21,27 +21,27 @@ EDITS = [
     ("kernel_module_docstring", "reduce.py", '"""The Stream-K fix-up as a kernel of its own',
      '"""A reworded first line', True),
     ("kernel_lines_moved", "common.py", "import triton\n", "\n\n\nimport triton\n", True),
-    ("planning_comment", "launch.py", "    # K == 0 has no iterations to split",
+    ("planning_comment", "launch/gemm.py", "    # K == 0 has no iterations to split",
      "    # (reworded) K == 0 has no iterations to split", True),
-    ("planning_docstring", "config.py", '"""(FIXUP_CHUNKS, DEFERRED) of a Stream-K launch',
+    ("planning_docstring", "launch/streamk.py", '"""(FIXUP_CHUNKS, DEFERRED) of a Stream-K launch',
      '"""The (FIXUP_CHUNKS, DEFERRED) of a Stream-K launch', True),
-    ("host_code_outside_planning", "launch.py", "    if m == 0 or n == 0:\n        return\n",
+    ("host_code_outside_planning", "launch/gemm.py", "    if m == 0 or n == 0:\n        return\n",
      "    if not (m and n):\n        return None\n", True),
     ("kernel_constexpr", "fixup.py", "_CLAIM_BIT = tl.constexpr(20)", "_CLAIM_BIT = tl.constexpr(21)",
      False),
     ("kernel_constexpr_default", "reduce.py", "FIXUP_CHUNKS: tl.constexpr,\n):",
      "FIXUP_CHUNKS: tl.constexpr = 4,\n):", False),
     ("kernel_code", "copy.py", "mask = (r < rows) & (c < cols)", "mask = (r < rows)", False),
-    ("tree_threshold", "arith.py", "TREE_MIN_SPLITS = 12", "TREE_MIN_SPLITS = 16", False),
-    ("defer_threshold", "arith.py", "DEFER_MIN_SPLITS = 6", "DEFER_MIN_SPLITS = 5", False),
-    ("fixup_plan", "config.py", "return (chunks(4096) if tma else 1), False",
+    ("tree_threshold", "launch/streamk.py", "TREE_MIN_SPLITS = 12", "TREE_MIN_SPLITS = 16", False),
+    ("defer_threshold", "launch/streamk.py", "DEFER_MIN_SPLITS = 6", "DEFER_MIN_SPLITS = 5", False),
+    ("fixup_plan", "launch/streamk.py", "return (chunks(4096) if tma else 1), False",
      "return (chunks(2048) if tma else 1), False", False),
-    ("make_plan_constexpr", "launch.py", "EVEN_K=k % config.block_k == 0,", "EVEN_K=False,", False),
-    ("copy_block", "launch.py", "_COPY_ROWS, _COPY_COLS = 16, 256", "_COPY_ROWS, _COPY_COLS = 16, 128",
+    ("make_plan_constexpr", "launch/gemm.py", "EVEN_K=k % config.block_k == 0,", "EVEN_K=False,", False),
+    ("copy_block", "launch/gemm.py", "_COPY_ROWS, _COPY_COLS = 16, 256", "_COPY_ROWS, _COPY_COLS = 16, 128",
      False),
-    ("copy_launch", "launch.py", "dict(BLOCK_R=_COPY_ROWS, BLOCK_C=_COPY_COLS), 4, 1,",
+    ("copy_launch", "launch/gemm.py", "dict(BLOCK_R=_COPY_ROWS, BLOCK_C=_COPY_COLS), 4, 1,",
      "dict(BLOCK_R=_COPY_ROWS, BLOCK_C=_COPY_COLS), 8, 1,", False),
-    ("reduce_chunks", "launch.py", "return 8 if 4 * sk_tiles < programs else 4",
+    ("reduce_chunks", "launch/streamk.py", "return 8 if 4 * sk_tiles < programs else 4",
      "return 8 if 2 * sk_tiles < programs else 4", False),
 ]
 
@@ -59,17 +59,32 @@ def test_the_hash_follows_the_code_not_the_text(file, old, new, same):
     assert (identity.code_hash(*_edited(file, old, new)) == identity.code_hash(*identity.sources())) is same
 
 
+def _move(planning: dict[str, str], names: dict, name: str, source: str, target: str, edit=lambda text: text):
+    """`planning` and `names` with the top-level definition of `name` moved from `source` to `target`."""
+    text = planning[source]
+    start = text.index(f"def {name}(")
+    start = text.rindex("\n\n\n", 0, start) + 3  # with its decorators
+    end = text.index("\n\n\n", start)
+    moved = dict(planning, **{source: text[:start] + text[end:],
+                              target: planning[target] + "\n\n\n" + edit(text[start:end]) + "\n"})
+    return moved, dict(names, **{source: tuple(n for n in names[source] if n != name),
+                                 target: (*names[target], name)})
+
+
 def test_a_planning_function_moved_to_another_module_keeps_the_hash():
     kernels, planning = identity.sources()
-    source = planning["arith.py"]
-    start = source.index("def fixup_deferred(")
-    end = source.index("\n\n\n", start)
-    moved = dict(planning, **{"arith.py": source[:start] + source[end:],
-                              "config.py": planning["config.py"] + "\n\n" + source[start:end] + "\n"})
-    names = dict(identity.PLANNING, **{
-        "arith.py": tuple(n for n in identity.PLANNING["arith.py"] if n != "fixup_deferred"),
-        "config.py": (*identity.PLANNING["config.py"], "fixup_deferred")})
+    moved, names = _move(planning, identity.PLANNING, "fixup_deferred", "launch/streamk.py", "problem.py")
     assert identity.code_hash(kernels, moved, names) == identity.code_hash(kernels, planning)
+
+
+def test_a_relative_import_is_hashed_as_written_from_the_package():
+    # launch/gemm.py's _kernels imports `..kernels.copy`; moved to arith.py it reads `.kernels.copy`.
+    kernels, planning = identity.sources()
+    moved, names = _move(planning, identity.PLANNING, "_kernels", "launch/gemm.py", "arith.py",
+                         lambda code: code.replace("from ..kernels.", "from .kernels."))
+    assert identity.code_hash(kernels, moved, names) == identity.code_hash(kernels, planning)
+    wrong, _ = _move(planning, identity.PLANNING, "_kernels", "launch/gemm.py", "arith.py")
+    assert identity.code_hash(kernels, wrong, names) != identity.code_hash(kernels, planning)
 
 
 def test_a_planning_name_not_found_is_an_error_naming_it():

@@ -71,8 +71,8 @@ def test_first_gemm_without_a_tuning_database_loads_no_sqlalchemy(tmp_path):
     code = """
 import sys, json, torch, tritonblas
 tritonblas.matmul(torch.ones(4, 4, dtype=torch.float16), torch.ones(4, 4, dtype=torch.float16))
-from tritonblas import dispatch
-from tritonblas.config import device_for_arch
+from tritonblas.arch import device_for_arch
+from tritonblas.selection import dispatch
 # the shipped file's layer too (4096^3 bf16 is in configs/sm_90.json)
 assert dispatch.select(4096, 4096, 4096, "bf16", device=device_for_arch("sm_90")).source == "shipped"
 print(json.dumps("sqlalchemy" in sys.modules))
@@ -98,15 +98,15 @@ print(json.dumps("sqlalchemy" in sys.modules))
 
 
 def test_first_cuda_call_loads_triton_key_in_a_thread(tmp_path):
-    """launch.prefetch_compile_key installs triton's compile-cache key (tritonblas.compile_key) from a
+    """compile_key.prefetch installs triton's compile-cache key (tritonblas.launch.compile_key) from a
     thread, once per process, and the key is triton's own."""
     code = """
 import threading
 from triton.runtime import cache
-from tritonblas import launch
+from tritonblas.launch import compile_key
 own = cache.triton_key
-launch.prefetch_compile_key()
-launch.prefetch_compile_key()  # once per process: one thread
+compile_key.prefetch()
+compile_key.prefetch()  # once per process: one thread
 threads = [t for t in threading.enumerate() if t.name == "tritonblas-triton-key"]
 assert len(threads) <= 1, threads
 for t in threads:

@@ -8,7 +8,7 @@ import pytest
 import torch
 from shapes import check_case, record_launches
 
-from tritonblas import launch
+from tritonblas.launch import gemm as launch
 
 LIMIT = launch.INT32_OFFSETS
 SLACK = launch._OFFSET_SLACK

@@ -7,8 +7,14 @@ import torch
 from shapes import BIASES, make_bias, reference, rel_error, sk_config
 
 import tritonblas
-from tritonblas import GemmConfig, arith, heuristic, launch, scratch
-from tritonblas.config import Problem, config_supports, device_for_arch
+from tritonblas import GemmConfig
+from tritonblas.arch import device_for_arch
+from tritonblas.config import config_supports
+from tritonblas.launch import gemm as launch
+from tritonblas.launch import scratch
+from tritonblas.launch import streamk as launch_streamk
+from tritonblas.problem import Problem
+from tritonblas.selection import heuristic
 from tritonblas.tuning.space import _canonical, _neighbours, candidate_space
 
 CPU = torch.device("cpu")
@@ -18,7 +24,7 @@ H200 = device_for_arch("sm_90")
 SPLITS = [
     ("no_data_parallel", (15, 17, 127), sk_config(32, 32, 16, 4)),  # 1 tile in 4 segments
     ("data_parallel_first", (100, 33, 100), sk_config(32, 32, 32, 6)),  # 6 data-parallel, 2 split 3 ways
-    # S 33: in the kernel a two-level tree (arith.TREE_MIN_SPLITS), another sum order, so equal bits
+    # S 33: in the kernel a two-level tree (launch_streamk.TREE_MIN_SPLITS), another sum order, so equal bits
     # there are the fp16 cast's rounding, not a guarantee (on the H200, bf16 at S 33 differs in the last
     # bit: test_gpu); the reduce kernel still sums the 33 slots in order.
     ("tree_sized", (16, 16, 640), sk_config(16, 16, 16, 33)),
@@ -40,7 +46,8 @@ def test_reduce_kernel_gives_the_in_kernel_fixup_bits(shape, config):
     reduced = tritonblas.addmm(bias, a, b, beta=0.5, alpha=2.0, config=_with_reduce(config))
     again = tritonblas.addmm(bias, a, b, beta=0.5, alpha=2.0, config=_with_reduce(config))
     assert torch.equal(reduced.view(torch.int16), again.view(torch.int16))  # run to run
-    if config.grid < arith.TREE_MIN_SPLITS:  # S <= programs: below the tree, the in-kernel order and bits
+    # S <= programs: below the tree, the in-kernel order and bits
+    if config.grid < launch_streamk.TREE_MIN_SPLITS:
         assert torch.equal(fixup.view(torch.int16), reduced.view(torch.int16))
     assert not scratch.workspace(CPU, 0, 0)[1].any()  # no counter touched, none left set
     ref = reference(a, b, bias, 0.5, 2.0)
@@ -64,8 +71,8 @@ def test_reduce_plan_and_workspace():
     # 256x256x65536 on 128x128 tiles: 4 tiles split 33 ways on 132 programs; the reduce kernel sums each
     # tile in 8 row chunks (4 x 4 chunks would leave most SMs idle), and no tree slots are sized.
     config = _with_reduce(GemmConfig(block_m=128, block_n=128, block_k=64, streamk=True))
-    assert launch.reduce_chunks(4, 132) == 8 and launch.reduce_chunks(64, 128) == 4
-    assert launch.streamk_workspace(config, 256, 256, 65536, 132) == (132 * 128 * 128, 4)
+    assert launch_streamk.reduce_chunks(4, 132) == 8 and launch_streamk.reduce_chunks(64, 128) == 4
+    assert launch_streamk.streamk_workspace(config, 256, 256, 65536, 132) == (132 * 128 * 128, 4)
     a, b = torch.empty(48, 96, dtype=torch.float16), torch.empty(96, 17, dtype=torch.float16)
     plan = launch._make_plan(a, b, torch.empty(48, 17, dtype=torch.float16), None,
                              _with_reduce(sk_config(16, 16, 16, 8)), 8, "ieee")

@@ -8,9 +8,13 @@ import triton.language as tl
 from shapes import STREAMK_SPLITS, prime_workspace, reference, rel_error, sk_config, sk_plan, written_slots
 
 import tritonblas
-from tritonblas import arith, launch, scratch
-from tritonblas.config import Problem, fixup_plan, smem_bytes
 from tritonblas.kernels.fixup import fixup_groups
+from tritonblas.launch import gemm as launch
+from tritonblas.launch import scratch
+from tritonblas.launch import streamk as launch_streamk
+from tritonblas.launch.streamk import fixup_plan
+from tritonblas.problem import Problem
+from tritonblas.smem import smem_bytes
 
 CPU = torch.device("cpu")
 
@@ -105,7 +109,7 @@ def test_host_and_kernel_agree_on_the_fixup_tree():
     out = torch.zeros(2 * len(splits), dtype=torch.int32)
     _groups_kernel[(len(splits),)](splits, out)
     for s, (g, q) in zip(splits.tolist(), out.view(-1, 2).tolist(), strict=True):
-        assert (g, q) == arith.fixup_groups(s), s
+        assert (g, q) == launch_streamk.fixup_groups(s), s
         assert (q - 1) * g < s <= q * g  # the last group holds at least one segment
         assert q == 1 or g * g >= s > (g - 1) * (g - 1)  # G = ceil(sqrt(S)) once there is a tree
 
@@ -196,12 +200,13 @@ def test_fixup_plan_rule():
 
 def test_fixup_deferred_rule():
     # Deferred: data-parallel tiles (tiles >= programs), S >= 6, tiles of 8 chunks (128x128 and up).
-    assert arith.fixup_deferred(144, 132, 11, 8)  # 768x3072x8192 on 128x128 tiles
-    assert not arith.fixup_deferred(196, 132, 2, 8)  # 1792^3-ish: two splits, data-parallel tiles first
-    assert not arith.fixup_deferred(144, 132, 11, 2)  # 768^3 on 64x64 tiles: two chunks
-    assert not arith.fixup_deferred(16, 132, 8, 8)  # no data-parallel tile to hide it behind
+    assert launch_streamk.fixup_deferred(144, 132, 11, 8)  # 768x3072x8192 on 128x128 tiles
+    # 1792^3-ish: two splits, data-parallel tiles first
+    assert not launch_streamk.fixup_deferred(196, 132, 2, 8)
+    assert not launch_streamk.fixup_deferred(144, 132, 11, 2)  # 768^3 on 64x64 tiles: two chunks
+    assert not launch_streamk.fixup_deferred(16, 132, 8, 8)  # no data-parallel tile to hide it behind
     # The launch and the workspace follow it: no tree (so no group slots) where deferred.
     config = sk_config(128, 128, 64, 132)
-    assert launch.streamk_workspace(config, 128, 13 * 128, 128 * 64, 12) == (12 * 128 * 128, 1)
+    assert launch_streamk.streamk_workspace(config, 128, 13 * 128, 128 * 64, 12) == (12 * 128 * 128, 1)
     # One tile split 12 ways on 12 programs: the tree, G 4, Q 3.
-    assert launch.streamk_workspace(config, 128, 128, 128 * 64, 12) == ((12 + 3) * 128 * 128, 1 + 3)
+    assert launch_streamk.streamk_workspace(config, 128, 128, 128 * 64, 12) == ((12 + 3) * 128 * 128, 1 + 3)

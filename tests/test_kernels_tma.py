@@ -6,7 +6,8 @@ import torch
 from shapes import TMA_SHAPES, assert_close, operands, record_launches, reference, run_op
 
 import tritonblas
-from tritonblas import GemmConfig, launch
+from tritonblas import GemmConfig
+from tritonblas.launch import gemm as launch
 
 
 def _config(streamk: bool) -> GemmConfig:
@@ -114,7 +115,9 @@ def test_host_built_descriptors_match_device_built(layout, streamk, launches):
 
 
 def test_host_descriptors_need_tma():
-    from tritonblas.config import INTERPRETER_DEVICE, Problem, config_supports
+    from tritonblas.arch import INTERPRETER_DEVICE
+    from tritonblas.config import config_supports
+    from tritonblas.problem import Problem
 
     config = GemmConfig(block_m=32, block_n=32, block_k=32, host_descriptors=True)
     assert "need tma" in config_supports(config, Problem(64, 64, 64, "fp16"), INTERPRETER_DEVICE)

@@ -4,7 +4,7 @@ hint makes vectorized loads read wrong addresses on a GPU, which the interpreter
 import pytest
 import torch
 
-from tritonblas.launch import _pow2_divisor, _vector_divisor
+from tritonblas.launch.gemm import _pow2_divisor, _vector_divisor
 
 
 def _col(rows: int, cols: int, lead: int) -> torch.Tensor:

@@ -17,7 +17,9 @@ import torch
 from shapes import reference, rel_error
 
 import tritonblas
-from tritonblas import GemmConfig, launch, scratch
+from tritonblas import GemmConfig
+from tritonblas.launch import gemm as launch
+from tritonblas.launch import scratch
 
 THREADS = 8
 CALLS = 6

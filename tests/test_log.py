@@ -14,7 +14,9 @@ from test_dispatch_fallback import fresh_dispatch  # noqa: F401  (the fixture: n
 from triton.runtime.errors import OutOfResources
 
 import tritonblas
-from tritonblas import call_path, dispatch
+from tritonblas.call import path as call_path
+from tritonblas.call import run as call_run
+from tritonblas.selection import dispatch
 
 ROOT = Path(__file__).resolve().parents[1]
 NO_DB = "/nonexistent/tritonblas-test.sqlite"  # absent: dispatch skips it
@@ -46,7 +48,7 @@ def test_each_decision_is_logged_once_at_debug(fresh_dispatch, caplog):  # noqa:
 def test_a_fallback_is_a_warning_record_and_a_runtime_warning(fresh_dispatch, monkeypatch, caplog):  # noqa: F811
     a, b = torch.randn(33, 40).half(), torch.randn(40, 17).half()
     first = tritonblas.select(33, 17, 40, "fp16").config
-    real = call_path.launch_gemm
+    real = call_run.launch_gemm
 
     def launch(*args):
         if args[6] == first:

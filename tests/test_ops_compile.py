@@ -8,9 +8,9 @@ from torch._dynamo.testing import CompileCounterWithBackend
 
 import tritonblas
 from tritonblas import GemmConfig
-from tritonblas.core_op import config_from_list as _config_from_list
-from tritonblas.core_op import config_to_list as _config_to_list
-from tritonblas.core_op import gemm
+from tritonblas.call.core_op import config_from_list as _config_from_list
+from tritonblas.call.core_op import config_to_list as _config_to_list
+from tritonblas.call.core_op import gemm
 
 M, N, K = MID_SHAPE
 SK = GemmConfig(block_m=16, block_n=16, block_k=32, grid=5, streamk=True)
@@ -107,11 +107,11 @@ from torch._dynamo.testing import CompileCounterWithBackend
 a, b = torch.randn(24, 40, dtype=torch.float16), torch.randn(40, 16, dtype=torch.float16)
 if sys.argv[1] == "eager":
     y = tritonblas.matmul(a, b)
-    assert "tritonblas.core_op" not in sys.modules
+    assert "tritonblas.call.core_op" not in sys.modules
 else:
     counter = CompileCounterWithBackend("aot_eager")
     y = torch.compile(lambda a, b: tritonblas.matmul(a, b) * 2, fullgraph=True, backend=counter)(a, b) / 2
-    assert counter.frame_count == 1 and "tritonblas.core_op" in sys.modules
+    assert counter.frame_count == 1 and "tritonblas.call.core_op" in sys.modules
 assert torch.allclose(y.float(), a.float() @ b.float(), rtol=1e-2, atol=1e-2)
 print("ok")
 """

@@ -9,7 +9,10 @@ from shapes import ERROR_SHAPE, record_launches
 from test_ops_errors import CASES, TINY
 
 import tritonblas
-from tritonblas import call_path, dispatch, ops
+from tritonblas.call import ops
+from tritonblas.call import path as call_path
+from tritonblas.call import run as call_run
+from tritonblas.selection import dispatch
 
 M, N, K = ERROR_SHAPE
 f16 = torch.float16
@@ -193,7 +196,7 @@ def test_compile_after_eager_hits(x):
 
 
 def test_plans_hold_the_dispatch_key_as_a_problem(x):
-    from tritonblas.config import Problem
+    from tritonblas.problem import Problem
 
     dispatch.clear_cache()
     tritonblas.addmm(x.bias, x.a, x.b)
@@ -264,7 +267,7 @@ def test_a_compile_failure_drops_the_stored_plan(switchable_heuristic, monkeypat
     from triton.runtime.errors import OutOfResources
 
     launches = record_launches(monkeypatch)
-    real = call_path.launch_gemm
+    real = call_run.launch_gemm
 
     def refuse_small(a, b, c, bias, alpha, beta, config, sm_count, precision):
         if config == SMALL:
@@ -305,7 +308,7 @@ def _gemm_of(case, x):
 
 @pytest.mark.parametrize("case", PREPARED)
 def test_a_hit_runs_the_launch_launch_gemm_would_build(case, x, monkeypatch):
-    from tritonblas import launch
+    from tritonblas.launch import gemm as launch
 
     launched = []
     monkeypatch.setattr(launch, "_launch", lambda plan, tensors, floats: launched.append((plan, tensors)))
@@ -337,7 +340,7 @@ def test_a_compile_failure_of_a_prepared_launch_falls_back(op, switchable_heuris
     config is reported, the next selection runs, the plan is dropped."""
     from triton.runtime.errors import OutOfResources
 
-    from tritonblas import launch
+    from tritonblas.launch import gemm as launch
 
     real, blocks = launch._launch, []
 
@@ -361,7 +364,7 @@ def test_a_compile_failure_of_a_prepared_launch_falls_back(op, switchable_heuris
 
 
 def _selection(time_us: float, device, backend: str = "triton"):
-    from tritonblas.config import Problem
+    from tritonblas.problem import Problem
 
     config = SMALL if backend == "triton" else tritonblas.GemmConfig.vendor()
     return dispatch.Selection(config, "shipped", time_us / 1000, True, Problem(M, N, K, "fp16"), device)
@@ -376,7 +379,7 @@ def _selection(time_us: float, device, backend: str = "triton"):
 ])
 def test_a_kernel_pick_shorter_than_its_launch_runs_only_under_capture(time_us, backend, on_gpu,
                                                                        leaves_eager_to_torch):
-    from tritonblas.config import INTERPRETER_DEVICE, device_for_arch
+    from tritonblas.arch import INTERPRETER_DEVICE, device_for_arch
 
     device = device_for_arch("sm_90") if on_gpu else INTERPRETER_DEVICE
     assert call_path._eager_vendor(_selection(time_us, device, backend)) is leaves_eager_to_torch
@@ -403,7 +406,7 @@ def test_an_eager_vendor_plan_runs_torch_explicit_and_routed(x, monkeypatch):
 def test_a_hit_builds_host_descriptors_as_launch_gemm_does(layout, monkeypatch):
     """Host-built TMA descriptors of a prepared launch: the geometry its plan keeps, on the op's own
     tensors (the weight itself as B's base) = what launch_gemm builds for the GEMM's views."""
-    from tritonblas import launch
+    from tritonblas.launch import gemm as launch
 
     config = tritonblas.GemmConfig(block_m=16, block_n=16, block_k=16, tma=True, host_descriptors=True)
     x, w = _t(32, 48), _t(64, 48)

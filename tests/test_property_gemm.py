@@ -20,8 +20,11 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from shapes import DTYPES, LAYOUTS, assert_close, make_bias, op_reference, operands, run_op, sk_plan
 
-from tritonblas import GemmConfig, scratch
-from tritonblas.config import INTERPRETER_DEVICE, Problem, config_supports
+from tritonblas import GemmConfig
+from tritonblas.arch import INTERPRETER_DEVICE
+from tritonblas.config import config_supports
+from tritonblas.launch import scratch
+from tritonblas.problem import Problem
 
 CPU = torch.device("cpu")
 # Tiles x K steps an example may launch: keeps one example well under a second in the interpreter.

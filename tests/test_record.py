@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 import tritonblas
 from tritonblas import record
-from tritonblas.config import Problem
+from tritonblas.problem import Problem
 from tritonblas.shapes import load_problems
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -95,7 +95,7 @@ WORKER = """
 import sys, time
 from pathlib import Path
 from tritonblas import record
-from tritonblas.config import Problem
+from tritonblas.problem import Problem
 path, worker, go = Path(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
 record.start(path)
 while not go.exists():
@@ -208,7 +208,7 @@ def test_a_problem_known_to_the_file_is_not_written_again_on_a_hit(tmp_path, mon
 def test_threads_recording_the_same_problems_write_each_once(route, tmp_path, monkeypatch):
     import threading
 
-    from tritonblas import launch
+    from tritonblas.launch import gemm as launch
 
     path = tmp_path / "threads.yaml"
     written = _count_writes(monkeypatch)
@@ -245,7 +245,7 @@ with tritonblas.enable():
 for path in sys.argv[1:]:
     with tritonblas.enable(record=path):
         torch.mm(a, b)
-print("ops imported:", "tritonblas.ops" in sys.modules)
+print("ops imported:", "tritonblas.call.ops" in sys.modules)
 """
 
 

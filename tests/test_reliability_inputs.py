@@ -29,9 +29,10 @@ from test_ops_errors import M, N, _t
 from typer.testing import CliRunner
 
 import tritonblas
-from tritonblas import GemmConfig, dispatch
+from tritonblas import GemmConfig
 from tritonblas.cli import app
 from tritonblas.config import MAX_GRID
+from tritonblas.selection import dispatch
 from tritonblas.tuning import benchmark as benchmark_module
 from tuning_db import EnvIdentity, TuningDB
 from tuning_db import exchange as ex
@@ -334,7 +335,7 @@ def test_bad_config_file_import_exits_and_writes_no_row(tmp_path, good_file, pop
 def test_shipped_file_with_one_infeasible_entry_is_ignored_whole(tmp_path):
     """A shipped configs/<arch>.json is read by dispatch: one absurd entry rejects the whole file (one
     warning), so its feasible entries are not used either, and matmul still runs."""
-    from tritonblas.config import INTERPRETER_DEVICE
+    from tritonblas.arch import INTERPRETER_DEVICE
 
     env = EnvIdentity.current()
     dev = INTERPRETER_DEVICE

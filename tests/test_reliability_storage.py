@@ -27,9 +27,11 @@ from test_tuner import FakeBench
 from typer.testing import CliRunner
 
 import tritonblas
-from tritonblas import dispatch
+from tritonblas.arch import INTERPRETER_DEVICE
 from tritonblas.cli import app
-from tritonblas.config import INTERPRETER_DEVICE, GemmConfig, Problem
+from tritonblas.config import GemmConfig
+from tritonblas.problem import Problem
+from tritonblas.selection import dispatch
 from tritonblas.tuning import benchmark as benchmark_module
 from tritonblas.tuning.tuner import tune_problem
 from tuning_db import (

@@ -5,7 +5,7 @@ import pytest
 from faults import CASES, ERRORS, SHAPE, fault_then_every_path
 from shapes import sk_plan
 
-from tritonblas import launch
+from tritonblas.launch import streamk as launch_streamk
 
 
 @pytest.mark.parametrize("error", list(ERRORS))
@@ -19,4 +19,4 @@ def test_the_stream_k_cases_split_tiles(case):
     # Else no counter would be in play, and the check above would hold without the fix.
     config = CASES[case][0]
     assert sk_plan(config, *SHAPE).splits > 1
-    assert launch.streamk_workspace(config, *SHAPE, config.grid)[1] > 0
+    assert launch_streamk.streamk_workspace(config, *SHAPE, config.grid)[1] > 0

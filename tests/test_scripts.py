@@ -31,9 +31,9 @@ from pathlib import Path
 import pytest
 
 from tritonblas import GemmConfig, Problem
+from tritonblas.arch import device_for_arch
 from tritonblas.bench import BenchRow, write_json
-from tritonblas.config import device_for_arch
-from tritonblas.heuristic import roofline_us
+from tritonblas.selection.heuristic import roofline_us
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "scripts"
@@ -323,7 +323,7 @@ def test_graph_probe_operands_follow_layout_and_bias():
 
 def _module_names(tree: ast.Module) -> tuple[list[tuple[str, str, int]], dict[str, str]]:
     """(module, name, line) of every name imported from PACKAGES, and the local names bound to their
-    modules (`from tritonblas import launch`, `import tritonblas.heuristic as h`)."""
+    modules (`from tritonblas import launch`, `import tritonblas.selection.heuristic as h`)."""
     imported: list[tuple[str, str, int]] = []
     modules: dict[str, str] = {}
     for node in ast.walk(tree):

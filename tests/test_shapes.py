@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from tritonblas.config import Problem
+from tritonblas.problem import Problem
 from tritonblas.shapes import ShapesError, load_problems, load_shapes
 
 DATA = Path(__file__).parent / "data"

@@ -9,7 +9,7 @@ from test_cli_workers import WorkerBench, fake_gpu_benchmark  # noqa: F401  (a f
 from typer.testing import CliRunner
 
 from tritonblas.cli import app
-from tritonblas.config import Problem
+from tritonblas.problem import Problem
 from tritonblas.tuning.run import run_tuning
 from tritonblas.tuning.shard import Shard, parse_shard
 from tuning_db import TuningDB

@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from tritonblas import heuristic
-from tritonblas.config import DeviceInfo, GemmConfig, Problem, config_supports
+from tritonblas.arch import DeviceInfo
+from tritonblas.config import GemmConfig, config_supports
+from tritonblas.problem import Problem
+from tritonblas.selection import heuristic
 from tritonblas.tuning.space import candidate_space
 
 ROOT = Path(__file__).resolve().parent.parent

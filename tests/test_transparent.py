@@ -103,7 +103,7 @@ def test_everything_else_falls_through_to_torch(case, launches, monkeypatch):
 @pytest.fixture
 def torch_picked(monkeypatch):
     """Dispatch selecting torch.mm for every problem (as the tuned configs do where cuBLAS won)."""
-    from tritonblas import dispatch
+    from tritonblas.selection import dispatch
 
     def layer(problem, device, enable_streamk, backend=None):
         return dispatch.Selection(tritonblas.GemmConfig.vendor(), "heuristic", 0.0, False, problem, device)
@@ -218,9 +218,9 @@ def _run(code: str, **env) -> subprocess.CompletedProcess:
 
 def test_tritonblas_enabled_turns_it_on_at_import():
     code = ("import sys, torch, tritonblas\n"
-            "from tritonblas import call_path\n"
+            "from tritonblas.call import run as call_run\n"
             "n = []\n"
-            "call_path.launch_gemm = lambda *a: n.append(1)\n"
+            "call_run.launch_gemm = lambda *a: n.append(1)\n"
             "torch.mm(torch.randn(4, 4), torch.randn(4, 4))\n"
             "print(sys.modules['tritonblas.transparent'].is_enabled(), len(n))")
     on = _run(code, TRITON_INTERPRET="1", TRITONBLAS_ENABLED="1")

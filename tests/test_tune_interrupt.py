@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tritonblas.cli import app
-from tritonblas.config import Problem
+from tritonblas.problem import Problem
 from tritonblas.tuning import benchmark as benchmark_module
 from tritonblas.tuning import interrupt
 from tritonblas.tuning.protocol import Benchmark, BenchResult

@@ -12,9 +12,11 @@ import pytest
 from triton.compiler.errors import CompilationError
 from triton.runtime.errors import OutOfResources
 
-from tritonblas import heuristic
-from tritonblas.config import INTERPRETER_DEVICE, GemmConfig, Problem, config_supports, device_for_arch
-from tritonblas.launch import program_count
+from tritonblas.arch import INTERPRETER_DEVICE, device_for_arch
+from tritonblas.config import GemmConfig, config_supports
+from tritonblas.launch.streamk import program_count
+from tritonblas.problem import Problem
+from tritonblas.selection import heuristic
 from tritonblas.tuning.protocol import Benchmark, BenchResult
 from tritonblas.tuning.run import Interrupted, tune_problems
 from tritonblas.tuning.space import SEEDS_FIRST, _canonical, _neighbours, candidate_space

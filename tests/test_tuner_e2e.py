@@ -7,8 +7,11 @@ import pytest
 import torch
 
 import tritonblas
-from tritonblas import call_path, dispatch
-from tritonblas.config import INTERPRETER_DEVICE, Problem
+from tritonblas.arch import INTERPRETER_DEVICE
+from tritonblas.call import path as call_path
+from tritonblas.call import run as call_run
+from tritonblas.problem import Problem
+from tritonblas.selection import dispatch
 from tritonblas.tuning.benchmark import GpuBenchmark
 from tritonblas.tuning.run import tune_problems
 from tritonblas.tuning.space import candidate_space
@@ -50,7 +53,7 @@ def test_tune_then_matmul_runs_the_db_winner(url, monkeypatch):
             assert all(r.status == "ok" and r.rel_error < 1e-2 for r in rows)
     dispatch.clear_cache()
     launched = []
-    real = call_path.launch_gemm
+    real = call_run.launch_gemm
     monkeypatch.setattr(call_path, "launch_gemm", lambda *a: launched.append(a[6]) or real(*a))
     for p, o in zip(E2E, outcomes, strict=True):
         s = dispatch.select(p.m, p.n, p.k, p.dtype, layout=p.layout, bias=p.bias)

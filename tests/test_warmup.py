@@ -13,10 +13,12 @@ from test_db_support import key, winner
 from typer.testing import CliRunner
 
 import tritonblas
-from tritonblas import call_path, dispatch
+from tritonblas.call import path as call_path
+from tritonblas.call import run as call_run
 from tritonblas.cli import app
-from tritonblas.config import Problem
 from tritonblas.parallel import run_first_launches
+from tritonblas.problem import Problem
+from tritonblas.selection import dispatch
 from tuning_db import EnvIdentity, TuningDB
 
 TINY = str(Path(__file__).parent / "data" / "tiny.yaml")
@@ -37,7 +39,7 @@ def empty_dispatch(tmp_path, monkeypatch):
 def launches(monkeypatch):
     """The configs the kernels were launched with (and still run)."""
     seen = []
-    real = call_path.launch_gemm
+    real = call_run.launch_gemm
     monkeypatch.setattr(call_path, "launch_gemm", lambda *a, **k: seen.append(a[6]) or real(*a, **k))
     return seen
 
@@ -68,7 +70,7 @@ def test_warmup_reads_shapes_files_and_config_files(tmp_path):
 
 
 def test_a_failing_problem_does_not_stop_the_others(monkeypatch):
-    real = call_path.launch_gemm
+    real = call_run.launch_gemm
 
     def refuse(*args, **kwargs):
         if args[0].shape[0] == 17:
