@@ -360,16 +360,16 @@ class Launch:
 
 def record_launches(monkeypatch) -> list[Launch]:
     """Wrap the ops' launcher: record what each launch got (operands, config, precision), then run it."""
-    import tritonblas.call.path
+    import tritonblas.call.run
 
     calls: list[Launch] = []
-    real = tritonblas.call_run.launch_gemm
+    real = tritonblas.call.run.launch_gemm
 
     def spy(a, b, c, bias, alpha, beta, config, sm_count, precision):
         calls.append(Launch(a, b, c, config, precision))
         return real(a, b, c, bias, alpha, beta, config, sm_count, precision)
 
-    monkeypatch.setattr(tritonblas.call.path, "launch_gemm", spy)
+    monkeypatch.setattr(tritonblas.call.run, "launch_gemm", spy)
     return calls
 
 

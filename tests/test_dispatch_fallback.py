@@ -8,7 +8,6 @@ from triton.runtime.errors import OutOfResources
 
 import tritonblas
 from tritonblas.arch import INTERPRETER_DEVICE
-from tritonblas.call import path as call_path
 from tritonblas.call import run as call_run
 from tritonblas.problem import Problem
 from tritonblas.selection import dispatch
@@ -34,7 +33,7 @@ def _failing_launch(monkeypatch, refuse):
             raise OutOfResources(300000, 232448, "shared memory")
         return real(a, b, c, bias, alpha, beta, config, sm_count, precision)
 
-    monkeypatch.setattr(call_path, "launch_gemm", launch)
+    monkeypatch.setattr(call_run, "launch_gemm", launch)
     return tried
 
 
@@ -67,7 +66,7 @@ def test_other_launch_errors_propagate_without_fallback(fresh_dispatch, monkeypa
     def boom(*args):
         raise ValueError("boom")
 
-    monkeypatch.setattr(call_path, "launch_gemm", boom)
+    monkeypatch.setattr(call_run, "launch_gemm", boom)
     with pytest.raises(ValueError, match="boom"):
         tritonblas.matmul(torch.randn(8, 8).half(), torch.randn(8, 8).half())
     assert not dispatch._state.failed

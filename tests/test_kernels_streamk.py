@@ -166,7 +166,9 @@ def test_fixup_chunks_give_the_same_bits_on_every_path(monkeypatch, shape, confi
     bias = torch.randn(n).to(torch.float16)
     outs = []
     for chunks in (1, 2, 4, 8):
-        monkeypatch.setattr(launch, "fixup_plan", lambda *_args, chunks=chunks: (chunks, deferred))
+        plan = lambda *_args, chunks=chunks: (chunks, deferred)  # noqa: E731
+        monkeypatch.setattr(launch, "fixup_plan", plan)  # the launch's constexprs
+        monkeypatch.setattr(launch_streamk, "fixup_plan", plan)  # and the workspace it sizes
         monkeypatch.setattr(launch, "_plans", {})
         outs.append(tritonblas.addmm(bias, a, b, beta=0.5, alpha=2.0, config=config))
         assert next(iter(launch._plans.values())).constexprs["DEFERRED"] is deferred

@@ -14,7 +14,6 @@ from test_dispatch_fallback import fresh_dispatch  # noqa: F401  (the fixture: n
 from triton.runtime.errors import OutOfResources
 
 import tritonblas
-from tritonblas.call import path as call_path
 from tritonblas.call import run as call_run
 from tritonblas.selection import dispatch
 
@@ -55,7 +54,7 @@ def test_a_fallback_is_a_warning_record_and_a_runtime_warning(fresh_dispatch, mo
             raise OutOfResources(300000, 232448, "shared memory")
         return real(*args)
 
-    monkeypatch.setattr(call_path, "launch_gemm", launch)
+    monkeypatch.setattr(call_run, "launch_gemm", launch)
     with caplog.at_level(logging.WARNING, logger="tritonblas"), \
             pytest.warns(RuntimeWarning, match="could not be compiled"):
         tritonblas.matmul(a, b)

@@ -275,7 +275,7 @@ def test_a_compile_failure_drops_the_stored_plan(switchable_heuristic, monkeypat
             raise OutOfResources(300000, 232448, "shared memory")
         return real(a, b, c, bias, alpha, beta, config, sm_count, precision)
 
-    monkeypatch.setattr(call_path, "launch_gemm", refuse_small)
+    monkeypatch.setattr(call_run, "launch_gemm", refuse_small)
     a, b = _t(M, K), _t(K, N)
     with pytest.warns(RuntimeWarning, match="could not be compiled"):
         tritonblas.matmul(a, b, backend="triton")

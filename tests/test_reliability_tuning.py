@@ -26,7 +26,7 @@ from test_db_support import BACKENDS, empty_db
 from triton.compiler.errors import CompilationError
 from triton.runtime.errors import OutOfResources
 
-import tritonblas.call.path
+import tritonblas.call.run
 from tritonblas.arch import INTERPRETER_DEVICE
 from tritonblas.problem import Problem
 from tritonblas.tuning.benchmark import GpuBenchmark
@@ -63,7 +63,7 @@ def test_failing_candidates_through_the_real_benchmark_are_recorded_and_never_ch
         ("wrong_result", "corrupt"),
         ("timeout", "slow"),
     ], strict=True))
-    real = tritonblas.call_run.launch_gemm
+    real = tritonblas.call.run.launch_gemm
 
     def launch(a, b, c, bias, alpha, beta, config, *rest):
         what = failing.get(config, (None, None))[1]
@@ -75,7 +75,7 @@ def test_failing_candidates_through_the_real_benchmark_are_recorded_and_never_ch
         elif what == "slow":
             time.sleep(1.2)
 
-    monkeypatch.setattr(tritonblas.call.path, "launch_gemm", launch)
+    monkeypatch.setattr(tritonblas.call.run, "launch_gemm", launch)
     with TuningDB(str(tmp_path / "t.sqlite")) as db:
         out = tune_problem(problem, INTERPRETER_DEVICE, db, bench=GpuBenchmark(cpu_reps=1), top_k=4,
                            neighbour_seeds=1, budget_s=120, early_stop=False, candidate_timeout_s=1.0)

@@ -8,7 +8,6 @@ import torch
 
 import tritonblas
 from tritonblas.arch import INTERPRETER_DEVICE
-from tritonblas.call import path as call_path
 from tritonblas.call import run as call_run
 from tritonblas.problem import Problem
 from tritonblas.selection import dispatch
@@ -54,7 +53,7 @@ def test_tune_then_matmul_runs_the_db_winner(url, monkeypatch):
     dispatch.clear_cache()
     launched = []
     real = call_run.launch_gemm
-    monkeypatch.setattr(call_path, "launch_gemm", lambda *a: launched.append(a[6]) or real(*a))
+    monkeypatch.setattr(call_run, "launch_gemm", lambda *a: launched.append(a[6]) or real(*a))
     for p, o in zip(E2E, outcomes, strict=True):
         s = dispatch.select(p.m, p.n, p.k, p.dtype, layout=p.layout, bias=p.bias)
         assert (s.source, s.config, s.time_ms) == ("db", o.winner.config, o.winner.median_ms)

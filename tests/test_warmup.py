@@ -13,7 +13,6 @@ from test_db_support import key, winner
 from typer.testing import CliRunner
 
 import tritonblas
-from tritonblas.call import path as call_path
 from tritonblas.call import run as call_run
 from tritonblas.cli import app
 from tritonblas.parallel import run_first_launches
@@ -40,7 +39,7 @@ def launches(monkeypatch):
     """The configs the kernels were launched with (and still run)."""
     seen = []
     real = call_run.launch_gemm
-    monkeypatch.setattr(call_path, "launch_gemm", lambda *a, **k: seen.append(a[6]) or real(*a, **k))
+    monkeypatch.setattr(call_run, "launch_gemm", lambda *a, **k: seen.append(a[6]) or real(*a, **k))
     return seen
 
 
@@ -77,7 +76,7 @@ def test_a_failing_problem_does_not_stop_the_others(monkeypatch):
             raise RuntimeError("fake: no room")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(call_path, "launch_gemm", refuse)
+    monkeypatch.setattr(call_run, "launch_gemm", refuse)
     results = tritonblas.warmup(problems=[Problem(17, 32, 32, "fp16"), Problem(32, 32, 32, "fp16")],
                                 progress=False)
     assert [r.status for r in results] == ["failed", "compiled"]
@@ -119,7 +118,7 @@ def test_the_cli_needs_problems_and_fails_a_failed_problem(monkeypatch, tmp_path
         "error: give the problems with --shapes FILE or --file CONFIG_FILE"
     missing = runner.invoke(app, ["warmup", "--file", str(tmp_path / "none.json")])
     assert missing.exit_code == 1 and "cannot read config file" in missing.stderr
-    monkeypatch.setattr(call_path, "launch_gemm", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("fake")))
+    monkeypatch.setattr(call_run, "launch_gemm", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("fake")))
     result = runner.invoke(app, ["warmup", "--shapes", TINY])
     assert result.exit_code == 1 and "2 of 2 problems failed to warm up" in result.stderr
     assert "failed: 32x32x32 fp16 nn: RuntimeError: fake" in result.stderr

@@ -6,23 +6,22 @@ loads pydantic only, no database."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
-from .arch import device_for_arch
+from pydantic import BaseModel
+
+from .arch import DeviceInfo, device_for_arch
 from .problem import Problem
 
-if TYPE_CHECKING:
-    from .config import GemmConfig
 
-
-def bind_tuning_db() -> None:
-    """Bind GemmConfig, config_supports, the known archs and the running code's identity (once per
-    process, from tritonblas.config)."""
+def bind_tuning_db(config_type: type[BaseModel],
+                   config_supports: Callable[[BaseModel, Problem, DeviceInfo], str | None]) -> None:
+    """Bind the config type (GemmConfig) and its feasibility predicate, the known archs and the running
+    code's identity (once per process, from tritonblas.config, which passes its own two names: this
+    module imports nothing of it)."""
     from tuning_db import schemas
 
-    from .config import GemmConfig, config_supports  # (config imports this module)
-
-    def supports(config: GemmConfig, key) -> str | None:
+    def supports(config: BaseModel, key) -> str | None:
         device = device_for_arch(key.arch, key.device_name, key.sm_count)
         return config_supports(config, Problem.from_key(key), device)
 
@@ -33,5 +32,5 @@ def bind_tuning_db() -> None:
                                    torch_version=identity.torch_version(), kernel_hash=identity.kernel_hash(),
                                    timing_protocol=identity.TIMING_PROTOCOL)
 
-    schemas.bind(config_type=GemmConfig, supports=supports, check_arch=device_for_arch,
+    schemas.bind(config_type=config_type, supports=supports, check_arch=device_for_arch,
                  is_vendor=lambda config: config.is_vendor, current_env=current_env)

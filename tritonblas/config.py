@@ -173,7 +173,6 @@ def config_supports(config: GemmConfig, problem: Problem, device: DeviceInfo) ->
     return None
 
 
-
 def require_supported(config: GemmConfig, problem: Problem, device: DeviceInfo) -> None:
     reason = config_supports(config, problem, device)
     if reason is not None:
@@ -181,5 +180,4 @@ def require_supported(config: GemmConfig, problem: Problem, device: DeviceInfo) 
                          f"{problem.m}x{problem.n}x{problem.k} {problem.dtype}: {reason}")
 
 
-
-bind_tuning_db()  # every reader of tuning_db in this process gets GemmConfigs back
+bind_tuning_db(GemmConfig, config_supports)  # every reader of tuning_db in this process gets GemmConfigs

@@ -3,19 +3,28 @@ config_supports checks against the device's limit."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from .problem import DTYPE_BYTES, Problem, operand_leading_dims
 
-if TYPE_CHECKING:
-    from .config import GemmConfig
+
+class Tiling(Protocol):
+    """What the model reads of a GemmConfig (tritonblas.config, whose config_supports calls it)."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+    num_stages: int
+    tma: bool
+    flatten: bool
+    aligned_copy: bool
 
 
 # Archs whose allocation smem_bytes was fitted to (the interpreter stands for the H200 in tests).
 SMEM_FITTED_ARCHS = ("sm_90", "interpreter")
 
 
-def smem_bytes(config: GemmConfig, problem: Problem, arch: str = "sm_90") -> int:
+def smem_bytes(config: Tiling, problem: Problem, arch: str = "sm_90") -> int:
     """Shared memory triton 3.6 allocates for the kernels on sm_90, fitted to its own figures:
     scripts/smem_sweep.py compiles them on a CPU exactly as a launch would (tritonblas.launch.gemm's
     arguments, triton's specialization) over a sample of the heuristic's and the tuner's space, every
