@@ -4,11 +4,11 @@ Kept with the tests rather than in scripts/ because --baseline imports another t
 
 Usage: TRITON_INTERPRET=1 python tests/ops_overhead.py [--baseline DIR] [--rounds 7] [--trials 3]
                                                       [--calls 20000]
-A benchmark, not a test. launch._launch (the last Python before triton's C launcher, or the interpreter)
+A benchmark, not a test. launch.gemm._launch (the last Python before triton's C launcher, or the interpreter)
 is replaced by a no-op, so what is timed is the Python of the call path: the cache lookup, the per-call
 checks, the output allocation, the launch plan's lookup and the launch's arguments. 64x64x64 on CPU
 tensors (the interpreter device), backend="triton" (the kernels' path; torch.mm would run for real).
-Until 2026-12-01 the stub replaced call_run.launch_gemm, which left the launch plan's key out. Rows:
+Until 2026-12-01 the stub replaced call_path.launch_gemm, which left the launch plan's key out. Rows:
   matmul(out=)      tritonblas.matmul(a, b, out=out)
   matmul            tritonblas.matmul(a, b) (allocates the output)
   addmm             tritonblas.addmm(bias, a, b, beta=0.5, alpha=2.0)
@@ -45,11 +45,23 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parents[1]
 
 
+def _launch_module():
+    """The module whose _launch the ops call: tritonblas.launch.gemm, or tritonblas.launch in a --baseline
+    tree from before the packages (issue 35)."""
+    import importlib
+
+    try:
+        return importlib.import_module("tritonblas.launch.gemm")
+    except ImportError:
+        return importlib.import_module("tritonblas.launch")
+
+
 def child(root: str, trials: int, calls: int) -> dict[str, list[float]]:
     sys.path.insert(0, root)
 
     import tritonblas
-    from tritonblas.launch import gemm as launch
+
+    launch = _launch_module()
 
     assert Path(tritonblas.__file__).resolve().is_relative_to(Path(root).resolve()), tritonblas.__file__
     launch._launch = lambda *args: None  # the host cost alone
@@ -116,7 +128,8 @@ def transparent_rows() -> dict:
     import torch.nn.functional as F
 
     import tritonblas
-    from tritonblas.launch import gemm as launch
+
+    launch = _launch_module()
 
     launch._launch = lambda *args: None
     torch.manual_seed(0)

@@ -7,6 +7,7 @@ closes at run time is caught too. tests/test_import.py checks the same of tuning
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -112,3 +113,44 @@ def test_the_cli_is_only_commands():
     for name, deps in graph.items():
         if not name.startswith("tritonblas.cli") and name != "tritonblas.__main__":
             assert not {d for d in deps if d.startswith("tritonblas.cli")}, name
+
+
+def _layer_table() -> list[list[str]]:
+    """The modules of each row of docs/architecture.md's layer table, bottom row first: `tuning_db/` is
+    the package; `x/y.py` a module under tritonblas/, whose folder the row's next bare names share."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    table = text[text.index("## Layers, bottom up"):].split("\n## ")[0]
+    rows = []
+    for line in table.splitlines():
+        cells = line.split("|")
+        if len(cells) < 4 or cells[1].strip() in ("job", "---"):
+            continue
+        folder, names = "", []
+        for token in re.findall(r"`([^`]+)`", cells[2]):
+            if token.endswith("/"):
+                names.append(token.rstrip("/"))
+                continue
+            path, _, leaf = token.rpartition("/")
+            folder = path if path else (folder if names else "")
+            module = ".".join(["tritonblas", *filter(None, folder.split("/")), leaf.removesuffix(".py")])
+            names.append(module.removesuffix(".__init__"))
+        rows.append(names)
+    return rows
+
+
+def test_the_layer_table_of_the_architecture_doc_is_true():
+    """Every module is in a row of the table and imports only modules of its own row or those before."""
+    rows = _layer_table()
+
+    def row_of(module: str) -> int | None:
+        found = [i for i, names in enumerate(rows) for n in names
+                 if module == n or module.startswith(n + ".")]
+        return max(found) if found else None
+
+    graph = _graph()
+    placed = {n for names in rows for n in names}
+    packages = {n.rsplit(".", 1)[0] for n in placed} | {"tritonblas", "tritonblas.__main__"}
+    assert sorted(m for m in graph if row_of(m) is None and m not in packages) == []
+    upward = sorted((m, d) for m, deps in graph.items() for d in deps
+                    if d != "tritonblas" and row_of(m) is not None and row_of(d) > row_of(m))
+    assert upward == []

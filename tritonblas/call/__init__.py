@@ -1,2 +1,3 @@
-"""The call path: the public ops (`ops`), their argument checks (`validate`), a call's plan and its run
-(`path`, `run`), the custom op for autograd and torch.compile (`core_op`) and the caches' drop (`caches`)."""
+"""The call path: the public ops (`ops`), a call's plan (`path`) and its run (`run`), and the custom op
+for autograd and torch.compile (`core_op`). Argument checks (tritonblas.validate) and the caches' drop
+(tritonblas.caches) sit below selection, which shares them."""

@@ -16,10 +16,10 @@ import math
 import torch
 
 from ..config import GemmConfig
+from ..validate import check_bias, check_operands, check_options, check_scalar, check_tensor
 from . import path
 from .path import Plan, lookup, signature
 from .run import gemm_operands, run, run_gemm
-from .validate import check_bias, check_operands, check_options, check_scalar, check_tensor
 
 
 def _core_op():

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .. import record
+from .. import caches, record
 from ..arch import INTERPRETER_DEVICE, DeviceInfo
 from ..config import GemmConfig
 from ..device import interpreter_enabled, tensor_device_info
@@ -33,8 +33,7 @@ from ..launch.compile_key import prefetch as prefetch_compile_key
 from ..launch.gemm import prepare_launch
 from ..problem import Problem
 from ..selection import dispatch
-from . import caches
-from .validate import TORCH_DTYPES, check_out, span_bytes
+from ..validate import TORCH_DTYPES, check_out, span_bytes
 
 # Host time of one call of ours that launches a kernel on a GPU (a hit: key, lookup, triton's launcher),
 # where it exceeds torch's for the same op; a selected kernel that runs shorter than this leaves eager

@@ -31,9 +31,8 @@ from typing import Literal
 
 from tuning_db.vocabulary import BiasKind
 
-from .. import log
+from .. import caches, log
 from ..arch import DeviceInfo
-from ..call import caches
 from ..config import GemmConfig, config_supports, require_supported
 from ..problem import Problem
 from . import heuristic, neighbors
@@ -381,7 +380,7 @@ def select(m: int, n: int, k: int, dtype: object, *, out_dtype: object = None, l
     checking that it can run the problem. backend: None (dispatch decides), "triton" (kernels only),
     "torch" (torch.mm pinned).
     """
-    from ..call.validate import check_options, device_info_of, problem_of
+    from ..validate import check_options, device_info_of, problem_of
 
     problem = problem_of(m, n, k, dtype, out_dtype, layout, bias)
     check_options(enable_streamk, config, backend)  # the same checks as matmul's, conflicts included

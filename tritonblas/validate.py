@@ -8,9 +8,9 @@ import torch
 
 from tuning_db.vocabulary import BIAS_KINDS, DTYPES, LAYOUTS
 
-from ..arch import DeviceInfo
-from ..config import BACKENDS, GemmConfig
-from ..problem import Problem
+from .arch import DeviceInfo
+from .config import BACKENDS, GemmConfig
+from .problem import Problem
 
 TORCH_DTYPES: dict[torch.dtype, str] = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 _STRIDED = torch.strided
@@ -210,7 +210,7 @@ def device_info_of(device: object) -> DeviceInfo:
     device string, or a DeviceInfo."""
     if isinstance(device, DeviceInfo):
         return device
-    from ..device import device_info, interpreter_enabled
+    from .device import device_info, interpreter_enabled
 
     if device is None:
         if interpreter_enabled() or not torch.cuda.is_available():
