@@ -1,24 +1,25 @@
-"""Whether two trees launch the same sm_90 machine code for a config file's winners: the proof that tuned
-configs may be re-stamped with a new kernel hash (tritonblas/identity.py) instead of re-tuned.
+"""Whether two trees launch the same sm_90 machine code for a config file's Triton configs: the proof that
+tuned configs may be re-stamped with a new kernel hash (tritonblas/identity.py) instead of re-tuned.
 
-A diagnostic, not collected by pytest. Two steps per tree, each in a child process with the tree on
-PYTHONPATH, then a comparison:
+A diagnostic, not collected by pytest. Per tree a capture and a compile, each a child process with the
+tree on PYTHONPATH (and no bytecode written: a read-only tree stays so), then a comparison:
 
     python tests/same_code.py --tree /work/wt/old --file configs/sm_90.json --out old.json
     python tests/same_code.py --tree /work/main --file configs/sm_90.json --out new.json
     python tests/same_code.py --compare old.json new.json     # exit 0: identical; 1: differences listed
 
-1. Capture (TRITON_INTERPRET=1): every entry whose config is a Triton one (the vendor entries and their
-   "kernel" sub-configs are skipped) is called through the public op, as the tuner times it
-   (matmul/addmm(..., out=, config=)), on CPU tensors of its problem (torch.empty: nothing is touched)
-   with the H200 of the file's header as the device (its SM count sets the grid). The launch is stubbed at
-   triton's level (InterpretedFunction.run, below any host path), so every kernel a call launches (GEMM,
+1. Capture (TRITON_INTERPRET=1): each entry's Triton winner, and the Triton config a vendor entry carries
+   ("kernel", what backend="triton" runs there; --winners-only skips them), is called through the public
+   op as the tuner timed it (matmul/addmm(..., out=, config=)) on CPU tensors of its problem (torch.empty:
+   nothing is touched), planned for the header's H200 (its SM count sets the grid). The launch is stubbed
+   at triton's level (InterpretedFunction.run, below any host path): every kernel a call launches (GEMM,
    Stream-K reduce, pad copy) is recorded with its grid, options and triton's own specialization of its
    arguments (JITFunction's binder on the real arguments for a CUDA sm_90 target: dtypes, 16-byte
-   alignment, integers equal to 1, descriptors), exactly what a first GPU launch compiles.
-2. Compile (no interpreter): each distinct launch once, against its own tree's kernel, for
-   GPUTarget("cuda", 90, 128); recorded: sha256 of the PTX without debug lines and comments, sha256 of the
-   cubin's .text sections (the machine code), shared memory, num_warps.
+   alignment, integers equal to 1, descriptors), what a first launch on the GPU compiles.
+2. Compile (no interpreter): each distinct launch once (--jobs processes; triton's cache serves re-runs),
+   against its own tree's kernel, for GPUTarget("cuda", 90, 128): sha256 of the PTX less debug
+   information and comments, sha256 of the cubin's .text sections (the machine code), shared memory,
+   num_warps.
 """
 
 from __future__ import annotations
@@ -178,13 +179,32 @@ def _call(entry: dict, config) -> None:
         torch.Tensor.float = real_float
 
 
-def _entry_key(entry: dict) -> str:
-    config = json.dumps(entry["config"], sort_keys=True, separators=(",", ":"))
+def _runs(entry: dict, winners_only: bool) -> list[tuple[str, dict]]:
+    """(key, config) of what the file says runs for the entry's problem: a Triton winner, and unless
+    winners_only the best Triton config some vendor entries carry ("kernel": what backend="triton" runs
+    there once the file is imported; tuning_db/exchange.py)."""
     m, n, k = entry["m"], entry["n"], entry["k"]
-    return f"{m}x{n}x{k} {entry['a_dtype']} {entry['layout']} bias={entry['bias']} {config}"
+    problem = f"{m}x{n}x{k} {entry['a_dtype']} {entry['layout']} bias={entry['bias']}"
+    runs = []
+    kernel = None if winners_only else (entry.get("kernel") or {}).get("config")
+    for role, config in (("winner", entry["config"]), ("kernel", kernel)):
+        if config is None or config.get("backend", "triton") != "triton":
+            continue
+        runs.append((f"{problem} {role} {json.dumps(config, sort_keys=True, separators=(',', ':'))}", config))
+    return runs
 
 
-def capture(tree: str, file: str) -> dict:
+def _check_operands(key: str, entry: dict, launches: list[dict]) -> None:
+    """A GEMM launch takes the entry's operand dtype (a bf16 copy to fp32 that _call missed would not)."""
+    want = f"*{entry['a_dtype']}"
+    for launch in launches:
+        for name in ("a_ptr", "b_ptr"):
+            if launch["signature"].get(name, want) != want:
+                got = launch["signature"][name]
+                raise RuntimeError(f"{key}: {launch['kernel']} got {name} {got}, not {want}")
+
+
+def capture(tree: str, file: str, winners_only: bool) -> dict:
     from triton.runtime.interpreter import InterpretedFunction
 
     import tritonblas
@@ -196,18 +216,21 @@ def capture(tree: str, file: str) -> dict:
     used = _patch_device(_h200(data["header"]))
     recorder = Recorder()
     InterpretedFunction.run = lambda self, *args, **kwargs: recorder.run(self, *args, **kwargs)
-    entries = []
+    entries: dict[str, list] = {}
     for entry in data["entries"]:
-        if entry["config"].get("backend", "triton") != "triton":
-            continue
-        recorder.launches = []
-        _call(entry, GemmConfig.model_validate(entry["config"]))
-        if not recorder.launches:
-            raise RuntimeError(f"{_entry_key(entry)}: the call launched no kernel")
-        entries.append({"key": _entry_key(entry), "launches": recorder.launches})
+        for key, config in _runs(entry, winners_only):
+            recorder.launches = []
+            _call(entry, GemmConfig.model_validate(config))
+            if not recorder.launches:
+                raise RuntimeError(f"{key}: the call launched no kernel")
+            if key in entries:
+                raise ValueError(f"{file}: {key} twice")
+            _check_operands(key, entry, recorder.launches)
+            entries[key] = recorder.launches
     if not used[0]:
         raise RuntimeError("the device patch was never used: the calls did not plan for the header's device")
-    return {"tree": str(Path(tree).resolve()), "file": str(file), "entries": entries}
+    return {"tree": str(Path(tree).resolve()), "file": str(file),
+            "entries": [{"key": key, "launches": launches} for key, launches in entries.items()]}
 
 
 # --- compile (child, no interpreter) ------------------------------------------------------------------------
@@ -289,21 +312,21 @@ def compile_all(plans: dict, jobs: int) -> dict:
 
 # --- the two steps for one tree, and the comparison -----------------------------------------------------
 
-def _child(step: str, tree: str, arg: str, out: Path, jobs: int = 1) -> None:
+def _child(step: str, tree: str, arg: str, out: Path, *flags: str) -> None:
     env = {**os.environ, "PYTHONPATH": tree, "PYTHONDONTWRITEBYTECODE": "1"}  # a read-only tree stays so
     env.pop("TRITON_INTERPRET", None)
     if step == "capture":
         env["TRITON_INTERPRET"] = "1"
-    cmd = [sys.executable, __file__, f"--{step}", arg, "--tree", tree, "--out", str(out), "--jobs", str(jobs)]
+    cmd = [sys.executable, __file__, f"--{step}", arg, "--tree", tree, "--out", str(out), *flags]
     subprocess.run(cmd, env=env, check=True)
 
 
-def plan_tree(tree: str, file: str, out: Path, jobs: int) -> None:
+def plan_tree(tree: str, file: str, out: Path, jobs: int, winners_only: bool) -> None:
     t0 = time.monotonic()
     captured = out.with_suffix(".captured.json")
-    _child("capture", tree, file, captured)
+    _child("capture", tree, file, captured, *(["--winners-only"] if winners_only else []))
     t1 = time.monotonic()
-    _child("compile", tree, str(captured), out, jobs)
+    _child("compile", tree, str(captured), out, "--jobs", str(jobs))
     captured.unlink()
     plans = json.loads(out.read_text())
     launches = sum(len(e["launches"]) for e in plans["entries"])
@@ -360,6 +383,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, help="where the plans go (JSON)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="compile processes")
     ap.add_argument("--compare", nargs=2, metavar=("A", "B"), help="two plans files: exit 0 when identical")
+    ap.add_argument("--winners-only", action="store_true",
+                    help="skip the Triton configs vendor entries carry (\"kernel\")")
     ap.add_argument("--capture", help=argparse.SUPPRESS)
     ap.add_argument("--compile", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -374,12 +399,12 @@ def main() -> None:
         launches = sum(len(e["launches"]) for e in a["entries"])
         print(f"{len(a['entries'])} entries, {launches} launches: identical")
     elif args.capture:
-        args.out.write_text(json.dumps(capture(args.tree, args.capture), indent=1))
+        args.out.write_text(json.dumps(capture(args.tree, args.capture, args.winners_only), indent=1))
     elif args.compile:
         args.out.write_text(json.dumps(compile_all(json.loads(Path(args.compile).read_text()), args.jobs),
                                        indent=1))
     elif args.tree and args.file and args.out:
-        plan_tree(args.tree, args.file, args.out, args.jobs)
+        plan_tree(args.tree, args.file, args.out, args.jobs, args.winners_only)
     else:
         ap.error("give --tree, --file and --out, or --compare A B")
 
