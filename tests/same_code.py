@@ -201,7 +201,8 @@ def _check_operands(key: str, entry: dict, launches: list[dict]) -> None:
         for name in ("a_ptr", "b_ptr"):
             if launch["signature"].get(name, want) != want:
                 got = launch["signature"][name]
-                raise RuntimeError(f"{key}: {launch['kernel']} got {name} {got}, not {want}")
+                raise RuntimeError(f"{key}: {launch['kernel']} got {name} {got}, not {want} (a copy the "
+                                   "interpreter's launch path makes that _call does not keep from it?)")
 
 
 def capture(tree: str, file: str, winners_only: bool) -> dict:
