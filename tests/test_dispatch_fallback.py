@@ -11,16 +11,6 @@ from tritonblas import call_path, dispatch
 from tritonblas.config import INTERPRETER_DEVICE, Problem
 
 
-@pytest.fixture
-def fresh_dispatch(tmp_path):
-    shipped = tmp_path / "configs"
-    shipped.mkdir()
-    dispatch.set_shipped_dir(shipped)
-    with dispatch.using_database(str(tmp_path / "user.sqlite")):
-        yield
-    dispatch.set_shipped_dir(None)
-
-
 def _failing_launch(monkeypatch, refuse):
     """call_path.launch_gemm raising OutOfResources for the configs `refuse` says no to; returns the log."""
     real, tried = call_path.launch_gemm, []

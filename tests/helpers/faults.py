@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from shapes import assert_close, reference
 
 import tritonblas
+from helpers.shapes import assert_close, reference
 from tritonblas import GemmConfig, launch, scratch
 
 # fp16 33x17x100: A's leading dim (200 B) and B's (34 B) are not 16-byte multiples, so aligned_copy
