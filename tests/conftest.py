@@ -1,4 +1,5 @@
-"""Test set-up: kernels run in Triton's interpreter unless a CUDA GPU is present.
+"""Test set-up: kernels run in Triton's interpreter unless a CUDA GPU is present; the fixtures that
+several test modules use (helpers they share are in tests/helpers/).
 
 TRITON_INTERPRET must be set before triton is imported, so it is set here, before any test module
 imports tritonblas' kernels.
@@ -20,7 +21,7 @@ def device() -> str:
 @pytest.fixture(params=["sqlite", "postgresql"])
 def db_url(request, tmp_path):
     """An empty tuning database: an SQLite file, or the CI PostgreSQL server (skipped without one)."""
-    from test_db_support import empty_db
+    from helpers.db import empty_db
 
     yield from empty_db(request.param, tmp_path)
 
@@ -40,3 +41,66 @@ def no_gpu(monkeypatch):
 
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     monkeypatch.setattr(common, "gpu_count", lambda: 0)
+
+
+@pytest.fixture
+def x():
+    """Valid operands (ERROR_SHAPE), a sentinel-filled `out`, for the bad-input cases to spoil."""
+    from types import SimpleNamespace
+
+    from helpers.bad_inputs import K, M, N, f16, tensor
+
+    a, b = tensor(M, K), tensor(K, N)
+    return SimpleNamespace(a=a, b=b, bias=tensor(N), out=torch.full((M, N), 7.0, dtype=f16),
+                           w=tensor(N, K))
+
+
+@pytest.fixture(scope="module")
+def good_file(tmp_path_factory):
+    """A valid three-entry config file from a scratch database (tests only read it)."""
+    from helpers.db import ENV, grid_winners
+
+    from tuning_db import TuningDB
+    from tuning_db import exchange as ex
+
+    folder = tmp_path_factory.mktemp("good")
+    with TuningDB(str(folder / "src.sqlite")) as src:
+        src.import_winners(grid_winners(3))
+        ex.export_file(src, folder / "good.json", "sm_90", env=ENV)
+    return folder / "good.json"
+
+
+@pytest.fixture
+def paths(tmp_path):
+    """A user DB url (file created on first TuningDB) and a shipped-config folder, both empty; dispatch
+    points at them for the test and is reset after it."""
+    from tritonblas.selection import dispatch
+
+    url = str(tmp_path / "user.sqlite")
+    shipped = tmp_path / "configs"
+    shipped.mkdir()
+    dispatch.set_shipped_dir(shipped)
+    with dispatch.using_database(url):
+        yield url, shipped
+    dispatch.set_shipped_dir(None)
+
+
+@pytest.fixture
+def fresh_dispatch(paths) -> None:
+    """Dispatch with no DB winner and no shipped file, for tests that need the state, not the paths."""
+
+
+@pytest.fixture
+def private_default_db(monkeypatch, tmp_path):
+    """Commands run without --db use $TRITONBLAS_DB: point it away from the user's own database."""
+    monkeypatch.setenv("TRITONBLAS_DB", str(tmp_path / "default.sqlite"))
+
+
+@pytest.fixture
+def fake_gpu_benchmark(monkeypatch):
+    """The CLI's tuner builds benchmark.GpuBenchmark(); swap in the fake (single device, in process)."""
+    from helpers.fakes import WorkerBench
+
+    from tritonblas.tuning import benchmark as benchmark_module
+
+    monkeypatch.setattr(benchmark_module, "GpuBenchmark", lambda **kw: WorkerBench())

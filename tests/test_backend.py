@@ -9,11 +9,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-import test_dispatch
 import torch
 import torch.nn.functional as F
-from shapes import assert_close, make_bias, op_reference, operands, record_launches, run_op
-from test_tuner import FakeBench, candidate_calls, fake_ms
+from helpers.db import TUNED
+from helpers.fakes import FakeBench, candidate_calls, fake_ms
+from helpers.shapes import assert_close, make_bias, op_reference, operands, record_launches, run_op
 from typer.testing import CliRunner
 
 import tritonblas
@@ -32,7 +32,6 @@ from tuning_db.exchange import ConfigFileError, export_file, import_file, load_c
 
 VENDOR = GemmConfig.vendor()
 H200 = device_for_arch("sm_90", "NVIDIA H200", 132)
-paths = test_dispatch.paths  # the fixture: an empty user DB and shipped-config folder read by dispatch
 KERNEL = GemmConfig(block_m=16, block_n=16, block_k=16, grid=3)
 DTYPES = {"fp16": torch.float16, "fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -301,7 +300,7 @@ def test_vendor_neighbour_only_when_close(paths):
 
 def test_kernel_neighbour_gives_way_to_the_vendor_rule(paths):
     url, _ = paths
-    kernel = test_dispatch.TUNED  # a config the model keeps as a neighbour near 1024^3
+    kernel = TUNED  # a config the model keeps as a neighbour near 1024^3
     with TuningDB(url) as db:
         db.upsert_winner(winner(NEAR_P, H200, kernel, 0.01))
     dispatch.clear_cache()

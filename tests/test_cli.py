@@ -1,9 +1,8 @@
 """The `tritonblas` and `tritonblas-tune` commands through typer's CliRunner: help, version, and every
 user mistake ending in one clear line and exit code 2. No kernel runs here (see test_cli_e2e.py)."""
 
-from pathlib import Path
-
 import pytest
+from helpers.cli import TINY
 from typer.main import get_command
 from typer.testing import CliRunner
 
@@ -11,15 +10,8 @@ import tritonblas
 from tritonblas.cli import app, tune_app
 from tritonblas.cli import common as cli_common
 
-DATA = Path(__file__).parent / "data"
-TINY = str(DATA / "tiny.yaml")
 runner = CliRunner()
-
-
-@pytest.fixture(autouse=True)
-def private_default_db(monkeypatch, tmp_path):
-    """Commands run without --db use $TRITONBLAS_DB: point it away from the user's own database."""
-    monkeypatch.setenv("TRITONBLAS_DB", str(tmp_path / "default.sqlite"))
+pytestmark = pytest.mark.usefixtures("private_default_db")
 
 
 def _commands(group, path=()):

@@ -9,11 +9,15 @@ import stat
 from pathlib import Path
 
 import pytest
-from test_cli import TINY, private_default_db, runner  # noqa: F401  (an autouse fixture)
-from test_db_support import key, winner
+from helpers.cli import TINY
+from helpers.db import key, winner
+from typer.testing import CliRunner
 
 from tritonblas.cli import app
 from tuning_db import EnvIdentity, TuningDB
+
+runner = CliRunner()
+pytestmark = pytest.mark.usefixtures("private_default_db")
 
 
 def one_line_error(result, code: int = 2) -> str:

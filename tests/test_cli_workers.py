@@ -3,58 +3,20 @@ real database, with a fake benchmark so the test is about the orchestration, not
 
 from __future__ import annotations
 
-import os
-import time
-from pathlib import Path
-
 import pytest
+from helpers.fakes import FAIL_M, WorkerBench
 from typer.testing import CliRunner
 
 from tritonblas.arch import INTERPRETER_DEVICE
 from tritonblas.cli import app
 from tritonblas.problem import Problem
 from tritonblas.tuning import benchmark as benchmark_module
-from tritonblas.tuning.protocol import Benchmark, BenchResult
 from tritonblas.tuning.run import Interrupted, run_tuning
 from tuning_db import ProblemKey, TuningDB
 
 # Distinct m per problem so a fake can single one out; tiny, since nothing real runs.
 PROBLEMS = [Problem(m, 32, 32, "fp16") for m in (16, 17, 18, 19, 20, 21)]
 CRASH_M = 18  # the worker tuning this problem dies (os._exit) in the crash test
-FAIL_M = 19  # every candidate of this problem is a wrong result in the no-winner tests
-
-
-class WorkerBench(Benchmark):
-    """Fake, config-dependent timings. Picklable: it travels to the spawned workers.
-
-    rendezvous: a folder where each worker process checks in on its first call and waits for the
-    others, so every worker is known to take part whatever the start-up order."""
-
-    def __init__(self, rendezvous: Path | None = None, workers: int = 2, crash_m: int | None = None,
-                 interrupt_m: int | None = None) -> None:
-        self.rendezvous, self.workers = rendezvous, workers
-        self.crash_m, self.interrupt_m = crash_m, interrupt_m
-
-    def _meet(self) -> None:
-        (self.rendezvous / str(os.getpid())).touch()
-        deadline = time.monotonic() + 120
-        while len(list(self.rendezvous.iterdir())) < self.workers and time.monotonic() < deadline:
-            time.sleep(0.05)
-
-    def __call__(self, config, problem, device, *, cutoff_ms=None):
-        if self.rendezvous is not None:
-            self._meet()
-        if problem.m == self.crash_m:
-            os._exit(3)
-        if problem.m == self.interrupt_m:
-            raise KeyboardInterrupt
-        if problem.m == FAIL_M:
-            return BenchResult("wrong_result", rel_error=1.0, note="fake: always wrong")
-        ms = 1.0 + config.block_m / 1000 + config.num_stages / 100
-        return BenchResult("ok", ms, ms, ms, 1e-3)
-
-    def baseline(self, problem, device):
-        return 2.0
 
 
 def _winners(url: str) -> dict[Problem, object]:
@@ -124,12 +86,6 @@ def test_in_process_interrupt_keeps_finished_problems_and_rerun_resumes(tmp_path
 
 
 runner = CliRunner()
-
-
-@pytest.fixture
-def fake_gpu_benchmark(monkeypatch):
-    """The CLI's tuner builds benchmark.GpuBenchmark(); swap in the fake (single device, in process)."""
-    monkeypatch.setattr(benchmark_module, "GpuBenchmark", lambda **kw: WorkerBench())
 
 
 def _shapes(tmp_path, ms) -> str:

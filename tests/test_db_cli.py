@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_db_support import BIG, ENV, SMALL, key, measurement, winner
+from helpers.db import BIG, ENV, SMALL, key, measurement, winner
 from typer.testing import CliRunner
 
 from tritonblas.cli.db import app

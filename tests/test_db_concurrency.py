@@ -21,7 +21,7 @@ import warnings
 from pathlib import Path
 
 import pytest
-from test_db_support import PG_ENV, drop_everything, pg_url_or_skip
+from helpers.db import PG_ENV, drop_everything, pg_url_or_skip
 from typer.testing import CliRunner
 
 from tritonblas.arch import INTERPRETER_DEVICE

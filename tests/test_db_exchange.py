@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
-from test_db_support import (
+from helpers.bad_inputs import BAD_EDITS, BAD_TEXTS, edit_json
+from helpers.db import (
     BIG,
     ENV,
     ENV_NEW_KERNELS,
@@ -69,81 +69,17 @@ def test_export_takes_fresh_winners_of_one_device(db, tmp_path):
     assert not (tmp_path / "z.json").exists()
 
 
-@pytest.fixture(scope="module")
-def good_file(tmp_path_factory) -> Path:
-    """A valid three-entry file from a scratch database (tests only read it)."""
-    folder = tmp_path_factory.mktemp("good")
-    with TuningDB(str(folder / "src.sqlite")) as src:
-        src.import_winners(grid_winners(3))
-        ex.export_file(src, folder / "good.json", "sm_90", env=ENV)
-    return folder / "good.json"
-
-
-def _edit(data: dict, path: tuple, value) -> dict:
-    target = data
-    for part in path[:-1]:
-        target = target[part]
-    if callable(value):
-        value = value(data)
-    if value is _DELETE:
-        del target[path[-1]]
-    else:
-        target[path[-1]] = value
-    return data
-
-
-_DELETE = object()
-# (id, path into the JSON, new value, what the error must say). The bad entry is the last one, so
-# the earlier good entries prove that nothing of the file is imported.
-BAD_EDITS = [
-    ("unknown-entry-field", ("entries", 2, "evil"), "x", r"entries\[2\] \(48x66x32\): field 'evil'"),
-    ("unknown-top-field", ("extra",), 1, "field 'extra'"),
-    ("unknown-config-field", ("entries", 2, "config", "exec"), "rm", r"entries\[2\].*config\.exec"),
-    ("missing-field", ("entries", 2, "median_ms"), _DELETE, r"entries\[2\].*median_ms.*required"),
-    # 256x256x256 tiles, 8 stages: megabytes of shared memory, no device has that.
-    ("infeasible-config", ("entries", 2, "config"), {"block_m": 256, "block_n": 256, "block_k": 256,
-                                                     "group_m": 8, "num_warps": 8, "num_stages": 8,
-                                                     "streamk": False, "grid": None, "tma": False},
-     r"entries\[2\].*infeasible on sm_90.*shared memory"),
-    ("invalid-config", ("entries", 2, "config", "block_m"), 48, r"entries\[2\].*block_m.*powers of two"),
-    ("absurd-size", ("entries", 2, "m"), 2**40, r"entries\[2\].*field 'm'.*less than or equal"),
-    ("negative-time", ("entries", 2, "median_ms"), -1.0, r"entries\[2\].*median_ms.*greater than 0"),
-    ("absurd-time", ("entries", 2, "median_ms"), 1e300, r"entries\[2\].*median_ms"),
-    ("string-for-int", ("entries", 2, "k"), "32", r"entries\[2\].*field 'k'.*valid integer"),
-    ("bad-dtype", ("entries", 2, "a_dtype"), "int4", r"entries\[2\].*a_dtype"),
-    ("escape-in-host", ("entries", 2, "host"), "n\x1b[2J", r"entries\[2\].*host"),
-    ("duplicate-entry", ("entries", 2), lambda d: {**d["entries"][0], "median_ms": 0.1},
-     r"entries\[2\].*same problem and triton version as entries\[0\]"),
-    ("count-mismatch", ("header", "count"), 4, "header count 4 != 3 entries"),
-    ("unknown-arch", ("header", "arch"), "sm_99", "unknown arch 'sm_99'"),
-    ("newer-file-schema", ("header", "schema_version"), 99, "schema_version 99 is not supported"),
-    ("entries-not-a-list", ("entries",), {"a": 1}, "field 'entries'"),
-]
-
-
 @pytest.mark.parametrize("name,path,value,message", BAD_EDITS, ids=[b[0] for b in BAD_EDITS])
 def test_bad_file_is_rejected_naming_the_entry_and_nothing_is_imported(db, good_file, tmp_path, name, path,
                                                                        value, message):
     db.upsert_winner(winner(key(m=16, n=64, k=32), ms=5.0))  # a row the import would replace
     before = db.winners(env=ENV)
     bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps(_edit(json.loads(good_file.read_text()), path, value)))
+    bad.write_text(json.dumps(edit_json(json.loads(good_file.read_text()), path, value)))
     with pytest.raises(ex.ConfigFileError, match=message) as exc:
         ex.import_file(db, bad, env=ENV)
     assert str(bad) in str(exc.value)
     assert db.winners(env=ENV) == before
-
-
-# Files that are not JSON documents at all, each with the reason it is refused.
-BAD_TEXTS = [
-    ("truncated", lambda good: good[: len(good) // 2], "invalid JSON"),
-    ("nan-time", lambda good: good.replace('"median_ms": 0.5,', '"median_ms": NaN,', 1), "median_ms"),
-    ("duplicate-key", lambda good: good.replace('"arch": "sm_90"', '"arch": "sm_90", "arch": "sm_80"'),
-     "duplicate key 'arch'"),
-    ("deep-nesting", lambda good: "[" * 100_000 + "]" * 100_000, "invalid JSON"),
-    ("not-an-object", lambda good: "[1, 2, 3]", "expected a JSON object with 'header' and 'entries'"),
-    ("empty", lambda good: "", "invalid JSON"),
-]
 
 
 @pytest.mark.parametrize("name,mutate,message", BAD_TEXTS, ids=[b[0] for b in BAD_TEXTS])

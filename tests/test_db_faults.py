@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from test_db_support import BACKENDS, ENV, SMALL, empty_db, key, measurement, winner
+from helpers.db import BACKENDS, ENV, SMALL, empty_db, key, measurement, winner
 
 from tritonblas.config import GemmConfig
 from tuning_db import CorruptDatabaseError, DatabaseLockedError, TuningDB, TuningDBError

@@ -8,8 +8,7 @@ from datetime import datetime, timedelta
 
 import pytest
 import sqlalchemy as sa
-from pydantic import ValidationError
-from test_db_support import (
+from helpers.db import (
     BIG,
     ENV,
     ENV_NEW_KERNELS,
@@ -22,6 +21,7 @@ from test_db_support import (
     measurement,
     winner,
 )
+from pydantic import ValidationError
 
 from tritonblas.arch import device_for_arch
 from tritonblas.problem import Problem

@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers.db import BIG, ENV, ENV_NEW_KERNELS, ENV_OLD_TRITON, SK, SMALL, key, measurement, winner
 from sqlalchemy import text
-from test_db_support import BIG, ENV, ENV_NEW_KERNELS, ENV_OLD_TRITON, SK, SMALL, key, measurement, winner
 
 from tritonblas.arch import device_for_arch
 from tritonblas.config import GemmConfig

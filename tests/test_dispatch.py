@@ -3,11 +3,11 @@ cache, the lazy DB, family restriction and the fallback (one warning) when the D
 
 from __future__ import annotations
 
-import sqlite3
 import warnings
 from datetime import datetime, timezone
 
 import pytest
+from helpers.db import TUNED, newer_schema
 
 from tritonblas.arch import DeviceInfo, device_for_arch
 from tritonblas.config import GemmConfig
@@ -16,14 +16,12 @@ from tritonblas.selection import dispatch, heuristic
 from tuning_db import DatabaseLockedError, EnvIdentity, Measurement, ProblemKey, TuningDB, Winner
 from tuning_db.engine import make_engine, normalize_url
 from tuning_db.exchange import export_file
-from tuning_db.migrations import LATEST, MIGRATIONS_TABLE, migrate
+from tuning_db.migrations import migrate
 
 H200 = device_for_arch("sm_90", "NVIDIA H200", 132)
 H100 = device_for_arch("sm_90", "NVIDIA H100 80GB HBM3", 132)
 H100_PCIE = device_for_arch("sm_90", "NVIDIA H100 PCIe", 114)
 P = Problem(1024, 1024, 1024, "bf16")
-# Not what the heuristic picks for P on an H200, so a hit is visible.
-TUNED = GemmConfig(block_m=64, block_n=128, block_k=128, group_m=4, num_warps=4, num_stages=4)
 OTHER = GemmConfig(block_m=128, block_n=64, block_k=64, group_m=16, num_warps=8, num_stages=2)
 # Configs the model ranks close to its own pick near 1024^3, so dispatch keeps them as neighbours.
 NEAR = GemmConfig(block_m=128, block_n=128, block_k=64, num_warps=4, num_stages=4)
@@ -59,19 +57,6 @@ def running_triton(monkeypatch):
 
     yield run_under
     dispatch.clear_cache()  # nothing read under the patched version outlives the test
-
-
-@pytest.fixture
-def paths(tmp_path):
-    """A user DB url (file created on first TuningDB) and a shipped-config folder, both empty; dispatch
-    points at them for the test and is reset after it."""
-    url = str(tmp_path / "user.sqlite")
-    shipped = tmp_path / "configs"
-    shipped.mkdir()
-    dispatch.set_shipped_dir(shipped)
-    with dispatch.using_database(url):
-        yield url, shipped
-    dispatch.set_shipped_dir(None)
 
 
 def put(url: str, *winners: Winner, measurements: tuple = ()) -> None:
@@ -349,13 +334,6 @@ def _corrupt(path: str) -> None:
         f.write(b"this is not a database" * 100)
 
 
-def _newer_schema(path: str) -> None:
-    TuningDB(path).close()
-    with sqlite3.connect(path) as conn:
-        conn.execute(f"INSERT INTO {MIGRATIONS_TABLE} (version, name, applied_at) VALUES (?, ?, ?)",
-                     (LATEST + 1, "from the future", "2030-01-01 00:00:00"))
-
-
 def _older_schema(path: str) -> None:
     engine = make_engine(normalize_url(path))
     migrate(engine, path, target=1)
@@ -374,7 +352,7 @@ def test_older_schema_is_not_migrated_by_a_reader(paths):
     assert open(url, "rb").read() == before
 
 
-@pytest.mark.parametrize("spoil", [_corrupt, _newer_schema], ids=["corrupt", "newer-schema"])
+@pytest.mark.parametrize("spoil", [_corrupt, newer_schema], ids=["corrupt", "newer-schema"])
 def test_unusable_db_falls_back_with_one_warning(paths, spoil):
     url, shipped = paths
     ship(shipped, H100, winner(P, H100, OTHER, 0.3))

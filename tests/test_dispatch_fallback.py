@@ -13,16 +13,6 @@ from tritonblas.problem import Problem
 from tritonblas.selection import dispatch
 
 
-@pytest.fixture
-def fresh_dispatch(tmp_path):
-    shipped = tmp_path / "configs"
-    shipped.mkdir()
-    dispatch.set_shipped_dir(shipped)
-    with dispatch.using_database(str(tmp_path / "user.sqlite")):
-        yield
-    dispatch.set_shipped_dir(None)
-
-
 def _failing_launch(monkeypatch, refuse):
     """call_run.launch_gemm raising OutOfResources for the configs `refuse` says no to; returns the log."""
     real, tried = call_run.launch_gemm, []

@@ -11,10 +11,10 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from faults import CASES as FAULT_CASES
-from faults import ERRORS as FAULT_ERRORS
-from faults import fault_then_every_path
-from shapes import (
+from helpers.faults import CASES as FAULT_CASES
+from helpers.faults import ERRORS as FAULT_ERRORS
+from helpers.faults import fault_then_every_path
+from helpers.shapes import (
     EDGE_SHAPES,
     GPU_BIAS_SHAPES,
     GPU_DTYPES,
@@ -506,5 +506,5 @@ def test_gpu_reduce_kernel_gives_the_in_kernel_fixup_bits(shape, fields, tree):
 @pytest.mark.parametrize("error", list(FAULT_ERRORS))
 @pytest.mark.parametrize("case", list(FAULT_CASES))
 def test_gpu_a_failed_launch_leaves_no_dirty_scratch(case, error, monkeypatch):
-    # Issue 33: a launch that raised gave its dirty workspace back to the pool (tests/faults.py).
+    # Issue 33: a launch that raised gave its dirty workspace back to the pool (tests/helpers/faults.py).
     fault_then_every_path(case, error, "cuda", monkeypatch)

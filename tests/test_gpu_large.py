@@ -8,7 +8,7 @@ Each case allocates up to ~10 GB; run alone or with few workers:
 
 import pytest
 import torch
-from shapes import assert_close
+from helpers.shapes import assert_close
 
 import tritonblas
 from tritonblas import GemmConfig

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 import torch.nn.functional as F
-from shapes import assert_close
+from helpers.shapes import assert_close
 
 import tritonblas
 

@@ -6,7 +6,7 @@ The sizes past 2**31 elements themselves run in the GPU suite (tests/test_gpu_la
 
 import pytest
 import torch
-from shapes import check_case, record_launches
+from helpers.shapes import check_case, record_launches
 
 from tritonblas.launch import gemm as launch
 

@@ -4,7 +4,7 @@ alone, and the host side (plan, workspace, predicate, space)."""
 
 import pytest
 import torch
-from shapes import BIASES, make_bias, reference, rel_error, sk_config
+from helpers.shapes import BIASES, make_bias, reference, rel_error, sk_config
 
 import tritonblas
 from tritonblas import GemmConfig

@@ -5,7 +5,15 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from shapes import STREAMK_SPLITS, prime_workspace, reference, rel_error, sk_config, sk_plan, written_slots
+from helpers.shapes import (
+    STREAMK_SPLITS,
+    prime_workspace,
+    reference,
+    rel_error,
+    sk_config,
+    sk_plan,
+    written_slots,
+)
 
 import tritonblas
 from tritonblas.kernels.fixup import fixup_groups

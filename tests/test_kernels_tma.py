@@ -3,7 +3,7 @@ shapes, the pointer fallback for views descriptors cannot take, and the feasibil
 
 import pytest
 import torch
-from shapes import TMA_SHAPES, assert_close, operands, record_launches, reference, run_op
+from helpers.shapes import TMA_SHAPES, assert_close, operands, record_launches, reference, run_op
 
 import tritonblas
 from tritonblas import GemmConfig

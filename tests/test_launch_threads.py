@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
-from shapes import reference, rel_error
+from helpers.shapes import reference, rel_error
 
 import tritonblas
 from tritonblas import GemmConfig

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_dispatch_fallback import fresh_dispatch  # noqa: F401  (the fixture: no DB, no shipped file)
 from triton.runtime.errors import OutOfResources
 
 import tritonblas
@@ -25,7 +24,7 @@ def _records(caplog, level=logging.DEBUG):
     return [r for r in caplog.records if r.name == "tritonblas" and r.levelno == level]
 
 
-def test_each_decision_is_logged_once_at_debug(fresh_dispatch, caplog):  # noqa: F811
+def test_each_decision_is_logged_once_at_debug(fresh_dispatch, caplog):
     a, b = torch.randn(24, 40).half(), torch.randn(40, 8).half()
     with caplog.at_level(logging.DEBUG, logger="tritonblas"):
         for _ in range(3):
@@ -44,7 +43,7 @@ def test_each_decision_is_logged_once_at_debug(fresh_dispatch, caplog):  # noqa:
     assert len(_records(caplog)) == 2 and "(Stream-K only)" in _records(caplog)[1].getMessage()
 
 
-def test_a_fallback_is_a_warning_record_and_a_runtime_warning(fresh_dispatch, monkeypatch, caplog):  # noqa: F811
+def test_a_fallback_is_a_warning_record_and_a_runtime_warning(fresh_dispatch, monkeypatch, caplog):
     a, b = torch.randn(33, 40).half(), torch.randn(40, 17).half()
     first = tritonblas.select(33, 17, 40, "fp16").config
     real = call_run.launch_gemm
@@ -62,7 +61,7 @@ def test_a_fallback_is_a_warning_record_and_a_runtime_warning(fresh_dispatch, mo
     assert "could not be compiled for 33x17x40 fp16" in rec.getMessage() and first.short() in rec.getMessage()
 
 
-def test_database_trouble_is_a_warning_record(fresh_dispatch, tmp_path, caplog):  # noqa: F811
+def test_database_trouble_is_a_warning_record(fresh_dispatch, tmp_path, caplog):
     bad = tmp_path / "broken.sqlite"
     bad.write_bytes(b"this is not a database" * 100)
     dispatch.set_database(str(bad))

@@ -3,7 +3,7 @@
 import pytest
 import torch
 import torch.nn.functional as F
-from shapes import MID_SHAPE, assert_close, config_for_path, make_bias, operands
+from helpers.shapes import MID_SHAPE, assert_close, config_for_path, make_bias, operands
 
 import tritonblas
 from tritonblas import GemmConfig

@@ -3,7 +3,7 @@ break), and torch.library.opcheck accepts the `tritonblas::gemm` registration.""
 
 import pytest
 import torch
-from shapes import MID_SHAPE, assert_close, operands
+from helpers.shapes import MID_SHAPE, assert_close, operands
 from torch._dynamo.testing import CompileCounterWithBackend
 
 import tritonblas

@@ -5,8 +5,8 @@ same error once the cache holds a valid call of the same shapes."""
 import pytest
 import torch
 import torch.nn.functional as F
-from shapes import ERROR_SHAPE, record_launches
-from test_ops_errors import CASES, TINY
+from helpers.bad_inputs import CASES, TINY
+from helpers.shapes import ERROR_SHAPE, record_launches
 
 import tritonblas
 from tritonblas.call import ops

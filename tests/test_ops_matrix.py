@@ -1,9 +1,10 @@
 """matmul/addmm/linear against float64 and torch over every kernel path, layout, dtype, bias and
-beta/alpha, as pairwise covering sets (tests/shapes.py), with each Stream-K split checked to happen."""
+beta/alpha, as pairwise covering sets (tests/helpers/shapes.py), with each Stream-K split checked to
+happen."""
 
 import pytest
 import torch
-from shapes import (
+from helpers.shapes import (
     BIAS_SHAPES,
     DTYPES,
     EDGE_SHAPES,

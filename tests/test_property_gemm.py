@@ -16,9 +16,9 @@ from collections.abc import Iterator
 
 import pytest
 import torch
+from helpers.shapes import DTYPES, LAYOUTS, assert_close, make_bias, op_reference, operands, run_op, sk_plan
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-from shapes import DTYPES, LAYOUTS, assert_close, make_bias, op_reference, operands, run_op, sk_plan
 
 from tritonblas import GemmConfig
 from tritonblas.arch import INTERPRETER_DEVICE
@@ -225,7 +225,7 @@ def test_streamk_is_bitwise_reproducible_in_any_program_order(case, m2, n2, k2):
 @pytest.mark.parametrize("order", ["reversed", "odd_first"])
 def test_streamk_split_tile_finishes_whoever_arrives_last(order):
     """A tile shared by every program, its owners run last-first or interleaved."""
-    from shapes import STREAMK_SPLITS
+    from helpers.shapes import STREAMK_SPLITS
 
     import tritonblas
 

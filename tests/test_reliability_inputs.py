@@ -20,12 +20,19 @@ from pathlib import Path
 
 import pydantic
 import pytest
-import test_db_exchange
-import test_ops_errors
 import torch
-from test_db_exchange import _edit, good_file  # noqa: F401  (a fixture: the valid file cases spoil)
-from test_db_support import SMALL, grid_winners
-from test_ops_errors import M, N, _t
+from helpers.bad_inputs import (
+    BAD_EDITS,
+    BAD_TEXTS,
+    CASES,
+    HUGE,
+    M,
+    N,
+    assert_refused_and_untouched,
+    edit_json,
+    tensor,
+)
+from helpers.db import SMALL, grid_winners
 from typer.testing import CliRunner
 
 import tritonblas
@@ -40,7 +47,6 @@ from tuning_db import exchange as ex
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "reliability.md"
 f16 = torch.float16
-x = test_ops_errors.x  # the fixture of valid operands (M, N, K = 5, 4, 6) that the op cases spoil
 
 
 @dataclass(frozen=True)
@@ -66,7 +72,7 @@ def _nested(t: torch.Tensor) -> torch.Tensor:
         return torch.nested.nested_tensor([t[0], t[1]])
 
 
-# Library calls: call(x, out) with x the ERROR_SHAPE operands of test_ops_errors (M, N, K = 5, 4, 6).
+# Library calls: call(x, out) with x the ERROR_SHAPE operands of the conftest fixture (M, N, K = 5, 4, 6).
 OP_CASES = [
     # layouts torch has but a kernel cannot read
     Case("a_sparse_coo", "A as a sparse COO tensor", lambda x, o: tritonblas.matmul(
@@ -113,9 +119,9 @@ OP_CASES = [
          r"\bout has internal overlap"),
     # non-broadcastable bias
     Case("input_column_too_long", "addmm input of shape (M+1, 1)", lambda x, o: tritonblas.addmm(
-        _t(M + 1, 1), x.a, x.b, out=o), ValueError, r"\binput of shape \(6, 1\) cannot be broadcast"),
+        tensor(M + 1, 1), x.a, x.b, out=o), ValueError, r"\binput of shape \(6, 1\) cannot be broadcast"),
     Case("input_empty", "addmm input of shape (0,)", lambda x, o: tritonblas.addmm(
-        _t(0), x.a, x.b, out=o), ValueError, r"\binput of shape \(0,\) cannot be broadcast"),
+        tensor(0), x.a, x.b, out=o), ValueError, r"\binput of shape \(0,\) cannot be broadcast"),
     Case("linear_bias_0d", "0-d linear bias", lambda x, o: tritonblas.linear(
         x.a, x.w, torch.tensor(1.0, dtype=f16)), ValueError, r"\bbias must be 1-D"),
     # scalars and options
@@ -141,7 +147,7 @@ OP_CASES = [
         x.a.float(), x.b.float(), config=_cfg(block_k=256, num_stages=1)), ValueError,
          r"\bconfig .*block_k <= 128"),
     Case("config_linear_infeasible", "linear with an over-sized config", lambda x, o: tritonblas.linear(
-        x.a, x.w, config=test_ops_errors.HUGE), ValueError, r"\bconfig .*shared memory"),
+        x.a, x.w, config=HUGE), ValueError, r"\bconfig .*shared memory"),
     # malformed configs: pydantic names the field
     Case("config_grid_too_big", f"grid={MAX_GRID + 1}", lambda x, o: _cfg(grid=MAX_GRID + 1),
          pydantic.ValidationError, r"\bgrid\b"),
@@ -163,7 +169,7 @@ OP_CASES = [
 
 @pytest.mark.parametrize("case", OP_CASES, ids=lambda c: c.id)
 def test_bad_op_input(x, case):
-    test_ops_errors.test_bad_input_names_argument_and_writes_nothing(x, case.run, case.error, case.match)
+    assert_refused_and_untouched(x, case.run, case.error, case.match)
 
 
 # --- files and the CLI: nothing may be written to the database ---
@@ -235,7 +241,7 @@ def _import(tmp: Path, db: Path, good: Path, *edit: object, text: str | None = N
     """`tritonblas db import` of the good file with one edit (path..., value) or with `text`."""
     bad = tmp / "bad.json"
     if text is None:
-        bad.write_text(json.dumps(_edit(json.loads(good.read_text()), tuple(edit[:-1]), edit[-1])))
+        bad.write_text(json.dumps(edit_json(json.loads(good.read_text()), tuple(edit[:-1]), edit[-1])))
     else:
         bad.write_text(text)
     return runner.invoke(app, ["db", "import", "--file", str(bad), "--db", str(db)])
@@ -323,7 +329,7 @@ def populated(tmp_path) -> Path:
 
 
 @pytest.mark.parametrize("case", IMPORT_CASES, ids=lambda c: c.id)
-def test_bad_config_file_import_exits_and_writes_no_row(tmp_path, good_file, populated, case):  # noqa: F811
+def test_bad_config_file_import_exits_and_writes_no_row(tmp_path, good_file, populated, case):
     before = _dump(populated)
     _check_refused(case.run(tmp_path, populated, good_file), case.error, case.match)
     assert _dump(populated) == before
@@ -410,11 +416,11 @@ def _node_ids() -> list[str]:
         ("test_bad_op_input", OP_CASES), ("test_bad_tune_input_exits_and_creates_no_database", TUNE_CASES),
         ("test_bad_config_file_import_exits_and_writes_no_row", IMPORT_CASES)) for c in cases]
     ops = [f"tests/test_ops_errors.py::test_bad_input_names_argument_and_writes_nothing[{c[0]}]"
-           for c in test_ops_errors.CASES]
+           for c in CASES]
     edits = [f"tests/test_db_exchange.py::test_bad_file_is_rejected_naming_the_entry_and_nothing_is_imported"
-             f"[sqlite-{c[0]}]" for c in test_db_exchange.BAD_EDITS]
+             f"[sqlite-{c[0]}]" for c in BAD_EDITS]
     texts = [f"tests/test_db_exchange.py::test_malformed_text_is_rejected[sqlite-{c[0]}]"
-             for c in test_db_exchange.BAD_TEXTS]
+             for c in BAD_TEXTS]
     return mine + ops + edits + texts
 
 

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers.db import newer_schema
+from helpers.fakes import FakeBench, WorkerBench
 from sqlalchemy import create_engine, event
-from test_dispatch import _newer_schema
-from test_tuner import FakeBench
 from typer.testing import CliRunner
 
 import tritonblas
@@ -159,7 +159,7 @@ def _fault(fault: Fault, path: Path, monkeypatch) -> Iterator[None]:
     if fault.id == "corrupt":
         _corrupt(path)
     elif fault.id == "newer_schema":
-        _newer_schema(str(path))
+        newer_schema(str(path))
         _checkpoint(path)  # its sqlite3 connection may stay open: move its commit into the file now
     elif fault.id == "read_only":
         monkeypatch.setattr(eng, "make_engine", _engine_with(path, read_only=True))
@@ -232,8 +232,6 @@ CLI_FAULTS = ("locked", "read_only", "disk_full", "corrupt")
 def test_tune_cli_reports_the_fault_and_exits_1(user_db, tmp_path, monkeypatch, fault):
     """`tritonblas tune` on a database it cannot write: exit 1 and a message naming the file, no
     traceback, nothing written."""
-    from test_cli_workers import WorkerBench
-
     monkeypatch.setattr(benchmark_module, "GpuBenchmark", lambda **kw: WorkerBench())
     shapes = tmp_path / "shapes.yaml"
     shapes.write_text("dtypes: [fp32]\nshapes:\n  - {m: 24, n: 40, k: 32}\n")
@@ -250,8 +248,6 @@ def test_tune_cli_reports_the_fault_and_exits_1(user_db, tmp_path, monkeypatch, 
 def test_tune_stops_benchmarking_once_the_database_cannot_take_results(user_db, tmp_path, monkeypatch):
     """The first problem's write fails (read-only file): the remaining problems fail with the same reason
     without being benchmarked, instead of spending the GPU on results that cannot be stored."""
-    from test_cli_workers import WorkerBench
-
     seen: list[int] = []
 
     class Counting(WorkerBench):

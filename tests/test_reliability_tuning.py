@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 import torch
-from test_db_support import BACKENDS, empty_db
+from helpers.db import BACKENDS, empty_db
 from triton.compiler.errors import CompilationError
 from triton.runtime.errors import OutOfResources
 

@@ -1,9 +1,9 @@
-"""Scratch survives a launch that raises (issue 33), in the interpreter: see tests/faults.py; the GPU
+"""Scratch survives a launch that raises (issue 33), in the interpreter: see tests/helpers/faults.py; the GPU
 suite runs the same check on CUDA (tests/test_gpu.py)."""
 
 import pytest
-from faults import CASES, ERRORS, SHAPE, fault_then_every_path
-from shapes import sk_plan
+from helpers.faults import CASES, ERRORS, SHAPE, fault_then_every_path
+from helpers.shapes import sk_plan
 
 from tritonblas.launch import streamk as launch_streamk
 

@@ -5,7 +5,7 @@ tuning one file into one database (SQLite and the CI PostgreSQL) once, with no p
 from __future__ import annotations
 
 import pytest
-from test_cli_workers import WorkerBench, fake_gpu_benchmark  # noqa: F401  (a fixture)
+from helpers.fakes import WorkerBench
 from typer.testing import CliRunner
 
 from tritonblas.cli import app
@@ -66,7 +66,7 @@ def _tuned(url: str) -> set[Problem]:
         return {Problem.from_key(w.key) for w in db.winners()}
 
 
-def test_the_cli_tunes_its_shard_only(tmp_path, fake_gpu_benchmark, monkeypatch):  # noqa: F811
+def test_the_cli_tunes_its_shard_only(tmp_path, fake_gpu_benchmark, monkeypatch):
     shapes, db = _shapes(tmp_path, [16, 17, 18, 20, 21, 22, 23]), str(tmp_path / "t.sqlite")  # 19 fails
     result = runner.invoke(app, ["tune", "--shapes", shapes, "--db", db, "--shard", "1/3"])
     assert result.exit_code == 0, result.output

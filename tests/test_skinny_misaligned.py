@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from shapes import assert_close, make_bias, op_reference, pairwise, record_launches, run_op, same_view
+from helpers.shapes import assert_close, make_bias, op_reference, pairwise, record_launches, run_op, same_view
 
 from tritonblas import GemmConfig
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from shapes import assert_close, record_launches
+from helpers.shapes import assert_close, record_launches
 
 import tritonblas
 from tritonblas import transparent

@@ -5,10 +5,10 @@ from __future__ import annotations
 import ast
 import math
 import time
-import zlib
 from functools import partial
 
 import pytest
+from helpers.fakes import FakeBench, candidate_calls, fake_ms
 from triton.compiler.errors import CompilationError
 from triton.runtime.errors import OutOfResources
 
@@ -17,7 +17,7 @@ from tritonblas.config import GemmConfig, config_supports
 from tritonblas.launch.streamk import program_count
 from tritonblas.problem import Problem
 from tritonblas.selection import heuristic
-from tritonblas.tuning.protocol import Benchmark, BenchResult
+from tritonblas.tuning.protocol import BenchResult
 from tritonblas.tuning.run import Interrupted, tune_problems
 from tritonblas.tuning.space import SEEDS_FIRST, _canonical, _neighbours, candidate_space
 from tritonblas.tuning.tuner import MIN_TIMED, REMATCH_ROUNDS, tune_problem
@@ -31,44 +31,6 @@ P = Problem(512, 512, 512, "bf16")
 SPACE_PROBLEMS = [Problem(8192, 8192, 8192, "bf16"), Problem(256, 256, 16384, "fp16"),
                   Problem(1000, 3000, 200, "fp32", "tn", "row"), Problem(16, 16, 16, "fp16")]
 SPACE_DEVICES = [H200, INTERPRETER_DEVICE, SMALL_SMEM]
-
-
-def fake_ms(config) -> float:
-    """A deterministic, config-dependent fake time in ms."""
-    return 0.5 + (zlib.crc32(config.short().encode()) % 10_000) / 10_000
-
-
-def candidate_calls(calls: list) -> list:
-    """`calls` without the final match (tuner._rematch: the fastest kernel timed again beside torch.mm),
-    which follows torch.mm's timing as a candidate, the last candidate's."""
-    last = max((i for i, c in enumerate(calls) if c.backend == "torch"), default=len(calls) - 1)
-    return calls[:last + 1]
-
-
-class FakeBench(Benchmark):
-    """Fake timings; `outcomes` maps a config to a BenchResult to return or an exception to raise."""
-
-    def __init__(self, outcomes=None, sleep_s: float = 0.0, torch_ms: float | None = None) -> None:
-        self.outcomes = outcomes or {}
-        self.sleep_s = sleep_s
-        self.torch_ms = torch_ms
-        self.calls: list = []
-        self.cutoffs: list = []
-
-    def __call__(self, config, problem, device, *, cutoff_ms=None):
-        self.calls.append(config)
-        self.cutoffs.append(cutoff_ms)
-        if self.sleep_s:
-            time.sleep(self.sleep_s)
-        got = self.outcomes.get(config)
-        if isinstance(got, BaseException):
-            raise got
-        if callable(got):
-            return got()
-        return got or BenchResult("ok", fake_ms(config), fake_ms(config) * 0.99, fake_ms(config) * 1.01, 1e-3)
-
-    def baseline(self, problem, device):
-        return self.torch_ms
 
 
 @pytest.fixture

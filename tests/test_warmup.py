@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_db_support import key, winner
+from helpers.db import key, winner
 from typer.testing import CliRunner
 
 import tritonblas

@@ -2,6 +2,7 @@
 
 A stored winner whose kernel hash differs from these is stale; one of another triton version still
 serves, after the running version's (tuning_db.schemas.EnvIdentity.serves).
+
 The kernel hash is of the code that decides what is compiled and launched, not of its bytes: the
 syntax trees of kernels/*.py and of the host's planning code named in PLANNING, without docstrings,
 comments or line numbers. Hashing the raw files made one added comment turn every shipped winner stale

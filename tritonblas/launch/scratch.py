@@ -103,12 +103,13 @@ def current_stream(device: torch.device) -> int | None:
     that stream is being captured into a CUDA graph (then nothing is pooled; see above)."""
     if device.type != "cuda":
         return 0
-    if torch._C._cuda_getDevice() != device.index:  # torch asks the current device's stream
-        with torch.cuda.device(device.index):
+    index = torch._C._cuda_getDevice() if device.index is None else device.index  # "cuda": the current one
+    if torch._C._cuda_getDevice() != index:  # torch asks the current device's stream
+        with torch.cuda.device(index):
             return current_stream(device)
     if torch._C._cuda_isCurrentStreamCapturing():
         return None
-    return torch._C._cuda_getCurrentRawStream(device.index)
+    return torch._C._cuda_getCurrentRawStream(index)
 
 
 def workspace(device: torch.device, partial_floats: int, counters: int, held: list | None = None,

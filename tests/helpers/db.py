@@ -1,13 +1,15 @@
-"""Shared fixtures and builders of the tuning-DB tests (no tests here).
+"""Builders of the tuning-DB tests and the database spoilers they share.
 
-Every DB test takes a `db_url` fixture (built by `empty_db`), which runs it on an SQLite file and on
-PostgreSQL. The PostgreSQL case needs TRITONBLAS_TEST_PG_URL (scripts/ci-postgres.sh starts a
-throwaway server and sets it in CI) and is skipped only when that variable is unset.
+Every DB test takes the `db_url` fixture (tests/conftest.py, built by `empty_db`), which runs it on
+an SQLite file and on PostgreSQL. The PostgreSQL case needs TRITONBLAS_TEST_PG_URL
+(scripts/ci-postgres.sh starts a throwaway server and sets it in CI) and is skipped only when that
+variable is unset.
 """
 
 from __future__ import annotations
 
 import os
+import sqlite3
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -16,7 +18,8 @@ import pytest
 import sqlalchemy as sa
 
 from tritonblas.config import GemmConfig
-from tuning_db import EnvIdentity, Measurement, ProblemKey, Winner
+from tuning_db import EnvIdentity, Measurement, ProblemKey, TuningDB, Winner
+from tuning_db.migrations import LATEST, MIGRATIONS_TABLE
 
 PG_ENV = "TRITONBLAS_TEST_PG_URL"
 BACKENDS = ["sqlite", "postgresql"]
@@ -33,6 +36,8 @@ T0 = datetime(2026, 11, 1, 12, 0, 0, 123456, tzinfo=timezone.utc)
 SMALL = GemmConfig(block_m=32, block_n=32, block_k=32, num_warps=4, num_stages=2)
 BIG = GemmConfig(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3)
 SK = GemmConfig(block_m=64, block_n=64, block_k=32, streamk=True, grid=132)
+# Not what the heuristic picks for 1024^3 bf16 on an H200, so a hit is visible (the dispatch tests).
+TUNED = GemmConfig(block_m=64, block_n=128, block_k=128, group_m=4, num_warps=4, num_stages=4)
 
 
 def pg_url_or_skip() -> str:
@@ -88,3 +93,11 @@ def grid_winners(count: int, env: EnvIdentity = ENV) -> list[Winner]:
     return [winner(key(m=16 * (i + 1), n=64 + i % 3, k=32), ms=0.5 + i / 7, env=env,
                    at=T0 + timedelta(minutes=i), config=(SMALL, BIG, SK)[i % 3])
             for i in range(count)]
+
+
+def newer_schema(path: str) -> None:
+    """Turn the SQLite database at `path` into one of a schema newer than this code knows."""
+    TuningDB(path).close()
+    with sqlite3.connect(path) as conn:
+        conn.execute(f"INSERT INTO {MIGRATIONS_TABLE} (version, name, applied_at) VALUES (?, ?, ?)",
+                     (LATEST + 1, "from the future", "2030-01-01 00:00:00"))

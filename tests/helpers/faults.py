@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from shapes import assert_close, reference
 
 import tritonblas
+from helpers.shapes import assert_close, reference
 from tritonblas import GemmConfig
 from tritonblas.launch import gemm as launch
 from tritonblas.launch import scratch
@@ -71,7 +71,8 @@ def check_every_path(device: str) -> None:
     b = torch.randn(SHAPE[2], SHAPE[1], dtype=torch.float16).to(device)
     for name, (config, _) in CASES.items():
         assert_close(tritonblas.matmul(a, b, config=config), a @ b, reference(a, b), k=SHAPE[2]), name
-    assert not scratch.workspace(torch.device(device), 0, 0)[1].any()
+    # The device as tensors name it ("cuda:0", not "cuda"): the pool key the library's launches use.
+    assert not scratch.workspace(torch.empty(0, device=device).device, 0, 0)[1].any()
 
 
 def fault_then_every_path(case: str, error: str, device: str, monkeypatch) -> None:
