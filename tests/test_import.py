@@ -65,6 +65,18 @@ def test_unknown_attribute_is_an_attribute_error():
         tritonblas.nope  # noqa: B018
 
 
+def test_every_public_name_and_the_readme_s_dispatch_module_load_on_first_use():
+    """The names of `tritonblas.__all__`, and `tritonblas.dispatch` (the README's
+    `tritonblas.dispatch.clear_cache()`), in a fresh process where nothing imported their modules yet."""
+    code = ("import tritonblas\n"
+            "names = [n for n in tritonblas.__all__ if getattr(tritonblas, n) is None]\n"
+            "tritonblas.dispatch.clear_cache()\n"
+            "print(names, tritonblas.dispatch.__name__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={"PATH": "/usr/bin:/bin"})
+    assert out.stdout.split() == ["[]", "tritonblas.selection.dispatch"]
+
+
 def test_first_gemm_without_a_tuning_database_loads_no_sqlalchemy(tmp_path):
     """A user who never tuned has no database file: the first GEMM must not pay SQLAlchemy's import
     (0.3 s of a 0.9 s first call here) to find that out. With the file present it is opened."""

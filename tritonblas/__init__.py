@@ -20,13 +20,19 @@ _WHERE = {
     "warmup": "warm",
 }
 __all__ = [*_WHERE, "__version__"]
+# Modules the README names as attributes of the package (`tritonblas.dispatch.clear_cache()`), which
+# moved into the subpackages (issue 35).
+_MODULES = {"dispatch": "selection.dispatch"}
 
 
 def __getattr__(name: str):
     module = _WHERE.get(name)
     if module is None:
-        raise AttributeError(f"module 'tritonblas' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
+        if name not in _MODULES:
+            raise AttributeError(f"module 'tritonblas' has no attribute {name!r}")
+        value = importlib.import_module(f".{_MODULES[name]}", __name__)
+    else:
+        value = getattr(importlib.import_module(f".{module}", __name__), name)
     globals()[name] = value
     return value
 
