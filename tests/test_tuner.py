@@ -14,6 +14,7 @@ from triton.runtime.errors import OutOfResources
 
 from tritonblas.arch import INTERPRETER_DEVICE, device_for_arch
 from tritonblas.config import GemmConfig, config_supports
+from tritonblas.launch import streamk as launch_streamk
 from tritonblas.launch.streamk import program_count
 from tritonblas.problem import Problem
 from tritonblas.selection import heuristic
@@ -244,10 +245,10 @@ def test_candidate_space_is_feasible_unique_and_deterministic(problem, device):
     # A Stream-K config that splits no tile's K loop stands as its persistent twin (8192^3 on the
     # interpreter's 4 "SMs": every tile count is a multiple of 4, so no Stream-K config is left)...
     programs = partial(program_count, m=problem.m, n=problem.n, k=problem.k, sm_count=device.sm_count)
-    assert all(heuristic.splits_tiles(c, problem, programs(c)) for c in space if c.streamk)
+    assert all(launch_streamk.splits_tiles(c, problem, programs(c)) for c in space if c.streamk)
+    candidates = heuristic.candidates(problem, device, True)
     assert any(c.streamk for c in space) == any(
-        heuristic.splits_tiles(c, problem, device.sm_count) for c in heuristic.candidates(problem, device,
-                                                                                         True))
+        launch_streamk.splits_tiles(c, problem, device.sm_count) for c in candidates)
     for fam in (False, True):  # ... unless the family is forced
         only = candidate_space(problem, device, enable_streamk=fam)
         assert only and {c.streamk for c in only} == {fam}
@@ -308,7 +309,7 @@ def test_streamk_that_splits_nothing_is_its_persistent_twin(m, n, k, splits):
     problem = Problem(m, n, k, "bf16")
     block_n = 256 if (m, n) in {(4096, 1024), (1536, 5632)} else 128
     sk = GemmConfig(block_m=128, block_n=block_n, block_k=64, num_warps=8, num_stages=3, streamk=True)
-    assert heuristic.splits_tiles(sk, problem, H200.sm_count) is splits
+    assert launch_streamk.splits_tiles(sk, problem, H200.sm_count) is splits
     canonical = _canonical(sk, problem, H200)
     assert canonical == (sk if splits else sk.model_copy(update={"streamk": False}))
     assert _canonical(sk, problem, H200, enable_streamk=True) == sk  # a forced family stays

@@ -2,7 +2,9 @@
 are the device side): how the leftover tiles' K loops are split (`streamk_split`), how the split tiles
 are summed (the fix-up's tree `fixup_groups`, deferral `fixup_deferred`, chunks `fixup_plan`; the
 reduce kernel's chunks `reduce_chunks`), the programs and workspace of a launch (`program_count`,
-`streamk_workspace`), and what the fix-up costs on its critical path (`fixup_reads`, for the heuristic).
+`streamk_workspace`), the grids worth pricing and whether a config splits at all (`streamk_grids`,
+`splits_tiles`, for the heuristic and the tuner's space), and what the fix-up costs on its critical
+path (`fixup_reads`, for the heuristic).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from ..arith import cdiv
 
 if TYPE_CHECKING:
     from ..config import GemmConfig
+    from ..problem import Problem
 
 
 def streamk_split(tiles: int, programs: int, iters: int) -> int:
@@ -27,7 +30,7 @@ def streamk_split(tiles: int, programs: int, iters: int) -> int:
 # second level (a group sum stored, a fence, one more counter) cost about 3 partial reads on the H200:
 # 2176x2176x4096 (S = 5) 81.3 -> 84.9 us and 512x512x32768 (S = 8) 55.9 -> 58.4 with the tree, 768x3072x8192
 # (S = 11) 89.5 -> 89.3, 256x256x65536 (S = 33) 85.8 -> 58.7, 128x128x8192 (S = 128) 218 -> 59
-# (tests/kernel_ab.py, graph replay, 2026-11-30). So it pays once G + Q + 3 < S.
+# (016dd08:tests/kernel_ab.py, graph replay, 2026-11-30). So it pays once G + Q + 3 < S.
 TREE_MIN_SPLITS = 12
 TREE_EXTRA_READS = 3
 
@@ -48,8 +51,8 @@ def fixup_chain(splits: int) -> int:
 
 # Where the Stream-K fix-up is deferred (kernels/streamk.py: segments first, chunks claimed after the
 # data-parallel tiles): from this many splits, on tiles of at least this many chunks. H200, bf16, graph
-# replay, deferred against data-parallel tiles first (tests/kernel_ab.py --chunks --both-modes, row 31):
-# S 11 768x3072x8192 128x128 74.3 -> 70.7 us (pointers) and 91.6 -> 87.8 (TMA); S 6 2176x2176x4096
+# replay, deferred against data-parallel tiles first (016dd08:tests/kernel_ab.py --chunks --both-modes,
+# row 31): S 11 768x3072x8192 128x128 74.3 -> 70.7 us (pointers) and 91.6 -> 87.8 (TMA); S 6 2176x2176x4096
 # 128x256 79.3 -> 74.0; S 5 even (2176x2176x4096 73.8 -> 71.5, 1536x3072x8192 135.2 -> 138.6); S 2-3
 # slower (1792x1792x8192 91.4 -> 96.1, 896x3072x8192 80.5 -> 85.1), one chunk too (768^3 64x64, S 11:
 # 11.0 -> 12.0): a claim is one more atomic on the critical path.
@@ -83,8 +86,8 @@ def fixup_plan(config: GemmConfig, tiles: int, programs: int, splits: int, tma: 
     Summed on arrival, a tile holds chunks of 4096 fp32 (32 values a thread on 4 warps, so four chunks
     in flight are as many as one whole 128x128 partial): on TMA tiles; pointer tiles read whole partials
     one at a time. H200, graph replay against whole partials (pipelined by cp.async on TMA tiles on 4
-    warps, kernel-levers row 30), bf16 (tests/kernel_ab.py --chunks --both-modes, row 31): TMA 128x128
-    128x128x8192 38.8 -> 35.1 us, 256x256x65536 49.0 -> 47.7, 1024x1024x16384 60.6 -> 58.9; pointer
+    warps, kernel-levers row 30), bf16 (016dd08:tests/kernel_ab.py --chunks --both-modes, row 31): TMA
+    128x128 128x128x8192 38.8 -> 35.1 us, 256x256x65536 49.0 -> 47.7, 1024x1024x16384 60.6 -> 58.9; pointer
     128x128 at 5 stages slower in chunks, 768x3072x8192 72.7 -> 74.3, 2176x2176x4096 71.1 -> 73.8.
     Deferred (fixup_deferred), chunks of 2048 fp32, at most 8 (the tile counter's claim bits):
     up to 8 programs claim one each and read its S slots eight at a time (row 33)."""
@@ -126,3 +129,33 @@ def reduce_chunks(sk_tiles: int, programs: int) -> int:
     programs' worth of SMs idle, else 4 (a chunk of a tile of 4 or 8 holds at most 32 or 16 values a
     thread under the accumulator rule, so fixup.sum_chunk's 4 or 8 slots in flight stay within 128)."""
     return 8 if 4 * sk_tiles < programs else 4
+
+
+def tile_splits(config: GemmConfig, problem: Problem, programs: int) -> int:
+    """K segments per leftover tile of `config` on `problem` on `programs` programs
+    (streamk_split)."""
+    tiles = cdiv(problem.m, config.block_m) * cdiv(problem.n, config.block_n)
+    return streamk_split(tiles, programs, cdiv(problem.k, config.block_k))
+
+
+def splits_tiles(config: GemmConfig, problem: Problem, programs: int) -> bool:
+    """Whether a Stream-K config splits any tile's K loop on `programs` programs. When it does not, it
+    runs exactly the persistent kernel's schedule (its data-parallel loop, then one program per
+    leftover tile), so the persistent twin stands for it."""
+    return problem.k > 0 and tile_splits(config, problem, min(config.grid or programs, programs)) > 1
+
+
+# Splits per tile the Stream-K grids below offer when the tiles do not fill the SMs.
+STREAMK_SPLITS = (2, 3, 4, 6, 8, 12, 16, 24, 32)
+
+
+def streamk_grids(blocks: tuple[int, int, int], problem: Problem, sm_count: int) -> tuple[int | None, ...]:
+    """Stream-K grids worth pricing: one program per SM (None), and, when the tiles are fewer than the
+    SMs, grids that cut every tile's K loop in exactly s segments, s in STREAMK_SPLITS and fewer than
+    the split one program per SM gives (the same schedule with idle programs otherwise). A tile split
+    128 ways has a long fix-up: 128x128x8192 (one 128x128 tile) took 59 us on 132 programs with the
+    tree fix-up, torch.mm 7.3 (016dd08:tests/kernel_ab.py, graph replay, H200, 2026-11-30)."""
+    block_m, block_n, block_k = blocks
+    tiles = cdiv(problem.m, block_m) * cdiv(problem.n, block_n)
+    default_split = streamk_split(tiles, sm_count, cdiv(problem.k, block_k)) if tiles < sm_count else 0
+    return (None, *(tiles * s for s in STREAMK_SPLITS if s < default_split))

@@ -21,8 +21,7 @@ from dataclasses import dataclass
 from ..arch import DeviceInfo
 from ..arith import cdiv, gemm_flops
 from ..config import GemmConfig, config_supports
-from ..launch import streamk as plan
-from ..launch.streamk import fixup_plan, fixup_reads
+from ..launch.streamk import fixup_plan, fixup_reads, splits_tiles, streamk_grids, tile_splits
 from ..problem import (
     DTYPE_BYTES,
     Problem,
@@ -146,7 +145,7 @@ def estimate(config: GemmConfig, problem: Problem, device: DeviceInfo) -> Estima
     fixup = 0.0
     if config.streamk:
         waves = float(tiles // programs)
-        split = streamk_split(config, problem, programs)
+        split = tile_splits(config, problem, programs)
         if split:
             # The kernel's K-aligned split: each leftover tile's K loop in `split` even segments, run at
             # the data-parallel rate (1920x1920x8192 with 128x256 tiles, one segment per tile: 92.3 us
@@ -204,20 +203,6 @@ _STORE_US_PER_64KB = 2.0
 def split_fixed_us(config: GemmConfig) -> float:
     """What a Stream-K program's split segment costs besides its iterations: the fill and the store."""
     return _SPLIT_FILL_US + _STORE_US_PER_64KB * config.block_m * config.block_n * 4 / 65536
-
-
-def streamk_split(config: GemmConfig, problem: Problem, programs: int) -> int:
-    """K segments per leftover tile of `config` on `problem` on `programs` programs
-    (launch.streamk.streamk_split)."""
-    tiles = cdiv(problem.m, config.block_m) * cdiv(problem.n, config.block_n)
-    return plan.streamk_split(tiles, programs, cdiv(problem.k, config.block_k))
-
-
-def splits_tiles(config: GemmConfig, problem: Problem, programs: int) -> bool:
-    """Whether a Stream-K config splits any tile's K loop on `programs` programs. When it does not, it
-    runs exactly the persistent kernel's schedule (its data-parallel loop, then one program per
-    leftover tile), so the persistent twin stands for it."""
-    return problem.k > 0 and streamk_split(config, problem, min(config.grid or programs, programs)) > 1
 
 
 def streaming_efficiency(config: GemmConfig, problem: Problem) -> float:
@@ -314,22 +299,6 @@ def candidates(problem: Problem, device: DeviceInfo, enable_streamk: bool | None
                     if sk and reduce_ok and cdiv(problem.m, bm) * cdiv(problem.n, bn) < device.sm_count:
                         out.append(GemmConfig(**fields, grid=grid, reduce_kernel=True))
     return out
-
-
-# Splits per tile the Stream-K grids below offer when the tiles do not fill the SMs.
-STREAMK_SPLITS = (2, 3, 4, 6, 8, 12, 16, 24, 32)
-
-
-def streamk_grids(blocks: tuple[int, int, int], problem: Problem, sm_count: int) -> tuple[int | None, ...]:
-    """Stream-K grids worth pricing: one program per SM (None), and, when the tiles are fewer than the
-    SMs, grids that cut every tile's K loop in exactly s segments, s in STREAMK_SPLITS and fewer than
-    the split one program per SM gives (the same schedule with idle programs otherwise). A tile split
-    128 ways has a long fix-up: 128x128x8192 (one 128x128 tile) took 59 us on 132 programs with the
-    tree fix-up, torch.mm 7.3 (tests/kernel_ab.py, graph replay, H200, 2026-11-30)."""
-    block_m, block_n, block_k = blocks
-    tiles = cdiv(problem.m, block_m) * cdiv(problem.n, block_n)
-    default_split = plan.streamk_split(tiles, sm_count, cdiv(problem.k, block_k)) if tiles < sm_count else 0
-    return (None, *(tiles * s for s in STREAMK_SPLITS if s < default_split))
 
 
 def rank(problem: Problem, device: DeviceInfo, enable_streamk: bool | None = None) -> list[Estimate]:

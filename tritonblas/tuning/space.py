@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from ..arch import DeviceInfo
 from ..arith import cdiv
 from ..config import GemmConfig, config_supports
-from ..launch.streamk import program_count
+from ..launch.streamk import STREAMK_SPLITS, program_count, splits_tiles
 from ..problem import Problem
 from ..selection import heuristic
 
@@ -72,7 +72,7 @@ def _grids(cfg: GemmConfig, problem: Problem, device: DeviceInfo) -> Iterable[Ge
     tiles = cdiv(problem.m, cfg.block_m) * cdiv(problem.n, cfg.block_n)
     grids = [None, 2 * sms]
     if cfg.streamk and tiles < sms:
-        grids += [tiles * s for s in heuristic.STREAMK_SPLITS if tiles * s <= 2 * sms]
+        grids += [tiles * s for s in STREAMK_SPLITS if tiles * s <= 2 * sms]
     for g in grids:
         yield _with(cfg, grid=g)
 
@@ -86,7 +86,7 @@ def _canonical(cfg: GemmConfig, problem: Problem, device: DeviceInfo,
     4096x1024x512's tuned winner was a Stream-K config splitting nothing, timed in place of the
     flattened persistent twin that won the exhaustive search by 6%."""
     args = (problem.m, problem.n, problem.k, device.sm_count)
-    if cfg.streamk and enable_streamk is None and not heuristic.splits_tiles(cfg, problem,
+    if cfg.streamk and enable_streamk is None and not splits_tiles(cfg, problem,
                                                                               program_count(cfg, *args)):
         cfg = _with(cfg, streamk=False, reduce_kernel=False)
     if problem.small and (cfg.reduce_kernel or cfg.host_descriptors):
