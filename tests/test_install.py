@@ -19,7 +19,11 @@ from packaging.version import Version
 from tritonblas import device
 
 tomllib = pytest.importorskip("tomllib", reason="reads pyproject.toml with Python 3.11's tomllib")
-pytest.importorskip("pip")
+# Asked in a subprocess, not imported or looked up here: even importlib.util.find_spec("pip") makes
+# setuptools' distutils shim step aside for the rest of the process (_distutils_hack's spec_for_pip), and
+# torch.compile's inductor then fails to build its C++ checks in later tests.
+if subprocess.run([sys.executable, "-m", "pip", "--version"], capture_output=True).returncode != 0:
+    pytest.skip("needs pip", allow_module_level=True)
 
 PYPROJECT = Path(__file__).parent.parent / "pyproject.toml"
 # Each torch's CUDA wheel pins one triton (2.10.0 to 2.15.0: read from the wheels' metadata); 2.9.1, here
