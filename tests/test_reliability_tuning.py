@@ -138,7 +138,9 @@ def test_killed_tuner_leaves_a_consistent_database_and_a_rerun_resumes(tmp_path,
     shapes.write_text(f"dtypes: [fp16]\nshapes:\n  - {{m: {KILL_MS}, n: 32, k: 32}}\n")
     db_path, marker, script = tmp_path / "t.sqlite", tmp_path / "inside", tmp_path / "tuner.py"
     script.write_text(_KILLED_TUNER)
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    # The child runs the triton this suite runs (an overlay on PYTHONPATH too): its rows must be this one's.
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": path}
     args = [str(script), str(marker), "18", point, str(shapes), str(db_path)]
     child = subprocess.Popen([sys.executable, *args], env=env, stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE)
