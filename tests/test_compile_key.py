@@ -12,7 +12,7 @@ pytest.importorskip("triton")
 PRELUDE = """
 import json, sys
 from triton.runtime import cache
-from tritonblas import compile_key
+from tritonblas.launch import compile_key
 """
 
 

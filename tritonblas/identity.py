@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import re
+import threading
 from importlib import metadata
 from pathlib import Path
 
@@ -148,7 +149,7 @@ def kernel_hash() -> str:
     except (OSError, ValueError, AttributeError):
         pass
     digest = code_hash(kernels, planning)
-    _write(path, {"sources": raw, "kernel_hash": digest})
+    write_json_atomically(path, {"sources": raw, "kernel_hash": digest})
     return digest
 
 
@@ -157,16 +158,16 @@ def _memo_path() -> Path:
     return Path(cache) / "tritonblas" / "kernel-hash.json"
 
 
-def _write(path: Path, memo: dict) -> None:
-    """Atomically (a temporary file renamed over it); a folder that cannot be written only costs the
-    next process the parse."""
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+def write_json_atomically(path: Path, doc: dict) -> None:
+    """Atomically (a temporary file renamed over it): a reader never sees half a file. A cache folder
+    that cannot be written only costs the next process the work the file would have saved."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(memo))
+        tmp.write_text(json.dumps(doc))
         os.replace(tmp, path)
     except OSError:
-        tmp.unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)  # (itself an OSError only where nothing could be written anyway)
 
 
 @functools.lru_cache(maxsize=1)

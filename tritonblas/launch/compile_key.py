@@ -18,6 +18,8 @@ import os
 import threading
 from pathlib import Path
 
+from ..identity import write_json_atomically
+
 _FILE = "tritonblas-triton-key.json"
 _lock = threading.Lock()
 
@@ -76,20 +78,10 @@ def _install_locked() -> None:
         key = stored["key"]
     else:
         key = original()
-        _write(path, {"signature": signature, "key": key})
+        write_json_atomically(path, {"signature": signature, "key": key})
     cache.triton_key = functools.lru_cache(maxsize=None)(lambda: key)
 
 
-def _write(path: Path, doc: dict) -> None:
-    """Atomically (a temporary file renamed over it): a reader never sees half a key. A cache folder that
-    cannot be written only costs the next process the hash."""
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(doc))
-        os.replace(tmp, path)
-    except OSError:
-        tmp.unlink(missing_ok=True)  # (itself an OSError only where nothing could be written anyway)
 
 
 @functools.cache
