@@ -111,6 +111,7 @@ class _Plan:
     workspace: tuple[int, int] | None  # (partial floats, counters) for Stream-K
     tma: bool = False  # device-side descriptors: needs triton's allocator in the launching thread
     compiled: object = None  # triton's CompiledKernel once launched through the C launcher
+    constexpr_args: tuple = ()  # the constexprs' values in the kernel's argument order, for the C launcher
     then: _Plan | None = None  # Stream-K with reduce_kernel: kernels/reduce.py's launch, on (ws, c, bias)
     descs: tuple | None = None  # a prepared launch's host descriptors: (shape, strides, box) of A and B
 
@@ -362,11 +363,13 @@ def _launch(plan: _Plan, tensors: tuple, floats: tuple) -> None:
         compile_key.install_quietly()  # waits for compile_key.prefetch's thread, if one is running
         compiled = plan.kernel[(plan.progs,)](*args, **plan.constexprs, num_warps=plan.num_warps,
                                               num_stages=plan.num_stages)
-        # The fast path passes constexprs positionally: only keep it when their order is the kernel's.
-        if list(plan.kernel.arg_names[len(args):]) == list(plan.constexprs):
+        # The C launcher takes constexprs by position: in the kernel's order, whatever the dict's.
+        names = plan.kernel.arg_names[len(args):]
+        if sorted(names) == sorted(plan.constexprs):
+            plan.constexpr_args = tuple(plan.constexprs[name] for name in names)
             compiled._init_handles()
             plan.compiled = compiled
         return
     stream = torch._C._cuda_getCurrentRawStream(index)
     compiled.run(plan.progs, 1, 1, stream, compiled.function, compiled.packed_metadata, None, None, None,
-                 *args, *plan.constexprs.values())
+                 *args, *plan.constexpr_args)
