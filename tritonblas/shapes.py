@@ -20,7 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from tuning_db.schemas import MAX_DIM
 from tuning_db.textfile import read_bounded_text
-from tuning_db.vocabulary import DTYPES, BiasKind, DType, Layout
+from tuning_db.vocabulary import FLOAT_DTYPES as DTYPES
+from tuning_db.vocabulary import BiasKind, DType, Layout
 
 from .problem import Problem
 

@@ -6,7 +6,7 @@ import numbers
 
 import torch
 
-from tuning_db.vocabulary import BIAS_KINDS, DTYPES, LAYOUTS
+from tuning_db.vocabulary import BIAS_KINDS, FLOAT_DTYPES, LAYOUTS
 
 from .arch import DeviceInfo
 from .config import BACKENDS, GemmConfig
@@ -200,8 +200,8 @@ def _check_int(name: str, v: object) -> int:
 def _dtype_name(name: str, v: object) -> str:
     if isinstance(v, torch.dtype):
         v = TORCH_DTYPES.get(v, str(v))
-    if not isinstance(v, str) or v not in DTYPES:
-        raise ValueError(f"{name} must be one of {', '.join(DTYPES)} (or the torch dtype), got {v!r}")
+    if not isinstance(v, str) or v not in FLOAT_DTYPES:
+        raise ValueError(f"{name} must be one of {', '.join(FLOAT_DTYPES)} (or the torch dtype), got {v!r}")
     return v
 
 
