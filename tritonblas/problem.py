@@ -6,13 +6,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tuning_db.vocabulary import FLOAT_DTYPES, QUANT_DTYPES, QUANT_OUT_DTYPES, BiasKind, DType, Layout, Scales
+from tuning_db.vocabulary import BiasKind, DType, Layout, Scales, quantized_mismatch
 
 from .arith import gemm_flops
 
 DTYPE_BYTES: dict[str, int] = {"fp16": 2, "bf16": 2, "fp32": 4, "e4m3": 1, "e5m2": 1, "int8": 1}
-# Bias kinds of a quantized problem: torch._scaled_mm's, none or one value per output column (N,).
-QUANT_BIAS_KINDS = ("none", "row")
 # Problem.small: operands and work below which a problem's kernel takes a few microseconds on the H200
 # (512^3 3.6 us, 1024x1024x512 4.8, 128x128x8192 8.2 in graph replay: h200-graph-small-tune10.json).
 SMALL_OPERAND_BYTES = 8 << 20
@@ -37,7 +35,7 @@ class Problem:
     def __post_init__(self) -> None:
         if self.b_dtype is not None and self.b_dtype == self.dtype:
             object.__setattr__(self, "b_dtype", None)  # one spelling per problem: equal keys hash equal
-        reason = quantized_mismatch(self)
+        reason = quantized_mismatch(self.dtype, self.b, self.out_dtype, self.bias, self.scales)
         if reason is not None:
             raise ValueError(f"Problem {self.m}x{self.n}x{self.k}: {reason}")
 
@@ -83,27 +81,6 @@ class Problem:
         scales = f" {self.scales}" if self.quantized else ""
         return f"{self.m}x{self.n}x{self.k} {self.dtypes_text()} {self.layout}{scales}" + \
             ("" if self.bias == "none" else f" +{self.bias}")
-
-
-def quantized_mismatch(p: Problem) -> str | None:
-    """Why `p`'s dtypes, scales and bias do not go together (None when they do): a plain problem has one
-    float operand dtype and no scales; a quantized one has fp8 (e4m3/e5m2, mixed allowed) or int8 (both)
-    operands, a given output dtype of QUANT_OUT_DTYPES, and a bias of QUANT_BIAS_KINDS."""
-    if p.scales == "none":
-        if p.dtype not in FLOAT_DTYPES or p.b != p.dtype:
-            what = p.dtype if p.b == p.dtype else f"{p.dtype}/{p.b}"
-            return f"operand dtypes {what} need scales (scales='none' is a plain GEMM of one of " \
-                   f"{', '.join(FLOAT_DTYPES)})"
-        return None
-    if p.dtype not in QUANT_DTYPES or p.b not in QUANT_DTYPES:
-        return f"scales={p.scales!r} needs operands of {', '.join(QUANT_DTYPES)}, got {p.dtype}/{p.b}"
-    if (p.dtype == "int8") != (p.b == "int8"):
-        return f"int8 goes with int8 only, got {p.dtype}/{p.b}"
-    if p.out_dtype is None or p.out_dtype not in QUANT_OUT_DTYPES:
-        return f"a quantized problem needs out_dtype from {', '.join(QUANT_OUT_DTYPES)}, got {p.out_dtype}"
-    if p.bias not in QUANT_BIAS_KINDS:
-        return f"a quantized problem takes bias {' or '.join(QUANT_BIAS_KINDS)} (N,), got {p.bias!r}"
-    return None
 
 
 def operand_leading_dims(problem: Problem) -> tuple[int, int]:

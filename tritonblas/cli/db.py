@@ -202,13 +202,15 @@ def show_cmd(m: str = SizeM, n: str = SizeN, k: str = SizeK, dtype: str = DtypeO
     tritonblas db show 16 6144 4096 --dtype fp16 --layout nt --bias row --arch sm_90
     ```
     """
+    from tuning_db import GemmShape
+
     from ..problem import Problem
 
     p = Problem(parse_size(m, "M"), parse_size(n, "N"), parse_size(k, "K"), check_dtype(dtype),
                 layout.value, bias.value)
     with open_db(db_url) as db:
-        winners = [w for w in guard(db.winners, arch) if w.key.arch_key()[1:] == (
-            p.m, p.n, p.k, p.dtype, p.dtype, p.out, p.layout, p.bias)]
+        shape = GemmShape.from_problem(p).shape_key()
+        winners = [w for w in guard(db.winners, arch) if w.key.shape_key() == shape]
         if not winners:
             fail(f"no winner stored for {p.short()}", code=1)
         console.print(_winner_table(winners, p.short()))

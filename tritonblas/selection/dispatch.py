@@ -144,7 +144,8 @@ def _drop_selections() -> None:
 
 
 def _arch_key(p: Problem) -> tuple:
-    return (p.m, p.n, p.k, p.dtype, p.dtype, p.out, p.layout, p.bias)
+    """The problem as a shipped file's entries are found (GemmShape.shape_key)."""
+    return (p.m, p.n, p.k, p.dtype, p.b, p.out, p.layout, p.bias, p.scales)
 
 
 def _shipped(arch: str) -> dict[tuple, object]:
