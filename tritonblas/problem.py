@@ -83,6 +83,19 @@ class Problem:
             ("" if self.bias == "none" else f" +{self.bias}")
 
 
+def vendor_name(problem: Problem) -> str:
+    """The vendor op a torch-backend config runs for `problem` (what messages and explain call it)."""
+    if not problem.quantized:
+        return "torch.mm"
+    return "torch._int_mm" if problem.dtype == "int8" else "torch._scaled_mm"
+
+
+def default_quant_out(dtype: str) -> str:
+    """scaled_mm's output dtype when none is given: A's dtype for fp8 (torch's convention), bf16 for
+    int8."""
+    return "bf16" if dtype == "int8" else dtype
+
+
 def operand_leading_dims(problem: Problem) -> tuple[int, int]:
     """Leading (non-unit) stride of A and B, in elements, for dense storage in the problem's layout."""
     lead_a = problem.k if problem.layout[0] == "n" else problem.m

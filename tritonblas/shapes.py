@@ -36,7 +36,7 @@ from tuning_db.vocabulary import (
     quantized_mismatch,
 )
 
-from .problem import Problem
+from .problem import Problem, default_quant_out
 
 # A shapes file is a short list written by hand; these bounds keep a hostile or mistaken one (a 300 x
 # 300 x 300 grid is three short lines) from exhausting memory before anything is reported.
@@ -136,7 +136,7 @@ class ShapeSpec(BaseModel):
         quantized problem (A's dtype for fp8, bf16 for int8), else None (a plain GEMM's: its dtype)."""
         if self.out_dtype is not None or self.scales == "none":
             return self.out_dtype
-        return "bf16" if dtype == "int8" else dtype
+        return default_quant_out(dtype)
 
     def problems(self) -> list[Problem]:
         return [Problem(m, n, k, dt, self.layout, self.bias, self.out_for(dt), self.b_dtype, self.scales)
