@@ -382,6 +382,13 @@ def _user_config_ok(config: GemmConfig, problem: Problem, device: DeviceInfo) ->
     return config_supports(config, problem, device) is None
 
 
+def select_problem(problem: Problem, **kwargs) -> Selection:
+    """select() for a Problem in hand (the tuner's and the bench's): its dtypes, scales, layout, bias."""
+    return select(problem.m, problem.n, problem.k, problem.dtype, out_dtype=problem.out_dtype,
+                  layout=problem.layout, bias=problem.bias, scales=problem.scales, b_dtype=problem.b_dtype,
+                  **kwargs)
+
+
 def select(m: int, n: int, k: int, dtype: object, *, out_dtype: object = None, layout: str = "nn",
            bias: BiasKind | None = None, enable_streamk: bool | None = None, device: object = None,
            config: GemmConfig | None = None, backend: str | None = None, scales: str | None = None,
