@@ -102,7 +102,9 @@ def note(problem: Problem) -> None:
                      stacklevel=4)
             return
         seen |= in_file
-    log.get().info("recorded %s to %s", problem.short(), path)
+    scales = f" scales={problem.scales}" if problem.quantized else ""
+    log.get().info("recorded %dx%dx%d %s layout=%s bias=%s%s to %s", problem.m, problem.n, problem.k,
+                   problem.dtypes_text(), problem.layout, problem.bias, scales, path)
 
 
 def _add(path: Path, problem: Problem) -> set[Problem]:

@@ -365,7 +365,9 @@ def _log_decision(sel: Selection) -> None:
     if logger.isEnabledFor(logging.DEBUG):
         p = sel.problem
         only = {None: "", True: " (Stream-K only)", False: " (persistent only)"}[sel.enable_streamk]
-        logger.debug("dispatch %s on %s%s: backend=%s source=%s config=%s", p.short(), sel.device.name, only,
+        scales = f" scales={p.scales}" if p.quantized else ""
+        logger.debug("dispatch %dx%dx%d %s layout=%s bias=%s%s on %s%s: backend=%s source=%s config=%s",
+                     p.m, p.n, p.k, p.dtypes_text(), p.layout, p.bias, scales, sel.device.name, only,
                      sel.backend, sel.source, sel.describe())
 
 
