@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+import torch
 from helpers.fakes import fake_scaled_mm
 from typer.testing import CliRunner
 
@@ -144,3 +145,20 @@ def test_the_benchmark_checks_scaled_mm_against_the_dequantized_product(monkeypa
     result = bench(CONFIG, problem, INTERPRETER_DEVICE)
     assert result.status == "ok" and result.rel_error <= bench._inputs.tolerance
     assert bench.baseline(problem, INTERPRETER_DEVICE) > 0
+
+
+@interpreter_only
+def test_warmup_runs_quantized_problems_through_scaled_mm(tmp_path, with_op, monkeypatch):
+    calls = []
+    def recorded(*args, **kwargs):
+        calls.append((args, kwargs))
+        return fake_scaled_mm(*args, **kwargs)
+
+    monkeypatch.setattr(tritonblas, "scaled_mm", recorded)
+    out = run(tmp_path, "warmup", "--shapes", QUANT)
+    assert "done: 2 compiled" in out and "0 failed" in out
+    (a, b, scale_a, scale_b), kw = calls[0]
+    assert (a.dtype, b.dtype, tuple(scale_a.shape), tuple(scale_b.shape)) == (
+        torch.float8_e4m3fn, torch.float8_e4m3fn, (32, 1), (1, 48))
+    # Layout nt: B column-major (its K axis contiguous), as torch._scaled_mm takes it.
+    assert (kw["out_dtype"], tuple(kw["bias"].shape), b.stride()) == (torch.bfloat16, (48,), (1, 64))

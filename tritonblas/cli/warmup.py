@@ -34,7 +34,8 @@ def warmup(shapes: list[Path] = typer.Option(None, "--shapes", help=SHAPES_HELP)
     The first call of a config in a fresh process compiles its kernel (seconds on a GPU); after a
     warm-up, a new process finds it in triton's cache (~/.triton/cache or $TRITON_CACHE_DIR; warm up
     where the cache will be read: the same machine or a shared cache directory). Each problem runs once
-    through dispatch, as a user's call does. Problems dispatch sends to torch.mm compile nothing. Exit
+    through dispatch, as a user's call does (a quantized one through tritonblas.scaled_mm). Problems
+    dispatch sends to the vendor (torch.mm, torch._scaled_mm) compile nothing. Exit
     code 1 if any problem fails to compile or run.
 
     **Examples**

@@ -64,6 +64,11 @@ def scale_shapes(problem: Problem) -> tuple[tuple[int, ...], tuple[int, ...]]:
     return ((problem.m, 1) if rows else ()), ((1, problem.n) if cols else ())
 
 
+def bias_dtype(out: torch.dtype) -> torch.dtype:
+    """A bias (N,) in the output dtype where that is a 16- or 32-bit one, else bf16."""
+    return out if out.itemsize > 1 else torch.bfloat16
+
+
 def make(problem: Problem, device: torch.device, gen: torch.Generator) -> ScaledOperands:
     a = _operand(problem.m, problem.k, problem.layout[0] == "t", TORCH_DTYPES[problem.dtype], device, gen)
     b = _operand(problem.k, problem.n, problem.layout[1] == "t", TORCH_DTYPES[problem.b], device, gen)
@@ -72,9 +77,8 @@ def make(problem: Problem, device: torch.device, gen: torch.Generator) -> Scaled
               for s in scale_shapes(problem))
     out = TORCH_DTYPES[problem.out]
     bias = None
-    if problem.bias == "row":  # (N,), in the output dtype where it is a 16- or 32-bit one
-        bias_dtype = out if out.itemsize > 1 else torch.bfloat16
-        bias = torch.randn(problem.n, generator=gen, dtype=torch.float32, device=device).to(bias_dtype)
+    if problem.bias == "row":
+        bias = torch.randn(problem.n, generator=gen, dtype=torch.float32, device=device).to(bias_dtype(out))
     ref = (a.double() * sa.double()) @ (b.double() * sb.double())
     fp32 = (a.float() * sa) @ (b.float() * sb)
     if bias is not None:
@@ -82,6 +86,25 @@ def make(problem: Problem, device: torch.device, gen: torch.Generator) -> Scaled
     if out.itemsize == 1:  # scaled_mm saturates an fp8 output to its finite range
         fp32 = fp32.clamp(torch.finfo(out).min, torch.finfo(out).max)
     return ScaledOperands(a, b, sa, sb, bias, out, ref, fp32.to(out))
+
+
+def zero_call(problem: Problem, device: torch.device, backend: str | None) -> Callable[[], object]:
+    """scaled_mm on zero operands and unit scales of the problem's shapes, layout and dtypes: what
+    warm-up runs (the values do not matter to a compile)."""
+    import tritonblas
+
+    require_op()
+
+    def operand(rows: int, cols: int, transposed: bool, dtype: torch.dtype) -> torch.Tensor:
+        t = torch.zeros((cols, rows) if transposed else (rows, cols), dtype=dtype, device=device)
+        return t.t() if transposed else t
+
+    a = operand(problem.m, problem.k, problem.layout[0] == "t", TORCH_DTYPES[problem.dtype])
+    b = operand(problem.k, problem.n, problem.layout[1] == "t", TORCH_DTYPES[problem.b])
+    sa, sb = (torch.ones(s, dtype=torch.float32, device=device) for s in scale_shapes(problem))
+    out = TORCH_DTYPES[problem.out]
+    bias = None if problem.bias == "none" else torch.zeros(problem.n, dtype=bias_dtype(out), device=device)
+    return lambda: tritonblas.scaled_mm(a, b, sa, sb, bias=bias, out_dtype=out, backend=backend)
 
 
 def op_call(ops: ScaledOperands, out: torch.Tensor, config, backend: str | None) -> Callable[[], object]:
