@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tuning_db.vocabulary import BiasKind, DType, Layout, Scales, quantized_mismatch
+from tuning_db import vocabulary
+from tuning_db.vocabulary import BiasKind, DType, Layout, Scales
 
 from .arith import gemm_flops
 
@@ -29,15 +30,8 @@ class Problem:
     layout: Layout = "nn"
     bias: BiasKind = "none"
     out_dtype: DType | None = None
-    b_dtype: DType | None = None  # None: the same as dtype
-    scales: Scales = "none"
-
-    def __post_init__(self) -> None:
-        if self.b_dtype is not None and self.b_dtype == self.dtype:
-            object.__setattr__(self, "b_dtype", None)  # one spelling per problem: equal keys hash equal
-        reason = quantized_mismatch(self.dtype, self.b, self.out_dtype, self.bias, self.scales)
-        if reason is not None:
-            raise ValueError(f"Problem {self.m}x{self.n}x{self.k}: {reason}")
+    b_dtype: DType | None = None  # None: the same as dtype (A's)
+    scales: Scales = "none"  # scaled_mm's scale mode; "none": a plain GEMM
 
     @property
     def out(self) -> DType:
@@ -45,7 +39,7 @@ class Problem:
 
     @property
     def b(self) -> DType:
-        """B's dtype (A's is `dtype`)."""
+        """B's operand dtype."""
         return self.b_dtype or self.dtype
 
     @property
@@ -59,6 +53,13 @@ class Problem:
         out = key.out_dtype if scales != "none" or key.out_dtype != key.a_dtype else None
         b = None if key.b_dtype == key.a_dtype else key.b_dtype
         return cls(key.m, key.n, key.k, key.a_dtype, key.layout, key.bias, out, b, scales)
+
+    def __post_init__(self) -> None:
+        if self.b_dtype is not None and self.b_dtype == self.dtype:
+            object.__setattr__(self, "b_dtype", None)  # one spelling per problem: equal keys hash equal
+        reason = vocabulary.quantized_mismatch(self.dtype, self.b, self.out_dtype, self.bias, self.scales)
+        if reason is not None:
+            raise ValueError(f"Problem {self.m}x{self.n}x{self.k}: {reason}")
 
     @property
     def small(self) -> bool:

@@ -34,13 +34,12 @@ from ..smem import smem_bytes
 
 # Peak dense rates (TFLOP/s) and bandwidth (TB/s) per arch; unknown archs fall back to "default".
 # H200: torch.mm bf16 8192^3 measured 660-800 TFLOP/s on 2026-11-29, our best tile 760; copy ~4.3 TB/s.
-# 1-byte operands (fp8, int8) run at twice the 16-bit rate on Hopper's tensor cores (dense fp8 ~1979
-# TFLOP/s on the H200; torch._scaled_mm measured 1093-1324 on large problems, issue 36). Elsewhere the
-# default gives them the 16-bit rate: not every arch has 8-bit tensor cores for triton's fp8 dot.
-_PEAK_TFLOPS = {"sm_90": {"fp16": 800.0, "bf16": 800.0, "fp32": 50.0, "tf32": 400.0, "e4m3": 1600.0,
-                          "e5m2": 1600.0, "int8": 1600.0},
-                "default": {"fp16": 300.0, "bf16": 300.0, "fp32": 20.0, "tf32": 150.0, "e4m3": 300.0,
-                            "e5m2": 300.0, "int8": 300.0}}
+# fp8 / int8 (scaled_mm): twice the 16-bit rate, as Hopper's tensor cores run them (dense fp8 peak ~1979
+# on the H200, torch._scaled_mm measured 1239 TFLOP/s at 4096^3: issue 36); not fitted yet.
+_PEAK_TFLOPS = {"sm_90": {"fp16": 800.0, "bf16": 800.0, "fp32": 50.0, "tf32": 400.0,
+                          "e4m3": 1600.0, "e5m2": 1600.0, "int8": 1600.0},
+                "default": {"fp16": 300.0, "bf16": 300.0, "fp32": 20.0, "tf32": 150.0,
+                            "e4m3": 600.0, "e5m2": 600.0, "int8": 600.0}}
 _BANDWIDTH_TBS = {"sm_90": 4.3, "default": 2.0}
 _LAUNCH_US = 4.0
 _COPY_BANDWIDTH = 0.58  # share of the bandwidth the aligned copy reaches (see _aligned_copy_us)
@@ -369,19 +368,19 @@ _VENDOR_MIN_MN = 33
 
 
 def vendor_preferred(problem: Problem, device: DeviceInfo, best: Estimate | None) -> str | None:
-    """Why the vendor GEMM is predicted faster than the kernels' best estimate `best`; None when not.
-    Quantized problems take the same rule against torch._scaled_mm (not yet fitted to fp8 runs); whether
-    the vendor can run the problem at all is config_supports' to say (dispatch asks it first)."""
+    """Why the vendor GEMM is predicted faster than the kernels' best estimate `best`; None when not."""
     threshold = _VENDOR_BELOW_EFFICIENCY.get(device.arch)
     if best is None or threshold is None or problem.dtype == "fp32" or problem.k == 0:
         return None
+    if config_supports(GemmConfig.vendor(), problem, device) is not None:
+        return None  # (scaled_mm: a problem torch._scaled_mm / torch._int_mm refuses)
     if min(problem.m, problem.n) < _VENDOR_MIN_MN:
         return None
     eff = roofline_us(problem, device) / best.total_us
     if eff >= threshold:
         return None
     return (f"the best kernel is predicted at {eff:.2f} of the roofline (< {threshold} on {device.arch}, "
-            f"where the vendor GEMM won in the tuning runs): {best.why()}")
+            f"where torch.mm won in the tuning runs): {best.why()}")
 
 
 def roofline_us(problem: Problem, device: DeviceInfo) -> float:
