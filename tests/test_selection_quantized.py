@@ -102,9 +102,10 @@ def test_a_neighbour_has_the_same_operand_dtypes_scales_and_output(tuned, used):
         assert neighbors.nearest(plain(Q), [winner(plain(tuned), H200, KERNEL, 0.1)], lambda c: True)
 
 
-def _refusing_vendor(reason: str):
-    """config_supports as the op's predicate will answer for a vendor torch cannot run (e.g. torch._scaled_mm
-    on dims that are not multiples of 16); every other answer is the real predicate's."""
+def _vendor_rule(reason: str | None):
+    """config_supports answering `reason` for the vendor of every quantized problem (None: torch takes
+    them all; a text: torch refuses, as the op's predicate does e.g. for torch._scaled_mm on dims that are
+    not multiples of 16); every other answer is the real predicate's."""
     def supports(config, problem, device):
         if config.backend == "torch" and problem.quantized:
             return reason
@@ -131,10 +132,13 @@ def test_a_quantized_problem_flows_through_every_layer(paths, layer):
 
 @pytest.mark.parametrize("refused", [False, True])
 def test_the_vendor_answers_only_where_config_supports_allows(paths, monkeypatch, refused):
-    if refused:
-        monkeypatch.setattr(dispatch, "config_supports", _refusing_vendor("K and N must be multiples of 16"))
-    # The model puts its best kernel far from the roofline on the ragged problem: its vendor rule answers.
-    assert heuristic.vendor_preferred(RAGGED, H200, heuristic.rank(RAGGED, H200)[0]) is not None
+    rule = _vendor_rule("K and N must be multiples of 16" if refused else None)
+    for module in (dispatch, heuristic):  # the predicate as both of them call it
+        monkeypatch.setattr(module, "config_supports", rule)
+    # The model puts its best kernel far from the roofline on the ragged problem: its vendor rule answers
+    # where torch takes the problem.
+    preferred = heuristic.vendor_preferred(RAGGED, H200, heuristic.rank(RAGGED, H200)[0])
+    assert (preferred is None) == refused
     s = dispatch.select(4095, 4095, 4095, "e4m3", scales="tensor", out_dtype="bf16", layout="nt", device=H200)
     assert s.backend == ("triton" if refused else "torch") and s.source == "heuristic"
     if not refused:
