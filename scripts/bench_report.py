@@ -28,7 +28,9 @@ from tritonblas.shapes import load_problems
 def rows_from(data: dict) -> list[BenchRow]:
     rows = []
     for r in data["rows"]:
-        problem = Problem(r["m"], r["n"], r["k"], r["dtype"], r["layout"], r["bias"])
+        scales = r.get("scales", "none")  # quantized rows carry their full key (BenchRow.to_json)
+        quantized = (r["out_dtype"], r["b_dtype"], scales) if scales != "none" else ()
+        problem = Problem(r["m"], r["n"], r["k"], r["dtype"], r["layout"], r["bias"], *quantized)
         config = GemmConfig(**r["config"]) if r.get("config") else None
         rows.append(BenchRow(problem, r["status"], r.get("source", ""), config, r.get("ms"),
                              r.get("torch_ms"), r.get("rel_error"), r.get("note", ""), r.get("fallbacks", 0)))

@@ -110,7 +110,7 @@ def test_explain_without_gpu_asks_for_arch(no_gpu):
 
 @pytest.mark.parametrize("args", [
     ["tune", "--shapes", TINY, "--dtypes", "fp8"],
-    ["bench", "--shapes", TINY, "--dtypes", "fp16,int8"],
+    ["bench", "--shapes", TINY, "--dtypes", "fp16,int4"],  # int8 is a dtype (quantized)
     ["explain", "64", "64", "64", "--dtype", "float16"],
     ["db", "check", "--shapes", TINY, "--dtypes", "f32"],
 ])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from helpers.bad_inputs import BAD_EDITS, BAD_TEXTS, edit_json
@@ -15,11 +16,12 @@ from helpers.db import (
     T0,
     grid_winners,
     key,
+    quant_key,
     winner,
 )
 
 from tritonblas.problem import Problem
-from tuning_db import TuningDB
+from tuning_db import EnvIdentity, TuningDB
 from tuning_db import exchange as ex
 from tuning_db.coverage import coverage_gaps
 
@@ -157,3 +159,38 @@ def test_shipped_config_files_all_validate():
     for path in files:
         cfg = ex.load_config_file(path)
         assert path.stem == cfg.header.arch  # dispatch finds configs/<arch>.json by name
+
+
+def test_quantized_winners_export_with_their_scales_and_import_back(db, tmp_path):
+    quantized = [quant_key(m=64, scales="row"), quant_key(m=64, scales="tensor"),
+                 quant_key(m=64, b="e5m2"), quant_key(m=64, a="int8", b="int8", out="fp32", scales="row_b")]
+    db.import_winners([winner(k, ms=1.0 + i) for i, k in enumerate([*quantized, key(m=64)])])
+    ex.export_file(db, tmp_path / "a.json", "sm_90", env=ENV)
+    entries = json.loads((tmp_path / "a.json").read_text())["entries"]
+    # "scales" is written for the quantized problems only: a plain entry reads as before the field.
+    assert sorted(e.get("scales", "-") for e in entries) == ["-", "row", "row", "row_b", "tensor"]
+    with TuningDB(str(tmp_path / "other.sqlite")) as other:
+        assert ex.import_file(other, tmp_path / "a.json", env=ENV).written == 5
+        assert {k: other.lookup(k, ENV).median_ms for k in quantized} == {
+            k: 1.0 + i for i, k in enumerate(quantized)}
+        ex.export_file(other, tmp_path / "b.json", "sm_90", env=ENV)
+    assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
+    cfg = ex.load_config_file(tmp_path / "a.json")
+    assert cfg.lookup(quantized[1], ENV) == SMALL and cfg.lookup(quant_key(m=64, scales="row_a"), ENV) is None
+
+
+def test_the_shipped_file_exports_back_to_its_bytes(tmp_path):
+    # configs/sm_90.json imported into an empty database and exported again: the same text, but for the
+    # retired "warp_specialize": false its configs still carry (GemmConfig reads and drops it).
+    shipped = Path(__file__).parent.parent / "configs" / "sm_90.json"
+    header = ex.load_config_file(shipped).header
+    env = EnvIdentity(triton_version=header.triton_version, torch_version="any",
+                      kernel_hash=header.kernel_hash, timing_protocol="any")
+    with TuningDB(str(tmp_path / "db.sqlite")) as db:
+        ex.import_file(db, shipped, env=env)
+        ex.export_file(db, tmp_path / "sm_90.json", "sm_90", env=env)
+    retired = shipped.read_text()
+    for text in ('"warp_specialize": false, ', ', "warp_specialize": false'):
+        retired = retired.replace(text, "")
+    assert (tmp_path / "sm_90.json").read_text() == retired
+    assert '"scales"' not in retired

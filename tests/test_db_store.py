@@ -17,8 +17,10 @@ from helpers.db import (
     SK,
     SMALL,
     T0,
+    TUNED,
     key,
     measurement,
+    quant_key,
     winner,
 )
 from pydantic import ValidationError
@@ -75,15 +77,20 @@ def test_empty_db_is_migrated_to_the_models(db, db_url):
             assert conn.execute(sa.text("PRAGMA busy_timeout")).scalar() >= 1000
 
 
-def test_old_schema_db_is_upgraded_keeping_its_rows(db_url):
-    # A genuine version-1 database: the migrations stopped at step 1, rows written in v1's shape.
+# Schema versions before the latest, and a column each lacks (what the next migration adds).
+OLD_SCHEMAS = [(1, "measurements", "note"), (2, "problems", "scales")]
+
+
+@pytest.mark.parametrize(("version", "table", "missing"), OLD_SCHEMAS)
+def test_old_schema_db_is_upgraded_keeping_its_rows(db_url, version, table, missing):
+    # A genuine old database: the migrations stopped at `version`, rows written in its shape.
     engine = make_engine(normalize_url(db_url))
-    assert migrate(engine, db_url, target=1) == 1
+    assert migrate(engine, db_url, target=version) == version
     md = sa.MetaData()
     md.reflect(engine)
-    assert "note" not in md.tables["measurements"].c  # migration 2 adds it
+    assert missing not in md.tables[table].c
     with engine.begin() as conn:
-        conn.execute(md.tables["problems"].insert().values(id=1, **key().model_dump()))
+        conn.execute(md.tables["problems"].insert().values(id=1, **key().model_dump(exclude={"scales"})))
         conn.execute(md.tables["environments"].insert().values(id=1, **ENV.model_dump()))
         conn.execute(md.tables["winners"].insert().values(
             problem_id=1, env_id=1, config_json=SMALL.model_dump_json(), median_ms=0.5, torch_ms=1.0,
@@ -99,6 +106,8 @@ def test_old_schema_db_is_upgraded_keeping_its_rows(db_url):
         assert [(m.config, m.median_ms, m.note) for m in db.measurements(key(), ENV)] == [(SMALL, 0.5, "")]
         db.record_measurements(key(), ENV, [measurement(BIG, 0.7, note="after upgrade")])
         assert [m.note for m in db.measurements(key(), ENV)] == ["", "after upgrade"]
+        assert [w.key for w in db.winners(env=ENV)] == [key()] and key().scales == "none"
+        assert db.lookup(key(device_name="NVIDIA H100"), ENV).config == SMALL  # the arch lookup index
     assert _schema(db_url) == _model_schema()
 
 
@@ -247,16 +256,40 @@ def test_problem_key_validation(bad):
         ProblemKey(**{**fields, **bad})
 
 
-def test_problem_key_from_and_to_problem():
+KEY_PROBLEMS = [
+    Problem(33, 17, 100, "fp16", "tn", "row", "fp32"),
+    Problem(1, 2, 3, "bf16"),
+    Problem(4096, 4096, 4096, "e4m3", "nt", "none", "bf16", scales="tensor"),
+    Problem(64, 8192, 8192, "e4m3", "nt", "row", "bf16", "e5m2", "row"),
+    Problem(16, 32, 48, "int8", "nt", "none", "fp32", scales="row_a"),
+    Problem(16, 32, 48, "e5m2", "nn", "none", "e5m2", scales="row_b"),
+]
+
+
+@pytest.mark.parametrize("p", KEY_PROBLEMS, ids=Problem.short)
+def test_problem_key_from_and_to_problem(p):
     device = device_for_arch("sm_90", "NVIDIA H200", 132)
-    p = Problem(33, 17, 100, "fp16", "tn", "row", "fp32")
     k = ProblemKey.from_problem(p, device)
-    assert (k.a_dtype, k.out_dtype, k.arch, k.sm_count) == ("fp16", "fp32", "sm_90", 132)
+    assert (k.a_dtype, k.b_dtype, k.out_dtype, k.scales, k.arch, k.sm_count) == (
+        p.dtype, p.b, p.out, p.scales, "sm_90", 132)
     assert Problem.from_key(k) == p
-    bf16 = Problem(1, 2, 3, "bf16")
-    assert Problem.from_key(ProblemKey.from_problem(bf16, device)) == bf16
-    with pytest.raises(ValueError, match="mixed operand dtypes"):
-        Problem.from_key(key(b_dtype="bf16"))
+
+
+# Keys whose dtypes, scales and bias do not go together, and what the refusal says.
+BAD_QUANT_KEYS = [
+    (dict(b_dtype="bf16"), "operand dtypes fp16/bf16 need scales"),
+    (dict(a_dtype="e4m3", b_dtype="e4m3", out_dtype="bf16"), "operand dtypes e4m3 need scales"),
+    (dict(scales="row"), "scales 'row' need operands of e4m3, e5m2, int8"),
+    (dict(a_dtype="int8", b_dtype="e4m3", out_dtype="bf16", scales="row"), "int8 operands go with int8"),
+    (dict(a_dtype="int8", b_dtype="int8", out_dtype="int8", scales="row"), "output dtype"),
+    (dict(a_dtype="e4m3", b_dtype="e4m3", out_dtype="bf16", scales="row", bias="full"), "bias none or row"),
+]
+
+
+@pytest.mark.parametrize(("bad", "match"), BAD_QUANT_KEYS, ids=lambda b: str(b))
+def test_a_key_refuses_dtypes_scales_and_bias_that_do_not_go_together(bad, match):
+    with pytest.raises(ValidationError, match=match):
+        key(**bad)
 
 
 @pytest.mark.parametrize("field,value", [
@@ -316,3 +349,24 @@ def test_import_opens_no_database_and_reads_no_environment(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "sqlite:////nonexistent/dir/x.sqlite"
     assert not (tmp_path / "cache").exists()
+
+
+# Keys that differ from the first only in the scale mode or the operand dtypes: each its own problem.
+SEPARATE_KEYS = [quant_key(scales="row"), quant_key(scales="tensor"), quant_key(scales="row_a"),
+                 quant_key(scales="row", b="e5m2"), quant_key(scales="row", a="int8", b="int8"),
+                 key(layout="nt")]
+
+
+def test_quantized_winners_store_look_up_and_keep_scale_modes_apart(db):
+    configs = [SMALL, BIG, SK, TUNED, SMALL, BIG]
+    for i, (k, c) in enumerate(zip(SEPARATE_KEYS, configs, strict=True)):
+        db.upsert_winner(winner(k, ms=1.0 + i, config=c))
+        db.record_measurements(k, ENV, [measurement(c, 1.0 + i)])
+    assert db.stats(ENV)["problems"] == len(SEPARATE_KEYS)
+    for i, (k, c) in enumerate(zip(SEPARATE_KEYS, configs, strict=True)):
+        assert db.get_winner(k, ENV).config == c and db.get_winner(k, ENV).key == k
+        assert db.lookup(k.model_copy(update={"device_name": "NVIDIA H100"}), ENV).median_ms == 1.0 + i
+        assert [m.config for m in db.measurements(k, ENV)] == [c]
+    assert [w.key.scales for w in db.winners(env=ENV)] == ["row", "row_a", "tensor", "row", "none", "row"]
+    assert db.get_winner(quant_key(scales="row_b"), ENV) is None
+    assert "e4m3xe5m2->bf16 nt bias=none scales=row sm_90" in SEPARATE_KEYS[3].describe()

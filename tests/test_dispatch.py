@@ -4,10 +4,10 @@ cache, the lazy DB, family restriction and the fallback (one warning) when the D
 from __future__ import annotations
 
 import warnings
-from datetime import datetime, timezone
 
 import pytest
 from helpers.db import TUNED, newer_schema
+from helpers.dispatch import put, ship, winner
 
 from tritonblas.arch import DeviceInfo, device_for_arch
 from tritonblas.config import GemmConfig
@@ -15,7 +15,6 @@ from tritonblas.problem import Problem
 from tritonblas.selection import dispatch, heuristic
 from tuning_db import DatabaseLockedError, EnvIdentity, Measurement, ProblemKey, TuningDB, Winner
 from tuning_db.engine import make_engine, normalize_url
-from tuning_db.exchange import export_file
 from tuning_db.migrations import migrate
 
 H200 = device_for_arch("sm_90", "NVIDIA H200", 132)
@@ -28,12 +27,6 @@ NEAR = GemmConfig(block_m=128, block_n=128, block_k=64, num_warps=4, num_stages=
 COPY = GemmConfig(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3, tma=True,
                   aligned_copy=True)
 SK = GemmConfig(block_m=64, block_n=64, block_k=64, num_warps=4, num_stages=4, streamk=True, grid=200)
-
-
-def winner(problem: Problem, device: DeviceInfo, config: GemmConfig, ms: float,
-           env: EnvIdentity | None = None) -> Winner:
-    return Winner(key=ProblemKey.from_problem(problem, device), config=config, median_ms=ms,
-                  created_at=datetime(2026, 11, 29, tzinfo=timezone.utc), env=env or EnvIdentity.current())
 
 
 def stale_env() -> EnvIdentity:
@@ -57,23 +50,6 @@ def running_triton(monkeypatch):
 
     yield run_under
     dispatch.clear_cache()  # nothing read under the patched version outlives the test
-
-
-def put(url: str, *winners: Winner, measurements: tuple = ()) -> None:
-    with TuningDB(url) as db:
-        for w in winners:
-            db.upsert_winner(w)
-        for key, env, rows in measurements:
-            db.record_measurements(key, env, rows)
-    dispatch.clear_cache()
-
-
-def ship(shipped_dir, device: DeviceInfo, *winners: Winner, env: EnvIdentity | None = None) -> None:
-    with TuningDB(str(shipped_dir.parent / f"ship-{device.sm_count}.sqlite")) as db:
-        for w in winners:
-            db.upsert_winner(w)
-        export_file(db, shipped_dir / f"{device.arch}.json", device.arch, env=env)
-    dispatch.set_shipped_dir(shipped_dir)
 
 
 def sel(problem: Problem = P, device: DeviceInfo = H200, **kw) -> dispatch.Selection:

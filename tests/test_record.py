@@ -260,3 +260,27 @@ def test_a_process_using_transparent_mode_alone_records_into_every_file(tmp_path
     assert "ops imported: False" in done.stdout
     for path in paths:
         assert load_problems(path) == [Problem(8, 8, 8, "fp16")], path.name
+
+
+# Problems scaled_mm plans (noted as any planned call is), with a plain one beside them.
+RECORDED_QUANTIZED = [
+    Problem(64, 8192, 8192, "e4m3", "nt", "none", "bf16", scales="row"),
+    Problem(64, 8192, 8192, "e4m3", "nt", "none", "bf16", scales="tensor"),
+    Problem(16, 6144, 4096, "e4m3", "nt", "row", "fp32", "e5m2", "row_a"),
+    Problem(33, 17, 20, "int8", "tn", "none", "bf16", scales="row_b"),
+    Problem(64, 8192, 8192, "bf16", "nt", "row"),
+]
+
+
+def test_quantized_problems_are_recorded_in_the_shapes_format_and_read_back(tmp_path):
+    path = tmp_path / "shapes.yaml"
+    record.start(path)
+    try:
+        for p in RECORDED_QUANTIZED + RECORDED_QUANTIZED[:2]:
+            record.note(p)
+    finally:
+        record.start(None)
+    assert sorted(load_problems(path), key=repr) == sorted(RECORDED_QUANTIZED, key=repr)
+    text = path.read_text()
+    assert "dtypes: [e4m3], layout: nt, bias: row, b_dtype: e5m2, scales: row_a, out_dtype: fp32}" in text
+    assert "{m: 64, n: 8192, k: 8192, dtypes: [bf16], layout: nt, bias: row}\n" in text  # as before

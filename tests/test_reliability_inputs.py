@@ -272,7 +272,7 @@ IMPORT_CASES = [
     Case("import_negative_m", "m: -1", lambda t, db, g: _import(t, db, g, "entries", 1, "m", -1), 1,
          r"entries\[1\].*field 'm'.*greater than or equal to 0"),
     Case("import_mixed_dtypes", "a_dtype fp16, b_dtype fp32", lambda t, db, g: _import(
-        t, db, g, "entries", 1, "b_dtype", "fp32"), 1, r"entries\[1\].*mixed operand dtypes"),
+        t, db, g, "entries", 1, "b_dtype", "fp32"), 1, r"entries\[1\].*fp16/fp32 need scales"),
     Case("import_host_too_long", "a 1000-character host", lambda t, db, g: _import(
         t, db, g, "entries", 1, "host", "h" * 1000), 1, r"entries\[1\].*field 'host'"),
     Case("import_bad_timestamp", "created_at: 'yesterday'", lambda t, db, g: _import(

@@ -58,8 +58,10 @@ class BenchRow:
 
     def to_json(self) -> dict:
         p = self.problem
+        # A quantized problem's key in full (rows of plain problems read as before the fields).
+        quantized = {"b_dtype": p.b, "out_dtype": p.out, "scales": p.scales} if p.quantized else {}
         return {"m": p.m, "n": p.n, "k": p.k, "dtype": p.dtype, "layout": p.layout, "bias": p.bias,
-                "status": self.status, "source": self.source,
+                **quantized, "status": self.status, "source": self.source,
                 "config": None if self.config is None else self.config.model_dump(),
                 "backend": None if self.config is None else self.config.backend,
                 "ms": self.ms, "torch_ms": self.torch_ms, "tflops": self.tflops,
@@ -109,8 +111,7 @@ def _bench_problem(problem: Problem, info: DeviceInfo, bench, caught: list) -> B
     from .selection import dispatch
 
     def selected():
-        return dispatch.select(problem.m, problem.n, problem.k, problem.dtype, layout=problem.layout,
-                               bias=problem.bias, device=info, backend=getattr(bench, "backend", None))
+        return dispatch.select_problem(problem, device=info, backend=getattr(bench, "backend", None))
 
     try:
         sel = selected()

@@ -4,11 +4,11 @@
     ... run the model ...
     tritonblas-tune --shapes shapes.yaml      # reads the file as it is
 
-A problem is (m, n, k, dtype, layout, bias kind), the dispatch key; it is noted when a call is planned,
-and again on the first hit of each plan after recording moved to another file (`generation`, bumped
-by start(), against each plan's stamp: one integer compare a hit), so a file gets every problem that
-runs while it is recorded, planned before or not. One entry per problem, sorted, in the
-shapes.yaml format (`tritonblas.shapes`); problems with a zero size (nothing to tune) or past the
+A problem is (m, n, k, dtypes, layout, bias kind, scale mode), the dispatch key; it is noted when a
+call is planned, and again on the first hit of each plan after recording moved to another file
+(`generation`, bumped by start(), against each plan's stamp: one integer compare a hit), so a file gets
+every problem that runs while it is recorded, planned before or not. One entry per problem, sorted, in
+the shapes.yaml format (`tritonblas.shapes`); problems with a zero size (nothing to tune) or past the
 tuning database's bound are left out. The file is rewritten whole on each new problem, so comments and
 grids written by hand in it become one entry per problem.
 
@@ -102,8 +102,9 @@ def note(problem: Problem) -> None:
                      stacklevel=4)
             return
         seen |= in_file
-    log.get().info("recorded %dx%dx%d %s layout=%s bias=%s to %s", problem.m, problem.n, problem.k,
-                   problem.dtype, problem.layout, problem.bias, path)
+    scales = f" scales={problem.scales}" if problem.quantized else ""
+    log.get().info("recorded %dx%dx%d %s layout=%s bias=%s%s to %s", problem.m, problem.n, problem.k,
+                   problem.dtypes_text(), problem.layout, problem.bias, scales, path)
 
 
 def _add(path: Path, problem: Problem) -> set[Problem]:
@@ -122,11 +123,18 @@ def _add(path: Path, problem: Problem) -> set[Problem]:
         return problems
 
 
+def _entry(p: Problem) -> str:
+    """One problem as a shapes file entry; a quantized one with its scales, output dtype and, where it
+    differs from A's, B's dtype."""
+    quantized = "" if not p.quantized else (
+        (f", b_dtype: {p.b}" if p.b != p.dtype else "") + f", scales: {p.scales}, out_dtype: {p.out}")
+    return (f"  - {{m: {p.m}, n: {p.n}, k: {p.k}, dtypes: [{p.dtype}], layout: {p.layout}, "
+            f"bias: {p.bias}{quantized}}}\n")
+
+
 def _write(path: Path, problems: set[Problem]) -> None:
-    order = sorted(problems, key=lambda p: (p.dtype, p.layout, p.bias, p.m, p.n, p.k))
-    lines = [_HEADER, "shapes:\n"]
-    lines += [f"  - {{m: {p.m}, n: {p.n}, k: {p.k}, dtypes: [{p.dtype}], layout: {p.layout}, "
-              f"bias: {p.bias}}}\n" for p in order]
+    order = sorted(problems, key=lambda p: (p.dtype, p.b, p.out, p.scales, p.layout, p.bias, p.m, p.n, p.k))
+    lines = [_HEADER, "shapes:\n", *map(_entry, order)]
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as f:

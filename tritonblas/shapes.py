@@ -4,9 +4,14 @@
     shapes:
       - {m: 1024, n: 1024, k: 1024}
       - {m: [1, 16, 128], n: 4096, k: 4096, dtypes: [fp16], layout: nt, bias: row}
+      - {m: 4096, n: 4096, k: 4096, dtypes: [e4m3], layout: nt, scales: row, out_dtype: bf16}
 
-A list in m, n or k expands to the grid of all combinations. Errors name the file, the entry, the field
-and the YAML line, so a typo in a 200-line suite is found at once.
+A list in m, n or k expands to the grid of all combinations. Quantized problems (scaled_mm) have
+dtypes e4m3, e5m2 or int8 and `scales` (tensor | row | row_a | row_b), optionally `b_dtype` (B's dtype
+where it differs from A's: e4m3 with e5m2) and `out_dtype` (default: A's dtype for fp8, bf16 for int8,
+as scaled_mm's); plain dtypes take no scales; `scales`, `b_dtype` and `out_dtype` may also be given at
+the top level, for every entry that does not say its own. Errors name the file, the entry, the field and
+the YAML line, so a typo in a 200-line suite is found at once.
 """
 
 from __future__ import annotations
@@ -20,9 +25,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from tuning_db.schemas import MAX_DIM
 from tuning_db.textfile import read_bounded_text
-from tuning_db.vocabulary import DTYPES, BiasKind, DType, Layout
+from tuning_db.vocabulary import (
+    DTYPES,
+    FLOAT_DTYPES,
+    QUANT_DTYPES,
+    BiasKind,
+    DType,
+    Layout,
+    Scales,
+    quantized_mismatch,
+)
 
-from .problem import Problem
+from .problem import Problem, default_quant_out
 
 # A shapes file is a short list written by hand; these bounds keep a hostile or mistaken one (a 300 x
 # 300 x 300 grid is three short lines) from exhausting memory before anything is reported.
@@ -70,6 +84,9 @@ class ShapeEntry(BaseModel):
     dtypes: list[DType] | None = None
     layout: Layout = "nn"
     bias: BiasKind = "none"
+    scales: Scales | None = None  # None: the file's (top-level) scales, else "none"
+    b_dtype: DType | None = None
+    out_dtype: DType | None = None
 
     @field_validator("m", "n", "k", mode="before")
     @classmethod
@@ -86,6 +103,9 @@ class ShapesFile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     dtypes: list[DType] = Field(default_factory=lambda: ["bf16"])
+    scales: Scales = "none"
+    b_dtype: DType | None = None
+    out_dtype: DType | None = None
     shapes: list[ShapeEntry] = Field(min_length=1)
 
     @field_validator("dtypes", mode="before")
@@ -95,7 +115,8 @@ class ShapesFile(BaseModel):
 
 
 class ShapeSpec(BaseModel):
-    """One entry with its dtypes resolved (its own, else the file's); expands to Problems."""
+    """One entry with its dtypes, scales and output dtype resolved (its own, else the file's); expands
+    to Problems."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -105,11 +126,40 @@ class ShapeSpec(BaseModel):
     dtypes: tuple[DType, ...]
     layout: Layout = "nn"
     bias: BiasKind = "none"
+    scales: Scales = "none"
+    b_dtype: DType | None = None
+    out_dtype: DType | None = None
     source: str = ""  # "file.yaml entry 3", for messages
 
+    def out_for(self, dtype: str) -> str | None:
+        """The output dtype of the problems of `dtype`: the given one, else scaled_mm's default for a
+        quantized problem (A's dtype for fp8, bf16 for int8), else None (a plain GEMM's: its dtype)."""
+        if self.out_dtype is not None or self.scales == "none":
+            return self.out_dtype
+        return default_quant_out(dtype)
+
     def problems(self) -> list[Problem]:
-        return [Problem(m, n, k, dt, self.layout, self.bias)
+        return [Problem(m, n, k, dt, self.layout, self.bias, self.out_for(dt), self.b_dtype, self.scales)
                 for dt, m, n, k in itertools.product(self.dtypes, self.ms, self.ns, self.ks)]
+
+
+def _mismatch(spec: ShapeSpec, dtype: str) -> tuple[str, str] | None:
+    """The field at fault and why, when `spec`'s problems of `dtype` cannot be built; else None."""
+    if spec.scales == "none" and dtype in QUANT_DTYPES:
+        return "scales", (f"dtype {dtype} is quantized: it needs scales (tensor, row, row_a or row_b) and "
+                          "optionally out_dtype")
+    if spec.scales != "none" and dtype in FLOAT_DTYPES:
+        return "scales", (f"dtype {dtype} is a plain GEMM and takes no scales (they are for "
+                          f"{', '.join(QUANT_DTYPES)})")
+    if spec.scales == "none" and spec.b_dtype not in (None, dtype):
+        return "b_dtype", f"a plain GEMM has one dtype ({dtype}); b_dtype is for quantized problems"
+    if spec.scales == "none" and spec.out_dtype not in (None, dtype):
+        return "out_dtype", f"a plain GEMM of {dtype} writes {dtype}; out_dtype is for quantized problems"
+    reason = quantized_mismatch(dtype, spec.b_dtype or dtype, spec.out_for(dtype), spec.bias, spec.scales)
+    if reason is None:
+        return None
+    field = "bias" if "bias" in reason else "out_dtype" if "output dtype" in reason else "b_dtype"
+    return field, reason
 
 
 def _as_tuple(v: Dim) -> tuple[int, ...]:
@@ -211,9 +261,17 @@ def load_shapes(path: str | Path, dtypes: list[str] | None = None) -> list[Shape
         if total > MAX_PROBLEMS:
             raise ShapesError(f"{path}: shapes entry {i + 1}: the file expands to more than "
                               f"{MAX_PROBLEMS} problems")
-        specs.append(ShapeSpec(ms=_as_tuple(entry.m), ns=_as_tuple(entry.n), ks=_as_tuple(entry.k),
-                               dtypes=tuple(dict.fromkeys(chosen)), layout=entry.layout, bias=entry.bias,
-                               source=f"{path} entry {i + 1}"))
+        spec = ShapeSpec(ms=_as_tuple(entry.m), ns=_as_tuple(entry.n), ks=_as_tuple(entry.k),
+                         dtypes=tuple(dict.fromkeys(chosen)), layout=entry.layout, bias=entry.bias,
+                         scales=entry.scales or parsed.scales, b_dtype=entry.b_dtype or parsed.b_dtype,
+                         out_dtype=entry.out_dtype or parsed.out_dtype, source=f"{path} entry {i + 1}")
+        for dtype in spec.dtypes:
+            bad = _mismatch(spec, dtype)
+            if bad is not None:
+                line = _line_of(root, ("shapes", i))
+                raise ShapesError(f"{path}{'' if line is None else f':{line}'}: shapes entry {i + 1}: "
+                                  f"field '{bad[0]}': {bad[1]}")
+        specs.append(spec)
     return specs
 
 

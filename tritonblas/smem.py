@@ -50,12 +50,15 @@ def smem_bytes(config: Tiling, problem: Problem, arch: str = "sm_90") -> int:
     - 1 KiB for barriers and alignment (triton's figure was at most 96 B over the buffers). Not
       counted: the epilogue's layout conversion of the fp32 accumulator, which shares the operand
       buffers (triton asks for the larger of the two) and is at most 128 KiB within the register rule.
+    - A quantized problem's tiles at its operands' bytes, A's and B's each (1 for fp8 and int8); its
+      float32 scales are read in the epilogue, not staged. Not yet checked against triton's figures for
+      1-byte operands (scripts/smem_sweep.py covers the 16- and 32-bit dtypes).
     On archs it was not fitted to (`arch` not in SMEM_FITTED_ARCHS) every operand counts every stage:
     the fewer buffers were measured on sm_90 only. A config triton still refuses falls back to the
     next selection (call.run's `_fall_back`); docs/notes/shared-memory.md says how to measure again."""
     elt = DTYPE_BYTES[problem.dtype]
     bm, bn, bk, stages = config.block_m, config.block_n, config.block_k, max(config.num_stages, 1)
-    a_tile, b_tile = bm * bk * elt, bk * bn * elt
+    a_tile, b_tile = bm * bk * elt, bk * bn * DTYPE_BYTES[problem.b]
     fitted = arch in SMEM_FITTED_ARCHS
     full = stages if not fitted or bm >= 64 or (config.tma and elt == 4) else max(stages - 1, 1)
     a_bufs = b_bufs = full

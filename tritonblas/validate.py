@@ -6,14 +6,26 @@ import numbers
 
 import torch
 
-from tuning_db.vocabulary import BIAS_KINDS, DTYPES, LAYOUTS
+from tuning_db.vocabulary import (
+    BIAS_KINDS,
+    FLOAT_DTYPES,
+    LAYOUTS,
+    QUANT_DTYPES,
+    QUANT_OUT_DTYPES,
+    SCALES,
+    quantized_mismatch,
+)
 
 from .arch import DeviceInfo
 from .config import BACKENDS, GemmConfig
-from .problem import Problem
+from .problem import Problem, default_quant_out
 
 TORCH_DTYPES: dict[torch.dtype, str] = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 _STRIDED = torch.strided
+# The names of scaled_mm's torch dtypes, for select()'s arguments (the ops check tensors themselves).
+_QUANT_TORCH_DTYPES: dict[torch.dtype, str] = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2",
+                                               torch.int8: "int8", torch.float16: "fp16",
+                                               torch.bfloat16: "bf16", torch.float32: "fp32"}
 
 # Hot path: each public call first tries one fused expression for the common case and runs the detailed
 # checks (which raise with the argument's name, in their order) only when it fails. The fused tests are
@@ -174,19 +186,40 @@ def _check_out_tensor(out: object, m: int, n: int, a: torch.Tensor) -> None:
     check_same("out", out, "a", a)
 
 
-def problem_of(m, n, k, dtype, out_dtype, layout, bias) -> Problem:
-    """select()'s problem arguments, checked by name."""
+def problem_of(m, n, k, dtype, out_dtype, layout, bias, scales=None, b_dtype=None) -> Problem:
+    """select()'s problem arguments, checked by name. With `scales` (not None or "none") a quantized
+    problem: dtype and b_dtype of QUANT_DTYPES, out_dtype default as scaled_mm's."""
     m, n, k = _check_int("m", m), _check_int("n", n), _check_int("k", k)
-    dt = _dtype_name("dtype", dtype)
-    out = dt if out_dtype is None else _dtype_name("out_dtype", out_dtype)
-    if out != dt:
-        raise ValueError(f"out_dtype {out} differs from dtype {dt}: the kernels write the operand dtype")
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
     bias = "none" if bias is None else bias
     if bias not in BIAS_KINDS:
         raise ValueError(f"bias must be None or one of {', '.join(BIAS_KINDS)}, got {bias!r}")
+    if scales is not None and scales != "none":
+        return _quantized_problem_of(m, n, k, dtype, out_dtype, layout, bias, scales, b_dtype)
+    if b_dtype is not None:
+        raise ValueError("b_dtype is for quantized problems (with scales); a plain GEMM has one dtype")
+    if _dtype_name("dtype", dtype, QUANT_DTYPES + FLOAT_DTYPES) in QUANT_DTYPES:
+        raise ValueError(f"dtype {dtype} is quantized: give its scales (scales= one of "
+                         f"{', '.join(SCALES[1:])})")
+    dt = _dtype_name("dtype", dtype)
+    out = dt if out_dtype is None else _dtype_name("out_dtype", out_dtype)
+    if out != dt:
+        raise ValueError(f"out_dtype {out} differs from dtype {dt}: the kernels write the operand dtype")
     return Problem(m, n, k, dt, layout, bias)
+
+
+def _quantized_problem_of(m: int, n: int, k: int, dtype, out_dtype, layout: str, bias: str, scales,
+                          b_dtype) -> Problem:
+    if scales not in SCALES:
+        raise ValueError(f"scales must be None or one of {', '.join(SCALES)}, got {scales!r}")
+    a = _dtype_name("dtype", dtype, QUANT_DTYPES)
+    b = a if b_dtype is None else _dtype_name("b_dtype", b_dtype, QUANT_DTYPES)
+    out = default_quant_out(a) if out_dtype is None else _dtype_name("out_dtype", out_dtype, QUANT_OUT_DTYPES)
+    reason = quantized_mismatch(a, b, out, bias, scales)
+    if reason is not None:
+        raise ValueError(f"{m}x{n}x{k}: {reason}")
+    return Problem(m, n, k, a, layout, bias, out, b, scales)
 
 
 def _check_int(name: str, v: object) -> int:
@@ -197,11 +230,11 @@ def _check_int(name: str, v: object) -> int:
     return v
 
 
-def _dtype_name(name: str, v: object) -> str:
+def _dtype_name(name: str, v: object, allowed: tuple[str, ...] = FLOAT_DTYPES) -> str:
     if isinstance(v, torch.dtype):
-        v = TORCH_DTYPES.get(v, str(v))
-    if not isinstance(v, str) or v not in DTYPES:
-        raise ValueError(f"{name} must be one of {', '.join(DTYPES)} (or the torch dtype), got {v!r}")
+        v = TORCH_DTYPES.get(v) or _QUANT_TORCH_DTYPES.get(v, str(v))
+    if not isinstance(v, str) or v not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(allowed)} (or the torch dtype), got {v!r}")
     return v
 
 

@@ -55,8 +55,8 @@ def problems_of(shapes: str | Path | Sequence[str | Path] | None = None, file: s
     if file is not None:
         from tuning_db.exchange import load_config_file
 
-        found += [Problem(e.m, e.n, e.k, e.a_dtype, e.layout, e.bias)
-                  for e in load_config_file(file).entries if e.a_dtype == e.b_dtype == e.out_dtype]
+        found += [Problem.from_key(e) for e in load_config_file(file).entries
+                  if e.scales != "none" or e.a_dtype == e.b_dtype == e.out_dtype]
     return list(dict.fromkeys(found))
 
 
@@ -88,8 +88,7 @@ def _warm_one(problem: Problem, info, torch_device, interpreter: bool, backend: 
     start = time.monotonic()
 
     def select():
-        return dispatch.select(problem.m, problem.n, problem.k, problem.dtype, layout=problem.layout,
-                               bias=problem.bias, device=info, backend=backend)
+        return dispatch.select_problem(problem, device=info, backend=backend)
 
     try:
         sel = select()
@@ -98,6 +97,11 @@ def _warm_one(problem: Problem, info, torch_device, interpreter: bool, backend: 
         if interpreter and problem.m * problem.n * problem.k > INTERPRETER_MAX_MACS:
             return WarmupResult(problem, "selected", sel.config, sel.source, time.monotonic() - start,
                                 "the interpreter compiles nothing; too large to launch there")
+        if problem.quantized:
+            from .tuning.scaled import zero_call
+
+            zero_call(problem, torch_device, backend)()
+            return _compiled(problem, select(), start)
         a, b, bias = _operands(problem, torch_device)
         if bias is None:
             tritonblas.matmul(a, b, backend=backend)
@@ -107,6 +111,10 @@ def _warm_one(problem: Problem, info, torch_device, interpreter: bool, backend: 
     except Exception as exc:  # one problem failing (out of memory, say) must not stop the others
         return WarmupResult(problem, "failed", seconds=time.monotonic() - start,
                             note=f"{type(exc).__name__}: {exc}"[:300])
+    return _compiled(problem, sel, start)
+
+
+def _compiled(problem: Problem, sel, start: float) -> WarmupResult:
     return WarmupResult(problem, "compiled", sel.config, sel.source, time.monotonic() - start)
 
 

@@ -14,6 +14,10 @@ run under a new triton adds its rows beside the old ones). Export writes version
 it all, so older readers keep reading such files; both versions are read. The header's triton
 version is the one most entries were tuned under.
 
+An entry's key is its problem (GemmShape): a quantized problem's entry says its scale mode
+(`"scales": "row"`); the field is written only where it is not "none" and read as "none" where absent,
+so files of plain GEMMs are the same bytes as before quantized problems existed.
+
 Entries carry no host name unless the export asks for it (`with_host`): a team's shipped file would
 publish its machines' names.
 
@@ -144,7 +148,8 @@ class ConfigFile(BaseModel):
         h, bound = self.header, binding()
         seen: dict[tuple, int] = {}
         for i, e in enumerate(self.entries):
-            where = f"entries[{i}] ({e.m}x{e.n}x{e.k} {e.a_dtype} {e.layout} bias={e.bias})"
+            scales = "" if e.scales == "none" else f" scales={e.scales}"
+            where = f"entries[{i}] ({e.m}x{e.n}x{e.k} {e.a_dtype} {e.layout} bias={e.bias}{scales})"
             if e.triton_version is not None and h.schema_version < 2:
                 raise ValueError(f"{where}: field 'triton_version' needs schema_version 2 (the header says "
                                  f"{h.schema_version})")
@@ -152,8 +157,6 @@ class ConfigFile(BaseModel):
             if problem in seen:
                 raise ValueError(f"{where}: same problem and triton version as entries[{seen[problem]}]")
             seen[problem] = i
-            if e.a_dtype != e.b_dtype:
-                raise ValueError(f"{where}: mixed operand dtypes {e.a_dtype}/{e.b_dtype} are not supported")
             key = self.key_of(e)
             reason = bound.supports(e.config, key)
             if reason is not None:
@@ -267,7 +270,9 @@ def _time_text(dt: datetime) -> str:
 
 
 def _entry_json(w: Winner, kernel: Measurement | None, header_triton: str, with_host: bool) -> dict[str, Any]:
-    entry = {**{f: getattr(w.key, f) for f in _ENTRY_KEY}, "config": w.config.model_dump(mode="json"),
+    # "scales" only on quantized problems: files of plain GEMMs read and compare as before the field.
+    shape = {f: getattr(w.key, f) for f in _ENTRY_KEY if f != "scales" or w.key.scales != "none"}
+    entry = {**shape, "config": w.config.model_dump(mode="json"),
              "median_ms": w.median_ms, "torch_ms": w.torch_ms, "speedup": w.speedup,
              "created_at": _time_text(w.created_at), "torch_version": w.env.torch_version,
              "timing_protocol": w.env.timing_protocol}

@@ -20,8 +20,10 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-KEY_COLUMNS = ("m", "n", "k", "a_dtype", "b_dtype", "out_dtype", "layout", "bias", "arch", "device_name",
-               "sm_count")
+KEY_COLUMNS = ("m", "n", "k", "a_dtype", "b_dtype", "out_dtype", "layout", "bias", "scales", "arch",
+               "device_name", "sm_count")
+# Dispatch's device-independent lookup (TuningDB.lookup): the key less the device.
+ARCH_LOOKUP_COLUMNS = ("arch", "m", "n", "k", "a_dtype", "b_dtype", "out_dtype", "layout", "bias", "scales")
 ENV_COLUMNS = ("triton_version", "torch_version", "kernel_hash", "timing_protocol")
 
 
@@ -55,9 +57,7 @@ class ProblemRow(Base):
     __tablename__ = "problems"
     __table_args__ = (
         UniqueConstraint(*KEY_COLUMNS, name="uq_problems_key"),
-        # Dispatch's device-independent lookup: (arch, m, n, k, dtypes, layout, bias).
-        Index("ix_problems_arch_lookup", "arch", "m", "n", "k", "a_dtype", "b_dtype", "out_dtype",
-              "layout", "bias"),
+        Index("ix_problems_arch_lookup", *ARCH_LOOKUP_COLUMNS),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -69,6 +69,8 @@ class ProblemRow(Base):
     out_dtype: Mapped[str] = mapped_column(String(8))
     layout: Mapped[str] = mapped_column(String(2))
     bias: Mapped[str] = mapped_column(String(8))
+    # Added by migration 3: the scale mode of a quantized problem; "none" for plain GEMMs (older rows).
+    scales: Mapped[str] = mapped_column(String(8), default="none", server_default="none")
     arch: Mapped[str] = mapped_column(String(32))
     device_name: Mapped[str] = mapped_column(String(128))
     sm_count: Mapped[int] = mapped_column(Integer)

@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .vocabulary import BiasKind, DType, Layout
+from .vocabulary import BiasKind, DType, Layout, Scales, quantized_mismatch
 
 # Largest M, N or K a key may hold: 2**24 already makes a 16M x 16M fp16 operand of 512 TiB.
 MAX_DIM = 2**24
@@ -132,12 +132,22 @@ class GemmShape(BaseModel):
     out_dtype: DType
     layout: Layout = "nn"
     bias: BiasKind = "none"
+    scales: Scales = "none"  # a quantized problem's scale mode (vocabulary.Scales); "none": a plain GEMM
+
+    @model_validator(mode="after")
+    def _consistent(self) -> GemmShape:
+        reason = quantized_mismatch(self.a_dtype, self.b_dtype, self.out_dtype, self.bias, self.scales)
+        if reason is not None:
+            raise ValueError(reason)
+        return self
 
     @classmethod
     def from_problem(cls, problem: Any) -> GemmShape:
-        """From any object with m, n, k, dtype (of A and B), out (of C), layout and bias."""
-        return GemmShape(m=problem.m, n=problem.n, k=problem.k, a_dtype=problem.dtype, b_dtype=problem.dtype,
-                         out_dtype=problem.out, layout=problem.layout, bias=problem.bias)
+        """From any object with m, n, k, dtype (of A), out (of C), layout and bias, and optionally b (B's
+        dtype, default A's) and scales (default "none")."""
+        return GemmShape(m=problem.m, n=problem.n, k=problem.k, a_dtype=problem.dtype,
+                         b_dtype=getattr(problem, "b", problem.dtype), out_dtype=problem.out,
+                         layout=problem.layout, bias=problem.bias, scales=getattr(problem, "scales", "none"))
 
     def shape_key(self) -> tuple:
         return tuple(getattr(self, f) for f in GemmShape.model_fields)
@@ -166,7 +176,8 @@ class ProblemKey(GemmShape):
 
     def describe(self) -> str:
         dt = self.a_dtype if self.a_dtype == self.b_dtype else f"{self.a_dtype}x{self.b_dtype}"
-        return (f"{self.m}x{self.n}x{self.k} {dt}->{self.out_dtype} {self.layout} bias={self.bias} "
+        scales = "" if self.scales == "none" else f" scales={self.scales}"
+        return (f"{self.m}x{self.n}x{self.k} {dt}->{self.out_dtype} {self.layout} bias={self.bias}{scales} "
                 f"{self.arch}")
 
 

@@ -18,7 +18,7 @@ from . import engine as eng
 from . import rows
 from .errors import TuningDBError
 from .migrations import LATEST, current_version, migrate, refuse_newer
-from .models import EnvRow, MeasurementRow, ProblemRow, WinnerRow
+from .models import ARCH_LOOKUP_COLUMNS, EnvRow, MeasurementRow, ProblemRow, WinnerRow
 from .schemas import EnvIdentity, Measurement, ProblemKey, Winner
 
 T = TypeVar("T")
@@ -155,13 +155,13 @@ class TuningDB:
         a winner of another triton version for the same kernels (`Winner.other_triton`). A winner of
         the running triton version comes first, then the exact device, then the fastest."""
         running = env or EnvIdentity.current()
-        arch_cols = ("arch", "m", "n", "k", "a_dtype", "b_dtype", "out_dtype", "layout", "bias")
         values = key.model_dump()
         same_triton = case((EnvRow.triton_version == running.triton_version, 0), else_=1)
         same_device = case(((ProblemRow.device_name == key.device_name)
                             & (ProblemRow.sm_count == key.sm_count), 0), else_=1)
+        same_key = [getattr(ProblemRow, c) == values[c] for c in ARCH_LOOKUP_COLUMNS]
         found = self._read(lambda conn: self._winner_rows(
-            conn, *[getattr(ProblemRow, c) == values[c] for c in arch_cols], rows.serving_clause(running),
+            conn, *same_key, rows.serving_clause(running),
             order=(same_triton, same_device, WinnerRow.median_ms, ProblemRow.device_name,
                    EnvRow.triton_version, WinnerRow.created_at.desc())))
         return rows.winner_of(*found[0], running, self.where) if found else None
@@ -178,10 +178,9 @@ class TuningDB:
         where = [] if arch is None else [ProblemRow.arch == arch]
         if not include_stale:
             where.append(rows.serving_clause(running))
-        order = (ProblemRow.arch, ProblemRow.m, ProblemRow.n, ProblemRow.k, ProblemRow.a_dtype,
-                 ProblemRow.b_dtype, ProblemRow.out_dtype, ProblemRow.layout, ProblemRow.bias,
-                 ProblemRow.device_name, ProblemRow.sm_count, EnvRow.triton_version, EnvRow.torch_version,
-                 EnvRow.kernel_hash, EnvRow.timing_protocol)
+        order = (*[getattr(ProblemRow, c) for c in ARCH_LOOKUP_COLUMNS], ProblemRow.device_name,
+                 ProblemRow.sm_count, EnvRow.triton_version, EnvRow.torch_version, EnvRow.kernel_hash,
+                 EnvRow.timing_protocol)
         found = self._read(lambda conn: self._winner_rows(conn, *where, order=order))
         return [rows.winner_of(*r, running, self.where) for r in found]
 

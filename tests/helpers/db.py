@@ -75,6 +75,12 @@ def key(m: int = 128, n: int = 96, k: int = 64, dtype: str = "fp16", **kw) -> Pr
     return ProblemKey(**{**fields, **kw})
 
 
+def quant_key(m: int = 128, n: int = 96, k: int = 64, scales: str = "row", a: str = "e4m3", b: str = "e4m3",
+              out: str = "bf16", **kw) -> ProblemKey:
+    """The key of a quantized problem (scaled_mm), layout nt as torch._scaled_mm takes it."""
+    return key(m, n, k, **{**dict(a_dtype=a, b_dtype=b, out_dtype=out, layout="nt", scales=scales), **kw})
+
+
 def winner(k: ProblemKey | None = None, ms: float = 1.0, config: GemmConfig = SMALL, env: EnvIdentity = ENV,
            at: datetime = T0, **kw) -> Winner:
     fields = dict(key=k or key(), config=config, median_ms=ms, torch_ms=2.0, speedup=2.0 / ms,

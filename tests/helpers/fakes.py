@@ -82,3 +82,21 @@ class WorkerBench(Benchmark):
 
     def baseline(self, problem, device):
         return 2.0
+
+
+def fake_scaled_mm(a, b, scale_a, scale_b, *, bias=None, out_dtype=None, use_fast_accum=False, out=None,
+                   backend=None, config=None, drop_scale_b: bool = False):
+    """tritonblas.scaled_mm's contract in torch (issue 36: the op is built on another branch): the fp32
+    product of the dequantized operands plus the bias, saturated to an fp8 output's range, cast once.
+    `config` is taken and ignored, so the tuner's and the bench's plumbing is what a test exercises;
+    drop_scale_b=True is a wrong op, for the check that catches one."""
+    import torch
+
+    out_dtype = out_dtype or (torch.bfloat16 if a.dtype == torch.int8 else a.dtype)
+    acc = (a.float() * scale_a) @ (b.float() * (1.0 if drop_scale_b else scale_b))
+    if bias is not None:
+        acc = acc + bias.float()
+    if out_dtype.itemsize == 1:
+        acc = acc.clamp(torch.finfo(out_dtype).min, torch.finfo(out_dtype).max)
+    result = acc.to(out_dtype)
+    return result if out is None else out.copy_(result)

@@ -24,6 +24,7 @@ from .common import (
     num,
     parse_device,
     problems_from,
+    require_scaled_mm,
     say,
 )
 
@@ -66,7 +67,9 @@ def bench(shapes: list[Path] = typer.Option(..., "--shapes", help=SHAPES_HELP),
     """Benchmark tritonblas (through dispatch, as users call it) against torch.mm, side by side.
 
     Prints TFLOP/s of both, the ratio per problem and the geomean; checks our results against an fp64
-    reference. The outputs are checked before anything runs. Exit code 1 if any problem gives a wrong
+    reference. Quantized problems (`scales` in the shapes file) run tritonblas.scaled_mm against
+    torch._scaled_mm (torch._int_mm and the scaling for int8; no torch time where torch refuses the
+    problem). The outputs are checked before anything runs. Exit code 1 if any problem gives a wrong
     result or fails to run.
 
     **Examples**
@@ -75,9 +78,11 @@ def bench(shapes: list[Path] = typer.Option(..., "--shapes", help=SHAPES_HELP),
     tritonblas bench --shapes shapes.yaml
     tritonblas bench --shapes shapes.yaml --db tuned.sqlite --json bench.json --plot bench.png
     tritonblas bench --shapes shapes.yaml --backend triton    # the kernels alone, never torch.mm
+    tritonblas bench --shapes scripts/classes/fp8.yaml        # scaled_mm against torch._scaled_mm
     ```
     """
     problems = problems_from(shapes, dtypes)
+    require_scaled_mm(problems)
     parse_device(device)
     check_output(json_out, "--json")
     check_output(plot, "--plot")

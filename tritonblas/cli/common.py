@@ -20,6 +20,8 @@ import typer
 import typer.core
 from rich.console import Console
 
+from tuning_db.vocabulary import SCALES
+
 from ..problem import Problem
 from ..shapes import DTYPES, ShapesError, load_problems
 
@@ -35,7 +37,8 @@ DB_HELP = "Tuning database: a SQLAlchemy URL or a SQLite file (default: $TRITONB
           "~/.cache/tritonblas/tuning.sqlite)."
 SHAPES_HELP = "shapes.yaml listing the problems; repeat for several files (--shapes a.yaml --shapes b.yaml)."
 DTYPES_HELP = "Replace the files' dtypes, e.g. bf16,fp16."
-DTYPE_HELP = "Operand dtype: fp16, bf16 or fp32."
+DTYPE_HELP = ("Operand dtype: fp16, bf16 or fp32; e4m3, e5m2 or int8 (A's, with --scales) for a quantized "
+              "problem (scaled_mm).")
 DEVICE_HELP = "GPU index to run on (as in --devices; a CPU worker in Triton's interpreter)."
 CREATES_FOLDERS = "Missing folders are created."
 
@@ -206,6 +209,18 @@ def problems_from(shapes: Path | Sequence[Path], dtypes: str | None) -> list[Pro
         fail(f"error: {e}")
 
 
+def require_scaled_mm(problems: Sequence[Problem]) -> None:
+    """Exit 2 before any work when the problems include quantized ones and this tritonblas has no
+    scaled_mm to time, check or compile them through."""
+    from ..tuning.scaled import MISSING_OP, require_op
+
+    if any(p.quantized for p in problems):
+        try:
+            require_op()
+        except RuntimeError:
+            fail(f"error: {MISSING_OP}")
+
+
 def shapes_label(shapes: Path | Sequence[Path]) -> str:
     return str(shapes) if isinstance(shapes, (str, Path)) else ", ".join(map(str, shapes))
 
@@ -215,6 +230,10 @@ class BackendChoice(str, enum.Enum):
 
     triton = "triton"
     torch = "torch"
+
+
+# `--scales`: a quantized problem's scale mode (none: a plain GEMM), the vocabulary's words.
+ScalesChoice = enum.Enum("ScalesChoice", {s: s for s in SCALES}, type=str)
 
 
 class LayoutChoice(str, enum.Enum):
@@ -240,7 +259,34 @@ DtypeOption = typer.Option(DEFAULT_DTYPE, "--dtype", help=DTYPE_HELP)
 LayoutOption = typer.Option(LayoutChoice.nn, "--layout", help="A and B: n row-major, t column-major (nn, nt, "
                             "tn, tt).")
 BiasOption = typer.Option(BiasChoice.none, "--bias", help="Bias added to the product: none, scalar, row, "
-                          "column or full.")
+                          "column or full (a quantized problem: none or row).")
+ScalesOption = typer.Option(
+    ScalesChoice.none, "--scales", help="A quantized problem's float32 scales: tensor (one value each for A "
+    "and B), row (scale_a (M, 1), scale_b (1, N)), row_a or row_b (that operand row-wise, the other one "
+    "value); none: a plain GEMM.")
+OutDtypeOption = typer.Option(
+    None, "--out-dtype", help="With --scales: the output dtype, bf16, fp16, fp32, e4m3 or e5m2 (default: "
+    "A's dtype for fp8, bf16 for int8, as scaled_mm's).")
+BDtypeOption = typer.Option(None, "--b-dtype", help="With --scales: B's dtype where it differs from --dtype "
+                            "(e4m3 with e5m2).")
+
+
+def problem_of_args(m: int, n: int, k: int, dtype: str, layout: LayoutChoice, bias: BiasChoice,
+                    scales: ScalesChoice = ScalesChoice.none, out_dtype: str | None = None,
+                    b_dtype: str | None = None) -> Problem:
+    """One problem from the command line (explain, db show), checked as dispatch.select checks its
+    arguments; a bad combination exits 2 naming what is wrong."""
+    from ..validate import problem_of
+
+    check_dtype(dtype)
+    if scales is ScalesChoice.none and (out_dtype is not None or b_dtype is not None):
+        fail(f"error: {'--out-dtype' if out_dtype is not None else '--b-dtype'} goes with --scales (a "
+             "quantized problem); a plain GEMM writes its operand dtype")
+    try:
+        return problem_of(m, n, k, dtype, out_dtype, layout.value, bias.value, scales=scales.value,
+                          b_dtype=b_dtype)
+    except ValueError as e:
+        fail(f"error: {e}")
 
 
 def check_output(path: Path | None, option: str) -> None:

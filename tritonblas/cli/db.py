@@ -17,15 +17,18 @@ from .common import (
     DB_HELP,
     DTYPES_HELP,
     SIZE_ARGS,
+    BDtypeOption,
     BiasChoice,
     BiasOption,
     DtypeOption,
     LayoutChoice,
     LayoutOption,
+    OutDtypeOption,
+    ScalesChoice,
+    ScalesOption,
     SizeK,
     SizeM,
     SizeN,
-    check_dtype,
     check_output,
     command,
     console,
@@ -34,6 +37,7 @@ from .common import (
     num,
     open_db,
     parse_size,
+    problem_of_args,
     problems_from,
     say,
 )
@@ -191,24 +195,26 @@ def list_cmd(arch: str = typer.Option(None, "--arch", help="Only this arch."),
 @command(app, "show", context_settings=SIZE_ARGS)
 def show_cmd(m: str = SizeM, n: str = SizeN, k: str = SizeK, dtype: str = DtypeOption,
              layout: LayoutChoice = LayoutOption, bias: BiasChoice = BiasOption,
-             arch: str = typer.Option(None, "--arch", help="Only this arch."),
+             scales: ScalesChoice = ScalesOption, out_dtype: str = OutDtypeOption,
+             b_dtype: str = BDtypeOption, arch: str = typer.Option(None, "--arch", help="Only this arch."),
              db_url: str = DbOption) -> None:
-    """Show the winners and the measured candidates of one problem.
+    """Show the winners and the measured candidates of one problem (a quantized one with --scales).
 
     **Examples**
 
     ```
     tritonblas db show 4096 4096 4096
     tritonblas db show 16 6144 4096 --dtype fp16 --layout nt --bias row --arch sm_90
+    tritonblas db show 4096 4096 4096 --dtype e4m3 --scales row --out-dtype bf16 --layout nt
     ```
     """
-    from ..problem import Problem
+    from tuning_db import GemmShape
 
-    p = Problem(parse_size(m, "M"), parse_size(n, "N"), parse_size(k, "K"), check_dtype(dtype),
-                layout.value, bias.value)
+    p = problem_of_args(parse_size(m, "M"), parse_size(n, "N"), parse_size(k, "K"), dtype, layout, bias,
+                        scales, out_dtype, b_dtype)
     with open_db(db_url) as db:
-        winners = [w for w in guard(db.winners, arch) if w.key.arch_key()[1:] == (
-            p.m, p.n, p.k, p.dtype, p.dtype, p.out, p.layout, p.bias)]
+        shape = GemmShape.from_problem(p).shape_key()
+        winners = [w for w in guard(db.winners, arch) if w.key.shape_key() == shape]
         if not winners:
             fail(f"no winner stored for {p.short()}", code=1)
         console.print(_winner_table(winners, p.short()))

@@ -8,23 +8,28 @@ from rich.table import Table
 
 from ..arch import DeviceInfo
 from ..arith import tflops
+from ..problem import vendor_name
 from . import common
 from .common import (
     DB_HELP,
     BackendChoice,
+    BDtypeOption,
     BiasChoice,
     BiasOption,
     DtypeOption,
     LayoutChoice,
     LayoutOption,
+    OutDtypeOption,
+    ScalesChoice,
+    ScalesOption,
     SizeK,
     SizeM,
     SizeN,
     check_db,
-    check_dtype,
     console,
     fail,
     parse_size,
+    problem_of_args,
 )
 
 
@@ -74,10 +79,12 @@ def _where(info: DeviceInfo, sms_given: bool) -> str:
 
 def explain(m: str = SizeM, n: str = SizeN, k: str = SizeK, dtype: str = DtypeOption,
             layout: LayoutChoice = LayoutOption, bias: BiasChoice = BiasOption,
+            scales: ScalesChoice = ScalesOption, out_dtype: str = OutDtypeOption, b_dtype: str = BDtypeOption,
             streamk: bool = typer.Option(None, "--streamk/--no-streamk",
                                          help="Only Stream-K / only Persistent (default: either)."),
             backend: BackendChoice = typer.Option(None, "--backend", help="Only the kernels (triton) or "
-                                                  "torch.mm pinned (torch); default: dispatch decides."),
+                                                  "the vendor pinned (torch: torch.mm, or torch._scaled_mm "
+                                                  "for a quantized problem); default: dispatch decides."),
             arch: str = typer.Option(None, "--arch", help="Explain for this arch (e.g. sm_90, sm_80, "
                                      "sm_100) instead of the GPU here; no GPU needed."),
             sms: int = typer.Option(None, "--sms", min=1, help="SM count with --arch (default: the arch's "
@@ -91,37 +98,47 @@ def explain(m: str = SizeM, n: str = SizeN, k: str = SizeK, dtype: str = DtypeOp
     with torch.mm (backend torch: the vendor GEMM, a tuning candidate like any other). The ranking shows
     the heuristic's cost model term by term.
 
+    A quantized problem (tritonblas.scaled_mm, as torch._scaled_mm) is --dtype e4m3, e5m2 or int8 with
+    --scales, its output --out-dtype, B's dtype --b-dtype where it differs (e4m3 with e5m2); its vendor
+    GEMM is torch._scaled_mm (torch._int_mm for int8), where torch takes the problem.
+
     **Examples**
 
     ```
     tritonblas explain 4096 4096 4096 --dtype bf16
     tritonblas explain 16 6144 4096 --dtype fp16 --layout nt --bias row --arch sm_90 --top 5
     tritonblas explain 8192 8192 8192 --arch sm_80 --sms 84    # an A40 (sm_86 parts differ too)
+    tritonblas explain 4096 4096 4096 --dtype e4m3 --scales row --out-dtype bf16 --layout nt --arch sm_90
+    tritonblas explain 64 8192 8192 --dtype e4m3 --b-dtype e5m2 --scales tensor --out-dtype bf16 --layout nt
+    tritonblas explain 16 6144 4096 --dtype int8 --scales row_a --bias row --layout nt --arch sm_90
     ```
     """
     from ..selection import dispatch, heuristic
 
-    m, n, k = parse_size(m, "M"), parse_size(n, "N"), parse_size(k, "K")
-    check_dtype(dtype)
+    p = problem_of_args(parse_size(m, "M"), parse_size(n, "N"), parse_size(k, "K"), dtype, layout, bias,
+                        scales, out_dtype, b_dtype)
     info = _explain_device(arch, sms)
     where = check_db(db)
     with dispatch.using_database(db):
         try:
-            sel = dispatch.select(m, n, k, dtype, layout=layout.value, bias=bias.value,
-                                  enable_streamk=streamk, device=info,
+            sel = dispatch.select(p.m, p.n, p.k, p.dtype, out_dtype=p.out_dtype, layout=p.layout, bias=p.bias,
+                                  enable_streamk=streamk, device=info, scales=p.scales, b_dtype=p.b_dtype,
                                   backend=None if backend is None else backend.value)
         except (ValueError, RuntimeError) as e:
             fail(f"error: {e}", code=1)
     ranked = heuristic.rank(sel.problem, info, streamk)
-    lines = [("problem", f"{m}x{n}x{k} {dtype}, layout {layout.value}, bias {bias.value}, "
+    quantized = f", scales {p.scales}" if p.quantized else ""
+    vendor = vendor_name(p) if p.quantized else "torch.mm / torch.addmm"
+    lines = [("problem", f"{p.m}x{p.n}x{p.k} {p.dtypes_text()}, layout {p.layout}, bias {p.bias}{quantized}, "
                          f"{_where(info, sms is not None)}"),
              ("selected", sel.config.short()),
-             ("backend", "torch (torch.mm / torch.addmm, the vendor GEMM)" if sel.backend == "torch"
-              else "triton (the library's kernels)"),
+             ("backend", f"torch ({vendor}, the vendor GEMM)"
+              if sel.backend == "torch" else "triton (the library's kernels)"),
              ("source", f"{sel.source}: {_source_detail(sel, where)}")]
     if sel.time_ms:
         kind = "measured" if sel.measured else "predicted by the heuristic"
-        lines.append(("time", f"{sel.time_ms:.4g} ms {kind} ({tflops(m, n, k, sel.time_ms):.1f} TFLOP/s)"))
+        rate = tflops(p.m, p.n, p.k, sel.time_ms)
+        lines.append(("time", f"{sel.time_ms:.4g} ms {kind} ({rate:.1f} TFLOP/s)"))
     for name, text in lines:
         console.print(f"{name + ':':10}{text}", markup=False)
     console.print(_ranking_table(ranked[:top], sel.config, len(ranked)))

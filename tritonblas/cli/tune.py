@@ -23,7 +23,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from ..problem import Problem
+from ..problem import Problem, vendor_name
 from ..tuning.run import Event, Interrupted, TuneRow, run_tuning
 from .common import (
     CREATES_FOLDERS,
@@ -40,6 +40,7 @@ from .common import (
     open_db,
     parse_devices,
     problems_from,
+    require_scaled_mm,
     say,
     shapes_label,
     version_option,
@@ -99,7 +100,7 @@ def _log_line(r: TuneRow) -> str:
     head = f"{r.status:9} {r.problem.short():28} [{r.device}]"
     if not r.ok:
         return f"{head} {r.reason}"
-    speed = f", {r.speedup:.2f}x torch.mm" if r.speedup else ""
+    speed = f", {r.speedup:.2f}x {vendor_name(r.problem)}" if r.speedup else ""
     return f"{head} {winner_text(r)} {num(r.tflops, '.1f')} TFLOP/s{speed}"
 
 
@@ -178,11 +179,13 @@ def tune(shapes: list[Path] = typer.Option(..., "--shapes", help=SHAPES_HELP),
     """Tune every problem of a shapes file and store the winners in the tuning database.
 
     Each problem's candidates are compiled, checked against an fp64 reference and timed next to
-    torch.mm; the fastest correct one is stored. On a GPU torch.mm itself is one of the candidates
-    (config `torch`), so a problem where it is fastest stores it as the winner and dispatch runs it
-    there. Problems that already have a fresh winner are skipped, so an interrupted run resumes where it
-    stopped. Every winner is read back from the database before it is reported. Exit code 1 if any
-    problem ends without a verified winner, or with one the database does not hold.
+    torch.mm; the fastest correct one is stored. Quantized problems of a shapes file (`scales`:
+    tritonblas.scaled_mm) are timed through scaled_mm next to torch._scaled_mm (torch._int_mm for
+    int8), against the fp64 product of the dequantized operands. On a GPU torch.mm itself is one of
+    the candidates (config `torch`), so a problem where it is fastest stores it as the winner and
+    dispatch runs it there. Problems that already have a fresh winner are skipped, so an interrupted
+    run resumes where it stopped. Every winner is read back from the database before it is reported.
+    Exit code 1 if any problem ends without a verified winner, or with one the database does not hold.
 
     **Examples**
 
@@ -190,6 +193,7 @@ def tune(shapes: list[Path] = typer.Option(..., "--shapes", help=SHAPES_HELP),
     tritonblas tune --shapes shapes.yaml
     tritonblas tune --shapes shapes.yaml --dtypes bf16 --devices 0,1 --budget-s 20
     tritonblas tune --shapes shapes.yaml --shapes classes/linear.yaml   # several files, one run
+    tritonblas tune --shapes scripts/classes/fp8.yaml   # quantized: through tritonblas.scaled_mm
     tritonblas tune --shapes shapes.yaml --db postgresql://tuner@db/tb --export configs/{arch}.json
     tritonblas tune --shapes shapes.yaml --db "$TB_URL" --shard auto   # one task of a Slurm array
     TRITON_INTERPRET=1 tritonblas tune --shapes tiny.yaml --db /tmp/t.sqlite  # CPU dry run
@@ -197,6 +201,7 @@ def tune(shapes: list[Path] = typer.Option(..., "--shapes", help=SHAPES_HELP),
     """
     configure_console()
     problems, part = _shard(problems_from(shapes, dtypes), shard)
+    require_scaled_mm(problems)
     device_ids = parse_devices(devices)
     _check_options(budget_s, export)
     with open_db(db, create=True) as opened:  # created and migrated once here, before workers race to

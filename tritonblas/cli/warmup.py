@@ -34,7 +34,8 @@ def warmup(shapes: list[Path] = typer.Option(None, "--shapes", help=SHAPES_HELP)
     The first call of a config in a fresh process compiles its kernel (seconds on a GPU); after a
     warm-up, a new process finds it in triton's cache (~/.triton/cache or $TRITON_CACHE_DIR; warm up
     where the cache will be read: the same machine or a shared cache directory). Each problem runs once
-    through dispatch, as a user's call does. Problems dispatch sends to torch.mm compile nothing. Exit
+    through dispatch, as a user's call does (a quantized one through tritonblas.scaled_mm). Problems
+    dispatch sends to the vendor (torch.mm, torch._scaled_mm) compile nothing. Exit
     code 1 if any problem fails to compile or run.
 
     **Examples**
@@ -49,7 +50,7 @@ def warmup(shapes: list[Path] = typer.Option(None, "--shapes", help=SHAPES_HELP)
     from ..shapes import ShapesError
     from ..warm import problems_of
     from ..warm import warmup as warm
-    from .common import guard
+    from .common import guard, require_scaled_mm
 
     if not shapes and file is None:
         fail("error: give the problems with --shapes FILE or --file CONFIG_FILE")
@@ -60,6 +61,7 @@ def warmup(shapes: list[Path] = typer.Option(None, "--shapes", help=SHAPES_HELP)
         fail(f"error: {e}")
     if file is not None:
         problems = list(dict.fromkeys(problems + guard(problems_of, None, file)))
+    require_scaled_mm(problems)
     parse_device(device)
     where = check_db(db)
     say(f"warming up {len(problems)} problems (dispatch reads {where})")

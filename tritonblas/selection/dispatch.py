@@ -5,7 +5,9 @@ The DB and shipped layers take winners of the running kernel sources, the runnin
 first, else another version's (feasibility checked here as for any config); `Selection.detail` says
 which triton tuned it.
 
-The dispatch key is a `Problem` (m, n, k, dtype, layout, bias kind). The user DB (`userdb`: found by
+The dispatch key is a `Problem` (m, n, k, dtypes, layout, bias kind, scale mode): a quantized problem
+(scaled_mm) goes through the same layers, its vendor (torch._scaled_mm / torch._int_mm) only where
+config_supports says torch takes it. The user DB (`userdb`: found by
 tuning_db.default_url(), so $TRITONBLAS_DB) is opened on the first cache miss, once per process; a
 cached selection never touches it again. A DB that cannot be used costs one warning per process, never a
 failed matmul: selection goes on without it. A SQLite DB file that does not exist is simply skipped:
@@ -34,7 +36,7 @@ from tuning_db.vocabulary import BiasKind
 from .. import caches, log
 from ..arch import DeviceInfo
 from ..config import GemmConfig, config_supports, require_supported
-from ..problem import Problem
+from ..problem import Problem, vendor_name
 from . import heuristic, neighbors
 from .userdb import UserDB
 
@@ -61,7 +63,8 @@ class Selection:
 
     @property
     def backend(self) -> str:
-        """What runs: "triton" (the kernels) or "torch" (torch.mm / torch.addmm)."""
+        """What runs: "triton" (the kernels) or "torch" (torch.mm / torch.addmm; torch._scaled_mm or
+        torch._int_mm for a quantized problem)."""
         return self.config.backend
 
     def ranked(self, limit: int = 10) -> list[heuristic.Estimate]:
@@ -144,7 +147,8 @@ def _drop_selections() -> None:
 
 
 def _arch_key(p: Problem) -> tuple:
-    return (p.m, p.n, p.k, p.dtype, p.dtype, p.out, p.layout, p.bias)
+    """The problem as a shipped file's entries are found (GemmShape.shape_key)."""
+    return (p.m, p.n, p.k, p.dtype, p.b, p.out, p.layout, p.bias, p.scales)
 
 
 def _shipped(arch: str) -> dict[tuple, object]:
@@ -191,6 +195,14 @@ def _family_ok(config: GemmConfig, enable_streamk: bool | None, backend: str | N
     return backend != "torch" and (enable_streamk is None or config.streamk == enable_streamk)
 
 
+def _vendor_ok(problem: Problem, device: DeviceInfo, enable_streamk: bool | None,
+               backend: str | None) -> bool:
+    """Whether the vendor may answer: the call allows it, and torch takes the problem (config_supports:
+    every plain one; a quantized one where torch._scaled_mm's size and layout rules hold)."""
+    vendor = GemmConfig.vendor()
+    return _family_ok(vendor, enable_streamk, backend) and _feasible(vendor, problem, device)
+
+
 def _feasible(config: GemmConfig, problem: Problem, device: DeviceInfo) -> bool:
     """Feasible by the predicate, and not one triton already failed to compile for this problem here."""
     return config_supports(config, problem, device) is None and \
@@ -205,9 +217,8 @@ def report_compile_failure(problem: Problem, device: DeviceInfo, config: GemmCon
     with _state.lock:
         _state.failed.setdefault((problem, device), set()).add(config)
         _drop_selections()
-    log.warn(f"tritonblas: {config.short()} could not be compiled for {problem.m}x{problem.n}x{problem.k} "
-             f"{problem.dtype} on {device.name} ({str(exc).splitlines()[0]}); using the next candidate",
-             stacklevel=4)
+    log.warn(f"tritonblas: {config.short()} could not be compiled for {problem.short()} on {device.name} "
+             f"({str(exc).splitlines()[0]}); using the next candidate", stacklevel=4)
 
 
 def _from_db(problem: Problem, device: DeviceInfo, enable_streamk: bool | None,
@@ -225,7 +236,8 @@ def _from_db(problem: Problem, device: DeviceInfo, enable_streamk: bool | None,
         return None
     if _family_ok(winner.config, enable_streamk, backend) and _feasible(winner.config, problem, device):
         return Selection(winner.config, "db", winner.median_ms, True, problem, device,
-                         f"tuned on {winner.key.device_name}{_tuned_under(winner)}" + _vendor_won(winner))
+                         f"tuned on {winner.key.device_name}{_tuned_under(winner)}"
+                         + _vendor_won(winner, problem))
     # The winner is of another family or backend: the fastest measurement of the asked-for one made
     # under the winner's triton version.
     for m in _db_call(lambda db: db.measurements(key, winner.env)) or []:
@@ -235,8 +247,8 @@ def _from_db(problem: Problem, device: DeviceInfo, enable_streamk: bool | None,
     return None
 
 
-def _vendor_won(w) -> str:
-    return ": torch.mm was the fastest candidate" if w.config.backend == "torch" else ""
+def _vendor_won(w, problem: Problem) -> str:
+    return f": {vendor_name(problem)} was the fastest candidate" if w.config.backend == "torch" else ""
 
 
 def _tuned_under(w) -> str:
@@ -253,7 +265,7 @@ def _from_shipped(problem: Problem, device: DeviceInfo, enable_streamk: bool | N
     entry = _shipped(device.arch).get(_arch_key(problem))
     if entry is None:
         return None
-    config, ms, why = entry.config, entry.median_ms, _vendor_won(entry)
+    config, ms, why = entry.config, entry.median_ms, _vendor_won(entry, problem)
     if not _family_ok(config, enable_streamk, backend):
         # torch.mm won, the call wants a kernel: the fastest kernel of the same tuning run, if any.
         kernel = _state.shipped_kernels.get(device.arch, {}).get(_arch_key(problem))
@@ -280,7 +292,7 @@ def _from_neighbor(problem: Problem, device: DeviceInfo, enable_streamk: bool | 
     tuned = (f"tuned for {w.key.m}x{w.key.n}x{w.key.k} {w.key.layout} bias={w.key.bias}, distance {d:.2f} "
              f"({why})")
     if w.config.backend == "torch":
-        return Selection(w.config, "neighbor", 0.0, False, problem, device, tuned + _vendor_won(w))
+        return Selection(w.config, "neighbor", 0.0, False, problem, device, tuned + _vendor_won(w, problem))
     est = heuristic.estimate(w.config, problem, device).total_us / 1000
     ranked = heuristic.rank(problem, device, enable_streamk)
     if ranked and est > NEIGHBOR_SLACK * ranked[0].total_us / 1000:
@@ -290,7 +302,7 @@ def _from_neighbor(problem: Problem, device: DeviceInfo, enable_streamk: bool | 
     # tuning run of 2026-11-30), and a neighbour's config is no better than the tuned one. On the untuned
     # shapes' bench this turns the three neighbour picks that lost (3072^3 0.75x, 768x2304x768 0.85x,
     # 256x14336x4096 0.92x) to torch.mm, and leaves the four that held (0.97-1.02x) to their neighbour.
-    if ranked and _family_ok(GemmConfig.vendor(), enable_streamk, backend) and \
+    if ranked and _vendor_ok(problem, device, enable_streamk, backend) and \
             heuristic.vendor_preferred(problem, device, ranked[0]) is not None:
         return None
     return Selection(w.config, "neighbor", est, False, problem, device, tuned)
@@ -300,21 +312,24 @@ def _from_heuristic(problem: Problem, device: DeviceInfo, enable_streamk: bool |
                     backend: str | None = None) -> Selection:
     failed = _state.failed.get((problem, device), ())
     ranked = [e for e in heuristic.rank(problem, device, enable_streamk) if e.config not in failed]
-    if _family_ok(GemmConfig.vendor(), enable_streamk, backend):
+    if _vendor_ok(problem, device, enable_streamk, backend):
         why = heuristic.vendor_preferred(problem, device, ranked[0] if ranked else None)
         if why is not None:
             return Selection(GemmConfig.vendor(), "heuristic", 0.0, False, problem,
-                             device, f"torch.mm predicted faster: {why}")
+                             device, f"{vendor_name(problem)} predicted faster: {why}")
     if not ranked:
-        raise RuntimeError(f"no feasible config for {problem.m}x{problem.n}x{problem.k} {problem.dtype} "
-                           f"on {device.name}")
+        raise RuntimeError(f"no feasible config for {problem.short()} on {device.name}")
     return Selection(ranked[0].config, "heuristic", ranked[0].total_us / 1000, False, problem, device,
                      ranked[0].why())
 
 
 def _select(problem: Problem, device: DeviceInfo, enable_streamk: bool | None,
             backend: str | None) -> Selection:
-    if backend == "torch":  # pinned by the caller: nothing to look up
+    if backend == "torch":  # pinned by the caller: nothing to look up, if torch takes the problem
+        reason = config_supports(GemmConfig.vendor(), problem, device)
+        if reason is not None:
+            raise ValueError(f"backend='torch': {vendor_name(problem)} cannot run {problem.short()} on "
+                             f"{device.name}: {reason}")
         return Selection(GemmConfig.vendor(), "user", 0.0, False, problem, device,
                          "backend='torch' given by the caller")
     for layer in (_from_db, _from_shipped, _from_neighbor, _from_heuristic):
@@ -350,9 +365,10 @@ def _log_decision(sel: Selection) -> None:
     if logger.isEnabledFor(logging.DEBUG):
         p = sel.problem
         only = {None: "", True: " (Stream-K only)", False: " (persistent only)"}[sel.enable_streamk]
-        logger.debug("dispatch %dx%dx%d %s layout=%s bias=%s on %s%s: backend=%s source=%s config=%s",
-                     p.m, p.n, p.k, p.dtype, p.layout, p.bias, sel.device.name, only, sel.backend,
-                     sel.source, sel.describe())
+        scales = f" scales={p.scales}" if p.quantized else ""
+        logger.debug("dispatch %dx%dx%d %s layout=%s bias=%s%s on %s%s: backend=%s source=%s config=%s",
+                     p.m, p.n, p.k, p.dtypes_text(), p.layout, p.bias, scales, sel.device.name, only,
+                     sel.backend, sel.source, sel.describe())
 
 
 def check_user_config(config: GemmConfig, problem: Problem, device: DeviceInfo) -> None:
@@ -368,21 +384,33 @@ def _user_config_ok(config: GemmConfig, problem: Problem, device: DeviceInfo) ->
     return config_supports(config, problem, device) is None
 
 
+def select_problem(problem: Problem, **kwargs) -> Selection:
+    """select() for a Problem in hand (the tuner's and the bench's): its dtypes, scales, layout, bias."""
+    return select(problem.m, problem.n, problem.k, problem.dtype, out_dtype=problem.out_dtype,
+                  layout=problem.layout, bias=problem.bias, scales=problem.scales, b_dtype=problem.b_dtype,
+                  **kwargs)
+
+
 def select(m: int, n: int, k: int, dtype: object, *, out_dtype: object = None, layout: str = "nn",
            bias: BiasKind | None = None, enable_streamk: bool | None = None, device: object = None,
-           config: GemmConfig | None = None, backend: str | None = None) -> Selection:
-    """The config matmul/addmm/linear would run for this problem, with its source and time;
-    `Selection.backend` says whether the kernels ("triton") or torch.mm ("torch") run it.
+           config: GemmConfig | None = None, backend: str | None = None, scales: str | None = None,
+           b_dtype: object = None) -> Selection:
+    """The config matmul/addmm/linear (or, with `scales`, scaled_mm) would run for this problem, with its
+    source and time; `Selection.backend` says whether the kernels ("triton") or the vendor ("torch")
+    run it.
 
     dtype: "fp16" | "bf16" | "fp32" or a torch dtype; layout: "nn" | "nt" | "tn" | "tt"; bias: None or
     a bias kind ("none", "scalar", "row", "column", "full"); device: None (the current CUDA device, or
     the interpreter), a torch device or a DeviceInfo. `config` pins a config (source "user") after
     checking that it can run the problem. backend: None (dispatch decides), "triton" (kernels only),
-    "torch" (torch.mm pinned).
+    "torch" (the vendor pinned). A quantized problem: `scales` "tensor" | "row" | "row_a" | "row_b",
+    dtype "e4m3" | "e5m2" | "int8" (or the torch dtype), b_dtype B's where it differs (e4m3 with e5m2),
+    out_dtype default as scaled_mm's (A's dtype for fp8, bf16 for int8), bias None or "row", e.g.
+    select(4096, 4096, 4096, "e4m3", scales="row", out_dtype="bf16", layout="nt").
     """
     from ..validate import check_options, device_info_of, problem_of
 
-    problem = problem_of(m, n, k, dtype, out_dtype, layout, bias)
+    problem = problem_of(m, n, k, dtype, out_dtype, layout, bias, scales=scales, b_dtype=b_dtype)
     check_options(enable_streamk, config, backend)  # the same checks as matmul's, conflicts included
     info = device_info_of(device)
     if config is not None:

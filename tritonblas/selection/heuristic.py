@@ -34,8 +34,12 @@ from ..smem import smem_bytes
 
 # Peak dense rates (TFLOP/s) and bandwidth (TB/s) per arch; unknown archs fall back to "default".
 # H200: torch.mm bf16 8192^3 measured 660-800 TFLOP/s on 2026-11-29, our best tile 760; copy ~4.3 TB/s.
-_PEAK_TFLOPS = {"sm_90": {"fp16": 800.0, "bf16": 800.0, "fp32": 50.0, "tf32": 400.0},
-                "default": {"fp16": 300.0, "bf16": 300.0, "fp32": 20.0, "tf32": 150.0}}
+# fp8 / int8 (scaled_mm): twice the 16-bit rate, as Hopper's tensor cores run them (dense fp8 peak ~1979
+# on the H200, torch._scaled_mm measured 1239 TFLOP/s at 4096^3: issue 36); not fitted yet.
+_PEAK_TFLOPS = {"sm_90": {"fp16": 800.0, "bf16": 800.0, "fp32": 50.0, "tf32": 400.0,
+                          "e4m3": 1600.0, "e5m2": 1600.0, "int8": 1600.0},
+                "default": {"fp16": 300.0, "bf16": 300.0, "fp32": 20.0, "tf32": 150.0,
+                            "e4m3": 600.0, "e5m2": 600.0, "int8": 600.0}}
 _BANDWIDTH_TBS = {"sm_90": 4.3, "default": 2.0}
 _LAUNCH_US = 4.0
 _COPY_BANDWIDTH = 0.58  # share of the bandwidth the aligned copy reaches (see _aligned_copy_us)
@@ -59,6 +63,9 @@ _STAGE_BONUS = {4: 1.08, 5: 1.12}  # by stage count, on tiles up to 128x128 (see
 
 BLOCK_MN = (16, 32, 64, 128, 256)
 BLOCK_K = (32, 64, 128, 256)
+# 1-byte operands: triton's fp8 dot on sm_90 needs block_k >= 32, and a K step of 32 moves half the bytes
+# of a 16-bit one, too little to hide a load; 64-256 are the steps fp8 GEMMs use.
+BLOCK_K_1BYTE = (64, 128, 256)
 WARPS = (4, 8)
 STAGES = (3, 4, 5)
 
@@ -82,6 +89,23 @@ class Estimate:
                 + (f", aligned copy {self.copy_us:.1f}" if self.copy_us else "") + ")")
 
 
+def _rate(problem: Problem, arch: str) -> float:
+    """Peak TFLOP/s of the problem's operands on `arch` (a known one or "default")."""
+    return _PEAK_TFLOPS[arch]["tf32" if problem.dtype == "fp32" else problem.dtype]
+
+
+def _operand_bytes(problem: Problem) -> tuple[int, int]:
+    """Bytes per element of A and of B (a quantized problem may mix them only in name: e4m3 x e5m2)."""
+    return DTYPE_BYTES[problem.dtype], DTYPE_BYTES[problem.b]
+
+
+def _scale_bytes(problem: Problem) -> int:
+    """The float32 scales a quantized problem reads: one value, or one per row of A / column of B."""
+    rows = problem.scales in ("row", "row_a")
+    cols = problem.scales in ("row", "row_b")
+    return 0 if not problem.quantized else 4 * ((problem.m if rows else 1) + (problem.n if cols else 1))
+
+
 def tile_efficiency(config: GemmConfig, dtype: str) -> float:
     """Fraction of peak one tile shape sustains in steady state, fitted to an H200 sweep (bf16, 4096^3
     to 8192^3, 016dd08:scripts/sweep.py, 2026-11-29): 128x256x64 760 TFLOP/s, 128x128x64 675, 64x128x64 440,
@@ -91,8 +115,11 @@ def tile_efficiency(config: GemmConfig, dtype: str) -> float:
       saturating as h / (h + 100);
     - K depth: small tiles need long K steps to hide load latency: min(1, h*BK/8192) ** 0.5;
     - MMA shape: Hopper's wgmma works on 64 rows; BM 16/32 tiles ran at ~0.6 of the reuse model.
+    For 1-byte operands the K depth counts bytes (a K step of 128 loads what a 16-bit step of 64 does);
+    not yet fitted to fp8 measurements.
     """
-    bm, bn, bk = config.block_m, config.block_n, config.block_k
+    bm, bn = config.block_m, config.block_n
+    bk = config.block_k // 2 if DTYPE_BYTES[dtype] == 1 else config.block_k
     h = 2 * bm * bn / (bm + bn)
     eff = 1.5 * h / (h + 100.0) * min(1.0, h * bk / 8192) ** 0.5
     if bm < 64:
@@ -124,8 +151,7 @@ def tile_efficiency(config: GemmConfig, dtype: str) -> float:
 def estimate(config: GemmConfig, problem: Problem, device: DeviceInfo) -> Estimate:
     m, n, k = problem.m, problem.n, problem.k
     arch = device.arch if device.arch in _PEAK_TFLOPS else "default"
-    dtype_rate = "tf32" if problem.dtype == "fp32" else problem.dtype
-    per_sm_flops_us = _PEAK_TFLOPS[arch][dtype_rate] * 1e6 / device.sm_count  # FLOP per us per SM
+    per_sm_flops_us = _rate(problem, arch) * 1e6 / device.sm_count  # FLOP per us per SM
     eff = tile_efficiency(config, problem.dtype)
     copy_us = 0.0
     if config.aligned_copy:
@@ -170,13 +196,14 @@ def estimate(config: GemmConfig, problem: Problem, device: DeviceInfo) -> Estima
     compute_us = waves * tile_us + fixup
     useful = m * n
     edge_waste = 1.0 - useful / (tiles * config.block_m * config.block_n) if tiles else 0.0
-    elt = DTYPE_BYTES[problem.dtype]
+    elt_a, elt_b = _operand_bytes(problem)
     # A is re-read once per column of tiles in a group sweep, B once per row-group (grouped order).
     # Re-reads under the grouped order are modelled at the default group of 8; other groups are charged
     # in tile_efficiency instead (see _GROUP_EFFICIENCY).
     a_reads = max(1, cdiv(n, config.block_n) / max(1, min(_GROUP, cdiv(m, config.block_m))))
     b_reads = max(1, cdiv(m, config.block_m * _GROUP))
-    bytes_moved = elt * (m * k * min(a_reads, 4) + k * n * min(b_reads, 4)) + DTYPE_BYTES[problem.out] * m * n
+    bytes_moved = (elt_a * m * k * min(a_reads, 4) + elt_b * k * n * min(b_reads, 4)
+                   + DTYPE_BYTES[problem.out] * m * n + _scale_bytes(problem))
     memory_us = bytes_moved / (_BANDWIDTH_TBS[arch] * 1e6) / streaming_efficiency(config, problem)
     if not config.tma and element_wide_loads(problem, config.aligned_copy):
         # Loads one element wide are bound by the memory system, not by the SM: 127x4097x4095 bf16 by
@@ -211,13 +238,14 @@ def streaming_efficiency(config: GemmConfig, problem: Problem) -> float:
     to the power 0.45. Fitted to three memory-bound pairs of the 2026-11-30 H200 bench (tuned winner vs
     the old heuristic pick): 16x6144x4096 (123 vs 49 KB: 1.53x faster), 16x4096x14336 (74 vs 25 KB:
     1.63x), 64x8192x28672 (131 vs 65 KB: 1.34x); each pair gives an exponent of 0.42-0.46."""
-    elt = DTYPE_BYTES[problem.dtype]
-    rows = min(config.block_m, max(problem.m, 1)) + min(config.block_n, max(problem.n, 1))
+    elt_a, elt_b = _operand_bytes(problem)
+    row_bytes = (min(config.block_m, max(problem.m, 1)) * elt_a
+                 + min(config.block_n, max(problem.n, 1)) * elt_b)
     # Counted up to 5 stages (7 of the 44 tuned winners of 2026-11-30 use 5; none more): on memory-bound
     # problems a cap at 4 tied 4 and 5 stages and ranked the 4-stage config first, the tuner's seed,
     # where the 5-stage one won the exhaustive search (127x4096x4096 P 64x64x128, 16x4096x14336
     # P 16x64x256: 016dd08:scripts/tune_quality.py). Pick quality on the tune3 rows 0.973 (0.972 capped at 4).
-    in_flight = (min(config.num_stages, 5) - 1) * rows * config.block_k * elt
+    in_flight = (min(config.num_stages, 5) - 1) * row_bytes * config.block_k
     return min(1.0, in_flight / _IN_FLIGHT_BYTES) ** 0.45
 
 
@@ -238,10 +266,9 @@ def pointer_efficiency(problem: Problem, copied: bool) -> float:
     - an operand contiguous along M (A column-major) or N (B row-major) wraps at that size, so its loads
       are as wide as the size's alignment: under 16 bytes counts as misaligned, even after a copy
       (127x4097x4095 with a copy took 367-519 us by pointers, 2026-11-30)."""
-    elt = DTYPE_BYTES[problem.dtype]
     eff = 1.0
-    for (lead, along_k, extent), aligned in zip(_pointer_operands(problem), operand_alignment(problem),
-                                                strict=True):
+    for (lead, along_k, extent), aligned, elt in zip(_pointer_operands(problem), operand_alignment(problem),
+                                                     _operand_bytes(problem), strict=True):
         if not aligned and not copied:
             eff = min(eff, _MISALIGNED_EFFICIENCY)
         elif along_k and aligned_leading_dim(lead, elt) % 16:
@@ -265,11 +292,11 @@ def _aligned_copy_us(problem: Problem, arch: str) -> float:
     launch per copy. kernels/copy.py moved the 4095x4097 bf16 B of 127x4097x4095 (67 MB read and
     written) in 27.0 us, 0.58 of 4.3 TB/s; torch's contiguous clone of it took 24.2 us
     (016dd08:scripts/copy_probe.py, 2026-11-30)."""
-    elt = DTYPE_BYTES[problem.dtype]
     sizes = (problem.m * problem.k, problem.k * problem.n)
-    copied = [numel for numel, aligned in zip(sizes, operand_alignment(problem), strict=True) if not aligned]
+    operands = zip(sizes, operand_alignment(problem), _operand_bytes(problem), strict=True)
+    copied = [(numel, elt) for numel, aligned, elt in operands if not aligned]
     return sum(2 * elt * numel / (_COPY_BANDWIDTH * _BANDWIDTH_TBS[arch] * 1e6) + _LAUNCH_US
-               for numel in copied)
+               for numel, elt in copied)
 
 
 def candidates(problem: Problem, device: DeviceInfo, enable_streamk: bool | None = None) -> list[GemmConfig]:
@@ -279,8 +306,9 @@ def candidates(problem: Problem, device: DeviceInfo, enable_streamk: bool | None
     # A reduce kernel where no data-parallel tile hides the fix-up, but not on a small problem, whose
     # eager call would pay its launch in host time (space._canonical).
     reduce_ok = not problem.small
+    block_k = BLOCK_K_1BYTE if min(_operand_bytes(problem)) == 1 else BLOCK_K
     out = []
-    for bm, bn, bk, warps, stages, sk in itertools.product(BLOCK_MN, BLOCK_MN, BLOCK_K, WARPS, STAGES,
+    for bm, bn, bk, warps, stages, sk in itertools.product(BLOCK_MN, BLOCK_MN, block_k, WARPS, STAGES,
                                                            families):
         if bn < 32:
             continue  # N is the contiguous output dim: 16-wide tiles only ever lost in the sweep
@@ -344,6 +372,8 @@ def vendor_preferred(problem: Problem, device: DeviceInfo, best: Estimate | None
     threshold = _VENDOR_BELOW_EFFICIENCY.get(device.arch)
     if best is None or threshold is None or problem.dtype == "fp32" or problem.k == 0:
         return None
+    if config_supports(GemmConfig.vendor(), problem, device) is not None:
+        return None  # (scaled_mm: a problem torch._scaled_mm / torch._int_mm refuses)
     if min(problem.m, problem.n) < _VENDOR_MIN_MN:
         return None
     eff = roofline_us(problem, device) / best.total_us
@@ -354,10 +384,11 @@ def vendor_preferred(problem: Problem, device: DeviceInfo, best: Estimate | None
 
 
 def roofline_us(problem: Problem, device: DeviceInfo) -> float:
+    """The time at the arch's peak rate or its bandwidth, whichever is longer: every operand, scale and
+    output byte moved once (a quantized problem's at its operands' 1 byte and twice the 16-bit rate)."""
     arch = device.arch if device.arch in _PEAK_TFLOPS else "default"
-    rate = _PEAK_TFLOPS[arch]["tf32" if problem.dtype == "fp32" else problem.dtype]
-    flops_us = gemm_flops(problem.m, problem.n, problem.k) / (rate * 1e6)
-    elt = DTYPE_BYTES[problem.dtype]
-    bytes_us = elt * (problem.m * problem.k + problem.k * problem.n + problem.m * problem.n) / (
-        _BANDWIDTH_TBS[arch] * 1e6)
-    return max(flops_us, bytes_us, math.ulp(1.0))
+    flops_us = gemm_flops(problem.m, problem.n, problem.k) / (_rate(problem, arch) * 1e6)
+    elt_a, elt_b = _operand_bytes(problem)
+    moved = (elt_a * problem.m * problem.k + elt_b * problem.k * problem.n
+             + DTYPE_BYTES[problem.out] * problem.m * problem.n + _scale_bytes(problem))
+    return max(flops_us, moved / (_BANDWIDTH_TBS[arch] * 1e6), math.ulp(1.0))

@@ -8,7 +8,7 @@ import math
 from collections.abc import Callable, Iterable
 
 from ..config import GemmConfig
-from ..problem import Problem
+from ..problem import DTYPE_BYTES, Problem
 
 # A neighbour further than this (Euclidean distance in log2 M, N, K: 3.0 is e.g. 8x in one dimension)
 # says little about the new shape; the heuristic is the better guess past it.
@@ -17,7 +17,8 @@ MAX_NEIGHBOR_DISTANCE = 3.0
 # different layout changes how the pointer loop loads (which axis is contiguous, how wide a load is), so
 # only TMA configs cross layouts, and only for 16-bit operands: a descriptor copies the same box of a
 # tile whichever axis is contiguous (kernels/common.py: built in storage order, the tile transposed in
-# shared memory, which Hopper's 16-bit MMA reads either way).
+# shared memory, which Hopper's 16-bit MMA reads either way). Its 8-bit MMA (fp8, int8) reads K-major
+# tiles only, so another layout of a quantized problem adds a transpose: no config crosses there.
 BIAS_PENALTY = 0.25
 LAYOUT_PENALTY = 0.5
 # A neighbour whose tuning run found torch.mm fastest is followed only this close (1.0: a factor 2 in one
@@ -44,19 +45,29 @@ def distance(a: Problem, key) -> tuple[float, str]:
 
 
 def crosses_layout(config: GemmConfig, problem: Problem) -> bool:
-    """Whether a winner of another layout may serve `problem` (see LAYOUT_PENALTY)."""
-    return config.backend == "torch" or (config.tma and problem.dtype != "fp32")
+    """Whether a winner of another layout may serve `problem` (see LAYOUT_PENALTY); a torch winner
+    always may (whether the vendor takes the layout is config_supports', checked by `usable`)."""
+    sixteen_bit = DTYPE_BYTES[problem.dtype] == DTYPE_BYTES[problem.b] == 2
+    return config.backend == "torch" or (config.tma and sixteen_bit)
+
+
+def same_operands(problem: Problem, key) -> bool:
+    """Whether a tuned key multiplies what `problem` does: A's, B's and C's dtypes and the scale mode
+    (a neighbour's config says nothing across them: 1-byte tiles, another epilogue)."""
+    return (key.a_dtype, key.b_dtype, key.out_dtype, key.scales) == (problem.dtype, problem.b, problem.out,
+                                                                     problem.scales)
 
 
 def nearest(problem: Problem, pool: Iterable[object], usable: Callable[[GemmConfig], bool]
             ) -> tuple[object, float, str] | None:
     """The winner of `pool` nearest to `problem` (ties: the key's sort order) among those of the same
-    dtypes, a layout it may cross, a config `usable` here, within MAX_NEIGHBOR_DISTANCE (a torch.mm
-    winner within VENDOR_NEIGHBOR_DISTANCE); with its distance and the distance spelled out."""
+    dtypes and scale mode (same_operands), a layout it may cross, a config `usable` here, within
+    MAX_NEIGHBOR_DISTANCE (a torch winner within VENDOR_NEIGHBOR_DISTANCE); with its distance and the
+    distance spelled out."""
     best = None
     for w in pool:
         k = w.key
-        if (k.a_dtype, k.b_dtype, k.out_dtype) != (problem.dtype, problem.dtype, problem.out):
+        if not same_operands(problem, k):
             continue
         if k.layout != problem.layout and not crosses_layout(w.config, problem):
             continue

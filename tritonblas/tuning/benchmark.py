@@ -17,6 +17,10 @@ L2.
 Correctness: the candidate's relative Frobenius error against an fp64 reference must be at most twice
 torch's own error on the same inputs plus one unit roundoff of the output dtype.
 
+Quantized problems (scaled_mm) are timed through tritonblas.scaled_mm(config=...) against torch's own
+call of them (`scaled`: inputs, reference and calls); where torch refuses the problem (e.g.
+torch._scaled_mm's multiples of 16) there is no vendor time.
+
 In Triton's interpreter (CPU tensors) the same code runs with wall-clock timing: the numbers mean
 nothing there, but verification, statuses and winners are real, which is what the CPU tests need.
 """
@@ -34,6 +38,7 @@ from ..arch import DeviceInfo
 from ..config import GemmConfig
 from ..parallel import run_first_launches
 from ..problem import Problem
+from . import scaled
 from .protocol import Benchmark, BenchResult, error_result
 
 _TORCH = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
@@ -63,6 +68,8 @@ class _Inputs:
     ref_norm: float
     tolerance: float
     backend: str | None = None  # what config=None calls pass: dispatch's backend restriction
+    scaled: scaled.ScaledOperands | None = None  # a quantized problem's operands, scales and reference
+    vendor_ok: bool | None = None  # whether torch runs the problem (None: not tried yet)
 
 
 def _operand(rows: int, cols: int, transposed: bool, dtype: torch.dtype, device: torch.device,
@@ -120,8 +127,10 @@ class GpuBenchmark(Benchmark):
             return self._inputs
         self.finish(problem)
         dev = self._device(device)
-        dtype = _TORCH[problem.dtype]
         gen = torch.Generator(device=dev).manual_seed(self.seed)
+        if problem.quantized:
+            return self._setup_scaled(problem, dev, gen)
+        dtype = _TORCH[problem.dtype]
         a = _operand(problem.m, problem.k, problem.layout[0] == "t", dtype, dev, gen)
         b = _operand(problem.k, problem.n, problem.layout[1] == "t", dtype, dev, gen)
         bias = _bias(problem.bias, problem.m, problem.n, dtype, dev, gen)
@@ -129,23 +138,52 @@ class GpuBenchmark(Benchmark):
         if bias is not None:
             ref = ref + bias.double()
         ref_norm = ref.norm().item()
-        torch_out = self._torch_call(a, b, bias, torch.empty(problem.m, problem.n, dtype=dtype, device=dev))()
+        torch_out = self._plain_torch_call(a, b, bias, torch.empty(problem.m, problem.n, dtype=dtype,
+                                                                   device=dev))()
         tolerance = 2 * rel_error(torch_out, ref, ref_norm) + _UNIT[problem.out]
         out = torch.empty(problem.m, problem.n, dtype=dtype, device=dev)
         self._inputs = _Inputs(problem, a, b, bias, out, ref, ref_norm, tolerance, self.backend)
         return self._inputs
 
+    def _setup_scaled(self, problem: Problem, dev: torch.device, gen: torch.Generator) -> _Inputs:
+        scaled.require_op()  # before any candidate: each would fail alike
+        ops = scaled.make(problem, dev, gen)
+        ref_norm = ops.ref.norm().item()
+        unit = scaled.UNIT.get(problem.out) or _UNIT[problem.out]
+        tolerance = 2 * rel_error(ops.one_cast, ops.ref, ref_norm) + unit
+        out = torch.empty(problem.m, problem.n, dtype=ops.out_dtype, device=dev)
+        self._inputs = _Inputs(problem, ops.a, ops.b, ops.bias, out, ops.ref, ref_norm, tolerance,
+                               self.backend, ops)
+        return self._inputs
+
     @staticmethod
-    def _torch_call(a, b, bias, out):
+    def _plain_torch_call(a, b, bias, out):
         if bias is None:
             return lambda: torch.mm(a, b, out=out)
         return lambda: torch.addmm(bias, a, b, out=out)
+
+    @staticmethod
+    def _torch_call(inp: _Inputs, out: torch.Tensor):
+        """torch's call of the problem (torch.mm / addmm, or scaled.vendor_call); None where torch refuses
+        a quantized problem (found by one call, remembered with the inputs)."""
+        if inp.scaled is None:
+            return GpuBenchmark._plain_torch_call(inp.a, inp.b, inp.bias, out)
+        fn = scaled.vendor_call(inp.scaled, out)
+        if inp.vendor_ok is None:
+            try:
+                fn()
+                inp.vendor_ok = True
+            except (RuntimeError, ValueError, TypeError):
+                inp.vendor_ok = False
+        return fn if inp.vendor_ok else None
 
     @staticmethod
     def _call(config: GemmConfig | None, inp: _Inputs, out: torch.Tensor):
         import tritonblas
 
         backend = inp.backend if config is None else None
+        if inp.scaled is not None:
+            return scaled.op_call(inp.scaled, out, config, backend)
         if inp.bias is None:
             return lambda: tritonblas.matmul(inp.a, inp.b, out=out, config=config, backend=backend)
         return lambda: tritonblas.addmm(inp.bias, inp.a, inp.b, out=out, config=config, backend=backend)
@@ -251,8 +289,8 @@ class GpuBenchmark(Benchmark):
 
     def baseline(self, problem: Problem, device: DeviceInfo) -> float | None:
         inp = self._setup(problem, device)
-        fn = self._torch_call(inp.a, inp.b, inp.bias, torch.empty_like(inp.out))
-        return self._time(fn, self.rep_ms, self.warmup_ms)[0]
+        fn = self._torch_call(inp, torch.empty_like(inp.out))
+        return None if fn is None else self._time(fn, self.rep_ms, self.warmup_ms)[0]
 
     def head_to_head(self, config: GemmConfig | None, problem: Problem, device: DeviceInfo,
                      rounds: int = 3) -> tuple[BenchResult, float | None]:
@@ -266,7 +304,9 @@ class GpuBenchmark(Benchmark):
             if failure is not None:
                 return failure, self.baseline(problem, device)
         ours = self._call(config, inp, inp.out)
-        theirs = self._torch_call(inp.a, inp.b, inp.bias, torch.empty_like(inp.out))
+        theirs = self._torch_call(inp, torch.empty_like(inp.out))
+        if theirs is None:  # torch refuses the problem: ours alone
+            return self(config, problem, device), None
         ours_ms, torch_ms = interleaved_ms([ours, theirs], rounds * self.rep_ms, self.warmup_ms)
         med, p20, p80 = _median_p20_p80(ours_ms)
         return BenchResult("ok", med, p20, p80, self._verified[config]), _median_p20_p80(torch_ms)[0]

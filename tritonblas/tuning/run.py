@@ -101,8 +101,7 @@ def _previous_source(problem: Problem, info: DeviceInfo) -> str:
 
     dispatch.clear_cache()  # problems tuned earlier in this run are neighbours now
     try:
-        return dispatch.select(problem.m, problem.n, problem.k, problem.dtype, layout=problem.layout,
-                               bias=problem.bias, device=info).source
+        return dispatch.select_problem(problem, device=info).source
     except (RuntimeError, ValueError) as exc:
         return f"none ({exc})"
 

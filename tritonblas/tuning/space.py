@@ -155,7 +155,9 @@ def candidate_space(problem: Problem, device: DeviceInfo, *, top_k: int = 10, ex
             *seeds[SEEDS_FIRST:], *(ranked if exhaustive else []), *extra]
     pool += [g for c in seeds[:neighbour_seeds] for g in _grids(c, problem, device)]
     out: dict[GemmConfig, None] = {}
-    if vendor_candidate(device, enable_streamk, vendor):
+    # The vendor where torch takes the problem (a quantized one: torch._scaled_mm's rules, config_supports).
+    if vendor_candidate(device, enable_streamk, vendor) and \
+            config_supports(GemmConfig.vendor(), problem, device) is None:
         out[GemmConfig.vendor()] = None
     for cfg in pool:
         if enable_streamk is not None and cfg.streamk != enable_streamk:

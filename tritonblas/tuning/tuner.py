@@ -68,10 +68,11 @@ class TuneOutcome:
 
 
 def check_problem(problem: Problem) -> None:
-    """A problem the tuner can store: a tritonblas Problem whose output has the operand dtype."""
+    """A problem the tuner can store: a tritonblas Problem whose output has the operand dtype (a
+    quantized one, timed through scaled_mm: any of its output dtypes)."""
     if not isinstance(problem, Problem):
         raise TypeError(f"problem must be a tritonblas.Problem, got {type(problem).__name__}")
-    if problem.out != problem.dtype:
+    if problem.out != problem.dtype and not problem.quantized:
         raise ValueError(f"problem out_dtype {problem.out} differs from dtype {problem.dtype}; the kernels "
                          "write the operand dtype")
 

@@ -1,0 +1,132 @@
+"""The benchmark's inputs and calls for quantized problems (scaled_mm, issue 36): fp8 or int8 operands
+with float32 scales, the fp64 reference of the dequantized operands, the candidate call through
+`tritonblas.scaled_mm(..., config=...)` and the vendor call (torch._scaled_mm; torch._int_mm with the
+scaling in fp32 for int8).
+
+Scales are drawn around K^-1/2, so that products of N(0, 1) operands stay near 1 and an fp8 output does
+not saturate. The allowance is that of plain problems: twice the error of the one-cast result (the fp32
+product of the dequantized operands plus the bias, clamped to an fp8 output's finite range and cast
+once, as scaled_mm computes it) plus one unit roundoff of the output dtype.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from ..problem import Problem
+
+TORCH_DTYPES: dict[str, torch.dtype] = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2,
+                                        "int8": torch.int8, "fp16": torch.float16, "bf16": torch.bfloat16,
+                                        "fp32": torch.float32}
+# Unit roundoff of an fp8 output (3 and 2 mantissa bits); the 16- and 32-bit ones are benchmark._UNIT.
+UNIT = {"e4m3": 2.0**-4, "e5m2": 2.0**-3}
+MISSING_OP = ("quantized problems need tritonblas.scaled_mm (issue 36), which this tritonblas does not "
+              "have: the tuner and the bench time their candidates through it")
+
+
+@dataclass
+class ScaledOperands:
+    a: torch.Tensor
+    b: torch.Tensor
+    scale_a: torch.Tensor
+    scale_b: torch.Tensor
+    bias: torch.Tensor | None
+    out_dtype: torch.dtype
+    ref: torch.Tensor  # fp64
+    one_cast: torch.Tensor  # what a correct scaled_mm returns, up to the accumulation order
+
+
+def require_op() -> None:
+    """RuntimeError (MISSING_OP) unless tritonblas has scaled_mm."""
+    import tritonblas
+
+    if not callable(getattr(tritonblas, "scaled_mm", None)):
+        raise RuntimeError(MISSING_OP)
+
+
+def _operand(rows: int, cols: int, transposed: bool, dtype: torch.dtype, device: torch.device,
+             gen: torch.Generator) -> torch.Tensor:
+    shape = (cols, rows) if transposed else (rows, cols)
+    if dtype == torch.int8:
+        t = torch.randint(-8, 9, shape, generator=gen, dtype=torch.int8, device=device)
+    else:
+        t = torch.randn(shape, generator=gen, dtype=torch.float32, device=device).to(dtype)
+    return t.t() if transposed else t
+
+
+def scale_shapes(problem: Problem) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """scale_a's and scale_b's shapes for the problem's scale mode (vocabulary.Scales)."""
+    rows = problem.scales in ("row", "row_a")
+    cols = problem.scales in ("row", "row_b")
+    return ((problem.m, 1) if rows else ()), ((1, problem.n) if cols else ())
+
+
+def bias_dtype(out: torch.dtype) -> torch.dtype:
+    """A bias (N,) in the output dtype where that is a 16- or 32-bit one, else bf16."""
+    return out if out.itemsize > 1 else torch.bfloat16
+
+
+def make(problem: Problem, device: torch.device, gen: torch.Generator) -> ScaledOperands:
+    a = _operand(problem.m, problem.k, problem.layout[0] == "t", TORCH_DTYPES[problem.dtype], device, gen)
+    b = _operand(problem.k, problem.n, problem.layout[1] == "t", TORCH_DTYPES[problem.b], device, gen)
+    size = max(problem.k, 1) ** -0.5
+    sa, sb = (size * (0.5 + torch.rand(s, generator=gen, dtype=torch.float32, device=device))
+              for s in scale_shapes(problem))
+    out = TORCH_DTYPES[problem.out]
+    bias = None
+    if problem.bias == "row":
+        bias = torch.randn(problem.n, generator=gen, dtype=torch.float32, device=device).to(bias_dtype(out))
+    ref = (a.double() * sa.double()) @ (b.double() * sb.double())
+    fp32 = (a.float() * sa) @ (b.float() * sb)
+    if bias is not None:
+        ref, fp32 = ref + bias.double(), fp32 + bias.float()
+    if out.itemsize == 1:  # scaled_mm saturates an fp8 output to its finite range
+        fp32 = fp32.clamp(torch.finfo(out).min, torch.finfo(out).max)
+    return ScaledOperands(a, b, sa, sb, bias, out, ref, fp32.to(out))
+
+
+def zero_call(problem: Problem, device: torch.device, backend: str | None) -> Callable[[], object]:
+    """scaled_mm on zero operands and unit scales of the problem's shapes, layout and dtypes: what
+    warm-up runs (the values do not matter to a compile)."""
+    import tritonblas
+
+    require_op()
+
+    def operand(rows: int, cols: int, transposed: bool, dtype: torch.dtype) -> torch.Tensor:
+        t = torch.zeros((cols, rows) if transposed else (rows, cols), dtype=dtype, device=device)
+        return t.t() if transposed else t
+
+    a = operand(problem.m, problem.k, problem.layout[0] == "t", TORCH_DTYPES[problem.dtype])
+    b = operand(problem.k, problem.n, problem.layout[1] == "t", TORCH_DTYPES[problem.b])
+    sa, sb = (torch.ones(s, dtype=torch.float32, device=device) for s in scale_shapes(problem))
+    out = TORCH_DTYPES[problem.out]
+    bias = None if problem.bias == "none" else torch.zeros(problem.n, dtype=bias_dtype(out), device=device)
+    return lambda: tritonblas.scaled_mm(a, b, sa, sb, bias=bias, out_dtype=out, backend=backend)
+
+
+def op_call(ops: ScaledOperands, out: torch.Tensor, config, backend: str | None) -> Callable[[], object]:
+    """The candidate: tritonblas.scaled_mm with `config` (None: through dispatch, `backend`)."""
+    import tritonblas
+
+    require_op()
+    return lambda: tritonblas.scaled_mm(ops.a, ops.b, ops.scale_a, ops.scale_b, bias=ops.bias,
+                                        out_dtype=ops.out_dtype, out=out, config=config, backend=backend)
+
+
+def vendor_call(ops: ScaledOperands, out: torch.Tensor) -> Callable[[], object]:
+    """torch's own call of the problem: torch._scaled_mm for fp8 (a scale of one value broadcast to a
+    vector where the other operand's is row-wise: torch takes both or neither), torch._int_mm then the
+    scaling and the bias in fp32 for int8. Raises where torch refuses the problem when called."""
+    if ops.a.dtype == torch.int8:
+        def int8() -> torch.Tensor:
+            acc = torch._int_mm(ops.a, ops.b).float() * ops.scale_a * ops.scale_b
+            return out.copy_(acc if ops.bias is None else acc + ops.bias.float())
+        return int8
+    sa, sb = ops.scale_a, ops.scale_b
+    if sa.dim() != sb.dim():
+        sa = sa.expand(ops.a.shape[0], 1).contiguous() if sa.dim() == 0 else sa
+        sb = sb.expand(1, ops.b.shape[1]).contiguous() if sb.dim() == 0 else sb
+    return lambda: torch._scaled_mm(ops.a, ops.b, sa, sb, bias=ops.bias, out_dtype=ops.out_dtype, out=out)
