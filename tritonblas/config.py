@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serial
 
 from .arch import TMA_ARCHS, DeviceInfo
 from .binding import bind_tuning_db
-from .problem import Problem, operands_aligned
+from .problem import DTYPE_BYTES, Problem, operands_aligned
 from .smem import smem_bytes
 
 Backend = Literal["triton", "torch"]
@@ -146,7 +146,8 @@ def config_supports(config: GemmConfig, problem: Problem, device: DeviceInfo) ->
     if problem.m < 0 or problem.n < 0 or problem.k < 0:
         return f"negative problem size {problem.m}x{problem.n}x{problem.k}"
     if config.backend == "torch":
-        return None  # torch.mm / torch.addmm take every problem the public ops accept
+        # torch.mm / torch.addmm take every problem the public ops accept; scaled_mm's vendor does not.
+        return vendor_scaled_refusal(problem) if problem.quantized else None
     need = smem_bytes(config, problem, device.arch)
     if need > device.smem_per_block:
         return (f"needs {need} B of shared memory ({config.num_stages} stages), "
@@ -158,6 +159,9 @@ def config_supports(config: GemmConfig, problem: Problem, device: DeviceInfo) ->
         return f"accumulator needs {regs} registers per thread with {config.num_warps} warps (max 128)"
     if problem.dtype == "fp32" and config.block_k > 128:
         return "fp32 operands support block_k <= 128"
+    if DTYPE_BYTES[problem.dtype] == 1 and config.block_k < 32:
+        # triton's NVIDIA backend (min_dot_size, 3.6 and 3.9): an 8-bit tl.dot needs K >= 32.
+        return "fp8 and int8 operands need block_k >= 32"
     aligned = operands_aligned(problem)
     if config.aligned_copy and aligned:
         return "aligned_copy applies only when a leading dimension is not a multiple of 16 bytes"
@@ -170,6 +174,35 @@ def config_supports(config: GemmConfig, problem: Problem, device: DeviceInfo) ->
             return f"tensor descriptors (tma) need sm_90 or newer, device is {device.arch}"
         if not (aligned or config.aligned_copy):
             return "tensor descriptors (tma) need leading dimensions that are multiples of 16 bytes"
+    return None
+
+
+def vendor_scaled_refusal(problem: Problem) -> str | None:
+    """Why torch refuses a quantized problem on CUDA (scaled_mm's vendor: torch._scaled_mm for fp8,
+    torch._int_mm for int8), None where it runs it; the rules of aten's _scaled_mm_out_cuda and
+    _int_mm_out_cuda (torch 2.11-2.13), so that dispatch, the tuner and the heuristic never pick a vendor
+    that would raise. The bias dtype is not in the problem: call.run's vendor adds a bias torch would
+    refuse (fp32 out, a dtype other than the output's) in fp32 itself."""
+    m, n, k = problem.m, problem.n, problem.k
+    if problem.dtype == "int8":
+        # _int_mm: mat1.size(0) > 16, K and N multiples of 8 (cuBLASLt's int8 GEMM).
+        if m <= 16 or k % 8 or n % 8:
+            return "torch._int_mm needs M > 16 and K, N multiples of 8"
+        return None
+    # cuBLASLt's fp8 GEMM: K and N multiples of 16, "Multiplication of two Float8_e5m2 matrices is not
+    # supported", A row-major and B column-major ("Only multiplication of row-major and column-major
+    # matrices is supported by cuBLASLt"), tensor-wise or row-wise scales on both operands (no mix).
+    if k % 16 or n % 16:
+        return "torch._scaled_mm needs K and N multiples of 16"
+    if problem.dtype == problem.b == "e5m2":
+        return "torch._scaled_mm does not multiply two e5m2 matrices"
+    if problem.layout != "nt":
+        return "torch._scaled_mm needs a row-major and b column-major (layout nt)"
+    if problem.scales not in ("tensor", "row"):
+        return f"torch._scaled_mm takes tensor-wise or row-wise scales on both operands, not {problem.scales}"
+    if problem.scales == "row" and problem.out not in ("bf16", "fp16"):
+        # The CUTLASS row-wise kernel (cuBLAS < 12.9): "Only bf16 and fp16 high precision output types".
+        return "torch._scaled_mm's row-wise scaling outputs bf16 or fp16 only"
     return None
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tuning_db.vocabulary import BiasKind, DType, Layout
+from tuning_db.vocabulary import BiasKind, DType, Layout, Scales
 
 from .arith import gemm_flops
 
-DTYPE_BYTES: dict[str, int] = {"fp16": 2, "bf16": 2, "fp32": 4}
+DTYPE_BYTES: dict[str, int] = {"fp16": 2, "bf16": 2, "fp32": 4, "e4m3": 1, "e5m2": 1, "int8": 1}
 # Problem.small: operands and work below which a problem's kernel takes a few microseconds on the H200
 # (512^3 3.6 us, 1024x1024x512 4.8, 128x128x8192 8.2 in graph replay: h200-graph-small-tune10.json).
 SMALL_OPERAND_BYTES = 8 << 20
@@ -27,10 +27,21 @@ class Problem:
     layout: Layout = "nn"
     bias: BiasKind = "none"
     out_dtype: DType | None = None
+    b_dtype: DType | None = None  # None: the same as dtype (A's)
+    scales: Scales = "none"  # scaled_mm's scale mode; "none": a plain GEMM
 
     @property
     def out(self) -> DType:
         return self.out_dtype or self.dtype
+
+    @property
+    def b(self) -> DType:
+        """B's operand dtype."""
+        return self.b_dtype or self.dtype
+
+    @property
+    def quantized(self) -> bool:
+        return self.scales != "none"
 
     @classmethod
     def from_key(cls, key) -> Problem:

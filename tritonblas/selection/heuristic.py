@@ -34,8 +34,12 @@ from ..smem import smem_bytes
 
 # Peak dense rates (TFLOP/s) and bandwidth (TB/s) per arch; unknown archs fall back to "default".
 # H200: torch.mm bf16 8192^3 measured 660-800 TFLOP/s on 2026-11-29, our best tile 760; copy ~4.3 TB/s.
-_PEAK_TFLOPS = {"sm_90": {"fp16": 800.0, "bf16": 800.0, "fp32": 50.0, "tf32": 400.0},
-                "default": {"fp16": 300.0, "bf16": 300.0, "fp32": 20.0, "tf32": 150.0}}
+# fp8 / int8 (scaled_mm): twice the 16-bit rate, as Hopper's tensor cores run them (dense fp8 peak ~1979
+# on the H200, torch._scaled_mm measured 1239 TFLOP/s at 4096^3: issue 36); not fitted yet.
+_PEAK_TFLOPS = {"sm_90": {"fp16": 800.0, "bf16": 800.0, "fp32": 50.0, "tf32": 400.0,
+                          "e4m3": 1600.0, "e5m2": 1600.0, "int8": 1600.0},
+                "default": {"fp16": 300.0, "bf16": 300.0, "fp32": 20.0, "tf32": 150.0,
+                            "e4m3": 600.0, "e5m2": 600.0, "int8": 600.0}}
 _BANDWIDTH_TBS = {"sm_90": 4.3, "default": 2.0}
 _LAUNCH_US = 4.0
 _COPY_BANDWIDTH = 0.58  # share of the bandwidth the aligned copy reaches (see _aligned_copy_us)
@@ -344,6 +348,8 @@ def vendor_preferred(problem: Problem, device: DeviceInfo, best: Estimate | None
     threshold = _VENDOR_BELOW_EFFICIENCY.get(device.arch)
     if best is None or threshold is None or problem.dtype == "fp32" or problem.k == 0:
         return None
+    if config_supports(GemmConfig.vendor(), problem, device) is not None:
+        return None  # (scaled_mm: a problem torch._scaled_mm / torch._int_mm refuses)
     if min(problem.m, problem.n) < _VENDOR_MIN_MN:
         return None
     eff = roofline_us(problem, device) / best.total_us
