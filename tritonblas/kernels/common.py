@@ -98,31 +98,18 @@ FP8_PROMOTE_K = tl.constexpr(128)
 
 
 @triton.jit
-def zero_acc(a_ptr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """A tile's zero accumulator: int32 for int8 operands (exact, as torch._int_mm), else fp32. Chosen from
-    the operand's element type, so the float kernels compile as before."""
-    if a_ptr.dtype.element_ty == tl.int8:
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
-    else:
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    return acc
-
-
-@triton.jit
-def mma(a, b, acc, PRECISION: tl.constexpr, FAST_ACC: tl.constexpr, BLOCK_K: tl.constexpr):
-    """acc += a @ b. fp8: FAST_ACC leaves the accumulation to the tensor cores (triton's sm_90 default,
-    max_num_imprecise_acc 2**30: never promoted), else promoted every FP8_PROMOTE_K (the accurate one, as
-    torch._scaled_mm's use_fast_accum=False). int8: into the int32 accumulator."""
-    if a.dtype.is_fp8():
-        if FAST_ACC:
-            acc = tl.dot(a, b, acc, input_precision=PRECISION)
-        else:
-            acc = tl.dot(a, b, acc, input_precision=PRECISION,
-                         max_num_imprecise_acc=FP8_PROMOTE_K if BLOCK_K > FP8_PROMOTE_K else BLOCK_K)
-    elif a.dtype == tl.int8:
+def mma8(a, b, acc, FAST_ACC: tl.constexpr, BLOCK_K: tl.constexpr):
+    """acc += a @ b for 8-bit operands. fp8: FAST_ACC leaves the accumulation to the tensor cores
+    (triton's sm_90 default, max_num_imprecise_acc 2**30: never promoted), else promoted every
+    FP8_PROMOTE_K (the accurate one, as torch._scaled_mm's use_fast_accum=False). int8: into the int32
+    accumulator. The K loops call it only for 8-bit operands, so a 16- or 32-bit launch has no inlined
+    scope more than before: triton 3.9's ptxas reorders instructions around a scope's debug labels."""
+    if a.dtype == tl.int8:
         acc = tl.dot(a, b, acc, out_dtype=tl.int32)
+    elif FAST_ACC:
+        acc = tl.dot(a, b, acc)
     else:
-        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+        acc = tl.dot(a, b, acc, max_num_imprecise_acc=FP8_PROMOTE_K if BLOCK_K > FP8_PROMOTE_K else BLOCK_K)
     return acc
 
 
@@ -147,7 +134,10 @@ def k_loop_tma(
             b = b_desc.load([off_n, off_k]).T
         else:
             b = b_desc.load([off_k, off_n])
-        acc = mma(a=a, b=b, acc=acc, PRECISION=PRECISION, FAST_ACC=FAST_ACC, BLOCK_K=BLOCK_K)
+        if a.dtype.primitive_bitwidth == 8:
+            acc = mma8(a=a, b=b, acc=acc, FAST_ACC=FAST_ACC, BLOCK_K=BLOCK_K)
+        else:
+            acc = tl.dot(a, b, acc, input_precision=PRECISION)
     return acc
 
 
@@ -220,7 +210,10 @@ def k_loop_ptr(
     for _ in range(iter_start, full_end):
         a = tl.load(a_ptrs)
         b = tl.load(b_ptrs)
-        acc = mma(a=a, b=b, acc=acc, PRECISION=PRECISION, FAST_ACC=FAST_ACC, BLOCK_K=BLOCK_K)
+        if a.dtype.primitive_bitwidth == 8:
+            acc = mma8(a=a, b=b, acc=acc, FAST_ACC=FAST_ACC, BLOCK_K=BLOCK_K)
+        else:
+            acc = tl.dot(a, b, acc, input_precision=PRECISION)
         a_ptrs += k_step(stride=stride_ak, BLOCK_K=BLOCK_K, INT64=INT64)
         b_ptrs += k_step(stride=stride_bk, BLOCK_K=BLOCK_K, INT64=INT64)
     if not EVEN_K:
@@ -228,7 +221,10 @@ def k_loop_ptr(
             k_left = K - full_end * BLOCK_K
             a = tl.load(a_ptrs, mask=kk[None, :] < k_left, other=0.0)
             b = tl.load(b_ptrs, mask=kk[:, None] < k_left, other=0.0)
-            acc = mma(a=a, b=b, acc=acc, PRECISION=PRECISION, FAST_ACC=FAST_ACC, BLOCK_K=BLOCK_K)
+            if a.dtype.primitive_bitwidth == 8:
+                acc = mma8(a=a, b=b, acc=acc, FAST_ACC=FAST_ACC, BLOCK_K=BLOCK_K)
+            else:
+                acc = tl.dot(a, b, acc, input_precision=PRECISION)
     return acc
 
 
@@ -314,15 +310,17 @@ def epilogue(
     mask = (rm < M)[:, None] & (rn < N)[None, :]
     # (a no-op for the fp32 accumulator; an int32 one is exact, its fp32 value rounded above 2**24)
     out = acc.to(tl.float32)
-    out = scaled(out=out, a_scale_ptr=a_scale_ptr, b_scale_ptr=b_scale_ptr, rm=rm, rn=rn, M=M, N=N,
-                 A_SCALE=A_SCALE, B_SCALE=B_SCALE)
+    if A_SCALE + B_SCALE > 0:  # (called only when scaled: see mma8 on inlined scopes)
+        out = scaled(out=out, a_scale_ptr=a_scale_ptr, b_scale_ptr=b_scale_ptr, rm=rm, rn=rn, M=M, N=N,
+                     A_SCALE=A_SCALE, B_SCALE=B_SCALE)
     out = out * alpha
     if HAS_BIAS:
         bias = tl.load(bias_ptr + rm[:, None] * stride_biasm + rn[None, :] * stride_biasn, mask=mask,
                        other=0.0)
         out += bias.to(tl.float32) * beta
     c_ptrs = c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn
-    out = saturated(out=out, dtype=c_ptr.dtype.element_ty)
+    if c_ptr.dtype.element_ty.is_fp8():
+        out = saturated(out=out, dtype=c_ptr.dtype.element_ty)
     tl.store(c_ptrs, out.to(c_ptr.dtype.element_ty), mask=mask)
 
 
@@ -345,7 +343,9 @@ def full_tiles(
         pid_m, pid_n = tile_coords(
             tile_id=tile_id, M=M, N=N, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, GROUP_M=GROUP_M,
         )
-        acc = zero_acc(a_ptr=a_ptr, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N)
+        # int8 operands accumulate exactly in int32 (as torch._int_mm), every other dtype in fp32
+        acc = tl.zeros((BLOCK_M, BLOCK_N),
+                       dtype=tl.int32 if a_ptr.dtype.element_ty == tl.int8 else tl.float32)
         acc = k_loop(
             acc=acc, a_ptr=a_ptr, b_ptr=b_ptr, a_desc=a_desc, b_desc=b_desc,
             M=M, N=N, K=K,

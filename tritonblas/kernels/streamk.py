@@ -39,7 +39,7 @@ fp32 (no group slots unless the tree runs); counters: T tile counters, then T * 
 import triton
 import triton.language as tl
 
-from .common import full_tiles, k_loop, operand_sources, tile_coords, zero_acc
+from .common import full_tiles, k_loop, operand_sources, tile_coords
 from .fixup import claim_chunks, finish_segment
 
 
@@ -63,7 +63,7 @@ def _split_segment(
     pid_m, pid_n = tile_coords(
         tile_id=dp_tiles + sk_tile, M=M, N=N, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, GROUP_M=GROUP_M,
     )
-    acc = zero_acc(a_ptr=a_ptr, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32 if a_ptr.dtype.element_ty == tl.int8 else tl.float32)
     acc = k_loop(
         acc=acc, a_ptr=a_ptr, b_ptr=b_ptr, a_desc=a_desc, b_desc=b_desc,
         M=M, N=N, K=K,
