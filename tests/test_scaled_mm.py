@@ -29,6 +29,7 @@ PERSISTENT = GemmConfig(block_m=32, block_n=32, block_k=32)
 STREAMK = GemmConfig(block_m=32, block_n=32, block_k=32, streamk=True, grid=12)  # tiles split 3 ways
 REDUCE = GemmConfig(block_m=32, block_n=32, block_k=32, streamk=True, grid=12, reduce_kernel=True)
 TMA = GemmConfig(block_m=32, block_n=32, block_k=32, tma=True)
+COPY_TMA = GemmConfig(block_m=32, block_n=32, block_k=32, tma=True, aligned_copy=True)
 TMA_STREAMK = GemmConfig(block_m=32, block_n=32, block_k=64, tma=True, host_descriptors=True, streamk=True,
                          grid=8)
 
@@ -56,6 +57,8 @@ CASES = [
     ("tma_e4m3_nt", (48, 64, 96), E4M3, E4M3, "nt", "row", (), BF16, BF16, TMA, False),
     ("tma_e5m2xe4m3_tn", (48, 48, 64), E5M2, E4M3, "tn", "tensor", (), None, E4M3, TMA, False),
     ("tma_int8_tt_streamk", (48, 64, 256), INT8, INT8, "tt", "row_b", (), FP16, FP16, TMA_STREAMK, False),
+    # leading dims of 70 and 40 bytes: copied to padded buffers (kernels/copy.py) for TMA
+    ("aligned_copy_tma", (33, 40, 70), E4M3, E5M2, "nn", "row", (), BF16, BF16, COPY_TMA, False),
     # dispatch's own choice (no config)
     ("dispatch_e4m3", (33, 48, 64), E4M3, E4M3, "nt", "row", (), BF16, BF16, None, False),
     ("dispatch_int8", (48, 33, 64), INT8, INT8, "nn", "tensor", (), None, None, None, False),
@@ -105,7 +108,8 @@ def test_tma_cases_take_the_descriptor_loop(monkeypatch):
         return plan
 
     monkeypatch.setattr(launch, "_make_plan", spy)
-    a, b, scale_a, scale_b, bias = _inputs((48, 64, 128), E4M3, E4M3, "nt", "row", (), BF16)  # a new signature
+    # (a signature no other test stores a plan for)
+    a, b, scale_a, scale_b, bias = _inputs((48, 64, 128), E4M3, E4M3, "nt", "row", (), BF16)
     tritonblas.scaled_mm(a, b, scale_a, scale_b, bias=bias, out_dtype=BF16, config=TMA)
     assert seen and seen[-1]["USE_TMA"] and (seen[-1]["A_SCALE"], seen[-1]["B_SCALE"]) == (2, 2)
 
@@ -161,6 +165,15 @@ def test_scales_are_part_of_the_signature():
     one = tritonblas.scaled_mm(a, b, scale_a[:1, :1].clone(), scale_b[:, :1].clone(), config=PERSISTENT)
     assert_scaled_close(row, a, b, scale_a, scale_b, None, E4M3)
     assert_scaled_close(one, a, b, scale_a[:1, :1], scale_b[:, :1], None, E4M3)
+
+
+def test_strided_scales():
+    # A row of scales that is a column of a wider tensor: the kernels get a contiguous copy of it.
+    a, b, scale_a, scale_b, bias = _inputs((33, 40, 64), E4M3, E4M3, "nt", "row", (), BF16)
+    wide_a, wide_b = torch.rand(33, 3) + 0.5, torch.rand(2, 40) + 0.5
+    for config in (PERSISTENT, STREAMK):
+        y = tritonblas.scaled_mm(a, b, wide_a[:, 1:2], wide_b[1:], bias=bias, out_dtype=FP32, config=config)
+        assert_scaled_close(y, a, b, wide_a[:, 1:2], wide_b[1:], bias, FP32)
 
 
 def test_empty_and_k_zero():
