@@ -100,19 +100,19 @@ def quant_variants():
     (tensor-wise, fast accumulation, an fp8 output), Stream-K with its chunked fix-up (row_a) and with
     the reduce kernel, and int8 (int32 accumulators; Stream-K partials converted to fp32)."""
     fp8 = dict(BLOCK_K=128, A_DIV=16, B_DIV=16)
-    yield "persistent fp8 e4m3xe5m2->bf16 row", persistent_gemm_kernel, gemm_constexprs(
+    yield "persistent_gemm_kernel fp8 e4m3xe5m2->bf16 row", persistent_gemm_kernel, gemm_constexprs(
         persistent_gemm_kernel, B_COL=True, A_SCALE=2, B_SCALE=2, **fp8), \
         _quant_types("fp8e4nv", "fp8e5", "bf16")
-    yield "persistent fp8 e4m3->e4m3 tensor tma fast", persistent_gemm_kernel, gemm_constexprs(
+    yield "persistent_gemm_kernel fp8 e4m3->e4m3 tensor tma fast", persistent_gemm_kernel, gemm_constexprs(
         persistent_gemm_kernel, USE_TMA=True, B_COL=True, A_SCALE=1, B_SCALE=1, FAST_ACC=True, **fp8), \
         _quant_types("fp8e4nv", "fp8e4nv", "fp8e4nv")
-    yield "streamk fp8 e4m3->fp16 row_a chunked", streamk_gemm_kernel, gemm_constexprs(
+    yield "streamk_gemm_kernel fp8 e4m3->fp16 row_a chunked", streamk_gemm_kernel, gemm_constexprs(
         streamk_gemm_kernel, B_COL=True, A_SCALE=2, B_SCALE=1, FIXUP_CHUNKS=4, **fp8), \
         _quant_types("fp8e4nv", "fp8e4nv", "fp16")
-    yield "streamk int8->bf16 row reduce kernel next", streamk_gemm_kernel, gemm_constexprs(
+    yield "streamk_gemm_kernel int8->bf16 row reduce kernel next", streamk_gemm_kernel, gemm_constexprs(
         streamk_gemm_kernel, B_COL=True, A_SCALE=2, B_SCALE=2, REDUCE=True, **fp8), \
         _quant_types("i8", "i8", "bf16")
-    yield "persistent int8->fp32 tensor", persistent_gemm_kernel, gemm_constexprs(
+    yield "persistent_gemm_kernel int8->fp32 tensor", persistent_gemm_kernel, gemm_constexprs(
         persistent_gemm_kernel, A_SCALE=1, B_SCALE=1, **fp8), _quant_types("i8", "i8", "fp32")
     constexprs = dict(BLOCK_M=128, BLOCK_N=128, GROUP_M=8, HAS_BIAS=True, INT64=False, FIXUP_CHUNKS=8,
                       A_SCALE=2, B_SCALE=2)
