@@ -144,6 +144,14 @@ def test_vendor_backend(shape, a_dtype, b_dtype, mode, bias_dtype, out_dtype):
     assert_scaled_close(y, a, b, scale_a, scale_b, bias, out_dtype)
 
 
+@pytest.mark.parametrize("column_major", [False, True], ids=["out_row_major", "out_column_major"])
+def test_vendor_backend_writes_out(column_major):
+    a, b, scale_a, scale_b, bias = _inputs((24, 32, 48), E4M3, E4M3, "nt", "row", (), BF16)
+    out = torch.empty(32, 24, dtype=BF16).t() if column_major else torch.empty(24, 32, dtype=BF16)
+    assert tritonblas.scaled_mm(a, b, scale_a, scale_b, bias=bias, out=out, backend="torch") is out
+    assert_scaled_close(out, a, b, scale_a, scale_b, bias, BF16)
+
+
 def test_vendor_backend_refuses_what_torch_refuses():
     a, b, scale_a, scale_b, _ = _inputs((24, 32, 48), E4M3, E4M3, "nn", "tensor", (), None)
     with pytest.raises(ValueError, match="layout nt"):
@@ -256,8 +264,9 @@ VENDOR_RULES = [  # (problem, what the refusal says; None: torch takes it on CUD
     (Problem(64, 64, 64, "e4m3", "nn", out_dtype="bf16", scales="tensor"), "layout nt"),
     (Problem(64, 64, 64, "e5m2", "nt", out_dtype="bf16", scales="tensor"), "two e5m2"),
     (Problem(64, 64, 64, "e4m3", "nt", out_dtype="bf16", scales="row_a"), "not row_a"),
-    (Problem(64, 64, 64, "e4m3", "nt", out_dtype="fp32", scales="row"), "bf16 or fp16"),
-    (Problem(17, 64, 64, "int8", "nn", out_dtype="bf16", scales="row"), None),
+    (Problem(64, 64, 64, "e4m3", "nt", out_dtype="e5m2", scales="row"), None),  # (via an fp32 result)
+    (Problem(17, 64, 64, "int8", "nt", out_dtype="bf16", scales="row"), None),
+    (Problem(32, 64, 64, "int8", "nn", out_dtype="bf16", scales="row"), "layout nt"),
     (Problem(16, 64, 64, "int8", "nt", out_dtype="bf16", scales="row"), "M > 16"),
     (Problem(64, 64, 60, "int8", "nt", out_dtype="bf16", scales="tensor"), "multiples of 8"),
 ]

@@ -179,30 +179,30 @@ def config_supports(config: GemmConfig, problem: Problem, device: DeviceInfo) ->
 
 def vendor_scaled_refusal(problem: Problem) -> str | None:
     """Why torch refuses a quantized problem on CUDA (scaled_mm's vendor: torch._scaled_mm for fp8,
-    torch._int_mm for int8), None where it runs it; the rules of aten's _scaled_mm_out_cuda and
-    _int_mm_out_cuda (torch 2.11-2.13), so that dispatch, the tuner and the heuristic never pick a vendor
-    that would raise. The bias dtype is not in the problem: call.run's vendor adds a bias torch would
-    refuse (fp32 out, a dtype other than the output's) in fp32 itself."""
+    torch._int_mm for int8), None where it runs it, so that dispatch, the tuner and the heuristic never
+    pick a vendor that would raise. Each rule is aten's check (_scaled_mm_out_cuda, _int_mm_out_cuda)
+    or cuBLASLt's refusal, as torch 2.11+cu130 answered on the H200 (2026-12-02: every layout, sizes 1,
+    8-48 and 17, each dtype pair, scale mix, output and bias dtype). The output and bias dtypes set no
+    rule: call.run's vendor takes torch's fp32 result where cuBLASLt refuses them (fp8 outputs, a bias
+    of another dtype than the output, any bias with an fp32 output) and adds the bias and casts itself.
+    (Row-wise scales with an fp32 result need cuBLAS >= 12.9, as that build has; older builds run
+    CUTLASS there, bf16 and fp16 outputs only.)"""
     m, n, k = problem.m, problem.n, problem.k
+    if problem.layout != "nt":
+        # fp8: "Only multiplication of row-major and column-major matrices is supported by cuBLASLt";
+        # int8: other layouts failed with CUBLAS_STATUS_NOT_SUPPORTED on some sizes (M 17-48 by 32x32).
+        return "torch needs a row-major and b column-major (layout nt)"
     if problem.dtype == "int8":
-        # _int_mm: mat1.size(0) > 16, K and N multiples of 8 (cuBLASLt's int8 GEMM).
+        # _int_mm: "self.size(0) needs to be greater than 16", K and N "a multiple of 8".
         if m <= 16 or k % 8 or n % 8:
             return "torch._int_mm needs M > 16 and K, N multiples of 8"
         return None
-    # cuBLASLt's fp8 GEMM: K and N multiples of 16, "Multiplication of two Float8_e5m2 matrices is not
-    # supported", A row-major and B column-major ("Only multiplication of row-major and column-major
-    # matrices is supported by cuBLASLt"), tensor-wise or row-wise scales on both operands (no mix).
-    if k % 16 or n % 16:
+    if k % 16 or n % 16:  # "trailing dimension of mat1 to be divisible by 16", "mat2 shape ... by 16"
         return "torch._scaled_mm needs K and N multiples of 16"
     if problem.dtype == problem.b == "e5m2":
         return "torch._scaled_mm does not multiply two e5m2 matrices"
-    if problem.layout != "nt":
-        return "torch._scaled_mm needs a row-major and b column-major (layout nt)"
-    if problem.scales not in ("tensor", "row"):
+    if problem.scales not in ("tensor", "row"):  # "Invalid scaling configuration"
         return f"torch._scaled_mm takes tensor-wise or row-wise scales on both operands, not {problem.scales}"
-    if problem.scales == "row" and problem.out not in ("bf16", "fp16"):
-        # The CUTLASS row-wise kernel (cuBLAS < 12.9): "Only bf16 and fp16 high precision output types".
-        return "torch._scaled_mm's row-wise scaling outputs bf16 or fp16 only"
     return None
 
 
