@@ -175,6 +175,17 @@ def test_scales_are_part_of_the_signature():
     assert_scaled_close(one, a, b, scale_a[:1, :1], scale_b[:, :1], None, E4M3)
 
 
+def test_parameter_scales_of_another_shape_take_another_plan():
+    # Scales held as nn.Parameter (a quantized layer's): their shapes are in the signature too.
+    a, b, scale_a, scale_b, _ = _inputs((33, 40, 64), E4M3, E4M3, "nt", "row", (), None)
+    row = torch.nn.Parameter(scale_a, requires_grad=False), torch.nn.Parameter(scale_b, requires_grad=False)
+    one = torch.nn.Parameter(scale_a[:1, :1].clone(), requires_grad=False), \
+        torch.nn.Parameter(scale_b[:, :1].clone(), requires_grad=False)
+    for sa, sb in (row, one):
+        assert_scaled_close(tritonblas.scaled_mm(a, b, sa, sb, out_dtype=FP32, config=PERSISTENT),
+                            a, b, sa, sb, None, FP32)
+
+
 def test_strided_scales():
     # A row of scales that is a column of a wider tensor: the kernels get a contiguous copy of it.
     a, b, scale_a, scale_b, bias = _inputs((33, 40, 64), E4M3, E4M3, "nt", "row", (), BF16)

@@ -43,8 +43,10 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
     cores (faster, less accurate; False promotes to fp32 as cuBLAS does). backend, config: as matmul's.
     No derivative (as torch._scaled_mm): the result of operands that need grad raises on backward.
     """
-    op = ("scaled_mm", out_dtype, use_fast_accum, _facts(scale_a), _facts(scale_b))
-    key = signature(op, None, backend, config, a, b, bias, out, autograd=False)
+    key = None  # (an option of the wrong type: planned every time, the checks raise)
+    if (out_dtype is None or type(out_dtype) is torch.dtype) and type(use_fast_accum) is bool:
+        op = ("scaled_mm", out_dtype, use_fast_accum, _facts(scale_a), _facts(scale_b))
+        key = signature(op, None, backend, config, a, b, bias, out, autograd=False)
     plan = lookup(key, a, b, bias, out) or _plan(key, a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum,
                                                  out, backend, config)
     if torch.is_grad_enabled() and _needs_grad(a, b, scale_a, scale_b, bias):
@@ -55,11 +57,12 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
     return run_scaled(plan, a, b, scale_a, scale_b, bias, out)
 
 
-def _facts(t: object) -> tuple | None:
-    """What a scale tensor adds to the call's signature (its values are read by the kernels)."""
-    if type(t) is not torch.Tensor:
-        return None if t is None else (type(t),)
-    return t.shape, t.stride(), t.dtype, t.device
+def _facts(t: object) -> tuple:
+    """What a scale adds to the call's signature (the kernels read its values); a non-tensor's type
+    alone (no plan is stored for it: the checks raise)."""
+    if isinstance(t, torch.Tensor):
+        return type(t), t.shape, t.stride(), t.dtype, t.device
+    return (type(t),)
 
 
 def _needs_grad(*tensors: torch.Tensor | None) -> bool:
