@@ -49,12 +49,15 @@ def gemm_constexprs(kernel, **changes) -> dict:
     then arguments, not constants), and for Stream-K whole partials summed on arrival."""
     constexprs = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, HAS_BIAS=True, EVEN_K=True,
                       PRECISION="ieee", USE_TMA=False, A_COL=False, B_COL=False, A_DIV=8, B_DIV=8,
-                      FLATTEN=False, INT64=False, HOST_DESC=False, a_host=None, b_host=None)
+                      FLATTEN=False, INT64=False, HOST_DESC=False, a_host=None, b_host=None,
+                      A_SCALE=0, B_SCALE=0, FAST_ACC=False, a_scale_ptr=None, b_scale_ptr=None)
     if kernel is streamk_gemm_kernel:
         constexprs.update(FIXUP_CHUNKS=1, DEFERRED=False, REDUCE=False)
     constexprs.update(changes)
     if constexprs["HOST_DESC"]:
         del constexprs["a_host"], constexprs["b_host"]
+    if constexprs["A_SCALE"] or constexprs["B_SCALE"]:  # (scales given: pointer arguments, not None)
+        del constexprs["a_scale_ptr"], constexprs["b_scale_ptr"]
     return constexprs
 
 
@@ -81,12 +84,44 @@ def reduce_variants():
     """Stream-K with its fix-up left to kernels/reduce.py (REDUCE), and that kernel (8 chunks, a bias)."""
     yield "streamk_gemm_kernel reduce kernel next", streamk_gemm_kernel, \
         gemm_constexprs(streamk_gemm_kernel, REDUCE=True), None
-    constexprs = dict(BLOCK_M=128, BLOCK_N=128, GROUP_M=8, HAS_BIAS=True, INT64=False, FIXUP_CHUNKS=8)
+    constexprs = dict(BLOCK_M=128, BLOCK_N=128, GROUP_M=8, HAS_BIAS=True, INT64=False, FIXUP_CHUNKS=8,
+                      A_SCALE=0, B_SCALE=0, a_scale_ptr=None, b_scale_ptr=None)
     yield "splitk_reduce_kernel", splitk_reduce_kernel, constexprs, None
 
 
+def _quant_types(a: str, b: str, out: str) -> dict:
+    return {"a_ptr": f"*{a}", "b_ptr": f"*{b}", "c_ptr": f"*{out}", "bias_ptr": "*bf16",
+            "a_scale_ptr": "*fp32", "b_scale_ptr": "*fp32"}
+
+
+def quant_variants():
+    """scaled_mm's launches (kernels/common.epilogue's scales, int32 accumulation, fp8 saturation):
+    fp8 by pointers (e4m3 x e5m2, row-wise scales, accurate accumulation, B column-major: "nt"), by TMA
+    (tensor-wise, fast accumulation, an fp8 output), Stream-K with its chunked fix-up (row_a) and with
+    the reduce kernel, and int8 (int32 accumulators; Stream-K partials converted to fp32)."""
+    fp8 = dict(BLOCK_K=128, A_DIV=16, B_DIV=16)
+    yield "persistent_gemm_kernel fp8 e4m3xe5m2->bf16 row", persistent_gemm_kernel, gemm_constexprs(
+        persistent_gemm_kernel, B_COL=True, A_SCALE=2, B_SCALE=2, **fp8), \
+        _quant_types("fp8e4nv", "fp8e5", "bf16")
+    yield "persistent_gemm_kernel fp8 e4m3->e4m3 tensor tma fast", persistent_gemm_kernel, gemm_constexprs(
+        persistent_gemm_kernel, USE_TMA=True, B_COL=True, A_SCALE=1, B_SCALE=1, FAST_ACC=True, **fp8), \
+        _quant_types("fp8e4nv", "fp8e4nv", "fp8e4nv")
+    yield "streamk_gemm_kernel fp8 e4m3->fp16 row_a chunked", streamk_gemm_kernel, gemm_constexprs(
+        streamk_gemm_kernel, B_COL=True, A_SCALE=2, B_SCALE=1, FIXUP_CHUNKS=4, **fp8), \
+        _quant_types("fp8e4nv", "fp8e4nv", "fp16")
+    yield "streamk_gemm_kernel int8->bf16 row reduce kernel next", streamk_gemm_kernel, gemm_constexprs(
+        streamk_gemm_kernel, B_COL=True, A_SCALE=2, B_SCALE=2, REDUCE=True, **fp8), \
+        _quant_types("i8", "i8", "bf16")
+    yield "persistent_gemm_kernel int8->fp32 tensor", persistent_gemm_kernel, gemm_constexprs(
+        persistent_gemm_kernel, A_SCALE=1, B_SCALE=1, **fp8), _quant_types("i8", "i8", "fp32")
+    constexprs = dict(BLOCK_M=128, BLOCK_N=128, GROUP_M=8, HAS_BIAS=True, INT64=False, FIXUP_CHUNKS=8,
+                      A_SCALE=2, B_SCALE=2)
+    yield "splitk_reduce_kernel row scales -> e5m2", splitk_reduce_kernel, constexprs, \
+        {"c_ptr": "*fp8e5", "a_scale_ptr": "*fp32", "b_scale_ptr": "*fp32"}
+
+
 def main() -> None:
-    for name, kernel, constexprs, types in (*gemm_variants(), *reduce_variants()):
+    for name, kernel, constexprs, types in (*gemm_variants(), *reduce_variants(), *quant_variants()):
         print(name, compile_kernel(kernel, constexprs, types=types), flush=True)
     print("pad_copy_kernel", compile_kernel(pad_copy_kernel, dict(BLOCK_R=16, BLOCK_C=256), 4, 1))
 

@@ -319,7 +319,9 @@ def compile_all(plans: dict, jobs: int) -> dict:
 # --- the two steps for one tree, and the comparison -----------------------------------------------------
 
 def _child(step: str, tree: str, arg: str, out: Path, *flags: str) -> None:
-    env = {**os.environ, "PYTHONPATH": tree, "PYTHONDONTWRITEBYTECODE": "1"}  # a read-only tree stays so
+    # The tree first; the caller's PYTHONPATH after it (PYTHONPATH=/work/triton39:... picks the triton).
+    path = os.pathsep.join(p for p in (tree, *os.environ.get("PYTHONPATH", "").split(os.pathsep)) if p)
+    env = {**os.environ, "PYTHONPATH": path, "PYTHONDONTWRITEBYTECODE": "1"}  # a read-only tree stays so
     env.pop("TRITON_INTERPRET", None)
     if step == "capture":
         env["TRITON_INTERPRET"] = "1"

@@ -421,6 +421,6 @@ def test_a_hit_builds_host_descriptors_as_launch_gemm_does(layout, monkeypatch):
     launch.launch_gemm(x, w.t(), torch.empty(32, 64, dtype=f16), None, 1.0, 0.0, config, 4, "tf32")
     (prepared, hit), (_, built) = launched
     assert prepared.descs is not None  # the hit took the prepared launch
-    for ours, theirs in zip(hit[2:], built[2:], strict=True):  # A's, then B's
+    for ours, theirs in zip(hit[2:4], built[2:4], strict=True):  # A's, then B's (then the scales: None)
         assert (ours.shape, ours.strides, ours.block_shape, ours.base.data_ptr()) == \
             (theirs.shape, theirs.strides, theirs.block_shape, theirs.base.data_ptr())

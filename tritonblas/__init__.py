@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 
 _WHERE = {
     "GemmConfig": "config", "config_supports": "config", "DeviceInfo": "arch", "Problem": "problem",
-    "matmul": "call.ops", "addmm": "call.ops", "linear": "call.ops",
+    "matmul": "call.ops", "addmm": "call.ops", "linear": "call.ops", "scaled_mm": "call.scaled",
     "select": "selection.dispatch", "Selection": "selection.dispatch",
     "enable": "transparent", "disable": "transparent",
     "warmup": "warm",

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serial
 
 from .arch import TMA_ARCHS, DeviceInfo
 from .binding import bind_tuning_db
-from .problem import Problem, operands_aligned
+from .problem import DTYPE_BYTES, Problem, operands_aligned
 from .smem import smem_bytes
 
 Backend = Literal["triton", "torch"]
@@ -146,7 +146,8 @@ def config_supports(config: GemmConfig, problem: Problem, device: DeviceInfo) ->
     if problem.m < 0 or problem.n < 0 or problem.k < 0:
         return f"negative problem size {problem.m}x{problem.n}x{problem.k}"
     if config.backend == "torch":
-        return None  # torch.mm / torch.addmm take every problem the public ops accept
+        # torch.mm / torch.addmm take every problem the public ops accept; scaled_mm's vendor does not.
+        return vendor_scaled_refusal(problem) if problem.quantized else None
     need = smem_bytes(config, problem, device.arch)
     if need > device.smem_per_block:
         return (f"needs {need} B of shared memory ({config.num_stages} stages), "
@@ -158,6 +159,9 @@ def config_supports(config: GemmConfig, problem: Problem, device: DeviceInfo) ->
         return f"accumulator needs {regs} registers per thread with {config.num_warps} warps (max 128)"
     if problem.dtype == "fp32" and config.block_k > 128:
         return "fp32 operands support block_k <= 128"
+    if DTYPE_BYTES[problem.dtype] == 1 and config.block_k < 32:
+        # triton's NVIDIA backend (min_dot_size, 3.6 and 3.9): an 8-bit tl.dot needs K >= 32.
+        return "fp8 and int8 operands need block_k >= 32"
     aligned = operands_aligned(problem)
     if config.aligned_copy and aligned:
         return "aligned_copy applies only when a leading dimension is not a multiple of 16 bytes"
@@ -170,6 +174,35 @@ def config_supports(config: GemmConfig, problem: Problem, device: DeviceInfo) ->
             return f"tensor descriptors (tma) need sm_90 or newer, device is {device.arch}"
         if not (aligned or config.aligned_copy):
             return "tensor descriptors (tma) need leading dimensions that are multiples of 16 bytes"
+    return None
+
+
+def vendor_scaled_refusal(problem: Problem) -> str | None:
+    """Why torch refuses a quantized problem on CUDA (scaled_mm's vendor: torch._scaled_mm for fp8,
+    torch._int_mm for int8), None where it runs it, so that dispatch, the tuner and the heuristic never
+    pick a vendor that would raise. Each rule is aten's check (_scaled_mm_out_cuda, _int_mm_out_cuda)
+    or cuBLASLt's refusal, as torch 2.11+cu130 answered on the H200 (2026-12-02: every layout, sizes 1,
+    8-48 and 17, each dtype pair, scale mix, output and bias dtype). The output and bias dtypes set no
+    rule: call.run's vendor takes torch's fp32 result where cuBLASLt refuses them (fp8 outputs, a bias
+    of another dtype than the output, any bias with an fp32 output) and adds the bias and casts itself.
+    (Row-wise scales with an fp32 result need cuBLAS >= 12.9, as that build has; older builds run
+    CUTLASS there, bf16 and fp16 outputs only.)"""
+    m, n, k = problem.m, problem.n, problem.k
+    if problem.layout != "nt":
+        # fp8: "Only multiplication of row-major and column-major matrices is supported by cuBLASLt";
+        # int8: other layouts failed with CUBLAS_STATUS_NOT_SUPPORTED on some sizes (M 17-48 by 32x32).
+        return "torch needs a row-major and b column-major (layout nt)"
+    if problem.dtype == "int8":
+        # _int_mm: "self.size(0) needs to be greater than 16", K and N "a multiple of 8".
+        if m <= 16 or k % 8 or n % 8:
+            return "torch._int_mm needs M > 16 and K, N multiples of 8"
+        return None
+    if k % 16 or n % 16:  # "trailing dimension of mat1 to be divisible by 16", "mat2 shape ... by 16"
+        return "torch._scaled_mm needs K and N multiples of 16"
+    if problem.dtype == problem.b == "e5m2":
+        return "torch._scaled_mm does not multiply two e5m2 matrices"
+    if problem.scales not in ("tensor", "row"):  # "Invalid scaling configuration"
+        return f"torch._scaled_mm takes tensor-wise or row-wise scales on both operands, not {problem.scales}"
     return None
 
 

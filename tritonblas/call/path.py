@@ -77,6 +77,15 @@ class Plan:
     op_args: tuple = ()  # grad plans: the custom op's (family, config list), for the shared backward
 
 
+@dataclass(slots=True, eq=False)
+class ScaledPlan(Plan):
+    """A scaled_mm call's plan (call.scaled): what Plan holds, and the output dtype and fp8 fast
+    accumulation its launch and its vendor run take."""
+
+    out_dtype: torch.dtype | None = None
+    fast_acc: bool = False
+
+
 plans: dict[tuple, Plan] = caches.new()  # by signature
 
 

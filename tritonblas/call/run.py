@@ -10,7 +10,7 @@ import torch
 from ..config import GemmConfig
 from ..launch.gemm import is_out_of_resources, launch_gemm, launch_prepared
 from ..selection import dispatch
-from .path import Plan, bias_view, lookup, precision_of, prepare, signature
+from .path import Plan, ScaledPlan, bias_view, lookup, precision_of, prepare, signature
 
 # A dispatched config that triton cannot compile (out of shared memory) is reported and the next one
 # selected, this many times at most (tests/test_dispatch_fallback.py).
@@ -191,3 +191,82 @@ def gemm_body(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, beta:
               config: GemmConfig | None = None) -> torch.Tensor:
     """The core op's body: plan_gemm, then run; never through the custom op."""
     return run(plan_gemm(a, b, bias, beta, enable_streamk, backend, config), a, b, bias, None, alpha, beta)
+
+
+# --- scaled_mm (call.scaled) ------------------------------------------------------------------------
+
+# The finite range of the fp8 outputs: a result past it saturates (kernels/common.saturated does the same).
+FP8_MAX = {torch.float8_e4m3fn: 448.0, torch.float8_e5m2: 57344.0}
+
+
+def scale_vector(scale: torch.Tensor) -> torch.Tensor:
+    """A scale as the kernels read it: a contiguous fp32 vector (one value, or one per row / column); a
+    view of the caller's tensor where it is contiguous, so a prepared launch keeps its pointer."""
+    return (scale if scale.is_contiguous() else scale.contiguous()).view(-1)
+
+
+def run_scaled(plan: ScaledPlan, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor,
+               scale_b: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor | None) -> torch.Tensor:
+    """Run a scaled_mm plan: out (allocated when None) = (a * scale_a) @ (b * scale_b) + bias."""
+    if out is None:
+        out = a.new_empty((plan.m, plan.n), dtype=plan.out_dtype)
+    config = plan.config
+    if config is None:
+        return out
+    if config.backend == "torch":
+        _vendor_scaled(a, b, scale_a, scale_b, bias, out, plan.fast_acc)
+        return out
+    scales = (scale_vector(scale_a), scale_vector(scale_b))
+    if plan.launch is not None and _ready(plan, a, b, bias, out) and not \
+            (scales[0].data_ptr() | scales[1].data_ptr()) & 15:
+        try:
+            launch_prepared(plan.launch, a, b, out, bias, 1.0, 1.0, scales)
+            return out
+        except Exception as exc:
+            if plan.user_config or not is_out_of_resources(exc):
+                raise
+    bias2d = None if bias is None else torch.broadcast_to(bias, (plan.m, plan.n))
+    for _ in range(MAX_COMPILE_FALLBACKS + 1):
+        try:
+            if config.backend == "torch":
+                _vendor_scaled(a, b, scale_a, scale_b, bias, out, plan.fast_acc)
+            else:
+                launch_gemm(a, b, out, bias2d, 1.0, 1.0, config, plan.device.sm_count, plan.precision, scales,
+                            plan.fast_acc)
+            return out
+        except Exception as exc:  # as _fall_back: a config triton cannot compile gives way to the next
+            if plan.user_config or not is_out_of_resources(exc):
+                raise
+            dispatch.report_compile_failure(plan.problem, plan.device, config, exc)
+            config = dispatch.select_config(plan.problem, plan.device, *plan.restriction)
+    raise RuntimeError(f"tritonblas: {MAX_COMPILE_FALLBACKS + 1} selected configs in a row could not be "
+                       f"compiled for {plan.problem.short()}; pass config= explicitly")
+
+
+def _vendor_scaled(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+                   bias: torch.Tensor | None, out: torch.Tensor, fast_acc: bool) -> None:
+    """torch's scaled GEMM with the kernels' contract: torch._scaled_mm for fp8 (its own bias and
+    output where cuBLASLt takes them: a bf16 / fp16 output and a bias of that dtype), else its fp32
+    result with the bias added in fp32; torch._int_mm for int8, its exact int32 result then scaled and
+    biased in fp32. Either way one cast at the end, fp8 outputs saturated (config.vendor_scaled_refusal
+    says which problems torch takes at all)."""
+    scale_a = scale_a if scale_a.is_contiguous() else scale_a.contiguous()
+    scale_b = scale_b if scale_b.is_contiguous() else scale_b.contiguous()
+    if a.dtype == torch.int8:
+        y = torch._int_mm(a, b).float() * scale_a * scale_b
+    elif out.dtype in (torch.bfloat16, torch.float16) and (bias is None or bias.dtype == out.dtype):
+        if out.is_contiguous():  # written in place: no copy in what the tuner times as the vendor's
+            torch._scaled_mm(a, b, scale_a, scale_b, bias=bias, out_dtype=out.dtype, use_fast_accum=fast_acc,
+                             out=out)
+        else:
+            out.copy_(torch._scaled_mm(a, b, scale_a, scale_b, bias=bias, out_dtype=out.dtype,
+                                       use_fast_accum=fast_acc))
+        return
+    else:
+        y = torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.float32, use_fast_accum=fast_acc)
+    if bias is not None:
+        y = y + bias.float()
+    limit = FP8_MAX.get(out.dtype)
+    if limit is not None:
+        y = y.clamp(-limit, limit)
+    out.copy_(y)

@@ -90,12 +90,35 @@ def k_step(stride, BLOCK_K: tl.constexpr, INT64: tl.constexpr):
     return step
 
 
+# fp8 dots without fast accumulation hand the tensor cores' partial sums to the fp32 accumulator at
+# least every this many K elements: CUTLASS's promotion interval for Hopper fp8 (4 wgmma of K = 32), what
+# cuBLAS (torch._scaled_mm with use_fast_accum=False) runs; the tensor cores' own fp8 accumulation keeps
+# fewer mantissa bits than fp32 (DeepSeek-V3 report, sec. 3.3.2).
+FP8_PROMOTE_K = tl.constexpr(128)
+
+
+@triton.jit
+def mma8(a, b, acc, FAST_ACC: tl.constexpr, BLOCK_K: tl.constexpr):
+    """acc += a @ b for 8-bit operands. fp8: FAST_ACC leaves the accumulation to the tensor cores
+    (triton's sm_90 default, max_num_imprecise_acc 2**30: never promoted), else promoted every
+    FP8_PROMOTE_K (the accurate one, as torch._scaled_mm's use_fast_accum=False). int8: into the int32
+    accumulator. The K loops call it only for 8-bit operands, so a 16- or 32-bit launch has no inlined
+    scope more than before: triton 3.9's ptxas reorders instructions around a scope's debug labels."""
+    if a.dtype == tl.int8:
+        acc = tl.dot(a, b, acc, out_dtype=tl.int32)
+    elif FAST_ACC:
+        acc = tl.dot(a, b, acc)
+    else:
+        acc = tl.dot(a, b, acc, max_num_imprecise_acc=FP8_PROMOTE_K if BLOCK_K > FP8_PROMOTE_K else BLOCK_K)
+    return acc
+
+
 @triton.jit
 def k_loop_tma(
     acc, a_desc, b_desc,
     pid_m, pid_n, iter_start, iter_end,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    A_COL: tl.constexpr, B_COL: tl.constexpr, PRECISION: tl.constexpr,
+    A_COL: tl.constexpr, B_COL: tl.constexpr, PRECISION: tl.constexpr, FAST_ACC: tl.constexpr,
 ):
     """acc += A[tile_m, k] @ B[k, tile_n] through TMA: the copy engine zero-fills ragged edges, so no
     masks and no index arithmetic in the loop."""
@@ -111,7 +134,10 @@ def k_loop_tma(
             b = b_desc.load([off_n, off_k]).T
         else:
             b = b_desc.load([off_k, off_n])
-        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+        if a.dtype.primitive_bitwidth == 8:
+            acc = mma8(a=a, b=b, acc=acc, FAST_ACC=FAST_ACC, BLOCK_K=BLOCK_K)
+        else:
+            acc = tl.dot(a, b, acc, input_precision=PRECISION)
     return acc
 
 
@@ -146,7 +172,8 @@ def k_loop_ptr(
     stride_am, stride_ak, stride_bk, stride_bn,
     pid_m, pid_n, iter_start, iter_end,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    EVEN_K: tl.constexpr, PRECISION: tl.constexpr, A_COL: tl.constexpr, B_COL: tl.constexpr,
+    EVEN_K: tl.constexpr, PRECISION: tl.constexpr, FAST_ACC: tl.constexpr, A_COL: tl.constexpr,
+    B_COL: tl.constexpr,
     A_DIV: tl.constexpr, B_DIV: tl.constexpr, INT64: tl.constexpr,
 ):
     """acc += A[tile_m, k] @ B[k, tile_n] over K iterations [iter_start, iter_end), by pointers.
@@ -183,7 +210,10 @@ def k_loop_ptr(
     for _ in range(iter_start, full_end):
         a = tl.load(a_ptrs)
         b = tl.load(b_ptrs)
-        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+        if a.dtype.primitive_bitwidth == 8:
+            acc = mma8(a=a, b=b, acc=acc, FAST_ACC=FAST_ACC, BLOCK_K=BLOCK_K)
+        else:
+            acc = tl.dot(a, b, acc, input_precision=PRECISION)
         a_ptrs += k_step(stride=stride_ak, BLOCK_K=BLOCK_K, INT64=INT64)
         b_ptrs += k_step(stride=stride_bk, BLOCK_K=BLOCK_K, INT64=INT64)
     if not EVEN_K:
@@ -191,7 +221,10 @@ def k_loop_ptr(
             k_left = K - full_end * BLOCK_K
             a = tl.load(a_ptrs, mask=kk[None, :] < k_left, other=0.0)
             b = tl.load(b_ptrs, mask=kk[:, None] < k_left, other=0.0)
-            acc = tl.dot(a, b, acc, input_precision=PRECISION)
+            if a.dtype.primitive_bitwidth == 8:
+                acc = mma8(a=a, b=b, acc=acc, FAST_ACC=FAST_ACC, BLOCK_K=BLOCK_K)
+            else:
+                acc = tl.dot(a, b, acc, input_precision=PRECISION)
     return acc
 
 
@@ -202,7 +235,8 @@ def k_loop(
     stride_am, stride_ak, stride_bk, stride_bn,
     pid_m, pid_n, iter_start, iter_end,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    EVEN_K: tl.constexpr, PRECISION: tl.constexpr, USE_TMA: tl.constexpr, A_COL: tl.constexpr,
+    EVEN_K: tl.constexpr, PRECISION: tl.constexpr, FAST_ACC: tl.constexpr, USE_TMA: tl.constexpr,
+    A_COL: tl.constexpr,
     B_COL: tl.constexpr, A_DIV: tl.constexpr, B_DIV: tl.constexpr, INT64: tl.constexpr,
 ):
     """The K loop of one tile (or one Stream-K segment of it), by TMA or by pointers."""
@@ -211,7 +245,7 @@ def k_loop(
             acc=acc, a_desc=a_desc, b_desc=b_desc,
             pid_m=pid_m, pid_n=pid_n, iter_start=iter_start, iter_end=iter_end,
             BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
-            A_COL=A_COL, B_COL=B_COL, PRECISION=PRECISION,
+            A_COL=A_COL, B_COL=B_COL, PRECISION=PRECISION, FAST_ACC=FAST_ACC,
         )
     else:
         acc = k_loop_ptr(
@@ -220,45 +254,85 @@ def k_loop(
             stride_am=stride_am, stride_ak=stride_ak, stride_bk=stride_bk, stride_bn=stride_bn,
             pid_m=pid_m, pid_n=pid_n, iter_start=iter_start, iter_end=iter_end,
             BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
-            EVEN_K=EVEN_K, PRECISION=PRECISION, A_COL=A_COL, B_COL=B_COL,
+            EVEN_K=EVEN_K, PRECISION=PRECISION, FAST_ACC=FAST_ACC, A_COL=A_COL, B_COL=B_COL,
             A_DIV=A_DIV, B_DIV=B_DIV, INT64=INT64,
         )
     return acc
 
 
 @triton.jit
+def scaled(out, a_scale_ptr, b_scale_ptr, rm, rn, M, N, A_SCALE: tl.constexpr, B_SCALE: tl.constexpr):
+    """out * scale_a * scale_b (see epilogue); two single values are multiplied together first, as
+    cuBLASLt's tensor-wise alpha."""
+    if A_SCALE == 1 and B_SCALE == 1:
+        out = out * (tl.load(a_scale_ptr) * tl.load(b_scale_ptr))
+    else:
+        if A_SCALE == 1:
+            out = out * tl.load(a_scale_ptr)
+        elif A_SCALE == 2:
+            out = out * tl.load(a_scale_ptr + rm, mask=rm < M, other=0.0)[:, None]
+        if B_SCALE == 1:
+            out = out * tl.load(b_scale_ptr)
+        elif B_SCALE == 2:
+            out = out * tl.load(b_scale_ptr + rn, mask=rn < N, other=0.0)[None, :]
+    return out
+
+
+@triton.jit
+def saturated(out, dtype: tl.constexpr):
+    """fp32 `out` clamped to the finite range of an fp8 `dtype` (e4m3fn +-448, e5m2 +-57344), NaN kept:
+    a finite result never becomes inf or NaN (torch's saturated fp8 casts); other dtypes as they are."""
+    if dtype == tl.float8e4nv:
+        out = tl.clamp(out, -448.0, 448.0, propagate_nan=tl.PropagateNan.ALL)
+    elif dtype == tl.float8e5:
+        out = tl.clamp(out, -57344.0, 57344.0, propagate_nan=tl.PropagateNan.ALL)
+    return out
+
+
+@triton.jit
 def epilogue(
-    acc, c_ptr, bias_ptr,
+    acc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr,
     M, N,
     stride_cm, stride_cn, stride_biasm, stride_biasn,
     alpha, beta, pid_m, pid_n,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr, INT64: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr, A_SCALE: tl.constexpr,
+    B_SCALE: tl.constexpr, INT64: tl.constexpr,
 ):
-    """out = alpha * acc + beta * bias in fp32, one cast to the output dtype, masked store.
+    """out = alpha * (acc * scale_a * scale_b) + beta * bias in fp32, one cast to the output dtype (an
+    fp8 output saturated to its finite range first), masked store.
 
     The bias is a 2-D view of what torch.addmm broadcasts (stride 0 along broadcast dims), so scalar,
-    row (N,), column (M, 1) and full (M, N) biases are all the same code.
+    row (N,), column (M, 1) and full (M, N) biases are all the same code. A_SCALE / B_SCALE (scaled_mm):
+    0 none, 1 one fp32 value, 2 an fp32 vector along M (scale_a) / N (scale_b), contiguous.
     """
     rm = widened(idx=pid_m * BLOCK_M + tl.arange(0, BLOCK_M), INT64=INT64)
     rn = widened(idx=pid_n * BLOCK_N + tl.arange(0, BLOCK_N), INT64=INT64)
     mask = (rm < M)[:, None] & (rn < N)[None, :]
-    out = acc * alpha
+    # (a no-op for the fp32 accumulator; an int32 one is exact, its fp32 value rounded above 2**24)
+    out = acc.to(tl.float32)
+    if A_SCALE + B_SCALE > 0:  # (called only when scaled: see mma8 on inlined scopes)
+        out = scaled(out=out, a_scale_ptr=a_scale_ptr, b_scale_ptr=b_scale_ptr, rm=rm, rn=rn, M=M, N=N,
+                     A_SCALE=A_SCALE, B_SCALE=B_SCALE)
+    out = out * alpha
     if HAS_BIAS:
         bias = tl.load(bias_ptr + rm[:, None] * stride_biasm + rn[None, :] * stride_biasn, mask=mask,
                        other=0.0)
         out += bias.to(tl.float32) * beta
     c_ptrs = c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn
+    if c_ptr.dtype.element_ty.is_fp8():
+        out = saturated(out=out, dtype=c_ptr.dtype.element_ty)
     tl.store(c_ptrs, out.to(c_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
 def full_tiles(
-    a_ptr, b_ptr, a_desc, b_desc, c_ptr, bias_ptr,
+    a_ptr, b_ptr, a_desc, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr,
     M, N, K,
     stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_biasm, stride_biasn,
     alpha, beta, first_tile, end_tile, tile_step, iters,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, PRECISION: tl.constexpr,
+    HAS_BIAS: tl.constexpr, A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, EVEN_K: tl.constexpr,
+    PRECISION: tl.constexpr, FAST_ACC: tl.constexpr,
     USE_TMA: tl.constexpr, A_COL: tl.constexpr, B_COL: tl.constexpr,
     A_DIV: tl.constexpr, B_DIV: tl.constexpr, FLATTEN: tl.constexpr, INT64: tl.constexpr,
 ):
@@ -269,20 +343,23 @@ def full_tiles(
         pid_m, pid_n = tile_coords(
             tile_id=tile_id, M=M, N=N, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, GROUP_M=GROUP_M,
         )
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        # int8 operands accumulate exactly in int32 (as torch._int_mm), every other dtype in fp32
+        acc = tl.zeros((BLOCK_M, BLOCK_N),
+                       dtype=tl.int32 if a_ptr.dtype.element_ty == tl.int8 else tl.float32)
         acc = k_loop(
             acc=acc, a_ptr=a_ptr, b_ptr=b_ptr, a_desc=a_desc, b_desc=b_desc,
             M=M, N=N, K=K,
             stride_am=stride_am, stride_ak=stride_ak, stride_bk=stride_bk, stride_bn=stride_bn,
             pid_m=pid_m, pid_n=pid_n, iter_start=0, iter_end=iters,
             BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
-            EVEN_K=EVEN_K, PRECISION=PRECISION, USE_TMA=USE_TMA, A_COL=A_COL,
+            EVEN_K=EVEN_K, PRECISION=PRECISION, FAST_ACC=FAST_ACC, USE_TMA=USE_TMA, A_COL=A_COL,
             B_COL=B_COL, A_DIV=A_DIV, B_DIV=B_DIV, INT64=INT64,
         )
         epilogue(
-            acc=acc, c_ptr=c_ptr, bias_ptr=bias_ptr,
+            acc=acc, c_ptr=c_ptr, bias_ptr=bias_ptr, a_scale_ptr=a_scale_ptr, b_scale_ptr=b_scale_ptr,
             M=M, N=N,
             stride_cm=stride_cm, stride_cn=stride_cn, stride_biasm=stride_biasm, stride_biasn=stride_biasn,
             alpha=alpha, beta=beta, pid_m=pid_m, pid_n=pid_n,
-            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HAS_BIAS=HAS_BIAS, INT64=INT64,
+            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HAS_BIAS=HAS_BIAS, A_SCALE=A_SCALE, B_SCALE=B_SCALE,
+            INT64=INT64,
         )

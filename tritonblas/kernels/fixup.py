@@ -103,21 +103,23 @@ def sum_chunk(
 
 @triton.jit
 def chunk_epilogue(
-    total, chunk, c_ptr, bias_ptr,
+    total, chunk, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr,
     M, N,
     stride_cm, stride_cn, stride_biasm, stride_biasn,
     alpha, beta, pid_m, pid_n,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr, INT64: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr, A_SCALE: tl.constexpr,
+    B_SCALE: tl.constexpr, INT64: tl.constexpr,
     FIXUP_CHUNKS: tl.constexpr,
 ):
     """The shared epilogue on row chunk `chunk` of tile (pid_m, pid_n): the tile of BLOCK_M //
     FIXUP_CHUNKS rows at row-tile index pid_m * FIXUP_CHUNKS + chunk."""
     epilogue(
-        acc=total, c_ptr=c_ptr, bias_ptr=bias_ptr,
+        acc=total, c_ptr=c_ptr, bias_ptr=bias_ptr, a_scale_ptr=a_scale_ptr, b_scale_ptr=b_scale_ptr,
         M=M, N=N,
         stride_cm=stride_cm, stride_cn=stride_cn, stride_biasm=stride_biasm, stride_biasn=stride_biasn,
         alpha=alpha, beta=beta, pid_m=pid_m * FIXUP_CHUNKS + chunk, pid_n=pid_n,
-        BLOCK_M=BLOCK_M // FIXUP_CHUNKS, BLOCK_N=BLOCK_N, HAS_BIAS=HAS_BIAS, INT64=INT64,
+        BLOCK_M=BLOCK_M // FIXUP_CHUNKS, BLOCK_N=BLOCK_N, HAS_BIAS=HAS_BIAS, A_SCALE=A_SCALE,
+        B_SCALE=B_SCALE, INT64=INT64,
     )
 
 
@@ -130,11 +132,12 @@ def _arrive(counter, delta):
 
 @triton.jit
 def _write_chunks(
-    claims, c_ptr, bias_ptr, ws_ptr,
+    claims, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, ws_ptr,
     M, N,
     stride_cm, stride_cn, stride_biasm, stride_biasn,
     alpha, beta, pid_m, pid_n, first, count, stride,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr, INT64: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr, A_SCALE: tl.constexpr,
+    B_SCALE: tl.constexpr, INT64: tl.constexpr,
     FIXUP_CHUNKS: tl.constexpr,
 ):
     """Sum, over every chunk whose claim bit is set in `claims`, the `count` slots first, first + stride,
@@ -147,12 +150,14 @@ def _write_chunks(
                 INT64=INT64, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, FIXUP_CHUNKS=FIXUP_CHUNKS,
             )
             chunk_epilogue(
-                total=total, chunk=c, c_ptr=c_ptr, bias_ptr=bias_ptr,
+                total=total, chunk=c, c_ptr=c_ptr, bias_ptr=bias_ptr, a_scale_ptr=a_scale_ptr,
+                b_scale_ptr=b_scale_ptr,
                 M=M, N=N,
                 stride_cm=stride_cm, stride_cn=stride_cn,
                 stride_biasm=stride_biasm, stride_biasn=stride_biasn,
                 alpha=alpha, beta=beta, pid_m=pid_m, pid_n=pid_n,
-                BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HAS_BIAS=HAS_BIAS, INT64=INT64, FIXUP_CHUNKS=FIXUP_CHUNKS,
+                BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HAS_BIAS=HAS_BIAS, A_SCALE=A_SCALE, B_SCALE=B_SCALE,
+                INT64=INT64, FIXUP_CHUNKS=FIXUP_CHUNKS,
             )
 
 
@@ -167,11 +172,12 @@ def _claims(seg, splits, FIXUP_CHUNKS: tl.constexpr):
 
 @triton.jit
 def _settle(
-    counter, before, delta, splits, c_ptr, bias_ptr, ws_ptr,
+    counter, before, delta, splits, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, ws_ptr,
     M, N,
     stride_cm, stride_cn, stride_biasm, stride_biasn,
     alpha, beta, pid_m, pid_n, sk_tile, sk_tiles,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr, INT64: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr, A_SCALE: tl.constexpr,
+    B_SCALE: tl.constexpr, INT64: tl.constexpr,
     FIXUP_CHUNKS: tl.constexpr,
 ):
     """After adding `delta` to a tile counter that held `before`: the chunks this event completes (all
@@ -182,11 +188,13 @@ def _settle(
         if before % _ARRIVALS < splits:  # the last arrival: every chunk claimed so far, its own included
             done = after - splits
         _write_chunks(
-            claims=done, c_ptr=c_ptr, bias_ptr=bias_ptr, ws_ptr=ws_ptr,
+            claims=done, c_ptr=c_ptr, bias_ptr=bias_ptr, a_scale_ptr=a_scale_ptr, b_scale_ptr=b_scale_ptr,
+            ws_ptr=ws_ptr,
             M=M, N=N,
             stride_cm=stride_cm, stride_cn=stride_cn, stride_biasm=stride_biasm, stride_biasn=stride_biasn,
             alpha=alpha, beta=beta, pid_m=pid_m, pid_n=pid_n, first=sk_tile, count=splits, stride=sk_tiles,
-            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HAS_BIAS=HAS_BIAS, INT64=INT64, FIXUP_CHUNKS=FIXUP_CHUNKS,
+            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HAS_BIAS=HAS_BIAS, A_SCALE=A_SCALE, B_SCALE=B_SCALE,
+            INT64=INT64, FIXUP_CHUNKS=FIXUP_CHUNKS,
         )
     if after == splits + ((tl.full((), 1, tl.int32) << FIXUP_CHUNKS) - 1) * _ARRIVALS:
         tl.atomic_xchg(counter, 0, sem="relaxed", scope="gpu")
@@ -194,11 +202,12 @@ def _settle(
 
 @triton.jit
 def _tree_fix_up(
-    c_ptr, bias_ptr, ws_ptr, counter_ptr,
+    c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, ws_ptr, counter_ptr,
     M, N,
     stride_cm, stride_cn, stride_biasm, stride_biasn,
     alpha, beta, pid_m, pid_n, sk_tile, sk_tiles, splits, seg, NUM_PROGS,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr, INT64: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr, A_SCALE: tl.constexpr,
+    B_SCALE: tl.constexpr, INT64: tl.constexpr,
     FIXUP_CHUNKS: tl.constexpr,
 ):
     """The two-level fix-up of a split tile whose partial this program has just stored (S >= 12, not
@@ -224,24 +233,27 @@ def _tree_fix_up(
         if _arrive(counter=tile_counter, delta=1) == groups - 1:
             every_chunk = ((tl.full((), 1, tl.int32) << FIXUP_CHUNKS) - 1) << _CLAIM_BIT
             _write_chunks(
-                claims=every_chunk, c_ptr=c_ptr, bias_ptr=bias_ptr, ws_ptr=ws_ptr,
+                claims=every_chunk, c_ptr=c_ptr, bias_ptr=bias_ptr, a_scale_ptr=a_scale_ptr,
+                b_scale_ptr=b_scale_ptr, ws_ptr=ws_ptr,
                 M=M, N=N,
                 stride_cm=stride_cm, stride_cn=stride_cn,
                 stride_biasm=stride_biasm, stride_biasn=stride_biasn,
                 alpha=alpha, beta=beta, pid_m=pid_m, pid_n=pid_n,
                 first=NUM_PROGS + sk_tile * groups, count=groups, stride=1,
-                BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HAS_BIAS=HAS_BIAS, INT64=INT64, FIXUP_CHUNKS=FIXUP_CHUNKS,
+                BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HAS_BIAS=HAS_BIAS, A_SCALE=A_SCALE, B_SCALE=B_SCALE,
+                INT64=INT64, FIXUP_CHUNKS=FIXUP_CHUNKS,
             )
             tl.atomic_xchg(tile_counter, 0, sem="relaxed", scope="gpu")
 
 
 @triton.jit
 def finish_segment(
-    acc, c_ptr, bias_ptr, ws_ptr, counter_ptr,
+    acc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, ws_ptr, counter_ptr,
     M, N,
     stride_cm, stride_cn, stride_biasm, stride_biasn,
     alpha, beta, pid_m, pid_n, slot, sk_tile, sk_tiles, splits, seg, NUM_PROGS,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr, INT64: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr, A_SCALE: tl.constexpr,
+    B_SCALE: tl.constexpr, INT64: tl.constexpr,
     FIXUP_CHUNKS: tl.constexpr, DEFERRED: tl.constexpr, REDUCE: tl.constexpr,
 ):
     """What follows a segment's K loop: the tile written whole when it is not split, else `acc` stored
@@ -249,33 +261,39 @@ def finish_segment(
     now, claim later; REDUCE: by kernels/reduce.py after this kernel)."""
     if splits == 1:
         epilogue(
-            acc=acc, c_ptr=c_ptr, bias_ptr=bias_ptr,
+            acc=acc, c_ptr=c_ptr, bias_ptr=bias_ptr, a_scale_ptr=a_scale_ptr, b_scale_ptr=b_scale_ptr,
             M=M, N=N,
             stride_cm=stride_cm, stride_cn=stride_cn, stride_biasm=stride_biasm, stride_biasn=stride_biasn,
             alpha=alpha, beta=beta, pid_m=pid_m, pid_n=pid_n,
-            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HAS_BIAS=HAS_BIAS, INT64=INT64,
+            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HAS_BIAS=HAS_BIAS, A_SCALE=A_SCALE, B_SCALE=B_SCALE,
+            INT64=INT64,
         )
     else:
         # Every partial is read back from its slot, this program's own included: its registers are
         # then free, so the fix-up never holds two BLOCK_M x BLOCK_N fp32 tiles.
+        # Partials are fp32 sums: an int8 launch's int32 accumulator converts first (exact below 2**24,
+        # rounded to fp32's 24 bits above; the fix-up then adds fp32 values, not integers).
+        partial = acc.to(tl.float32)
         tile_offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
         slot_ptrs = ws_ptr + widened(idx=slot, INT64=INT64) * BLOCK_M * BLOCK_N + tile_offs
         if DEFERRED:
             # Read back after the data-parallel tiles, whose operands would push it out to HBM: an L2
             # hint to keep it (the claims' reads then wait on L2, not HBM).
-            tl.store(slot_ptrs, acc, eviction_policy="evict_last")
+            tl.store(slot_ptrs, partial, eviction_policy="evict_last")
         else:
-            tl.store(slot_ptrs, acc, cache_modifier=".cg")
+            tl.store(slot_ptrs, partial, cache_modifier=".cg")
         if not REDUCE:  # (REDUCE: no counter, no fix-up here; splitk_reduce_kernel sums them next)
             if (fixup_groups(splits=splits)[1] > 1) & (not DEFERRED):
                 _tree_fix_up(
-                    c_ptr=c_ptr, bias_ptr=bias_ptr, ws_ptr=ws_ptr, counter_ptr=counter_ptr,
+                    c_ptr=c_ptr, bias_ptr=bias_ptr, a_scale_ptr=a_scale_ptr, b_scale_ptr=b_scale_ptr,
+                    ws_ptr=ws_ptr, counter_ptr=counter_ptr,
                     M=M, N=N,
                     stride_cm=stride_cm, stride_cn=stride_cn, stride_biasm=stride_biasm,
                     stride_biasn=stride_biasn,
                     alpha=alpha, beta=beta, pid_m=pid_m, pid_n=pid_n, sk_tile=sk_tile, sk_tiles=sk_tiles,
                     splits=splits, seg=seg, NUM_PROGS=NUM_PROGS,
-                    BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HAS_BIAS=HAS_BIAS, INT64=INT64,
+                    BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HAS_BIAS=HAS_BIAS, A_SCALE=A_SCALE, B_SCALE=B_SCALE,
+                    INT64=INT64,
                     FIXUP_CHUNKS=FIXUP_CHUNKS,
                 )
             else:
@@ -285,23 +303,26 @@ def finish_segment(
                 counter = counter_ptr + sk_tile
                 _settle(
                     counter=counter, before=_arrive(counter=counter, delta=delta), delta=delta,
-                    splits=splits, c_ptr=c_ptr, bias_ptr=bias_ptr, ws_ptr=ws_ptr,
+                    splits=splits, c_ptr=c_ptr, bias_ptr=bias_ptr, a_scale_ptr=a_scale_ptr,
+                    b_scale_ptr=b_scale_ptr, ws_ptr=ws_ptr,
                     M=M, N=N,
                     stride_cm=stride_cm, stride_cn=stride_cn, stride_biasm=stride_biasm,
                     stride_biasn=stride_biasn,
                     alpha=alpha, beta=beta, pid_m=pid_m, pid_n=pid_n, sk_tile=sk_tile, sk_tiles=sk_tiles,
-                    BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HAS_BIAS=HAS_BIAS, INT64=INT64,
+                    BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HAS_BIAS=HAS_BIAS, A_SCALE=A_SCALE, B_SCALE=B_SCALE,
+                    INT64=INT64,
                     FIXUP_CHUNKS=FIXUP_CHUNKS,
                 )
 
 
 @triton.jit
 def claim_chunks(
-    c_ptr, bias_ptr, ws_ptr, counter_ptr,
+    c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, ws_ptr, counter_ptr,
     M, N,
     stride_cm, stride_cn, stride_biasm, stride_biasn,
     alpha, beta, pid, dp_tiles, sk_tiles, splits,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, HAS_BIAS: tl.constexpr,
+    A_SCALE: tl.constexpr, B_SCALE: tl.constexpr,
     INT64: tl.constexpr, FIXUP_CHUNKS: tl.constexpr,
 ):
     """Deferred: claim this program's chunks of its split tile, and sum them if every partial is in."""
@@ -317,9 +338,10 @@ def claim_chunks(
         before = tl.atomic_add(counter, claims, sem="acquire", scope="gpu")
         _settle(
             counter=counter, before=before, delta=claims, splits=splits,
-            c_ptr=c_ptr, bias_ptr=bias_ptr, ws_ptr=ws_ptr,
+            c_ptr=c_ptr, bias_ptr=bias_ptr, a_scale_ptr=a_scale_ptr, b_scale_ptr=b_scale_ptr, ws_ptr=ws_ptr,
             M=M, N=N,
             stride_cm=stride_cm, stride_cn=stride_cn, stride_biasm=stride_biasm, stride_biasn=stride_biasn,
             alpha=alpha, beta=beta, pid_m=pid_m, pid_n=pid_n, sk_tile=sk_tile, sk_tiles=sk_tiles,
-            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HAS_BIAS=HAS_BIAS, INT64=INT64, FIXUP_CHUNKS=FIXUP_CHUNKS,
+            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HAS_BIAS=HAS_BIAS, A_SCALE=A_SCALE, B_SCALE=B_SCALE,
+            INT64=INT64, FIXUP_CHUNKS=FIXUP_CHUNKS,
         )

@@ -22,9 +22,10 @@ def splitk_reduce_kernel(
     ws_ptr, c_ptr, bias_ptr,
     M, N,
     stride_cm, stride_cn, stride_biasm, stride_biasn,
-    dp_tiles, sk_tiles, splits, alpha, beta,
+    dp_tiles, sk_tiles, splits, alpha, beta, a_scale_ptr, b_scale_ptr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr,
-    HAS_BIAS: tl.constexpr, INT64: tl.constexpr, FIXUP_CHUNKS: tl.constexpr,
+    HAS_BIAS: tl.constexpr, A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, INT64: tl.constexpr,
+    FIXUP_CHUNKS: tl.constexpr,
 ):
     """Program p: row chunk p % FIXUP_CHUNKS of split tile p // FIXUP_CHUNKS, whose segment j's partial
     is in workspace slot j * sk_tiles + tile (streamk_gemm_kernel's program of that segment)."""
@@ -40,9 +41,11 @@ def splitk_reduce_kernel(
         INT64=INT64, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, FIXUP_CHUNKS=FIXUP_CHUNKS,
     )
     chunk_epilogue(
-        total=total, chunk=chunk, c_ptr=c_ptr, bias_ptr=bias_ptr,
+        total=total, chunk=chunk, c_ptr=c_ptr, bias_ptr=bias_ptr, a_scale_ptr=a_scale_ptr,
+        b_scale_ptr=b_scale_ptr,
         M=M, N=N,
         stride_cm=stride_cm, stride_cn=stride_cn, stride_biasm=stride_biasm, stride_biasn=stride_biasn,
         alpha=alpha, beta=beta, pid_m=pid_m, pid_n=pid_n,
-        BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HAS_BIAS=HAS_BIAS, INT64=INT64, FIXUP_CHUNKS=FIXUP_CHUNKS,
+        BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HAS_BIAS=HAS_BIAS, A_SCALE=A_SCALE, B_SCALE=B_SCALE, INT64=INT64,
+        FIXUP_CHUNKS=FIXUP_CHUNKS,
     )

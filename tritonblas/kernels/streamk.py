@@ -45,12 +45,13 @@ from .fixup import claim_chunks, finish_segment
 
 @triton.jit
 def _split_segment(
-    a_ptr, b_ptr, a_desc, b_desc, c_ptr, bias_ptr, ws_ptr, counter_ptr,
+    a_ptr, b_ptr, a_desc, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, ws_ptr, counter_ptr,
     M, N, K, NUM_PROGS,
     stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_biasm, stride_biasn,
     alpha, beta, pid, dp_tiles, sk_tiles, splits, iters_per_tile,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, PRECISION: tl.constexpr,
+    HAS_BIAS: tl.constexpr, A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, EVEN_K: tl.constexpr,
+    PRECISION: tl.constexpr, FAST_ACC: tl.constexpr,
     USE_TMA: tl.constexpr, A_COL: tl.constexpr, B_COL: tl.constexpr,
     A_DIV: tl.constexpr, B_DIV: tl.constexpr, INT64: tl.constexpr,
     FIXUP_CHUNKS: tl.constexpr, DEFERRED: tl.constexpr, REDUCE: tl.constexpr,
@@ -62,7 +63,7 @@ def _split_segment(
     pid_m, pid_n = tile_coords(
         tile_id=dp_tiles + sk_tile, M=M, N=N, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, GROUP_M=GROUP_M,
     )
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32 if a_ptr.dtype.element_ty == tl.int8 else tl.float32)
     acc = k_loop(
         acc=acc, a_ptr=a_ptr, b_ptr=b_ptr, a_desc=a_desc, b_desc=b_desc,
         M=M, N=N, K=K,
@@ -70,16 +71,17 @@ def _split_segment(
         pid_m=pid_m, pid_n=pid_n,
         iter_start=seg * iters_per_tile // splits, iter_end=(seg + 1) * iters_per_tile // splits,
         BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
-        EVEN_K=EVEN_K, PRECISION=PRECISION, USE_TMA=USE_TMA, A_COL=A_COL,
+        EVEN_K=EVEN_K, PRECISION=PRECISION, FAST_ACC=FAST_ACC, USE_TMA=USE_TMA, A_COL=A_COL,
         B_COL=B_COL, A_DIV=A_DIV, B_DIV=B_DIV, INT64=INT64,
     )
     finish_segment(
-        acc=acc, c_ptr=c_ptr, bias_ptr=bias_ptr, ws_ptr=ws_ptr, counter_ptr=counter_ptr,
+        acc=acc, c_ptr=c_ptr, bias_ptr=bias_ptr, a_scale_ptr=a_scale_ptr, b_scale_ptr=b_scale_ptr,
+        ws_ptr=ws_ptr, counter_ptr=counter_ptr,
         M=M, N=N,
         stride_cm=stride_cm, stride_cn=stride_cn, stride_biasm=stride_biasm, stride_biasn=stride_biasn,
         alpha=alpha, beta=beta, pid_m=pid_m, pid_n=pid_n,
         slot=pid, sk_tile=sk_tile, sk_tiles=sk_tiles, splits=splits, seg=seg, NUM_PROGS=NUM_PROGS,
-        BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HAS_BIAS=HAS_BIAS, INT64=INT64,
+        BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HAS_BIAS=HAS_BIAS, A_SCALE=A_SCALE, B_SCALE=B_SCALE, INT64=INT64,
         FIXUP_CHUNKS=FIXUP_CHUNKS, DEFERRED=DEFERRED, REDUCE=REDUCE,
     )
 
@@ -89,9 +91,10 @@ def streamk_gemm_kernel(
     a_ptr, b_ptr, c_ptr, bias_ptr, ws_ptr, counter_ptr,
     M, N, K, NUM_PROGS,
     stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_biasm, stride_biasn,
-    alpha, beta, a_host, b_host,
+    alpha, beta, a_host, b_host, a_scale_ptr, b_scale_ptr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, PRECISION: tl.constexpr,
+    HAS_BIAS: tl.constexpr, A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, EVEN_K: tl.constexpr,
+    PRECISION: tl.constexpr, FAST_ACC: tl.constexpr,
     USE_TMA: tl.constexpr, A_COL: tl.constexpr, B_COL: tl.constexpr,
     A_DIV: tl.constexpr, B_DIV: tl.constexpr, FLATTEN: tl.constexpr,
     INT64: tl.constexpr, HOST_DESC: tl.constexpr,
@@ -122,6 +125,7 @@ def streamk_gemm_kernel(
             if in_split:
                 _split_segment(
                     a_ptr=a_ptr, b_ptr=b_ptr, a_desc=a_desc, b_desc=b_desc, c_ptr=c_ptr, bias_ptr=bias_ptr,
+                    a_scale_ptr=a_scale_ptr, b_scale_ptr=b_scale_ptr,
                     ws_ptr=ws_ptr, counter_ptr=counter_ptr,
                     M=M, N=N, K=K, NUM_PROGS=NUM_PROGS,
                     stride_am=stride_am, stride_ak=stride_ak, stride_bk=stride_bk, stride_bn=stride_bn,
@@ -130,7 +134,8 @@ def streamk_gemm_kernel(
                     alpha=alpha, beta=beta, pid=pid, dp_tiles=dp_tiles, sk_tiles=sk_tiles, splits=splits,
                     iters_per_tile=iters_per_tile,
                     BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, GROUP_M=GROUP_M,
-                    HAS_BIAS=HAS_BIAS, EVEN_K=EVEN_K, PRECISION=PRECISION,
+                    HAS_BIAS=HAS_BIAS, A_SCALE=A_SCALE, B_SCALE=B_SCALE, EVEN_K=EVEN_K, PRECISION=PRECISION,
+                    FAST_ACC=FAST_ACC,
                     USE_TMA=USE_TMA, A_COL=A_COL, B_COL=B_COL,
                     A_DIV=A_DIV, B_DIV=B_DIV, INT64=INT64,
                     FIXUP_CHUNKS=FIXUP_CHUNKS, DEFERRED=DEFERRED, REDUCE=REDUCE,
@@ -139,6 +144,7 @@ def streamk_gemm_kernel(
             # The data-parallel tiles: the persistent kernel's loop, with its lever.
             full_tiles(
                 a_ptr=a_ptr, b_ptr=b_ptr, a_desc=a_desc, b_desc=b_desc, c_ptr=c_ptr, bias_ptr=bias_ptr,
+                a_scale_ptr=a_scale_ptr, b_scale_ptr=b_scale_ptr,
                 M=M, N=N, K=K,
                 stride_am=stride_am, stride_ak=stride_ak, stride_bk=stride_bk, stride_bn=stride_bn,
                 stride_cm=stride_cm, stride_cn=stride_cn, stride_biasm=stride_biasm,
@@ -146,7 +152,8 @@ def streamk_gemm_kernel(
                 alpha=alpha, beta=beta, first_tile=pid, end_tile=dp_tiles, tile_step=NUM_PROGS,
                 iters=iters_per_tile,
                 BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, GROUP_M=GROUP_M,
-                HAS_BIAS=HAS_BIAS, EVEN_K=EVEN_K, PRECISION=PRECISION,
+                HAS_BIAS=HAS_BIAS, A_SCALE=A_SCALE, B_SCALE=B_SCALE, EVEN_K=EVEN_K, PRECISION=PRECISION,
+                FAST_ACC=FAST_ACC,
                 USE_TMA=USE_TMA, A_COL=A_COL, B_COL=B_COL,
                 A_DIV=A_DIV, B_DIV=B_DIV, FLATTEN=FLATTEN, INT64=INT64,
             )
@@ -154,11 +161,13 @@ def streamk_gemm_kernel(
     if DEFERRED:
         if in_split:
             claim_chunks(
-                c_ptr=c_ptr, bias_ptr=bias_ptr, ws_ptr=ws_ptr, counter_ptr=counter_ptr,
+                c_ptr=c_ptr, bias_ptr=bias_ptr, a_scale_ptr=a_scale_ptr, b_scale_ptr=b_scale_ptr,
+                ws_ptr=ws_ptr, counter_ptr=counter_ptr,
                 M=M, N=N,
                 stride_cm=stride_cm, stride_cn=stride_cn,
                 stride_biasm=stride_biasm, stride_biasn=stride_biasn,
                 alpha=alpha, beta=beta, pid=pid, dp_tiles=dp_tiles, sk_tiles=sk_tiles, splits=splits,
-                BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, GROUP_M=GROUP_M, HAS_BIAS=HAS_BIAS,
+                BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, GROUP_M=GROUP_M, HAS_BIAS=HAS_BIAS, A_SCALE=A_SCALE,
+                B_SCALE=B_SCALE,
                 INT64=INT64, FIXUP_CHUNKS=FIXUP_CHUNKS,
             )

@@ -136,9 +136,29 @@ def _cached_plan(key: tuple, make: Callable[[], _Plan]) -> _Plan:
     return plan
 
 
+# A scaled_mm launch's scales: (scale_a, scale_b), each fp32 and contiguous, one value or a vector along
+# M (scale_a) / N (scale_b); None for every plain GEMM.
+Scales = tuple[torch.Tensor, torch.Tensor] | None
+
+
+def scale_modes(scales: Scales) -> tuple[int, int]:
+    """The kernels' A_SCALE, B_SCALE: 0 no scale, 1 one value, 2 a vector (kernels/common.epilogue)."""
+    if scales is None:
+        return 0, 0
+    return 1 if scales[0].numel() == 1 else 2, 1 if scales[1].numel() == 1 else 2
+
+
+def _scale_args(scales: Scales) -> tuple:
+    """The scale pointers as kernel arguments: None for a plain GEMM (a constexpr to triton, so the plain
+    kernels take no extra parameter and compile to the code they had)."""
+    return (None, None) if scales is None else scales
+
+
 def launch_gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None,
-                alpha: float, beta: float, config: GemmConfig, sm_count: int, precision: str) -> None:
-    """c = alpha * a @ b + beta * bias, with bias already broadcast to a 2-D view of c's shape.
+                alpha: float, beta: float, config: GemmConfig, sm_count: int, precision: str,
+                scales: Scales = None, fast_acc: bool = False) -> None:
+    """c = alpha * (a @ b * scale_a * scale_b) + beta * bias, with bias already broadcast to a 2-D view of
+    c's shape; scales (scaled_mm) None for a plain GEMM, fast_acc its fp8 fast accumulation.
 
     The launch plan (kernel, grid, integer arguments, constexprs) is cached on everything it depends
     on: config, shapes, strides, dtype, device, precision and the 16-byte alignment of every pointer.
@@ -166,16 +186,18 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.T
         has_bias = bias is not None
         key = (config, a.shape, n, a.stride(), b.stride(), c.stride(), bias.stride() if has_bias else None,
                a.dtype, c.dtype, a.device, precision, sm_count, a.data_ptr() % 16 == 0,
-               b.data_ptr() % 16 == 0, c.data_ptr() % 16 == 0, has_bias and bias.data_ptr() % 16 == 0)
-        plan = _cached_plan(key, lambda: _make_plan(a, b, c, bias, config, sm_count, precision))
+               b.data_ptr() % 16 == 0, c.data_ptr() % 16 == 0, has_bias and bias.data_ptr() % 16 == 0,
+               b.dtype, *_scale_key(scales), fast_acc)
+        plan = _cached_plan(key, lambda: _make_plan(a, b, c, bias, config, sm_count, precision, scales,
+                                                    fast_acc))
         tensors = (a, b, c, bias if has_bias else c)
         if plan.workspace is not None:
             tensors = (*tensors, *scratch.workspace(device, *plan.workspace, held, stream))
         host = _host_descriptors(a, b, plan.constexprs) if plan.constexprs["HOST_DESC"] else (None, None)
-        _launch(plan, tensors, (alpha, beta, *host))
+        _launch(plan, tensors, (alpha, beta, *host, *_scale_args(scales)))
         if plan.then is not None:  # stream order: the partials are all in when it runs
             workspace, bias_or_c = tensors[4], tensors[3]
-            _launch(plan.then, (workspace, c, bias_or_c), (alpha, beta))
+            _launch(plan.then, (workspace, c, bias_or_c), (alpha, beta, *_scale_args(scales)))
     except BaseException:
         # A launch that raised (compile error, out of memory, KeyboardInterrupt, an interpreted kernel
         # stopped part way) may leave its scratch dirty, e.g. tile counters mid-fix-up: it is dropped
@@ -187,8 +209,16 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.T
             scratch.give(held)
 
 
+def _scale_key(scales: Scales) -> tuple:
+    """What a plan depends on in the scales: their modes and pointers' 16-byte alignment."""
+    if scales is None:
+        return ()
+    return (*scale_modes(scales), scales[0].data_ptr() % 16 == 0, scales[1].data_ptr() % 16 == 0)
+
+
 def prepare_launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None,
-                   config: GemmConfig, sm_count: int, precision: str) -> _Plan | None:
+                   config: GemmConfig, sm_count: int, precision: str, scales: Scales = None,
+                   fast_acc: bool = False) -> _Plan | None:
     """The launch of `config` on tensors of these shapes, strides, dtype, device and alignment, for a
     caller that keeps it (the call path's plan) and runs it with `launch_prepared` on tensors of the
     same facts, or on any tensors with the same data pointers (the plan holds every shape and stride:
@@ -198,9 +228,9 @@ def prepare_launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torc
     (the caller then takes launch_gemm, whose plan key holds the alignment)."""
     m, n = a.shape[0], b.shape[1]
     if config.backend == "torch" or config.aligned_copy or config.streamk or m == 0 or n == 0 or \
-            (a.dtype == torch.bfloat16 and not a.is_cuda) or _misaligned(a, b, c, bias):
+            (a.dtype == torch.bfloat16 and not a.is_cuda) or _misaligned(a, b, c, bias, *(scales or ())):
         return None
-    plan = _make_plan(a, b, c, bias, config, sm_count, precision)
+    plan = _make_plan(a, b, c, bias, config, sm_count, precision, scales, fast_acc)
     if plan.constexprs["HOST_DESC"]:
         plan.descs = _descriptor_geometry(a, b, plan.constexprs)
     return plan
@@ -211,15 +241,15 @@ def _misaligned(*tensors: torch.Tensor | None) -> bool:
 
 
 def launch_prepared(plan: _Plan, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None,
-                    alpha: float, beta: float) -> None:
-    """Launch a plan of prepare_launch: c = alpha * a @ b + beta * bias, each tensor's pointer as the
-    plan's (16-byte aligned: the caller checks)."""
+                    alpha: float, beta: float, scales: Scales = None) -> None:
+    """Launch a plan of prepare_launch: c = alpha * a @ b * scales + beta * bias, each tensor's pointer
+    as the plan's (16-byte aligned: the caller checks), scales of the plan's modes."""
     descs = plan.descs
     if descs is None:
-        _launch(plan, (a, b, c, c if bias is None else bias), (alpha, beta, None, None))
+        _launch(plan, (a, b, c, c if bias is None else bias), (alpha, beta, None, None, *_scale_args(scales)))
     else:
         _launch(plan, (a, b, c, c if bias is None else bias),
-                (alpha, beta, _descriptor(a, *descs[0]), _descriptor(b, *descs[1])))
+                (alpha, beta, _descriptor(a, *descs[0]), _descriptor(b, *descs[1]), *_scale_args(scales)))
 
 
 def _host_descriptors(a: torch.Tensor, b: torch.Tensor, constexprs: dict) -> tuple:
@@ -286,7 +316,8 @@ def needs_int64(tensors: tuple[torch.Tensor | None, ...], workspace_floats: int 
 
 
 def _make_plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None,
-               config: GemmConfig, sm_count: int, precision: str) -> _Plan:
+               config: GemmConfig, sm_count: int, precision: str, scales: Scales = None,
+               fast_acc: bool = False) -> _Plan:
     m, k = a.shape
     n = b.shape[1]
     persistent_kernel, streamk_kernel, _, reduce_kernel = _kernels()
@@ -300,6 +331,8 @@ def _make_plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Te
                       GROUP_M=config.group_m, HAS_BIAS=has_bias, EVEN_K=k % config.block_k == 0,
                       PRECISION=precision, USE_TMA=use_tma, A_COL=a_col, B_COL=b_col,
                       A_DIV=_vector_divisor(a, 0), B_DIV=_vector_divisor(b, 1), FLATTEN=config.flatten)
+    constexprs["A_SCALE"], constexprs["B_SCALE"] = scale_modes(scales)
+    constexprs["FAST_ACC"] = fast_acc
     host_desc = use_tma and config.host_descriptors and k > 0  # (K = 0: a descriptor of no columns)
     ints = (m, n, k, progs, *a.stride(), *b.stride(), *c.stride(), sbm, sbn)
     streamk = config.streamk and k > 0
@@ -329,7 +362,8 @@ def _reduce_plan(kernel, config: GemmConfig, output_ints: tuple, tiles: int, pro
     chunks = reduce_chunks(sk_tiles, programs)  # (at most 8 <= block_m: 16 rows or more)
     ints = (*output_ints, tiles - sk_tiles, sk_tiles, splits)
     reduce_constexprs = dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, GROUP_M=config.group_m,
-                             HAS_BIAS=constexprs["HAS_BIAS"], INT64=constexprs["INT64"], FIXUP_CHUNKS=chunks)
+                             HAS_BIAS=constexprs["HAS_BIAS"], INT64=constexprs["INT64"], FIXUP_CHUNKS=chunks,
+                             A_SCALE=constexprs["A_SCALE"], B_SCALE=constexprs["B_SCALE"])
     return _Plan(kernel, sk_tiles * chunks, ints, reduce_constexprs, config.num_warps, 1, None)
 
 

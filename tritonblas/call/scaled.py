@@ -1,0 +1,227 @@
+"""The public op scaled_mm: torch._scaled_mm's quantized GEMM (fp8 or int8 operands, fp32 scales).
+
+`(a * scale_a) @ (b * scale_b) + bias`, accumulated in fp32 (int32 for int8), scaled, biased, saturated
+(fp8 outputs) and cast once, in the kernels' one epilogue (kernels/common.epilogue). As the other ops, a
+call looks its signature up in the one plan cache (call.path) and checks its arguments only on a miss;
+run_scaled (call.run) launches the plan, or torch's own kernels (backend "torch").
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .. import caches
+from ..config import GemmConfig, vendor_scaled_refusal
+from ..device import tensor_device_info
+from ..launch.gemm import prepare_launch
+from ..problem import Problem
+from ..selection import dispatch
+from ..validate import check_options
+from .path import ScaledPlan, _layout, lookup, plans, signature
+from .run import run_scaled, scale_vector
+
+QUANT_TORCH: dict[torch.dtype, str] = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2",
+                                       torch.int8: "int8"}
+OUT_TORCH: dict[torch.dtype, str] = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32",
+                                     torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
+_BIAS_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+# (A's scale is a vector, B's is) -> Problem.scales
+_SCALE_MODES = {(False, False): "tensor", (True, True): "row", (True, False): "row_a", (False, True): "row_b"}
+
+
+def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, *,
+              bias: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
+              use_fast_accum: bool = False, out: torch.Tensor | None = None, backend: str | None = None,
+              config: GemmConfig | None = None) -> torch.Tensor:
+    """As torch._scaled_mm: (a * scale_a) @ (b * scale_b) + bias, one cast to out_dtype.
+
+    a (M, K) and b (K, N): float8_e4m3fn / float8_e5m2 (any mix) or both int8, any layout. scale_a:
+    float32 of shape () or (1, 1) (one value) or (M, 1) (one per row of a); scale_b: () or (1, 1), or
+    (1, N) (one per column of b). bias: None or (N,) in bf16, fp16 or fp32. out_dtype: bf16, fp16,
+    fp32, float8_e4m3fn or float8_e5m2 (saturated: a finite result never becomes inf or NaN); default a's
+    dtype for fp8 operands (torch's), bf16 for int8. use_fast_accum: fp8 accumulation left to the tensor
+    cores (faster, less accurate; False promotes to fp32 as cuBLAS does). backend, config: as matmul's.
+    No derivative (as torch._scaled_mm): the result of operands that need grad raises on backward.
+    """
+    key = None  # (an option of the wrong type: planned every time, the checks raise)
+    if (out_dtype is None or type(out_dtype) is torch.dtype) and type(use_fast_accum) is bool:
+        op = ("scaled_mm", out_dtype, use_fast_accum, _facts(scale_a), _facts(scale_b))
+        key = signature(op, None, backend, config, a, b, bias, out, autograd=False)
+    plan = lookup(key, a, b, bias, out) or _plan(key, a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum,
+                                                 out, backend, config)
+    if torch.is_grad_enabled() and _needs_grad(a, b, scale_a, scale_b, bias):
+        if out is not None:
+            raise RuntimeError("scaled_mm(): functions with out=... arguments don't support automatic "
+                               "differentiation, but one of the arguments requires grad")
+        return _NoDerivative.apply(plan, a, b, scale_a, scale_b, bias)
+    return run_scaled(plan, a, b, scale_a, scale_b, bias, out)
+
+
+def _facts(t: object) -> tuple:
+    """What a scale adds to the call's signature (the kernels read its values); a non-tensor's type
+    alone (no plan is stored for it: the checks raise)."""
+    if isinstance(t, torch.Tensor):
+        return type(t), t.shape, t.stride(), t.dtype, t.device
+    return (type(t),)
+
+
+def _needs_grad(*tensors: torch.Tensor | None) -> bool:
+    return any(t is not None and t.requires_grad for t in tensors)
+
+
+class _NoDerivative(torch.autograd.Function):
+    """The result of operands that need grad, as torch's op without a derivative formula gives it: it
+    requires grad, and its backward raises (instead of gradients silently missing)."""
+
+    @staticmethod
+    def forward(ctx, plan, a, b, scale_a, scale_b, bias):  # noqa: ANN001, ANN205 (autograd's API)
+        return run_scaled(plan, a, b, scale_a, scale_b, bias, None)
+
+    @staticmethod
+    def backward(ctx, grad):  # noqa: ANN001, ANN205
+        raise RuntimeError("derivative for tritonblas.scaled_mm is not implemented (as for aten::_scaled_mm)")
+
+
+# --- the checks and the plan of a new signature ---------------------------------------------------------
+
+def _plan(key, a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum, out, backend, config) -> ScaledPlan:  # noqa: ANN001
+    """Every check (each names its argument; nothing is written before they pass), then the plan."""
+    m, k, n = _check_operands(a, b)
+    vec_a = _check_scale("scale_a", scale_a, a, (m, 1))
+    vec_b = _check_scale("scale_b", scale_b, a, (1, n))
+    if bias is not None:
+        _check_bias(bias, a, n)
+    out_name = _check_out_dtype(out_dtype, out, a)
+    if out is not None:
+        _check_out_tensor(out, m, n, a, b, scale_a, scale_b, bias)
+    if type(use_fast_accum) is not bool:
+        raise TypeError(f"use_fast_accum must be True or False, got {use_fast_accum!r}")
+    check_options(None, config, backend)
+    b_name = QUANT_TORCH[b.dtype]
+    problem = Problem(m, n, k, QUANT_TORCH[a.dtype], _layout(a, b), "none" if bias is None else "row",
+                      out_name, None if b.dtype == a.dtype else b_name, _SCALE_MODES[vec_a, vec_b])
+    if backend == "torch" or (config is not None and config.is_vendor):
+        refusal = vendor_scaled_refusal(problem)
+        if refusal is not None:  # (as torch._scaled_mm would raise: before anything is written)
+            raise ValueError(f"backend 'torch' cannot run {problem.short()}: {refusal}")
+    return _prepare(key, problem, a, b, scale_a, scale_b, bias, out, use_fast_accum, backend, config)
+
+
+def _prepare(key, problem: Problem, a, b, scale_a, scale_b, bias, out, use_fast_accum: bool, backend,  # noqa: ANN001
+             config: GemmConfig | None) -> ScaledPlan:
+    read_at = caches.generation()  # before anything is selected
+    device = tensor_device_info(a)  # raises for tensors no kernel can take
+    user_config = config is not None
+    if user_config:
+        dispatch.check_user_config(config, problem, device)
+    elif problem.m and problem.n:
+        config = dispatch.select_config(problem, device, None, backend)
+    plan = ScaledPlan(problem.m, problem.n, problem.k, problem, device, config, (None, backend), user_config,
+                      False, (0, 0, 0, 0), has_bias=bias is not None, precision="tf32",
+                      out_dtype=OUT_DTYPES[problem.out], fast_acc=use_fast_accum)
+    if out is not None:
+        plan.spans = _spans(out, a, b, bias)
+    if config is not None and config.backend != "torch":
+        c = out if out is not None else \
+            torch.empty((problem.m, problem.n), dtype=plan.out_dtype, device="meta")  # strides only
+        bias2d = None if bias is None else torch.broadcast_to(bias, (problem.m, problem.n))
+        plan.launch = prepare_launch(a, b, c, bias2d, config, device.sm_count, plan.precision,
+                                     (scale_vector(scale_a), scale_vector(scale_b)), use_fast_accum)
+    if key is not None:
+        caches.store(read_at, plans, key, plan)
+    return plan
+
+
+OUT_DTYPES: dict[str, torch.dtype] = {name: dtype for dtype, name in OUT_TORCH.items()}
+
+
+def _spans(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None) -> tuple:
+    from ..validate import span_bytes
+
+    return span_bytes(out), span_bytes(a), span_bytes(b), 0 if bias is None else span_bytes(bias)
+
+
+def _check_tensor(name: str, t: object) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.layout != torch.strided or t.is_nested:
+        raise TypeError(f"{name} must be a dense (strided) tensor")
+    return t
+
+
+def _check_operands(a: object, b: object) -> tuple[int, int, int]:
+    for name, t in (("a", a), ("b", b)):
+        _check_tensor(name, t)
+        if t.dim() != 2:
+            raise ValueError(f"{name} must be 2-D, got shape {tuple(t.shape)}")
+        if t.dtype not in QUANT_TORCH:
+            raise TypeError(f"{name} has dtype {t.dtype}; scaled_mm takes float8_e4m3fn, float8_e5m2 or int8")
+    if (a.dtype == torch.int8) != (b.dtype == torch.int8):
+        raise TypeError(f"b has dtype {b.dtype} but a has {a.dtype}: int8 multiplies int8 only, fp8 any fp8")
+    if b.device != a.device:
+        raise ValueError(f"b is on {b.device} but a is on {a.device}; they must match")
+    if a.shape[1] != b.shape[0]:
+        raise ValueError(f"inner dimensions differ: a is {tuple(a.shape)} and b is {tuple(b.shape)}")
+    return a.shape[0], a.shape[1], b.shape[1]
+
+
+def _check_scale(name: str, scale: object, a: torch.Tensor, vector: tuple[int, int]) -> bool:
+    """A scale's checks; whether it is a vector (one value per row of a / column of b)."""
+    _check_tensor(name, scale)
+    if scale.dtype != torch.float32:
+        raise TypeError(f"{name} must be float32, got {scale.dtype}")
+    if scale.device != a.device:
+        raise ValueError(f"{name} is on {scale.device} but a is on {a.device}; they must match")
+    if scale.shape in ((), (1, 1)):
+        return False
+    if tuple(scale.shape) == vector:
+        return True
+    raise ValueError(f"{name} must have shape (), (1, 1) or {vector}, got {tuple(scale.shape)}")
+
+
+def _check_bias(bias: object, a: torch.Tensor, n: int) -> None:
+    _check_tensor("bias", bias)
+    if bias.dtype not in _BIAS_DTYPES:
+        raise TypeError(f"bias must be bfloat16, float16 or float32, got {bias.dtype}")
+    if tuple(bias.shape) != (n,):
+        raise ValueError(f"bias must have shape ({n},), got {tuple(bias.shape)}")
+    if bias.device != a.device:
+        raise ValueError(f"bias is on {bias.device} but a is on {a.device}; they must match")
+
+
+def _check_out_dtype(out_dtype: object, out: object, a: torch.Tensor) -> str:
+    """The output dtype's name, from out_dtype, else out's dtype, else the default (a's for fp8, bf16 for
+    int8); out= checked against it."""
+    if out_dtype is not None and not isinstance(out_dtype, torch.dtype):
+        raise TypeError(f"out_dtype must be a torch.dtype, got {type(out_dtype).__name__}")
+    if out is not None:
+        _check_tensor("out", out)
+        if out_dtype is not None and out.dtype != out_dtype:
+            raise TypeError(f"out has dtype {out.dtype} but out_dtype is {out_dtype}; they must match")
+        out_dtype = out.dtype
+    if out_dtype is None:
+        out_dtype = torch.bfloat16 if a.dtype == torch.int8 else a.dtype
+    if out_dtype not in OUT_TORCH:
+        raise (TypeError if out is not None else ValueError)(
+            f"{'out' if out is not None else 'out_dtype'} must be bfloat16, float16, float32, float8_e4m3fn "
+            f"or float8_e5m2, got {out_dtype}")
+    return OUT_TORCH[out_dtype]
+
+
+def _check_out_tensor(out: torch.Tensor, m: int, n: int, a: torch.Tensor,
+                      *inputs: torch.Tensor | None) -> None:
+    """out's shape and device, and no byte of it shared with itself or an input (b, scales, bias)."""
+    from ..validate import _check_disjoint, _has_internal_overlap
+
+    if tuple(out.shape) != (m, n):
+        raise ValueError(f"out must have shape ({m}, {n}), got {tuple(out.shape)}")
+    if out.device != a.device:
+        raise ValueError(f"out is on {out.device} but a is on {a.device}; they must match")
+    if not out.is_contiguous() and _has_internal_overlap(out):
+        raise ValueError("out has internal overlap (an expanded view): each element must be distinct")
+    if out.numel() == 0:
+        return
+    storage = out.untyped_storage().data_ptr()
+    for name, t in zip(("a", "b", "scale_a", "scale_b", "bias"), (a, *inputs), strict=True):
+        if t is not None and t.untyped_storage().data_ptr() == storage:
+            _check_disjoint(out, name, t)
