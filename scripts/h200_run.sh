@@ -14,9 +14,12 @@
 #     graph     kernel time in CUDA-graph replay vs torch and the roofline (scripts/graph_probe.py):
 #               small, skinny (operands rotated past L2), misaligned
 #     warmup    first call in a fresh process, cold vs after `tritonblas warmup` (scripts/warmup_check.py)
+#     fp8       the scaled_mm GPU tests, then scripts/classes/fp8.yaml tuned (torch._scaled_mm a candidate;
+#               -> $OUT/fp8_sm_90.json) and benched against torch._scaled_mm through dispatch and the
+#               kernels alone (BUDGET, TUNE_TIMEOUT)
 # Then here: copy sm_90.json to configs/, `tritonblas db check --shapes scripts/shapes.yaml --file
 # configs/sm_90.json`, commit, and update docs/benchmarks/h200.md from the JSON files.
-MODES="check|tune-all|classes|verify|mlp|graph|warmup"
+MODES="check|tune-all|classes|verify|mlp|graph|warmup|fp8"
 usage() { sed -n '2,/^MODES=/s/^# \{0,1\}//p' "$0"; echo "usage: bash scripts/h200_run.sh $MODES"; }
 # The mode first: a typo fails here, before any install.
 case "${1:-}" in -h|--help) usage; exit 0 ;; esac
@@ -99,6 +102,19 @@ case "${1:-}" in
         --rotate-mb "$rotate" --backend "${BACKEND:-triton}" --json "$OUT/graph-$f.json" 2>&1 \
         | grep -v Warning | tee "/tmp/graph-$f.txt"
       { echo "== graph-$f"; cat "/tmp/graph-$f.txt"; } >> "$OUT/tables.txt"
+    done ;;
+  fp8)  # issue 36: correctness first, then one tuning run of the fp8 class and its two benches
+    TRITONBLAS_TEST_GPU=1 timeout 240 python3 -m pytest -p no:cacheprovider -n 8 tests/test_gpu_scaled.py \
+      > "$OUT/gpu_scaled.txt" 2>&1; tail -4 "$OUT/gpu_scaled.txt"
+    empty_db /tmp/fp8.sqlite
+    timeout "${TUNE_TIMEOUT:-240}" python3 -m tritonblas tune --shapes scripts/classes/fp8.yaml --db /tmp/fp8.sqlite \
+      --budget-s "${BUDGET:-8}" --devices "$FIRST" > "$OUT/fp8_tune.txt" 2>&1; tail -3 "$OUT/fp8_tune.txt"
+    python3 -m tritonblas db export --db /tmp/fp8.sqlite --arch "${ARCH:-sm_90}" -o "$OUT/fp8_sm_90.json"
+    for backend in dispatch triton; do
+      CUDA_VISIBLE_DEVICES=$FIRST timeout 150 python3 -m tritonblas bench --shapes scripts/classes/fp8.yaml \
+        --db /tmp/fp8.sqlite $([ "$backend" = triton ] && echo --backend triton) --json "$OUT/fp8_$backend.json" \
+        > "/tmp/fp8_$backend.txt" 2>&1
+      { echo "== fp8 $backend"; cat "/tmp/fp8_$backend.txt"; } >> "$OUT/tables.txt"; tail -2 "/tmp/fp8_$backend.txt"
     done ;;
   warmup)  # issue 18: the first call of a shape in a fresh process, cold and after tritonblas.warmup;
     # bytecode compiled first, as `pip install` does (the wheels above are unpacked with --no-compile)

@@ -225,12 +225,12 @@ def capture(tree: str, file: str, winners_only: bool) -> dict:
     entries: dict[str, list] = {}
     for entry in data["entries"]:
         for key, config in _runs(entry, winners_only):
+            if key in entries:  # the same problem and config in rows of two triton versions: one launch
+                continue
             recorder.launches = []
             _call(entry, GemmConfig.model_validate(config))
             if not recorder.launches:
                 raise RuntimeError(f"{key}: the call launched no kernel")
-            if key in entries:
-                raise ValueError(f"{file}: {key} twice")
             _check_operands(key, entry, recorder.launches)
             entries[key] = recorder.launches
     if not used[0]:

@@ -229,7 +229,7 @@ def test_h200_run_refuses_an_unknown_mode_before_doing_anything(args):
 def test_h200_run_help_describes_every_mode_and_each_has_a_branch():
     proc = _bash("--help")
     assert proc.returncode == 0, _output(proc)
-    branches = re.findall(r"^  ([a-z-]+)\)", H200_RUN.read_text(), re.MULTILINE)
+    branches = re.findall(r"^  ([a-z0-9-]+)\)", H200_RUN.read_text(), re.MULTILINE)
     assert sorted(branches) == sorted(_modes())
     for mode in _modes():
         assert re.search(rf"^\s+{mode}\s", proc.stdout, re.MULTILINE), f"--help does not describe {mode}"
@@ -238,7 +238,7 @@ def test_h200_run_help_describes_every_mode_and_each_has_a_branch():
 def test_the_docs_name_only_modes_h200_run_has():
     # A mode of an older commit is named with it: "`bash scripts/h200_run.sh sk` of f8b1b77".
     text = _docs_text() + H200_RUN.read_text()
-    named = set(re.findall(r"h200_run\.sh ([a-z][a-z-]*)\b(?!`? of [0-9a-f]{7})", text))
+    named = set(re.findall(r"h200_run\.sh ([a-z][a-z0-9-]*)\b(?!`? of [0-9a-f]{7})", text))
     assert named, "the docs say how to run h200_run.sh"
     assert named <= set(_modes()), named - set(_modes())
 

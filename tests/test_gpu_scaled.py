@@ -1,0 +1,115 @@
+"""GPU suite of `tritonblas.scaled_mm` (fp8 and int8 with tensor-wise and row-wise scales): every kernel
+path at real sizes against an fp64 reference of the dequantized operands, within twice torch's own
+error (the tuner's own inputs and allowance: tuning.scaled).
+
+    TRITONBLAS_TEST_GPU=1 python -m pytest tests/test_gpu_scaled.py
+"""
+
+import pytest
+import torch
+from helpers.shapes import config_for_path
+
+import tritonblas
+from tritonblas.config import GemmConfig, config_supports
+from tritonblas.device import interpreter_enabled, tensor_device_info
+from tritonblas.problem import Problem
+from tritonblas.tuning import scaled
+from tritonblas.tuning.benchmark import _UNIT, rel_error
+
+GPU = torch.cuda.is_available() and not interpreter_enabled()
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not GPU, reason="needs a CUDA GPU and TRITONBLAS_TEST_GPU=1"),
+              pytest.mark.filterwarnings("error:.*could not be compiled:RuntimeWarning")]
+
+# (m, n, k, a, b, scales, layout, bias, out): fp8.yaml's kinds at sizes a test can afford, the ragged
+# ones torch._scaled_mm refuses, every layout, mixed fp8 and int8.
+PROBLEMS = [
+    (1024, 1024, 1024, "e4m3", "e4m3", "row", "nt", "none", "bf16"),
+    (1024, 2048, 512, "e4m3", "e4m3", "tensor", "nt", "row", "bf16"),
+    (256, 768, 1024, "e5m2", "e4m3", "row_a", "nn", "row", "fp16"),
+    (255, 1000, 1001, "e4m3", "e4m3", "row", "nt", "row", "bf16"),
+    (129, 257, 96, "e4m3", "e5m2", "row_b", "tn", "none", "fp32"),
+    (512, 512, 512, "e4m3", "e4m3", "tensor", "tt", "none", "e4m3"),
+    (16, 6144, 4096, "e4m3", "e4m3", "row", "nt", "none", "bf16"),
+    (1024, 1024, 1024, "int8", "int8", "row", "nt", "row", "bf16"),
+    (300, 200, 1000, "int8", "int8", "tensor", "nn", "none", "fp32"),
+]
+PATHS = ("heuristic", "persistent", "persistent_tma", "sk_shared", "sk_mixed", "sk_reduce")
+
+
+def _problem(case) -> Problem:
+    m, n, k, a, b, scales, layout, bias, out = case
+    return Problem(m, n, k, a, layout, bias, out, b_dtype=None if b == a else b, scales=scales)
+
+
+def _config(path: str, p: Problem):
+    if path == "sk_reduce":
+        cfg = config_for_path("sk_mixed", p.m, p.n, p.k, gpu=True)
+        return cfg.model_copy(update={"reduce_kernel": True})
+    return config_for_path(path, p.m, p.n, p.k, gpu=True)
+
+
+class _Inputs:
+    """The tuner's inputs of a problem (tuning.scaled.make) and its allowance: twice the error of the
+    one-cast fp32 result plus one unit roundoff of the output dtype."""
+
+    def __init__(self, p: Problem):
+        self.ops = scaled.make(p, torch.device("cuda"), torch.Generator(device="cuda").manual_seed(0))
+        self.ref_norm = self.ops.ref.norm().item()
+        unit = scaled.UNIT.get(p.out) or _UNIT[p.out]
+        self.tolerance = 2 * self.error(self.ops.one_cast) + unit
+        self.info = tensor_device_info(self.ops.a)
+
+    def error(self, got: torch.Tensor) -> float:
+        return rel_error(got, self.ops.ref, self.ref_norm)
+
+    def call(self, **kwargs) -> torch.Tensor:
+        o = self.ops
+        return tritonblas.scaled_mm(o.a, o.b, o.scale_a, o.scale_b, bias=o.bias, out_dtype=o.out_dtype,
+                                    **kwargs)
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("case", PROBLEMS, ids=lambda c: "x".join(map(str, c[:3])) + "-" + "-".join(c[3:]))
+def test_gpu_scaled_mm_every_path(case, path):
+    p = _problem(case)
+    inp = _Inputs(p)
+    try:
+        config = _config(path, p)
+    except LookupError:
+        pytest.skip(f"no config realizes {path} at {p.short()}")
+    if config is not None and config_supports(config, p, inp.info) is not None:
+        pytest.skip(f"{config.short()}: {config_supports(config, p, inp.info)}")
+    out = inp.call(config=config)
+    err = inp.error(out)
+    assert err <= inp.tolerance, f"{p.short()} {path}: rel. error {err:.3g} > {inp.tolerance:.3g}"
+    assert torch.isfinite(out.float()).all()
+
+
+@pytest.mark.parametrize("case", [c for c in PROBLEMS if c[3] != "int8"][:4],
+                         ids=lambda c: "x".join(map(str, c[:3])))
+def test_gpu_scaled_mm_torch_backend_where_torch_takes_it(case):
+    p = _problem(case)
+    inp = _Inputs(p)
+    if config_supports(GemmConfig.vendor(), p, inp.info) is not None:
+        with pytest.raises(ValueError):
+            inp.call(backend="torch")
+        return
+    assert inp.error(inp.call(backend="torch")) <= inp.tolerance
+
+
+@pytest.mark.parametrize("out_dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
+@pytest.mark.parametrize("path", ["heuristic", "sk_mixed"])
+def test_gpu_fp8_output_saturates(out_dtype, path):
+    """Products past the output's range come out at its largest finite value, never inf or NaN."""
+    a = torch.full((256, 512), 448.0, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.full((256, 512), 448.0, device="cuda").to(torch.float8_e4m3fn).t()
+    one = torch.ones((), device="cuda")
+    config = config_for_path(path, 256, 256, 512, gpu=True)
+    got = tritonblas.scaled_mm(a, b, one, -one, out_dtype=out_dtype, config=config)
+    assert torch.equal(got.float(), torch.full_like(got.float(), -torch.finfo(out_dtype).max))
+
+
+def test_gpu_fast_accumulation_stays_close():
+    inp = _Inputs(_problem(PROBLEMS[0]))
+    assert inp.error(inp.call(use_fast_accum=True)) <= 2 * inp.tolerance
