@@ -103,19 +103,20 @@ case "${1:-}" in
         | grep -v Warning | tee "/tmp/graph-$f.txt"
       { echo "== graph-$f"; cat "/tmp/graph-$f.txt"; } >> "$OUT/tables.txt"
     done ;;
-  fp8)  # issue 36: correctness first, then one tuning run of the fp8 class and its two benches
-    TRITONBLAS_TEST_GPU=1 timeout 240 python3 -m pytest -p no:cacheprovider -n 8 tests/test_gpu_scaled.py \
-      > "$OUT/gpu_scaled.txt" 2>&1; tail -4 "$OUT/gpu_scaled.txt"
+  fp8)  # issue 36: one tuning run of the fp8 class (every candidate checked against fp64 first), its two
+    # benches, then the scaled_mm GPU tests
     empty_db /tmp/fp8.sqlite
     timeout "${TUNE_TIMEOUT:-240}" python3 -m tritonblas tune --shapes scripts/classes/fp8.yaml --db /tmp/fp8.sqlite \
       --budget-s "${BUDGET:-8}" --devices "$FIRST" > "$OUT/fp8_tune.txt" 2>&1; tail -3 "$OUT/fp8_tune.txt"
     python3 -m tritonblas db export --db /tmp/fp8.sqlite --arch "${ARCH:-sm_90}" -o "$OUT/fp8_sm_90.json"
     for backend in dispatch triton; do
-      CUDA_VISIBLE_DEVICES=$FIRST timeout 150 python3 -m tritonblas bench --shapes scripts/classes/fp8.yaml \
-        --db /tmp/fp8.sqlite $([ "$backend" = triton ] && echo --backend triton) --json "$OUT/fp8_$backend.json" \
-        > "/tmp/fp8_$backend.txt" 2>&1
+      CUDA_VISIBLE_DEVICES=$FIRST timeout "${BENCH_TIMEOUT:-150}" python3 -m tritonblas bench \
+        --shapes scripts/classes/fp8.yaml --db /tmp/fp8.sqlite $([ "$backend" = triton ] && echo --backend triton) \
+        --json "$OUT/fp8_$backend.json" > "/tmp/fp8_$backend.txt" 2>&1
       { echo "== fp8 $backend"; cat "/tmp/fp8_$backend.txt"; } >> "$OUT/tables.txt"; tail -2 "/tmp/fp8_$backend.txt"
-    done ;;
+    done
+    TRITONBLAS_TEST_GPU=1 timeout "${TEST_TIMEOUT:-240}" python3 -m pytest -p no:cacheprovider -n 8 \
+      tests/test_gpu_scaled.py > "$OUT/gpu_scaled.txt" 2>&1; tail -4 "$OUT/gpu_scaled.txt" ;;
   warmup)  # issue 18: the first call of a shape in a fresh process, cold and after tritonblas.warmup;
     # bytecode compiled first, as `pip install` does (the wheels above are unpacked with --no-compile)
     # (and triton's: the device image has no .pyc for it, 44 modules compiled from source in every

@@ -176,3 +176,25 @@ def test_warmup_runs_quantized_problems_through_scaled_mm(tmp_path, with_op, mon
         torch.float8_e4m3fn, torch.float8_e4m3fn, (32, 1), (1, 48))
     # Layout nt: B column-major (its K axis contiguous), as torch._scaled_mm takes it.
     assert (kw["out_dtype"], tuple(kw["bias"].shape), b.stride()) == (torch.bfloat16, (48,), (1, 64))
+
+
+@interpreter_only
+def test_where_torch_refuses_the_problem_it_is_timed_against_bf16_torch_mm(monkeypatch):
+    """On CUDA torch._scaled_mm refuses K or N not a multiple of 16: the comparison is then bf16 torch.mm
+    of the same shapes and layouts (the CPU's torch takes every size, so the refusal is simulated)."""
+    from tritonblas.tuning import scaled
+
+    def refusing(ops, out):
+        def call():
+            raise RuntimeError("Expected trailing dimension of mat1 to be divisible by 16")
+        return call
+
+    monkeypatch.setattr(scaled, "vendor_call", refusing)
+    mms = []
+    real_mm = torch.mm
+    monkeypatch.setattr(torch, "mm", lambda a, b, **kw: mms.append((a.dtype, b.dtype, b.stride()))
+                        or real_mm(a, b, **kw))
+    problem = load_problems(QUANT)[0]
+    bench = GpuBenchmark()
+    assert bench.baseline(problem, INTERPRETER_DEVICE) > 0
+    assert mms and mms[-1] == (torch.bfloat16, torch.bfloat16, (1, problem.k))

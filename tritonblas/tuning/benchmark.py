@@ -164,8 +164,9 @@ class GpuBenchmark(Benchmark):
 
     @staticmethod
     def _torch_call(inp: _Inputs, out: torch.Tensor):
-        """torch's call of the problem (torch.mm / addmm, or scaled.vendor_call); None where torch refuses
-        a quantized problem (found by one call, remembered with the inputs)."""
+        """torch's call of the problem (torch.mm / addmm, or scaled.vendor_call); where torch refuses a
+        quantized problem (found by one call, remembered with the inputs), bf16 torch.mm of its shapes:
+        what a user runs where torch has no fp8 GEMM for them (scaled.bf16_call)."""
         if inp.scaled is None:
             return GpuBenchmark._plain_torch_call(inp.a, inp.b, inp.bias, out)
         fn = scaled.vendor_call(inp.scaled, out)
@@ -175,7 +176,7 @@ class GpuBenchmark(Benchmark):
                 inp.vendor_ok = True
             except (RuntimeError, ValueError, TypeError):
                 inp.vendor_ok = False
-        return fn if inp.vendor_ok else None
+        return fn if inp.vendor_ok else scaled.bf16_call(inp.scaled)
 
     @staticmethod
     def _call(config: GemmConfig | None, inp: _Inputs, out: torch.Tensor):
