@@ -149,8 +149,7 @@ class GpuBenchmark(Benchmark):
         scaled.require_op()  # before any candidate: each would fail alike
         ops = scaled.make(problem, dev, gen)
         ref_norm = ops.ref.norm().item()
-        unit = scaled.UNIT.get(problem.out) or _UNIT[problem.out]
-        tolerance = 2 * rel_error(ops.one_cast, ops.ref, ref_norm) + unit
+        tolerance = scaled.allowance(problem, ops, _UNIT.get(problem.out, 0.0))
         out = torch.empty(problem.m, problem.n, dtype=ops.out_dtype, device=dev)
         self._inputs = _Inputs(problem, ops.a, ops.b, ops.bias, out, ops.ref, ref_norm, tolerance,
                                self.backend, ops)
