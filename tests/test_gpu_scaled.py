@@ -112,3 +112,13 @@ def test_gpu_fp8_output_saturates(out_dtype, path):
 def test_gpu_fast_accumulation_stays_close():
     inp = _Inputs(_problem(PROBLEMS[0]))
     assert inp.error(inp.call(use_fast_accum=True)) <= 2 * inp.tolerance
+
+
+def test_gpu_transparent_mode_routes_torch_scaled_mm():
+    """torch._scaled_mm under tritonblas.enable(): dispatch's pick runs, the result within the allowance."""
+    p = _problem(PROBLEMS[6])  # 16x6144x4096 row-wise: a shape torch._scaled_mm takes
+    inp = _Inputs(p)
+    o = inp.ops
+    with tritonblas.enable():
+        got = torch._scaled_mm(o.a, o.b, o.scale_a, o.scale_b, bias=o.bias, out_dtype=o.out_dtype)
+    assert inp.error(got) <= inp.tolerance

@@ -231,3 +231,60 @@ def test_tritonblas_enabled_turns_it_on_at_import():
                TRITON_INTERPRET="1", TRITONBLAS_ENABLED="0")
     assert off.returncode == 0, off.stderr
     assert off.stdout.split() == ["False", "0"]
+
+
+# --- torch._scaled_mm (issue 36) ---------------------------------------------------------------------------
+def _fp8(rows, cols, seed, transposed=False):
+    t = _t(cols, rows, dtype=torch.float32, seed=seed) if transposed else _t(rows, cols, dtype=torch.float32,
+                                                                            seed=seed)
+    t = t.to(torch.float8_e4m3fn)
+    return t.t() if transposed else t
+
+
+@pytest.fixture
+def scaled_runs(monkeypatch):
+    """The scaled_mm plans transparent mode runs (spied before enable() binds call.run.run_scaled)."""
+    import tritonblas.call.run
+
+    ran = []
+    real = tritonblas.call.run.run_scaled
+
+    def spy(plan, *args):
+        ran.append(plan.problem)
+        return real(plan, *args)
+
+    monkeypatch.setattr(tritonblas.call.run, "run_scaled", spy)
+    return ran
+
+
+@pytest.mark.parametrize("pick", ["kernels", "torch"])
+@pytest.mark.parametrize("scales", ["tensor", "row"])
+def test_torch_scaled_mm_runs_through_dispatch(scales, pick, scaled_runs, request):
+    if pick == "torch":
+        request.getfixturevalue("torch_picked")
+    m, n, k = 24, 32, 48
+    a, b = _fp8(m, k, 0), _fp8(k, n, 1, transposed=True)  # torch._scaled_mm's layout: b column-major
+    shape_a, shape_b = ((), ()) if scales == "tensor" else ((m, 1), (1, n))
+    sa = torch.rand(shape_a, generator=torch.Generator().manual_seed(2)) + 0.5
+    sb = torch.rand(shape_b, generator=torch.Generator().manual_seed(3)) + 0.5
+    bias = _t(n, dtype=torch.bfloat16, seed=4)
+    theirs = torch._scaled_mm(a, b, sa, sb, bias=bias, out_dtype=torch.bfloat16)
+    with tritonblas.enable():
+        ours = torch._scaled_mm(a, b, sa, sb, bias=bias, out_dtype=torch.bfloat16)
+    ran_kernel = pick == "kernels"
+    assert [p.scales for p in scaled_runs] == ([scales] if ran_kernel else [])
+    torch.testing.assert_close(ours.float(), theirs.float(), rtol=1e-2, atol=1e-2)
+
+
+def test_scaled_mm_calls_it_does_not_take_stay_torchs(scaled_runs):
+    a, b = _fp8(16, 32, 0), _fp8(32, 16, 1, transposed=True)
+    one = torch.ones(())
+    scale_result = torch.ones(())  # a scale of the result: torch's alone
+    with tritonblas.enable():
+        got = torch._scaled_mm(a, b, one, one, scale_result=scale_result, out_dtype=torch.float8_e4m3fn)
+        with pytest.raises((RuntimeError, ValueError)) as theirs:  # a shape scaled_mm refuses: torch's error
+            torch._scaled_mm(a, b, torch.ones(3, 1), one, out_dtype=torch.bfloat16)
+    assert got.dtype == torch.float8_e4m3fn and not scaled_runs
+    with pytest.raises((RuntimeError, ValueError)) as direct:
+        torch._scaled_mm(a, b, torch.ones(3, 1), one, out_dtype=torch.bfloat16)
+    assert type(theirs.value) is type(direct.value) and str(theirs.value) == str(direct.value)

@@ -5,15 +5,17 @@
         model(x)                           # nn.Linear, F.linear, torch.mm, torch.addmm, a @ b
     TRITONBLAS_ENABLED=1 python train.py   # enabled when tritonblas is imported
 
-While enabled, aten::mm and aten::addmm on CUDA tensors (and, under TRITON_INTERPRET=1, CPU tensors) of
-float16, bfloat16 or float32 run through dispatch: the tuned config, the shipped one, a neighbour's or
-the heuristic's, or torch.mm where that is what dispatch selects. linear, nn.Linear and `@` on 2-D
-tensors reach them because torch decomposes linear and matmul into addmm / mm (an N-D input of linear
-or `@` with a 2-D right operand folds into one 2-D GEMM, as torch does). Everything else falls through
-to torch unchanged: other dtypes, mixed dtypes or devices, bmm/baddbmm (batched), CPU tensors without
-the interpreter.
+While enabled, aten::mm, aten::addmm and aten::_scaled_mm on CUDA tensors (and, under
+TRITON_INTERPRET=1, CPU tensors) of float16, bfloat16 or float32 (_scaled_mm: float8 with scales of one
+value or one per row/column, as tritonblas.scaled_mm takes them) run through dispatch: the tuned config,
+the shipped one, a neighbour's or the heuristic's, or torch's op where that is what dispatch selects.
+linear, nn.Linear and `@` on 2-D tensors reach them because torch decomposes linear and matmul into
+addmm / mm (an N-D input of linear or `@` with a 2-D right operand folds into one 2-D GEMM, as torch
+does). Everything else falls through to torch unchanged: other dtypes, mixed dtypes or devices,
+bmm/baddbmm (batched), CPU tensors without the interpreter.
 
-Mechanism: a `torch.library` registration of Python kernels for aten::mm and aten::addmm at the CUDA
+Mechanism: a `torch.library` registration of Python kernels for aten::mm and aten::addmm (and
+aten::_scaled_mm) at the CUDA
 dispatch key (CPU too under the interpreter), dropped again by `disable()`. These are the kernels torch
 runs below autograd, so
   - autograd keeps torch's own derivative formulas, and the mm calls of the backward come here too;
@@ -104,8 +106,11 @@ def _register() -> None:
             mm, addmm = _kernels(_torch_kernel("aten::mm", key), _torch_kernel("aten::addmm", key))
             lib.impl("mm", mm, key, with_keyset=True)
             lib.impl("addmm", addmm, key, with_keyset=True)
+            own = _torch_kernel("aten::_scaled_mm", key)
+            if own is not None:  # (torch before 2.9: no get_kernel, so _scaled_mm is left alone)
+                lib.impl("_scaled_mm", _scaled_kernel(own), key, with_keyset=True)
     _library = lib
-    log.get().info("transparent mode on: torch's mm, addmm and linear on %s go through dispatch",
+    log.get().info("transparent mode on: torch's mm, addmm, linear and _scaled_mm on %s go through dispatch",
                    "CUDA and (interpreter) CPU tensors" if interpreter_enabled() else "CUDA tensors")
 
 
@@ -223,3 +228,37 @@ def _left_to_torch(op: str, a, b, bias=None) -> None:
         log.logger.debug("transparent mode leaves %s of %s %s (%s) and %s %s (%s)%s to torch", op, a.dtype,
                         tuple(a.shape), a.device, b.dtype, tuple(b.shape), b.device,
                         "" if bias is None else f" with input {bias.dtype} {tuple(bias.shape)}")
+
+
+# --- torch._scaled_mm -------------------------------------------------------------------------------------
+_QUANT = (torch.float8_e4m3fn, torch.float8_e5m2)  # what torch._scaled_mm takes (int8 is torch._int_mm's)
+
+
+def _scaled_kernel(torch_scaled):
+    """Our aten::_scaled_mm kernel over torch's own: fp8 operands with float32 scales of a mode scaled_mm
+    has (one value, or one per row of a / column of b) and no scale_result run through dispatch (the
+    public op's plan: a kernel, or torch's own kernel where dispatch picks torch); anything else, and
+    anything scaled_mm's checks refuse, goes to torch's kernel, which accepts it or raises its own error."""
+    from .call.run import run_scaled
+    from .call.scaled import plan_scaled
+
+    def own(keyset, *args, **kwargs):
+        return torch_scaled.call_boxed(keyset, *args, **kwargs)
+
+    def scaled_mm(keyset, a, b, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None,
+                  use_fast_accum=False):
+        args = (a, b, scale_a, scale_b)
+        kwargs = {"bias": bias, "scale_result": scale_result, "out_dtype": out_dtype,
+                  "use_fast_accum": use_fast_accum}
+        if scale_result is None and a.dtype in _QUANT and b.dtype in _QUANT and a.dim() == b.dim() == 2:
+            try:
+                plan = plan_scaled(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum)
+            except (TypeError, ValueError, RuntimeError):  # torch's kernel has the last word on validity
+                plan = None
+            if plan is not None and not torch_runs(plan):
+                return run_scaled(plan, a, b, scale_a, scale_b, bias, None)
+        elif _debug():
+            _left_to_torch("_scaled_mm", a, b, bias)
+        return own(keyset, *args, **kwargs)
+
+    return scaled_mm

@@ -43,18 +43,27 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
     cores (faster, less accurate; False promotes to fp32 as cuBLAS does). backend, config: as matmul's.
     No derivative (as torch._scaled_mm): the result of operands that need grad raises on backward.
     """
-    key = None  # (an option of the wrong type: planned every time, the checks raise)
-    if (out_dtype is None or type(out_dtype) is torch.dtype) and type(use_fast_accum) is bool:
-        op = ("scaled_mm", out_dtype, use_fast_accum, _facts(scale_a), _facts(scale_b))
-        key = signature(op, None, backend, config, a, b, bias, out, autograd=False)
-    plan = lookup(key, a, b, bias, out) or _plan(key, a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum,
-                                                 out, backend, config)
+    plan = plan_scaled(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum, out, backend, config)
     if torch.is_grad_enabled() and _needs_grad(a, b, scale_a, scale_b, bias):
         if out is not None:
             raise RuntimeError("scaled_mm(): functions with out=... arguments don't support automatic "
                                "differentiation, but one of the arguments requires grad")
         return _NoDerivative.apply(plan, a, b, scale_a, scale_b, bias)
     return run_scaled(plan, a, b, scale_a, scale_b, bias, out)
+
+
+def plan_scaled(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+                bias: torch.Tensor | None, out_dtype: torch.dtype | None, use_fast_accum: bool,
+                out: torch.Tensor | None = None, backend: str | None = None,
+                config: GemmConfig | None = None) -> ScaledPlan:
+    """The call's plan: found by its signature in the one plan cache, else checked and made (and stored).
+    scaled_mm runs it; transparent mode asks it whether torch's own kernel is what runs."""
+    key = None  # (an option of the wrong type: planned every time, the checks raise)
+    if (out_dtype is None or type(out_dtype) is torch.dtype) and type(use_fast_accum) is bool:
+        op = ("scaled_mm", out_dtype, use_fast_accum, _facts(scale_a), _facts(scale_b))
+        key = signature(op, None, backend, config, a, b, bias, out, autograd=False)
+    return lookup(key, a, b, bias, out) or _plan(key, a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum,
+                                                 out, backend, config)
 
 
 def _facts(t: object) -> tuple:
