@@ -174,3 +174,32 @@ def test_select_takes_torch_fp8_dtypes_and_scaled_mms_default_output():
     s = dispatch.select(64, 64, 64, torch.float8_e4m3fn, scales="row", b_dtype=torch.float8_e5m2, device=H200)
     assert s.problem == quant(64, 64, 64, b="e5m2", out="e4m3", layout="nn")
     assert dispatch.select(64, 64, 64, torch.int8, scales="row", device=H200).problem.out == "bf16"
+
+
+FP8_ROW = Problem(256, 256, 256, "e4m3", "nt", "none", "bf16", scales="row")
+INT8_ROW = Problem(256, 256, 256, "int8", "nt", "none", "bf16", scales="row")
+
+
+@pytest.mark.parametrize("arch, fp8_runs", [("sm_80", False), ("sm_86", False), ("gfx942", False),
+                                            ("sm_89", True), ("sm_90", True)])
+def test_fp8_needs_an_arch_with_fp8_tensor_cores_and_int8_runs_everywhere(arch, fp8_runs):
+    device = device_for_arch(arch)
+    kernel = GemmConfig(block_m=64, block_n=64, block_k=64)
+    for config in (kernel, GemmConfig.vendor()):
+        reason = config_supports(config, FP8_ROW, device)
+        assert (reason is None or "sm_89" not in reason) == fp8_runs, reason
+    assert config_supports(kernel, INT8_ROW, device) is None
+
+
+def test_scaled_mm_on_a_gpu_without_fp8_says_so(monkeypatch):
+    import torch
+
+    import tritonblas
+    from tritonblas.call import scaled
+
+    monkeypatch.setattr(scaled, "tensor_device_info", lambda t: device_for_arch("sm_80"))
+    a = torch.ones(16, 32).to(torch.float8_e4m3fn)
+    b = torch.ones(16, 32).to(torch.float8_e4m3fn).t()
+    one = torch.ones(())
+    with pytest.raises(RuntimeError, match="fp8 operands need an sm_89 or newer NVIDIA GPU.*sm_80"):
+        tritonblas.scaled_mm(a, b, one, one, out_dtype=torch.bfloat16)

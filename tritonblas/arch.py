@@ -63,3 +63,7 @@ def device_for_arch(arch: str, name: str = "", sm_count: int | None = None) -> D
 
 # Archs whose copy engine takes tensor descriptors (and the interpreter, which emulates them).
 TMA_ARCHS = ("sm_90", "sm_100", "sm_120", "interpreter")
+# Archs whose tensor cores take e4m3fn / e5m2 operands, in triton's dot and in torch._scaled_mm: Ada and
+# Hopper on (triton refuses fp8e4nv below sm_89; the AMD archs here have the fnuz variants instead), and
+# the interpreter. int8 runs everywhere.
+FP8_ARCHS = ("sm_89", "sm_90", "sm_100", "sm_120", "interpreter")

@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
 
-from .arch import TMA_ARCHS, DeviceInfo
+from .arch import FP8_ARCHS, TMA_ARCHS, DeviceInfo
 from .binding import bind_tuning_db
 from .problem import DTYPE_BYTES, Problem, operands_aligned
 from .smem import smem_bytes
@@ -145,6 +145,8 @@ def config_supports(config: GemmConfig, problem: Problem, device: DeviceInfo) ->
     """None when `config` can run `problem` on `device`; otherwise the reason it cannot."""
     if problem.m < 0 or problem.n < 0 or problem.k < 0:
         return f"negative problem size {problem.m}x{problem.n}x{problem.k}"
+    if problem.quantized and "int8" not in (problem.dtype, problem.b) and device.arch not in FP8_ARCHS:
+        return f"fp8 operands need an sm_89 or newer NVIDIA GPU, device is {device.arch}"
     if config.backend == "torch":
         # torch.mm / torch.addmm take every problem the public ops accept; scaled_mm's vendor does not.
         return vendor_scaled_refusal(problem) if problem.quantized else None
