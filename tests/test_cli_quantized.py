@@ -137,10 +137,11 @@ def scaled_mm_op(request, monkeypatch):
 def test_tune_and_bench_time_quantized_problems_through_scaled_mm(tmp_path, scaled_mm_op):
     db = tmp_path / "tune.sqlite"
     out = run(tmp_path, "tune", "--shapes", QUANT, "--db", db, "--budget-s", "0.2")
-    assert "done: 2 tuned" in out
+    assert "done: 2 tuned" in out and "vs torch " in out  # the table's column: torch's op of each
     with TuningDB(str(db)) as opened:
         assert {Problem.from_key(w.key) for w in opened.winners()} == set(load_problems(QUANT))
-    run(tmp_path, "bench", "--shapes", QUANT, "--db", db, "--json", tmp_path / "bench.json")
+    out = run(tmp_path, "bench", "--shapes", QUANT, "--db", db, "--json", tmp_path / "bench.json")
+    assert "tritonblas vs torch on" in out and "geomean speedup over torch:" in out  # not torch.mm
     rows = json.loads((tmp_path / "bench.json").read_text())["rows"]
     assert [(r["dtype"], r["scales"], r["status"], r["source"]) for r in rows] == [
         ("e4m3", "row", "ok", "db"), ("int8", "tensor", "ok", "db")]

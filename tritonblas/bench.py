@@ -190,3 +190,9 @@ def write_plot(path: Path, rows: list[BenchRow], title: str) -> None:
         ax.text(0.5, 0.5, "no problem ran correctly on both sides", ha="center", transform=ax.transAxes)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
+
+
+def torch_side(problems: list[Problem]) -> str:
+    """What a run of `problems` is compared with, for titles and captions: torch.mm, or with quantized
+    problems among them torch's op of each (torch._scaled_mm, bf16 torch.mm where torch refuses one)."""
+    return "torch" if any(p.quantized for p in problems) else "torch.mm"

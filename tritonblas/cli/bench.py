@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from ..bench import BenchRow, fallback_count, geomean, run_bench, write_json, write_plot
+from ..bench import BenchRow, fallback_count, geomean, run_bench, torch_side, write_json, write_plot
 from .common import (
     CREATES_FOLDERS,
     DB_HELP,
@@ -40,7 +40,8 @@ def bench_table(rows: list[BenchRow], title: str) -> Table:
                       num(r.ms, ".4f"), num(r.torch_ms, ".4f"), r.source or "-",
                       "-" if r.config is None else r.config.short())
     gm = geomean([r.speedup for r in rows if r.speedup])
-    table.caption = (f"geomean speedup over torch.mm: {num(gm, '.3f', 'x')}; run-time fallbacks (configs "
+    side = torch_side([r.problem for r in rows])
+    table.caption = (f"geomean speedup over {side}: {num(gm, '.3f', 'x')}; run-time fallbacks (configs "
                      f"triton refused): {fallback_count(rows)}")
     return table
 
@@ -96,7 +97,8 @@ def bench(shapes: list[Path] = typer.Option(..., "--shapes", help=SHAPES_HELP),
         say(f"{row.problem.short():28} {ratio}")
 
     info, rows = run_bench(problems, device, db, show, restriction)
-    title = (f"tritonblas vs torch.mm on {info.name}" + (" (interpreter)" if interpreter_mode() else "")
+    title = (f"tritonblas vs {torch_side(problems)} on {info.name}"
+             + (" (interpreter)" if interpreter_mode() else "")
              + ("" if backend is None else f", backend={restriction}"))
     console.print(bench_table(rows, title))
     try:

@@ -23,6 +23,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
+from ..bench import torch_side
 from ..problem import Problem, vendor_name
 from ..tuning.run import Event, Interrupted, TuneRow, run_tuning
 from .common import (
@@ -53,8 +54,9 @@ def winner_text(row: TuneRow) -> str:
 
 def summary_table(rows: list[TuneRow]) -> Table:
     table = Table(title=f"{len(rows)} problems")
-    for col in ("problem", "status", "winner", "TFLOP/s", "vs torch.mm", "previous", "device", "time"):
-        table.add_column(col, justify="right" if col in ("TFLOP/s", "vs torch.mm", "time") else "left",
+    versus = f"vs {torch_side([r.problem for r in rows])}"
+    for col in ("problem", "status", "winner", "TFLOP/s", versus, "previous", "device", "time"):
+        table.add_column(col, justify="right" if col in ("TFLOP/s", versus, "time") else "left",
                          no_wrap=col in ("problem", "winner"))
     for r in rows:
         status = r.status if r.ok else f"[red]{r.status}[/red]"
