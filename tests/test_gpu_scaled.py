@@ -14,7 +14,7 @@ from tritonblas.config import GemmConfig, config_supports
 from tritonblas.device import interpreter_enabled, tensor_device_info
 from tritonblas.problem import Problem
 from tritonblas.tuning import scaled
-from tritonblas.tuning.benchmark import _UNIT, rel_error
+from tritonblas.tuning.benchmark import UNIT_ROUNDOFF, rel_error
 
 GPU = torch.cuda.is_available() and not interpreter_enabled()
 pytestmark = [pytest.mark.gpu,
@@ -55,7 +55,7 @@ class _Inputs:
     def __init__(self, p: Problem):
         self.ops = scaled.make(p, torch.device("cuda"), torch.Generator(device="cuda").manual_seed(0))
         self.ref_norm = self.ops.ref.norm().item()
-        self.tolerance = scaled.allowance(p, self.ops, _UNIT.get(p.out, 0.0))
+        self.tolerance = scaled.allowance(p, self.ops, UNIT_ROUNDOFF.get(p.out, 0.0))
         self.info = tensor_device_info(self.ops.a)
 
     def error(self, got: torch.Tensor) -> float:

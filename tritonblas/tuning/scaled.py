@@ -21,7 +21,7 @@ from ..problem import Problem
 TORCH_DTYPES: dict[str, torch.dtype] = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2,
                                         "int8": torch.int8, "fp16": torch.float16, "bf16": torch.bfloat16,
                                         "fp32": torch.float32}
-# Unit roundoff of an fp8 output (3 and 2 mantissa bits); the 16- and 32-bit ones are benchmark._UNIT.
+# Unit roundoff of an fp8 output (3 and 2 mantissa bits); the 16- and 32-bit ones are benchmark.UNIT_ROUNDOFF.
 UNIT = {"e4m3": 2.0**-4, "e5m2": 2.0**-3}
 # Hopper's fp8 tensor cores add the products of one MMA with about 14 bits kept (DeepSeek-V3's report;
 # promoting to fp32 every 128 of K, as scaled_mm and cuBLAS do, bounds the loss, it does not remove it):
