@@ -68,3 +68,28 @@ def test_a_user_config_that_cannot_compile_is_not_replaced(fresh_dispatch, monke
     with pytest.raises(OutOfResources):
         tritonblas.matmul(torch.randn(33, 40).half(), torch.randn(40, 17).half(), config=config)
     assert (Problem(33, 17, 40, "fp16"), INTERPRETER_DEVICE) not in dispatch._state.failed
+
+
+def test_scaled_mm_falls_back_through_the_same_path(fresh_dispatch, monkeypatch):
+    """scaled_mm's run shares the plain ops' fall-back (call.run._fall_back): reported once, the next
+    selection runs, the result right."""
+    real, tried = call_run.launch_gemm, []
+    a = torch.randn(33, 64).to(torch.float8_e4m3fn)
+    b = torch.randn(48, 64).to(torch.float8_e4m3fn).t()
+    sa, sb = torch.rand(33, 1) + 0.5, torch.rand(1, 48) + 0.5
+    problem = Problem(33, 48, 64, "e4m3", "nt", "none", "fp32", scales="row")
+    first = dispatch.select_problem(problem, device=INTERPRETER_DEVICE).config
+
+    def launch(a, b, c, bias, alpha, beta, config, *rest):
+        tried.append(config)
+        if config == first:
+            raise OutOfResources(300000, 232448, "shared memory")
+        return real(a, b, c, bias, alpha, beta, config, *rest)
+
+    monkeypatch.setattr(call_run, "launch_gemm", launch)
+    with pytest.warns(RuntimeWarning, match=first.short()):
+        out = tritonblas.scaled_mm(a, b, sa, sb, out_dtype=torch.float32)
+    second = dispatch.select_problem(problem, device=INTERPRETER_DEVICE).config
+    assert tried == [first, second] and second != first
+    ref = (a.float() * sa) @ (b.float() * sb)
+    torch.testing.assert_close(out, ref, rtol=1e-3, atol=1e-3)

@@ -5,6 +5,8 @@ question whether torch runs a plan (`torch_runs`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from ..config import GemmConfig
@@ -81,7 +83,7 @@ def _prepared_failed(exc: Exception, plan: Plan, a: torch.Tensor, b: torch.Tenso
         raise exc
     a2, b2 = (a, b) if two_d else gemm_operands(plan, a, b)
     args = (a2, b2, out.view(plan.m, plan.n), bias_view(plan, bias), alpha, beta)
-    _fall_back(exc, plan, args, plan.precision)
+    _fall_back(exc, plan, lambda config: _run_config(*args, config, plan.device.sm_count, plan.precision))
 
 
 def gemm_operands(plan: Plan, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -110,7 +112,8 @@ def run_views(plan: Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor |
     except Exception as exc:
         if plan.user_config:
             raise
-        _fall_back(exc, plan, (a, b, out, bias2d, alpha, beta), precision)
+        _fall_back(exc, plan, lambda c: _run_config(a, b, out, bias2d, alpha, beta, c, plan.device.sm_count,
+                                                    precision))
     return out
 
 
@@ -147,9 +150,10 @@ def _vendor_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bias: torc
         torch.addmm(out, a, b, beta=0.0, alpha=alpha, out=out)
 
 
-def _fall_back(exc: Exception, plan: Plan, args: tuple, precision: str) -> None:
+def _fall_back(exc: Exception, plan: Plan, run_config: Callable[[GemmConfig], None]) -> None:
     """A selected config triton cannot compile is reported (never selected again for this problem,
-    which drops the plans) and the next selection runs; other errors propagate."""
+    which drops the plans) and the next selection runs (`run_config`: the call's launch of a config,
+    a plain GEMM's or scaled_mm's); other errors propagate."""
     config = plan.config
     for _ in range(MAX_COMPILE_FALLBACKS):
         if not is_out_of_resources(exc):
@@ -157,13 +161,12 @@ def _fall_back(exc: Exception, plan: Plan, args: tuple, precision: str) -> None:
         dispatch.report_compile_failure(plan.problem, plan.device, config, exc)
         config = dispatch.select_config(plan.problem, plan.device, *plan.restriction)
         try:
-            _run_config(*args, config, plan.device.sm_count, precision)
+            run_config(config)
             return
         except Exception as again:
             exc = again
-    p = plan.problem
     raise RuntimeError(f"tritonblas: {MAX_COMPILE_FALLBACKS + 1} selected configs in a row could not be "
-                       f"compiled for {p.m}x{p.n}x{p.k} {p.dtype} on {plan.device.name}; pass config= "
+                       f"compiled for {plan.problem.short()} on {plan.device.name}; pass config= "
                        "explicitly") from exc
 
 
@@ -213,34 +216,30 @@ def run_scaled(plan: ScaledPlan, a: torch.Tensor, b: torch.Tensor, scale_a: torc
     config = plan.config
     if config is None:
         return out
-    if config.backend == "torch":
+    if config.backend == "torch":  # (before the scales' views: the vendor takes the caller's tensors)
         _vendor_scaled(a, b, scale_a, scale_b, bias, out, plan.fast_acc)
         return out
     scales = (scale_vector(scale_a), scale_vector(scale_b))
-    if plan.launch is not None and _ready(plan, a, b, bias, out) and not \
-            (scales[0].data_ptr() | scales[1].data_ptr()) & 15:
-        try:
+
+    def run_config(config: GemmConfig) -> None:  # (a fallback may select the vendor)
+        if config.backend == "torch":
+            _vendor_scaled(a, b, scale_a, scale_b, bias, out, plan.fast_acc)
+        else:
+            bias2d = None if bias is None else torch.broadcast_to(bias, (plan.m, plan.n))
+            launch_gemm(a, b, out, bias2d, 1.0, 1.0, config, plan.device.sm_count, plan.precision, scales,
+                        plan.fast_acc)
+
+    try:
+        if plan.launch is not None and _ready(plan, a, b, bias, out) and not \
+                (scales[0].data_ptr() | scales[1].data_ptr()) & 15:
             launch_prepared(plan.launch, a, b, out, bias, 1.0, 1.0, scales)
-            return out
-        except Exception as exc:
-            if plan.user_config or not is_out_of_resources(exc):
-                raise
-    bias2d = None if bias is None else torch.broadcast_to(bias, (plan.m, plan.n))
-    for _ in range(MAX_COMPILE_FALLBACKS + 1):
-        try:
-            if config.backend == "torch":
-                _vendor_scaled(a, b, scale_a, scale_b, bias, out, plan.fast_acc)
-            else:
-                launch_gemm(a, b, out, bias2d, 1.0, 1.0, config, plan.device.sm_count, plan.precision, scales,
-                            plan.fast_acc)
-            return out
-        except Exception as exc:  # as _fall_back: a config triton cannot compile gives way to the next
-            if plan.user_config or not is_out_of_resources(exc):
-                raise
-            dispatch.report_compile_failure(plan.problem, plan.device, config, exc)
-            config = dispatch.select_config(plan.problem, plan.device, *plan.restriction)
-    raise RuntimeError(f"tritonblas: {MAX_COMPILE_FALLBACKS + 1} selected configs in a row could not be "
-                       f"compiled for {plan.problem.short()}; pass config= explicitly")
+        else:
+            run_config(config)
+    except Exception as exc:  # as the plain ops: the next selection where triton cannot compile this one
+        if plan.user_config:
+            raise
+        _fall_back(exc, plan, run_config)
+    return out
 
 
 def _vendor_scaled(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
