@@ -288,3 +288,17 @@ def test_scaled_mm_calls_it_does_not_take_stay_torchs(scaled_runs):
     with pytest.raises((RuntimeError, ValueError)) as direct:
         torch._scaled_mm(a, b, torch.ones(3, 1), one, out_dtype=torch.bfloat16)
     assert type(theirs.value) is type(direct.value) and str(theirs.value) == str(direct.value)
+
+
+def test_scaled_mms_torch_backend_does_not_come_back_through_the_mode(scaled_runs):
+    """The vendor of an explicit scaled_mm (backend="torch") calls torch's out= overload, which the mode
+    does not intercept: torch runs it, not a kernel planned again below (as the plain ops' vendor)."""
+    a, b = _fp8(16, 32, 0), _fp8(32, 16, 1, transposed=True)
+    sa, sb = torch.rand(16, 1) + 0.5, torch.rand(1, 16) + 0.5
+    bias = _t(16, dtype=torch.float32, seed=2)
+    theirs = torch._scaled_mm(a, b, sa, sb, out_dtype=torch.float32) + bias
+    for out_dtype in (torch.float32, torch.bfloat16, torch.float8_e4m3fn):
+        with tritonblas.enable():
+            got = tritonblas.scaled_mm(a, b, sa, sb, bias=bias, out_dtype=out_dtype, backend="torch")
+        torch.testing.assert_close(got.float(), theirs.to(out_dtype).float(), rtol=2e-2, atol=2e-2)
+    assert not scaled_runs  # (the spy sees what the mode runs): nothing was routed below the calls

@@ -248,21 +248,24 @@ def _vendor_scaled(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scal
     output where cuBLASLt takes them: a bf16 / fp16 output and a bias of that dtype), else its fp32
     result with the bias added in fp32; torch._int_mm for int8, its exact int32 result then scaled and
     biased in fp32. Either way one cast at the end, fp8 outputs saturated (config.vendor_scaled_refusal
-    says which problems torch takes at all)."""
+    says which problems torch takes at all). Always the out= overload: transparent mode intercepts
+    aten::_scaled_mm, not aten::_scaled_mm.out, so the vendor never comes back through it (as
+    _vendor_gemm's torch.mm(out=))."""
     scale_a = scale_a if scale_a.is_contiguous() else scale_a.contiguous()
     scale_b = scale_b if scale_b.is_contiguous() else scale_b.contiguous()
     if a.dtype == torch.int8:
         y = torch._int_mm(a, b).float() * scale_a * scale_b
     elif out.dtype in (torch.bfloat16, torch.float16) and (bias is None or bias.dtype == out.dtype):
-        if out.is_contiguous():  # written in place: no copy in what the tuner times as the vendor's
-            torch._scaled_mm(a, b, scale_a, scale_b, bias=bias, out_dtype=out.dtype, use_fast_accum=fast_acc,
-                             out=out)
-        else:
-            out.copy_(torch._scaled_mm(a, b, scale_a, scale_b, bias=bias, out_dtype=out.dtype,
-                                       use_fast_accum=fast_acc))
+        # written in place where out is contiguous: no copy in what the tuner times as the vendor's
+        dst = out if out.is_contiguous() else torch.empty_like(out, memory_format=torch.contiguous_format)
+        torch._scaled_mm(a, b, scale_a, scale_b, bias=bias, out_dtype=out.dtype, use_fast_accum=fast_acc,
+                         out=dst)
+        if dst is not out:
+            out.copy_(dst)
         return
     else:
-        y = torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.float32, use_fast_accum=fast_acc)
+        y = out.new_empty(out.shape, dtype=torch.float32)
+        torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.float32, use_fast_accum=fast_acc, out=y)
     if bias is not None:
         y = y + bias.float()
     limit = FP8_MAX.get(out.dtype)
