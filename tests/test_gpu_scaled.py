@@ -55,7 +55,7 @@ class _Inputs:
     def __init__(self, p: Problem):
         self.ops = scaled.make(p, torch.device("cuda"), torch.Generator(device="cuda").manual_seed(0))
         self.ref_norm = self.ops.ref.norm().item()
-        self.tolerance = scaled.allowance(p, self.ops, UNIT_ROUNDOFF.get(p.out, 0.0))
+        self.tolerance = scaled.allowance(p, self.ops, self.ref_norm, UNIT_ROUNDOFF[p.out])
         self.info = tensor_device_info(self.ops.a)
 
     def error(self, got: torch.Tensor) -> float:

@@ -43,7 +43,7 @@ from .protocol import Benchmark, BenchResult, error_result
 
 _TORCH = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 # Unit roundoff of the output dtype: the error allowance on top of twice torch's own error.
-UNIT_ROUNDOFF = {"fp16": 2.0**-11, "bf16": 2.0**-8, "fp32": 2.0**-24}
+UNIT_ROUNDOFF = {"fp16": 2.0**-11, "bf16": 2.0**-8, "fp32": 2.0**-24, "e4m3": 2.0**-4, "e5m2": 2.0**-3}
 
 
 REPLAY_CALLS = 20
@@ -149,7 +149,7 @@ class GpuBenchmark(Benchmark):
         scaled.require_op()  # before any candidate: each would fail alike
         ops = scaled.make(problem, dev, gen)
         ref_norm = ops.ref.norm().item()
-        tolerance = scaled.allowance(problem, ops, UNIT_ROUNDOFF.get(problem.out, 0.0))
+        tolerance = scaled.allowance(problem, ops, ref_norm, UNIT_ROUNDOFF[problem.out])
         out = torch.empty(problem.m, problem.n, dtype=ops.out_dtype, device=dev)
         self._inputs = _Inputs(problem, ops.a, ops.b, ops.bias, out, ops.ref, ref_norm, tolerance,
                                self.backend, ops)
