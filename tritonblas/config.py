@@ -145,8 +145,9 @@ def config_supports(config: GemmConfig, problem: Problem, device: DeviceInfo) ->
     """None when `config` can run `problem` on `device`; otherwise the reason it cannot."""
     if problem.m < 0 or problem.n < 0 or problem.k < 0:
         return f"negative problem size {problem.m}x{problem.n}x{problem.k}"
-    if problem.quantized and "int8" not in (problem.dtype, problem.b) and device.arch not in FP8_ARCHS:
-        return f"fp8 operands need an sm_89 or newer NVIDIA GPU, device is {device.arch}"
+    reason = fp8_refusal(problem, device)
+    if reason is not None:
+        return reason
     if config.backend == "torch":
         # torch.mm / torch.addmm take every problem the public ops accept; scaled_mm's vendor does not.
         return vendor_scaled_refusal(problem) if problem.quantized else None
@@ -176,6 +177,13 @@ def config_supports(config: GemmConfig, problem: Problem, device: DeviceInfo) ->
             return f"tensor descriptors (tma) need sm_90 or newer, device is {device.arch}"
         if not (aligned or config.aligned_copy):
             return "tensor descriptors (tma) need leading dimensions that are multiples of 16 bytes"
+    return None
+
+
+def fp8_refusal(problem: Problem, device: DeviceInfo) -> str | None:
+    """Why `device` runs no fp8 problem at all (no fp8 tensor cores: FP8_ARCHS), None where it may."""
+    if problem.quantized and "int8" not in (problem.dtype, problem.b) and device.arch not in FP8_ARCHS:
+        return f"fp8 operands need an sm_89 or newer NVIDIA GPU, device is {device.arch}"
     return None
 
 

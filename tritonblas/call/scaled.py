@@ -11,8 +11,7 @@ from __future__ import annotations
 import torch
 
 from .. import caches
-from ..arch import FP8_ARCHS
-from ..config import GemmConfig, vendor_scaled_refusal
+from ..config import GemmConfig, fp8_refusal, vendor_scaled_refusal
 from ..device import tensor_device_info
 from ..launch.gemm import prepare_launch
 from ..problem import Problem
@@ -121,9 +120,9 @@ def _prepare(key, problem: Problem, a, b, scale_a, scale_b, bias, out, use_fast_
              config: GemmConfig | None) -> ScaledPlan:
     read_at = caches.generation()  # before anything is selected
     device = tensor_device_info(a)  # raises for tensors no kernel can take
-    if problem.dtype != "int8" and device.arch not in FP8_ARCHS:
-        raise RuntimeError(f"a and b are {problem.dtype}/{problem.b}: fp8 operands need an sm_89 or newer "
-                           f"NVIDIA GPU (tensor cores and torch._scaled_mm), {a.device} is {device.arch}")
+    refusal = fp8_refusal(problem, device)
+    if refusal is not None:
+        raise RuntimeError(f"a and b are {problem.dtype}/{problem.b} on {a.device}: {refusal}")
     user_config = config is not None
     if user_config:
         dispatch.check_user_config(config, problem, device)

@@ -139,7 +139,7 @@ def vendor_call(ops: ScaledOperands, out: torch.Tensor) -> Callable[[], object]:
 def bf16_call(ops: ScaledOperands) -> Callable[[], object]:
     """bf16 torch.mm of the problem's shapes and layouts: the comparison where torch refuses the quantized
     problem (torch._scaled_mm wants K and N multiples of 16), made once so that a call only multiplies."""
-    a, b = (t.to(torch.bfloat16) for t in (ops.a, ops.b))  # .to keeps a column-major operand so
+    a, b = (t.to(torch.bfloat16) for t in (ops.a, ops.b))  # (.to keeps each operand's layout)
     out = torch.empty(a.shape[0], b.shape[1], dtype=torch.bfloat16, device=a.device)
     return lambda: torch.mm(a, b, out=out)
 
