@@ -242,14 +242,8 @@ def _scaled_kernel(torch_scaled):
     from .call.run import run_scaled
     from .call.scaled import plan_scaled
 
-    def own(keyset, *args, **kwargs):
-        return torch_scaled.call_boxed(keyset, *args, **kwargs)
-
     def scaled_mm(keyset, a, b, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None,
                   use_fast_accum=False):
-        args = (a, b, scale_a, scale_b)
-        kwargs = {"bias": bias, "scale_result": scale_result, "out_dtype": out_dtype,
-                  "use_fast_accum": use_fast_accum}
         if scale_result is None and a.dtype in _QUANT and b.dtype in _QUANT and a.dim() == b.dim() == 2:
             try:
                 plan = plan_scaled(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum)
@@ -259,6 +253,7 @@ def _scaled_kernel(torch_scaled):
                 return run_scaled(plan, a, b, scale_a, scale_b, bias, None)
         elif _debug():
             _left_to_torch("_scaled_mm", a, b, bias)
-        return own(keyset, *args, **kwargs)
+        return torch_scaled.call_boxed(keyset, a, b, scale_a, scale_b, bias=bias, scale_result=scale_result,
+                                       out_dtype=out_dtype, use_fast_accum=use_fast_accum)
 
     return scaled_mm
