@@ -2,9 +2,10 @@
 
     y = down(silu(gate(x)) * up(x)),  gate/up: d -> f,  down: f -> d,  no bias (Llama)
 
-One step is the forward and the gradients of x and the three weights (torch.autograd.grad with a fixed
-upstream gradient, so nothing accumulates between repetitions): 3 GEMMs forward (layout nt: F.linear's
-x @ W.T) and 6 backward (dX in nn, dW in tn). Both sides run the same code with only the linear
+One step is the forward and `y.backward(dy)` with a fixed upstream gradient, the gradients of x and the
+three weights accumulating into .grad and set to None after each step, as a training loop's (issue 34: a
+gradient in another layout than its weight's costs a copy there, which torch.autograd.grad never shows):
+3 GEMMs forward (layout nt: F.linear's x @ W.T) and 6 backward (dX in nn, dW in tn). Both sides run the same code with only the linear
 swapped, eager and under torch.compile(fullgraph=True) (forward compiled, backward through the compiled
 graph's autograd), on the same inputs. Our output and each gradient are checked as the tuner checks a
 candidate: relative error against the block in float64 at most twice the F.linear block's, plus one
@@ -64,12 +65,17 @@ def make_block(linear):
 
 
 def make_step(block, inputs, dy):
-    """One training step of the block: forward, then the gradients of x and the weights."""
-    import torch
+    """One training step of the block as a training loop runs it: forward, `y.backward(dy)` (the
+    gradients of x and the weights accumulate into their .grad, where AccumulateGrad copies any whose
+    layout differs from its tensor's), then read and set to None."""
 
     def step():
         y = block(*inputs)
-        return (y, *torch.autograd.grad(y, inputs, dy))
+        y.backward(dy)
+        grads = tuple(t.grad for t in inputs)
+        for t in inputs:
+            t.grad = None
+        return (y, *grads)
 
     return step
 
@@ -107,7 +113,7 @@ def gemms(m: int, d: int, f: int, dtype: str, backend: str | None, device) -> li
 
     roles = [("fwd gate/up", m, f, d, "nt"), ("fwd down", m, d, f, "nt"),
              ("dX of gate/up", m, d, f, "nn"), ("dX of down", m, f, d, "nn"),
-             ("dW of gate/up", d, f, m, "tn"), ("dW of down", f, d, m, "tn")]
+             ("dW of gate/up", f, d, m, "tn"), ("dW of down", d, f, m, "tn")]
     out = []
     for role, gm, gn, gk, layout in roles:
         sel = dispatch.select(gm, gn, gk, dtype, layout=layout, device=device, backend=backend)

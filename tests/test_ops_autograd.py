@@ -89,6 +89,25 @@ def test_linear_backward_with_3d_input(with_bias):
         assert_close(gb, gb_t, g64.sum((0, 1)))
 
 
+@pytest.mark.parametrize("op", ["linear", "matmul"])
+def test_double_backward_matches_torch(op):
+    """create_graph=True: the gradients' GEMMs keep a graph of their own (the custom op), so a second
+    backward through them gives torch's second-order gradients."""
+    x, w = torch.randn(M, K), torch.randn(N, K)
+    h = torch.randn(M, K)
+    fns = {"linear": (tritonblas.linear, F.linear),
+           "matmul": (lambda a, b: tritonblas.matmul(a, b.t()), lambda a, b: a @ b.t())}[op]
+    grads = []
+    for fn in fns:
+        xl, wl = x.clone().requires_grad_(), w.clone().requires_grad_()
+        (gx,) = torch.autograd.grad(fn(xl, wl).pow(2).sum(), xl, create_graph=True)
+        (gx * h).sum().backward()
+        grads.append(wl.grad)
+    x64, w64, h64 = x.double(), w.double(), h.double()
+    ref = 2 * ((x64 @ w64.t()).t() @ h64 + (h64 @ w64.t()).t() @ x64)
+    assert_close(grads[0], grads[1], ref, k=K)
+
+
 def test_only_inputs_that_need_grad_get_one():
     a, b = operands(M, N, K, torch.float32, "nn")
     a.requires_grad_()

@@ -370,25 +370,42 @@ def _selection(time_us: float, device, backend: str = "triton"):
     return dispatch.Selection(config, "shipped", time_us / 1000, True, Problem(M, N, K, "fp16"), device)
 
 
-@pytest.mark.parametrize("time_us, backend, on_gpu, leaves_eager_to_torch", [
-    (call_path.KERNEL_HOST_US / 2, "triton", True, True),  # host-bound: its launch costs more than it runs
-    (call_path.KERNEL_HOST_US * 2, "triton", True, False),  # the kernel hides its launch
-    (call_path.KERNEL_HOST_US / 2, "torch", True, False),  # torch already
-    (0.0, "triton", True, False),  # no time known (nothing to judge by)
-    (call_path.KERNEL_HOST_US / 2, "triton", False, False),  # the interpreter: no host cost to weigh
+@pytest.mark.parametrize("time_us, backend, on_gpu, direct, leaves_eager_to_torch", [
+    (call_path.KERNEL_HOST_US / 2, "triton", True, False, True),  # host-bound: its launch costs more
+    (call_path.KERNEL_HOST_US * 2, "triton", True, False, False),  # the kernel hides its launch
+    (call_path.KERNEL_HOST_US / 2, "triton", True, True, False),  # a direct launch: no dearer than torch's
+    (call_path.KERNEL_HOST_US / 2, "torch", True, False, False),  # torch already
+    (0.0, "triton", True, False, False),  # no time known (nothing to judge by)
+    (call_path.KERNEL_HOST_US / 2, "triton", False, False, False),  # the interpreter: no host cost to weigh
 ])
-def test_a_kernel_pick_shorter_than_its_launch_runs_only_under_capture(time_us, backend, on_gpu,
-                                                                       leaves_eager_to_torch):
+def test_a_kernel_pick_shorter_than_its_launch_runs_only_under_capture(time_us, backend, on_gpu, direct,
+                                                                       leaves_eager_to_torch, monkeypatch):
     from tritonblas.arch import INTERPRETER_DEVICE, device_for_arch
 
     device = device_for_arch("sm_90") if on_gpu else INTERPRETER_DEVICE
-    assert call_path._eager_vendor(_selection(time_us, device, backend)) is leaves_eager_to_torch
+    launch = object()
+    monkeypatch.setattr(call_path, "launches_directly", lambda plan: plan is launch and direct)
+    assert call_path._eager_vendor(_selection(time_us, device, backend), launch) is leaves_eager_to_torch
+
+
+def test_which_prepared_launches_go_direct(monkeypatch):
+    """Pointer and host-descriptor launches on a known triton; device-side descriptors (triton's scratch
+    allocator per launch), no prepared launch, or a triton whose launcher is unknown: not."""
+    from tritonblas.launch import direct
+    from tritonblas.launch import gemm as launch
+
+    monkeypatch.setattr(direct, "expected", lambda: True)
+    assert launch.launches_directly(launch._Plan(None, 1, (), {}, 4, 2, None, tma=False))
+    assert not launch.launches_directly(launch._Plan(None, 1, (), {}, 4, 2, None, tma=True))
+    assert not launch.launches_directly(None)
+    monkeypatch.setattr(direct, "expected", lambda: False)
+    assert not launch.launches_directly(launch._Plan(None, 1, (), {}, 4, 2, None, tma=False))
 
 
 def test_an_eager_vendor_plan_runs_torch_explicit_and_routed(x, monkeypatch):
     """Where the plan leaves eager calls to torch, an explicit call runs torch.mm (out=) and a routed one
     torch's own kernel; neither launches a kernel; an explicit restriction keeps the kernels."""
-    monkeypatch.setattr(call_path, "_eager_vendor", lambda selection: True)
+    monkeypatch.setattr(call_path, "_eager_vendor", lambda selection, launch: True)
     dispatch.clear_cache()
     launches = record_launches(monkeypatch)
     ref = torch.mm(x.a, x.b)

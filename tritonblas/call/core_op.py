@@ -69,20 +69,36 @@ def _setup_context(ctx, inputs, output):
     ctx.beta, ctx.alpha, ctx.family = beta, alpha, family
 
 
-def _backward(ctx, grad):
+def _backward(ctx, grad, product=None):
+    """The gradients of a, b and bias; `product` runs each GEMM (the custom op where None: what autograd
+    of the gradients, torch.compile and torch.func need). Where `ctx.weight` is set (ops' linear), b
+    was saved as the linear's weight, the GEMM's B transposed, and its gradient is the weight's."""
     a, b = ctx.saved_tensors
+    product = product or _custom_op_product
+    weight = getattr(ctx, "weight", False)
     grad_a = grad_b = grad_bias = None
     if ctx.needs_input_grad[0]:
-        grad_a = _product_grad(grad, b.t(), a, ctx.alpha, ctx.family)
+        grad_a = _product_grad(grad, b if weight else b.t(), a, ctx.alpha, ctx.family, product)
     if ctx.needs_input_grad[1]:
-        grad_b = _product_grad(a.t(), grad, b, ctx.alpha, ctx.family)
+        grad_b = _product_grad(grad.t(), a, b, ctx.alpha, ctx.family, product) if weight else \
+            _product_grad(a.t(), grad, b, ctx.alpha, ctx.family, product)
     if ctx.bias_shape is not None and ctx.needs_input_grad[2]:
         grad_bias = _bias_grad(grad, ctx.bias_shape, ctx.beta)
     return grad_a, grad_b, grad_bias, None, None, None, None
 
 
+def _custom_op_product(left: torch.Tensor, right: torch.Tensor, alpha: float, family: int) -> torch.Tensor:
+    return gemm(left, right, None, 0.0, alpha, family, [])
+
+
+def eager_product(left: torch.Tensor, right: torch.Tensor, alpha: float, family: int) -> torch.Tensor:
+    """alpha * left @ right as the custom op's body computes it, without the custom op's dispatch (about
+    50 us of Python a call on the CPU box): for a backward whose gradients need no graph of their own."""
+    return gemm_body(left, right, None, 0.0, alpha, *RESTRICTION[family])
+
+
 def _product_grad(left: torch.Tensor, right: torch.Tensor, like: torch.Tensor, alpha: float,
-                  family: int) -> torch.Tensor:
+                  family: int, product=_custom_op_product) -> torch.Tensor:
     """alpha * left @ right, the gradient of `like`, in the layout torch's mm backward gives it
     (mm_mat1_backward / mm_mat2_backward): column-major where `like` is densely column-major (strides
     (1, rows)), computed as the row-major product (right^T @ left^T)^T, never copied; row-major else.
@@ -90,8 +106,8 @@ def _product_grad(left: torch.Tensor, right: torch.Tensor, like: torch.Tensor, a
     weight and .backward() (nn.Linear's weight reaches the op as weight.t(), column-major)."""
     s0, s1 = like.stride()
     if s0 == 1 and s1 == like.shape[0]:
-        return gemm(right.t(), left.t(), None, 0.0, alpha, family, []).t()
-    return gemm(left, right, None, 0.0, alpha, family, [])
+        return product(right.t(), left.t(), alpha, family).t()
+    return product(left, right, alpha, family)
 
 
 def _bias_grad(grad: torch.Tensor, shape: torch.Size, beta: float) -> torch.Tensor:
@@ -102,7 +118,7 @@ def _bias_grad(grad: torch.Tensor, shape: torch.Size, beta: float) -> torch.Tens
     return scaled if scaled.shape == shape else scaled.sum_to_size(shape)
 
 
-gemm.register_autograd(_backward, setup_context=_setup_context)
+gemm.register_autograd(lambda ctx, grad: _backward(ctx, grad), setup_context=_setup_context)
 
 # ops' eager autograd.Function (ops._Gemm) uses these two: one definition of the saved context and of the
 # gradients for both ways a call gets autograd.

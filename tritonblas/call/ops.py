@@ -21,38 +21,41 @@ from . import path
 from .path import Plan, lookup, signature
 from .run import gemm_operands, run, run_gemm
 
+_core_op_module = None
+
 
 def _core_op():
     # Imported on the first call that needs autograd or runs under torch.compile (which performs the
     # import while tracing): registering the custom op took 0.14-0.24 s of a warmed first call on the
     # H200 (016dd08:scripts/first_call_imports.py), and eager calls without autograd never use it.
-    from . import core_op
+    # Kept once imported: an import statement costs ~2 us a call on the CPU box.
+    global _core_op_module
+    if _core_op_module is None:
+        from . import core_op
 
-    return core_op
+        _core_op_module = core_op
+    return _core_op_module
 
 
 class _Gemm(torch.autograd.Function):
     """alpha * a @ b + beta * bias for eager autograd: the forward runs the plan, the backward and the
     saved context are the custom op's. The old-style forward(ctx, ...) (setup inside it): with a
     separate setup_context, apply costs 28 us instead of 7 on the CPU box. A linear hands its weight
-    as it is (b is its transpose): weight.t() outside would add a view node to the graph (~1.5 us), and
-    the weight's gradient is b's transposed, as the view's backward would make it."""
+    as it is (b is its transpose) and it is saved as it is (`ctx.weight`: core_op's backward then
+    returns the weight's gradient, no transposed view made either way, ~1.5 us each)."""
 
     @staticmethod
     def forward(ctx, a, b, bias, beta, alpha, family, plan):  # noqa: ANN001, ANN205 (autograd's API)
-        if plan.linear:
-            b = b.t()
         y = run_gemm(plan, a, b, bias, alpha, beta)
         _core_op().setup_context(ctx, (a, b, bias, beta, alpha, family, plan.op_args[1]), y)
-        ctx.tritonblas_weight = plan.linear
+        ctx.weight = plan.linear
         return y
 
     @staticmethod
     def backward(ctx, grad):  # noqa: ANN001, ANN205
-        grads = _core_op().backward(ctx, grad)
-        if ctx.tritonblas_weight and grads[1] is not None:
-            return (grads[0], grads[1].t(), *grads[2:])
-        return grads
+        core_op = _core_op()
+        # Without create_graph the gradients need no graph: the GEMMs skip the custom op's dispatch.
+        return core_op.backward(ctx, grad, None if torch.is_grad_enabled() else core_op.eager_product)
 
 
 # Function.apply's own Python (binding defaults, unwrapping functorch's dead wrappers) costs ~3 us a

@@ -30,17 +30,17 @@ from ..arch import INTERPRETER_DEVICE, DeviceInfo
 from ..config import GemmConfig
 from ..device import interpreter_enabled, tensor_device_info
 from ..launch.compile_key import prefetch as prefetch_compile_key
-from ..launch.gemm import prepare_launch
+from ..launch.gemm import launches_directly, prepare_launch
 from ..problem import Problem
 from ..selection import dispatch
 from ..validate import TORCH_DTYPES, check_out, span_bytes
 
-# Host time of one call of ours that launches a kernel on a GPU (a hit: key, lookup, triton's launcher),
-# where it exceeds torch's for the same op; a selected kernel that runs shorter than this leaves eager
-# calls to torch (see `_eager_vendor`); 0 turns the rule off (right where ours is no dearer than
-# torch's). Not yet measured for this tree on the H200: there F.linear took 27.0 us a call at decode
-# size and tritonblas.linear 56.6 before this call path (issue 34), so 25 us is an estimate to replace.
-KERNEL_HOST_US = 25.0
+# Host time of one call of ours whose launch is not a prepared direct one (device-side descriptors,
+# launch_gemm's scratch: Stream-K, padded copies) more than torch's own op's: a selected kernel of such a
+# launch that runs shorter than this leaves eager calls to torch (see `_eager_vendor`). H200, 4x2048x2048
+# bf16 linear: device-side descriptors 31.0 us against F.linear's 22.0, a prepared direct launch 19.2
+# (docs/notes/kernel-levers.md, "host cost").
+KERNEL_HOST_US = 10.0
 _BIAS_KINDS = {(False, False): "scalar", (False, True): "row", (True, False): "column", (True, True): "full"}
 # What torch.backends.cuda.matmul.allow_tf32 returns, without its module __getattr__: 0.65 -> 0.05 us.
 _allow_tf32 = torch._C._get_cublas_allow_tf32
@@ -203,38 +203,39 @@ def prepare(key: tuple | None, op: str, a: torch.Tensor, b: torch.Tensor, bias: 
     problem = Problem(m, n, k, TORCH_DTYPES[a.dtype], _layout(a, b), _bias_kind(bias if has_bias else None,
                                                                                  m, n))
     user_config = config is not None
-    eager_vendor = False
+    selection = None
     if user_config:
         dispatch.check_user_config(config, problem, device)
     elif m and n:  # an empty output launches nothing, and the heuristic has no tiles to rank
         selection = dispatch.select(m, n, k, problem.dtype, layout=problem.layout, bias=problem.bias,
                                     enable_streamk=enable_streamk, device=device, backend=backend)
         config = selection.config
-        eager_vendor = restriction == (None, None) and _eager_vendor(selection)
     spans = (0, 0, 0, 0) if out is None else \
         (span_bytes(out), span_bytes(a), span_bytes(b), 0 if bias is None else span_bytes(bias))
     plan = Plan(m, n, k, problem, device, config, restriction, user_config, a.dtype is torch.float32, spans,
-                out_shape, grad=grad, linear=linear, has_bias=has_bias, eager_vendor=eager_vendor)
+                out_shape, grad=grad, linear=linear, has_bias=has_bias)
     if config is not None and config.backend != "torch":
         plan.precision = precision_of(plan)
         c = out if out is not None else torch.empty((m, n), dtype=a.dtype, device="meta")  # strides only
         plan.launch = prepare_launch(a, b, c, bias_view(plan, bias), config, device.sm_count, plan.precision)
     if finish is not None:
         finish(plan)  # before it is stored: other threads see it whole
+    if selection is not None and restriction == (None, None):  # (finish may drop the prepared launch)
+        plan.eager_vendor = _eager_vendor(selection, plan.launch)
     _note(plan)  # TRITONBLAS_RECORD / enable(record=...): a new problem goes to the file
     if key is not None:
         caches.store(read_at, plans, key, plan)
     return plan
 
 
-def _eager_vendor(selection: dispatch.Selection) -> bool:
-    """Whether a kernel selection must leave eager calls to torch: on a GPU, its kernel time (measured
-    or predicted) shorter than the host time of its launch (KERNEL_HOST_US). Such a call is host-bound:
-    its wall time is the host's, at least torch's, and the faster kernel gains nothing. A kernel that
-    runs at least as long as its launch takes hides it and, selected as faster than torch.mm, wins.
-    Under graph capture no host time is paid: the kernel runs there."""
+def _eager_vendor(selection: dispatch.Selection, launch: object) -> bool:
+    """Whether a kernel selection must leave eager calls to torch: on a GPU, a launch dearer on the host
+    than torch's own op (not a prepared direct one: launch.gemm.launches_directly) whose kernel time
+    (measured or predicted) is shorter than that excess (KERNEL_HOST_US). Such a call is host-bound:
+    its wall time is the host's, above torch's, and the faster kernel gains nothing. Under graph
+    capture no host time is paid: the kernel runs there."""
     return selection.device is not INTERPRETER_DEVICE and selection.backend != "torch" and \
-        0.0 < selection.time_ms * 1000 < KERNEL_HOST_US
+        not launches_directly(launch) and 0.0 < selection.time_ms * 1000 < KERNEL_HOST_US
 
 
 def precision_of(plan: Plan) -> str:

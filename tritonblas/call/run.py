@@ -32,14 +32,18 @@ def run(plan: Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
         alpha: float, beta: float) -> torch.Tensor:
     """Run a plan on this call's tensors (a linear's x and weight as they are): out (allocated when None)
     = alpha * a @ b + beta * bias. A plan through the custom op or autograd never gets here (ops)."""
-    if plan.launch is not None and _ready(plan, a, b, bias, out):
+    if plan.launch is not None and _ready(plan):
         if out is None:
             # new_empty with int sizes: 0.85 us, torch.empty((m, n), dtype=, device=) 1.8 us.
             out = a.new_empty(plan.m, plan.n) if plan.out_shape is None else a.new_empty(plan.out_shape)
         try:  # free when nothing is raised (zero-cost exceptions)
-            launch_prepared(plan.launch, a, b, out, bias if plan.has_bias else None, alpha, beta)
+            if launch_prepared(plan.launch, a, b, out, bias if plan.has_bias else None, alpha, beta):
+                return out
         except Exception as exc:
-            _prepared_failed(exc, plan, a, b, bias, out, alpha, beta, False)
+            _prepared_failed(exc, plan, a, b, bias, out, alpha, beta)
+            return out
+        # a pointer not 16-byte aligned: the views' launch, into the output already made
+        run_views(plan, *gemm_operands(plan, a, b), bias, out.view(plan.m, plan.n), alpha, beta)
         return out
     a2, b2 = gemm_operands(plan, a, b)
     y = run_views(plan, a2, b2, bias, out, alpha, beta)
@@ -48,40 +52,34 @@ def run(plan: Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
 
 def run_gemm(plan: Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, alpha: float,
              beta: float) -> torch.Tensor:
-    """Run a plan on the GEMM's 2-D operands (a linear's x as (M, K) and weight.t()): a new (M, N)."""
-    if plan.launch is not None and _ready(plan, a, b, bias, None):
-        out = a.new_empty(plan.m, plan.n)
+    """Run a plan on 2-D operands (a linear's x as (M, K) and its weight as it is): a new (M, N)."""
+    out = a.new_empty(plan.m, plan.n)
+    if plan.launch is not None and _ready(plan):
         try:
-            launch_prepared(plan.launch, a, b, out, bias if plan.has_bias else None, alpha, beta)
+            if launch_prepared(plan.launch, a, b, out, bias if plan.has_bias else None, alpha, beta):
+                return out
         except Exception as exc:
-            _prepared_failed(exc, plan, a, b, bias, out, alpha, beta, True)
-        return out
-    return run_views(plan, a, b, bias, None, alpha, beta)
+            _prepared_failed(exc, plan, a, b, bias, out, alpha, beta)
+            return out
+    return run_views(plan, a, b.t() if plan.linear else b, bias, out, alpha, beta)
 
 
-def _ready(plan: Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
-           out: torch.Tensor | None) -> bool:
-    """Whether the plan's prepared launch may run these tensors: its pointers 16-byte aligned as
-    planned (a new output is: the allocators give 64 bytes or more), the tf32 flag as planned, eager
-    use not left to torch, and the launch seam not replaced (tests watching launch_gemm)."""
-    if launch_gemm is not _LAUNCH_GEMM or plan.eager_vendor or \
-            (plan.fp32 and precision_of(plan) != plan.precision):
-        return False
-    ptrs = a.data_ptr() | b.data_ptr()
-    if plan.has_bias:
-        ptrs |= bias.data_ptr()
-    if out is not None:
-        ptrs |= out.data_ptr()
-    return not ptrs & 15
+def _ready(plan: Plan) -> bool:
+    """Whether the plan's prepared launch may run (launch_prepared then checks the pointers' 16-byte
+    alignment): the tf32 flag as planned, eager use not left to torch, and the launch seam not
+    replaced (tests watching launch_gemm)."""
+    return launch_gemm is _LAUNCH_GEMM and not plan.eager_vendor and \
+        not (plan.fp32 and precision_of(plan) != plan.precision)
 
 
 def _prepared_failed(exc: Exception, plan: Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
-                     out: torch.Tensor, alpha: float, beta: float, two_d: bool) -> None:
+                     out: torch.Tensor, alpha: float, beta: float) -> None:
     """A prepared launch raised: as run_views' launch, the next selection where triton could not compile
-    the selected config (_fall_back), else the error."""
+    the selected config (_fall_back), else the error. a and b as the op has them (a linear's x, 2-D or
+    not, and its weight)."""
     if plan.user_config:
         raise exc
-    a2, b2 = (a, b) if two_d else gemm_operands(plan, a, b)
+    a2, b2 = gemm_operands(plan, a, b)
     args = (a2, b2, out.view(plan.m, plan.n), bias_view(plan, bias), alpha, beta)
     _fall_back(exc, plan, lambda config: _run_config(*args, config, plan.device.sm_count, plan.precision))
 
@@ -230,10 +228,8 @@ def run_scaled(plan: ScaledPlan, a: torch.Tensor, b: torch.Tensor, scale_a: torc
                         plan.fast_acc)
 
     try:
-        if plan.launch is not None and _ready(plan, a, b, bias, out) and not \
-                (scales[0].data_ptr() | scales[1].data_ptr()) & 15:
-            launch_prepared(plan.launch, a, b, out, bias, 1.0, 1.0, scales)
-        else:
+        if plan.launch is None or not _ready(plan) or \
+                not launch_prepared(plan.launch, a, b, out, bias, 1.0, 1.0, scales):
             run_config(config)
     except Exception as exc:  # as the plain ops: the next selection where triton cannot compile this one
         if plan.user_config:

@@ -14,7 +14,7 @@ import torch
 from ..arith import cdiv
 from ..config import GemmConfig
 from ..problem import aligned_leading_dim
-from . import compile_key, scratch
+from . import compile_key, direct, scratch
 from .streamk import fixup_plan, program_count, reduce_chunks, streamk_split, streamk_workspace
 
 
@@ -114,6 +114,7 @@ class _Plan:
     constexpr_args: tuple = ()  # the constexprs' values in the kernel's argument order, for the C launcher
     then: _Plan | None = None  # Stream-K with reduce_kernel: kernels/reduce.py's launch, on (ws, c, bias)
     descs: tuple | None = None  # a prepared launch's host descriptors: (shape, strides, box) of A and B
+    direct: object = None  # launch.direct's launch of `compiled`, where this triton's launcher allows one
 
 
 _plans: dict[tuple, _Plan] = {}
@@ -236,20 +237,38 @@ def prepare_launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torc
     return plan
 
 
+def launches_directly(plan: _Plan | None) -> bool:
+    """Whether a plan of prepare_launch is expected to launch through launch.direct after its first
+    launch (its host cost then no more than torch's own op's): not device-side descriptors, which take
+    triton's scratch allocator per launch, on a triton whose launcher launch.direct knows."""
+    return plan is not None and not plan.tma and direct.expected()
+
+
 def _misaligned(*tensors: torch.Tensor | None) -> bool:
     return any(t is not None and t.data_ptr() % 16 for t in tensors)
 
 
 def launch_prepared(plan: _Plan, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None,
-                    alpha: float, beta: float, scales: Scales = None) -> None:
-    """Launch a plan of prepare_launch: c = alpha * a @ b * scales + beta * bias, each tensor's pointer
-    as the plan's (16-byte aligned: the caller checks), scales of the plan's modes."""
+                    alpha: float, beta: float, scales: Scales = None) -> bool:
+    """Launch a plan of prepare_launch: c = alpha * a @ b * scales + beta * bias, each tensor's facts as
+    the plan's, scales of the plan's modes. False, and nothing launched, where a pointer is not 16-byte
+    aligned (the caller then takes launch_gemm, whose plan key holds the alignment)."""
+    pa, pb, pc = a.data_ptr(), b.data_ptr(), c.data_ptr()
+    pbias = pc if bias is None else bias.data_ptr()
+    sa, sb = (None, None) if scales is None else (scales[0].data_ptr(), scales[1].data_ptr())
+    if (pa | pb | pc | pbias | (sa or 0) | (sb or 0)) & 15:
+        return False
+    fast = plan.direct
+    if fast is not None and (index := a.get_device()) == _current_device():
+        host = (None, None) if plan.descs is None else \
+            (*fast.descriptor(0, a, pa), *fast.descriptor(1, b, pb))
+        fast.launch(torch._C._cuda_getCurrentRawStream(index),
+                    (pa, pb, pc, pbias, *plan.ints, alpha, beta, *host, sa, sb, *plan.constexpr_args))
+        return True
     descs = plan.descs
-    if descs is None:
-        _launch(plan, (a, b, c, c if bias is None else bias), (alpha, beta, None, None, *_scale_args(scales)))
-    else:
-        _launch(plan, (a, b, c, c if bias is None else bias),
-                (alpha, beta, _descriptor(a, *descs[0]), _descriptor(b, *descs[1]), *_scale_args(scales)))
+    host = (None, None) if descs is None else (_descriptor(a, *descs[0]), _descriptor(b, *descs[1]))
+    _launch(plan, (a, b, c, c if bias is None else bias), (alpha, beta, *host, *_scale_args(scales)))
+    return True
 
 
 def _host_descriptors(a: torch.Tensor, b: torch.Tensor, constexprs: dict) -> tuple:
@@ -402,6 +421,8 @@ def _launch(plan: _Plan, tensors: tuple, floats: tuple) -> None:
         if sorted(names) == sorted(plan.constexprs):
             plan.constexpr_args = tuple(plan.constexprs[name] for name in names)
             compiled._init_handles()
+            if plan.descs is not None or not plan.constexprs.get("HOST_DESC"):  # (launch_gemm's: never)
+                plan.direct = direct.make(compiled, plan.progs, plan.descs, _descriptor)
             plan.compiled = compiled
         return
     stream = torch._C._cuda_getCurrentRawStream(index)

@@ -1,0 +1,133 @@
+"""GPU: the call path's prepared launches after the first, which go through triton's C launcher directly
+(launch.direct: pointers as integers, host descriptors encoded once per address), give every call its
+own right result: fresh operands at new addresses, addresses reused with new contents, more addresses
+than the descriptor cache keeps, every layout, a bias, fp32 under both tf32 settings, an N-D linear
+and scaled_mm's scales.
+
+    TRITONBLAS_TEST_GPU=1 python -m pytest tests/test_gpu_launch.py
+"""
+
+import pytest
+import torch
+from helpers.shapes import assert_close, operands, reference, rel_error
+
+import tritonblas
+from tritonblas.call import path as call_path
+from tritonblas.config import GemmConfig
+from tritonblas.device import interpreter_enabled
+from tritonblas.launch import direct
+
+GPU = torch.cuda.is_available() and not interpreter_enabled()
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not GPU, reason="needs a CUDA GPU and TRITONBLAS_TEST_GPU=1")]
+# The launchers launch.direct knows (a later triton keeps `run`: results still right, launches slower).
+KNOWN_TRITON = direct.expected() if GPU else False
+
+POINTERS = GemmConfig(block_m=16, block_n=64, block_k=128, num_warps=4, num_stages=3)
+HOST_TMA = GemmConfig(block_m=16, block_n=64, block_k=128, num_warps=4, num_stages=3, tma=True,
+                      host_descriptors=True)
+CONFIGS = {"pointers": POINTERS, "host_tma": HOST_TMA}
+# (op, m, n, k, layout, dtype, bias): decode's linear, the layouts, a bias, fp32.
+CASES = [
+    ("linear", 4, 2048, 2048, "nt", torch.bfloat16, False),
+    ("linear", 8, 1024, 512, "nt", torch.float16, True),
+    ("matmul", 64, 512, 256, "nn", torch.bfloat16, False),
+    ("matmul", 64, 512, 256, "tn", torch.float16, False),
+    ("addmm", 96, 256, 384, "tt", torch.bfloat16, True),
+    ("matmul", 32, 256, 256, "nn", torch.float32, False),
+]
+
+
+def _call(op, a, b, bias, config):
+    if op == "linear":
+        return tritonblas.linear(a, b.t(), bias, config=config)
+    if op == "addmm":
+        return tritonblas.addmm(bias, a, b, config=config)
+    return tritonblas.matmul(a, b, config=config)
+
+
+def _torch(op, a, b, bias):
+    if op == "linear":
+        return torch.nn.functional.linear(a, b.t(), bias)
+    return torch.addmm(bias, a, b) if op == "addmm" else torch.mm(a, b)
+
+
+def _plan(op, a, b, bias, config):
+    if op == "linear":
+        return call_path.plans[call_path.signature("linear", None, None, config, a, b.t(), bias)]
+    return call_path.plans[call_path.signature(op, None, None, config, a, b, bias)]
+
+
+def _inputs(op, m, n, k, layout, dtype, with_bias, seed):
+    a, b = operands(m, n, k, dtype, layout, "cuda", seed)
+    bias = torch.randn(n, dtype=dtype, device="cuda") if with_bias else None
+    return a, b, bias
+
+
+@pytest.mark.parametrize("config", list(CONFIGS), ids=str)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{c[1]}x{c[2]}x{c[3]}-{c[4]}-{str(c[5])[6:]}")
+def test_gpu_prepared_launches_every_call_right(case, config):
+    op, m, n, k, layout, dtype, with_bias = case
+    cfg = CONFIGS[config]
+    for seed in range(4):  # the first compiles; the others launch prepared, at new addresses
+        a, b, bias = _inputs(op, m, n, k, layout, dtype, with_bias, seed)
+        got = _call(op, a, b, bias, cfg)
+        assert_close(got, _torch(op, a, b, bias), reference(a, b, bias if op != "matmul" else None), k=k)
+    plan = _plan(op, a, b, bias, cfg)
+    assert plan.launch is not None
+    if KNOWN_TRITON:
+        assert plan.launch.direct is not None, "a prepared launch kept CompiledKernel.run"
+    # The same addresses with new contents: nothing of the operands' values is kept.
+    a.copy_(torch.randn_like(a))
+    got = _call(op, a, b, bias, cfg)
+    assert_close(got, _torch(op, a, b, bias), reference(a, b, bias if op != "matmul" else None), k=k)
+
+
+def test_gpu_host_descriptors_past_the_cache(monkeypatch):
+    """More activation addresses than a slot keeps: encodings start over, results stay right."""
+    monkeypatch.setattr(direct, "DESCRIPTOR_CACHE", 2)
+    w = torch.randn(1024, 512, dtype=torch.bfloat16, device="cuda")
+    xs = [torch.randn(4, 512, dtype=torch.bfloat16, device="cuda") for _ in range(5)]
+    for _ in range(2):
+        for x in xs:
+            assert_close(tritonblas.linear(x, w, config=HOST_TMA), torch.nn.functional.linear(x, w),
+                         reference(x, w.t()), k=512)
+
+
+def test_gpu_fp32_prepared_launch_follows_the_tf32_flag(monkeypatch):
+    """One prepared plan, the flag flipped between calls: ieee accuracy with it off, tf32's with it on."""
+    a, b = operands(64, 256, 512, torch.float32, "nn", "cuda", 0)
+    ref = reference(a, b)
+    for tf32 in (False, True, False, True):
+        monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", tf32)
+        for _ in range(2):
+            err = rel_error(tritonblas.matmul(a, b, config=POINTERS), ref)
+            if tf32:
+                assert 1e-5 < err < 5e-3, f"tf32 on: rel. error {err:.3g}"
+            else:
+                assert err < 1e-5, f"tf32 off: rel. error {err:.3g}"
+
+
+def test_gpu_linear_of_3d_input_prepared():
+    w = torch.randn(768, 256, dtype=torch.bfloat16, device="cuda")
+    for seed in range(3):
+        x = torch.randn(2, 5, 256, dtype=torch.bfloat16, device="cuda", generator=None) + seed
+        got = tritonblas.linear(x, w, config=POINTERS)
+        assert got.shape == (2, 5, 768)
+        ref = reference(x.reshape(10, 256), w.t()).reshape(2, 5, 768)
+        assert_close(got, torch.nn.functional.linear(x, w), ref, k=256)
+
+
+def test_gpu_scaled_mm_prepared_launches_with_new_scales():
+    """Row-wise fp8: new operands and new scale vectors each call (their pointers go in as integers)."""
+    m, n, k = 64, 512, 256
+    for seed in range(4):
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        a = torch.randn(m, k, device="cuda", generator=g).to(torch.float8_e4m3fn)
+        b = torch.randn(n, k, device="cuda", generator=g).to(torch.float8_e4m3fn).t()
+        sa = torch.rand(m, 1, device="cuda", generator=g) + 0.5
+        sb = torch.rand(1, n, device="cuda", generator=g) + 0.5
+        got = tritonblas.scaled_mm(a, b, sa, sb, out_dtype=torch.float32, config=POINTERS)
+        ref = (a.double() * sa.double()) @ (b.double() * sb.double())
+        err = ((got.double() - ref).norm() / ref.norm()).item()
+        assert err < 1e-5, f"seed {seed}: rel. error {err:.3g}"
