@@ -1,4 +1,5 @@
-"""triton's C launcher called directly, for the call path's prepared launches (launch.gemm.launch_prepared).
+"""triton's C launcher called directly, for a compiled kernel's every launch after its first (launch.gemm:
+the call path's prepared launches, and launch_gemm's own plans but those with host descriptors).
 
 `CompiledKernel.run` is Python around a C function: per call it checks for scratch, re-encodes every
 host TMA descriptor (a Python loop over all ~50 arguments, then cuTensorMapEncodeTiled), and for each

@@ -421,10 +421,15 @@ def _launch(plan: _Plan, tensors: tuple, floats: tuple) -> None:
         if sorted(names) == sorted(plan.constexprs):
             plan.constexpr_args = tuple(plan.constexprs[name] for name in names)
             compiled._init_handles()
-            if plan.descs is not None or not plan.constexprs.get("HOST_DESC"):  # (launch_gemm's: never)
+            # Host descriptors go direct only with their geometry planned (prepare_launch's): launch_gemm
+            # hands TensorDescriptor objects, which only `run` expands.
+            if plan.descs is not None or not plan.constexprs.get("HOST_DESC"):
                 plan.direct = direct.make(compiled, plan.progs, plan.descs, _descriptor)
             plan.compiled = compiled
         return
     stream = torch._C._cuda_getCurrentRawStream(index)
+    if plan.direct is not None and plan.descs is None:  # (a prepared plan's descriptors come as objects)
+        plan.direct.launch(stream, (*args, *plan.constexpr_args))
+        return
     compiled.run(plan.progs, 1, 1, stream, compiled.function, compiled.packed_metadata, None, None, None,
                  *args, *plan.constexpr_args)
