@@ -5,14 +5,14 @@
 One step is the forward and `y.backward(dy)` with a fixed upstream gradient, the gradients of x and the
 three weights accumulating into .grad and set to None after each step, as a training loop's (issue 34: a
 gradient in another layout than its weight's costs a copy there, which torch.autograd.grad never shows):
-3 GEMMs forward (layout nt: F.linear's x @ W.T) and 6 backward (dX in nn, dW in tn). Both sides run the same code with only the linear
-swapped, eager and under torch.compile(fullgraph=True) (forward compiled, backward through the compiled
-graph's autograd), on the same inputs. Our output and each gradient are checked as the tuner checks a
-candidate: relative error against the block in float64 at most twice the F.linear block's, plus one
-rounding of the dtype. On a GPU the two steps are timed side by side, their calls interleaved (median,
-cold L2: the protocol of `tritonblas bench`); on CPU (Triton's interpreter, TRITON_INTERPRET=1) with the
-wall clock, where the times mean nothing (and bf16 fails the check there: the interpreter's bf16 tl.dot
-is ~3x less accurate; use --dtype fp16).
+3 GEMMs forward (layout nt: F.linear's x @ W.T) and 6 backward (dX in nn, dW in tn). Both sides run the
+same code with only the linear swapped, eager and under torch.compile(fullgraph=True) (forward compiled,
+backward through the compiled graph's autograd), on the same inputs. Our output and each gradient are
+checked as the tuner checks a candidate: relative error against the block in float64 at most twice the
+F.linear block's, plus one rounding of the dtype. On a GPU the two steps are timed side by side, their
+calls interleaved (median, cold L2: the protocol of `tritonblas bench`); on CPU (Triton's interpreter,
+TRITON_INTERPRET=1) with the wall clock, where the times mean nothing (and bf16 fails the check there:
+the interpreter's bf16 tl.dot is ~3x less accurate; use --dtype fp16).
 
     python scripts/mlp_step.py                                  # M 2048 and 8192, d 4096, f 14336, bf16
     python scripts/mlp_step.py --m 4096 --d 2048 --f 8192 --json mlp.json
