@@ -395,11 +395,11 @@ def test_which_prepared_launches_go_direct(monkeypatch):
     from tritonblas.launch import gemm as launch
 
     monkeypatch.setattr(direct, "expected", lambda: True)
-    assert launch.launches_directly(launch._Plan(None, 1, (), {}, 4, 2, None, tma=False))
-    assert not launch.launches_directly(launch._Plan(None, 1, (), {}, 4, 2, None, tma=True))
-    assert not launch.launches_directly(None)
+    assert direct.launches_directly(launch._Plan(None, 1, (), {}, 4, 2, None, tma=False))
+    assert not direct.launches_directly(launch._Plan(None, 1, (), {}, 4, 2, None, tma=True))
+    assert not direct.launches_directly(None)
     monkeypatch.setattr(direct, "expected", lambda: False)
-    assert not launch.launches_directly(launch._Plan(None, 1, (), {}, 4, 2, None, tma=False))
+    assert not direct.launches_directly(launch._Plan(None, 1, (), {}, 4, 2, None, tma=False))
 
 
 def test_an_eager_vendor_plan_runs_torch_explicit_and_routed(x, monkeypatch):

@@ -30,7 +30,8 @@ from ..arch import INTERPRETER_DEVICE, DeviceInfo
 from ..config import GemmConfig
 from ..device import interpreter_enabled, tensor_device_info
 from ..launch.compile_key import prefetch as prefetch_compile_key
-from ..launch.gemm import launches_directly, prepare_launch
+from ..launch.direct import launches_directly
+from ..launch.gemm import prepare_launch
 from ..problem import Problem
 from ..selection import dispatch
 from ..validate import TORCH_DTYPES, check_out, span_bytes
@@ -230,7 +231,7 @@ def prepare(key: tuple | None, op: str, a: torch.Tensor, b: torch.Tensor, bias: 
 
 def _eager_vendor(selection: dispatch.Selection, launch: object) -> bool:
     """Whether a kernel selection must leave eager calls to torch: on a GPU, a launch dearer on the host
-    than torch's own op (not a prepared direct one: launch.gemm.launches_directly) whose kernel time
+    than torch's own op (not a prepared direct one: launch.direct.launches_directly) whose kernel time
     (measured or predicted) is shorter than that excess (KERNEL_HOST_US). Such a call is host-bound:
     its wall time is the host's, above torch's, and the faster kernel gains nothing. Under graph
     capture no host time is paid: the kernel runs there."""

@@ -40,6 +40,13 @@ def expected() -> bool:
     return ".".join(triton.__version__.split(".")[:2]) in KNOWN_TRITON
 
 
+def launches_directly(plan: object) -> bool:
+    """Whether a plan of launch.gemm.prepare_launch (None: none) is expected to launch through `make`'s
+    launch after its first launch, its host cost then no more than torch's own op's: not device-side
+    descriptors (`plan.tma`: triton's scratch allocator per launch), on a triton `expected()`."""
+    return plan is not None and not plan.tma and expected()
+
+
 class DirectLaunch:
     """One compiled kernel's launch through the C launcher: `launch(stream, args)` with args the kernel's
     arguments as `CompiledKernel.run` takes them after its hooks (constexprs included), host

@@ -237,13 +237,6 @@ def prepare_launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torc
     return plan
 
 
-def launches_directly(plan: _Plan | None) -> bool:
-    """Whether a plan of prepare_launch is expected to launch through launch.direct after its first
-    launch (its host cost then no more than torch's own op's): not device-side descriptors, which take
-    triton's scratch allocator per launch, on a triton whose launcher launch.direct knows."""
-    return plan is not None and not plan.tma and direct.expected()
-
-
 def _misaligned(*tensors: torch.Tensor | None) -> bool:
     return any(t is not None and t.data_ptr() % 16 for t in tensors)
 
