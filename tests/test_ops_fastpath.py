@@ -441,3 +441,46 @@ def test_a_hit_builds_host_descriptors_as_launch_gemm_does(layout, monkeypatch):
     for ours, theirs in zip(hit[2:4], built[2:4], strict=True):  # A's, then B's (then the scales: None)
         assert (ours.shape, ours.strides, ours.block_shape, ours.base.data_ptr()) == \
             (theirs.shape, theirs.strides, theirs.block_shape, theirs.base.data_ptr())
+
+
+def _misaligned(t: torch.Tensor) -> torch.Tensor:
+    """t's values in a view whose data pointer is 2 bytes past a 16-byte boundary, same shape and strides."""
+    flat = torch.empty(t.numel() + 1, dtype=t.dtype)[1:]
+    return flat.view(t.shape).copy_(t)
+
+
+@pytest.mark.parametrize("call", ["matmul", "matmul out=", "addmm bias", "linear 3-D"])
+def test_a_hit_with_a_pointer_off_16_bytes_runs_the_views_launch(x, call, monkeypatch):
+    """A plan made on aligned tensors, hit by a call of the same shapes whose pointer is not 16-byte
+    aligned: its prepared launch declines (nothing launched) and the views' launch fills the output the
+    call already made, right."""
+    calls = {"matmul": lambda a, b, bias, o: tritonblas.matmul(a, b, backend="triton"),
+             "matmul out=": lambda a, b, bias, o: tritonblas.matmul(a, b, out=o, backend="triton"),
+             "addmm bias": lambda a, b, bias, o: tritonblas.addmm(bias, a, b, backend="triton"),
+             "linear 3-D": lambda a, b, bias, o: tritonblas.linear(a.reshape(1, M, K), b.t(), bias,
+                                                                   backend="triton")}
+    refs = {"matmul": lambda a, b, bias: a.float() @ b.float(),
+            "matmul out=": lambda a, b, bias: a.float() @ b.float(),
+            "addmm bias": lambda a, b, bias: a.float() @ b.float() + bias.float(),
+            "linear 3-D": lambda a, b, bias: (a.float() @ b.float() + bias.float()).reshape(1, M, N)}
+    declined = []
+    real = call_run.launch_prepared
+
+    def watched(*args):
+        launched = real(*args)
+        declined.append(not launched)
+        return launched
+
+    monkeypatch.setattr(call_run, "launch_prepared", watched)
+    fn, ref = calls[call], refs[call]
+    out = torch.empty(M, N, dtype=f16)
+    for _ in range(2):  # plan, then hit
+        fn(x.a, x.b, x.bias, out)
+    assert declined and not any(declined), "aligned calls launch prepared"
+    a, b, bias = _misaligned(x.a), x.b, _misaligned(x.bias)
+    out2 = _misaligned(torch.zeros(M, N, dtype=f16))
+    got = fn(a, b, bias, out2)
+    assert declined[-1] is True
+    if call == "matmul out=":
+        assert got is out2
+    torch.testing.assert_close(got.float(), ref(x.a, x.b, x.bias), rtol=2e-3, atol=2e-3)
