@@ -23,6 +23,12 @@ from tritonblas.launch import gemm as launch
 ROUNDS, CALLS = 7, 1000
 
 
+def _step(y: torch.Tensor, weight: torch.Tensor) -> None:
+    """A training step's backward of one linear: .backward() into the weight's .grad, then set to None."""
+    y.sum().backward()
+    weight.grad = None
+
+
 def _ours():
     torch.manual_seed(0)
     a, b, w = (torch.randn(64, 64).half() for _ in range(3))
@@ -33,6 +39,7 @@ def _ours():
         "addmm": lambda: tritonblas.addmm(bias, a, b, beta=0.5, alpha=2.0, backend="triton"),
         "linear": lambda: tritonblas.linear(a, w, bias, backend="triton"),
         "linear grad": lambda: tritonblas.linear(a, w_grad, bias, backend="triton"),
+        "linear step": lambda: _step(tritonblas.linear(a, w_grad, bias, backend="triton"), w_grad),
         "routed mm": lambda: torch.mm(a, b),
         "routed F.linear": lambda: F.linear(a, w, bias),
         "torch.add, mode on": lambda: torch.add(a, b),
@@ -49,6 +56,7 @@ def _torch():
         "torch.addmm": lambda: torch.addmm(bias, a, b, beta=0.5, alpha=2.0),
         "F.linear": lambda: F.linear(a, w, bias),
         "F.linear grad": lambda: F.linear(a, w_grad, bias),
+        "F.linear step": lambda: _step(F.linear(a, w_grad, bias), w_grad),
         "torch.add, mode off": lambda: torch.add(x, y),
     }
 
@@ -59,6 +67,8 @@ CASES = [
     ("addmm", "torch.addmm", 2.6, False),
     ("linear", "F.linear", 3.2, False),
     ("linear grad", "F.linear grad", 8.0, False),
+    # forward + .backward(): with the backward's GEMM through the custom op's dispatch 2.3x, without 1.6x
+    ("linear step", "F.linear step", 2.0, False),
     ("routed mm", "torch.mm", 7.0, True),
     ("routed F.linear", "F.linear", 4.5, True),
     ("torch.add, mode on", "torch.add, mode off", 1.3, True),  # an op the mode does not touch
