@@ -46,7 +46,7 @@ FIRST=${DEVICES%%,*}
 case "${1:-}" in
   check)
     TRITONBLAS_TEST_GPU=1 timeout 300 python3 -m pytest -p no:cacheprovider -n 8 tests/test_gpu.py \
-      > "$OUT/gpu_tests.txt" 2>&1; tail -25 "$OUT/gpu_tests.txt"
+      tests/test_gpu_launch.py > "$OUT/gpu_tests.txt" 2>&1; tail -25 "$OUT/gpu_tests.txt"
     timeout 90 python3 scripts/gpu_smoke.py 2>&1 | tail -5
     TRITONBLAS_DB=/tmp/none.sqlite timeout 120 python3 scripts/dispatch_overhead.py --json "$OUT/overhead.json" \
       2>&1 | grep -v Warning | tail -9 | tee "$OUT/overhead.txt" ;;
@@ -87,7 +87,8 @@ case "${1:-}" in
   verify)  # the GPU suite (large sizes and threads included) then the MLP block on the first GPU, while
     # the second benches the suite and every class file through dispatch (shipped file, empty user DB)
     ( CUDA_VISIBLE_DEVICES=$FIRST TRITONBLAS_TEST_GPU=1 timeout 330 python3 -m pytest -p no:cacheprovider -n 8 \
-        tests/test_gpu.py tests/test_gpu_large.py > "$OUT/gpu_tests.txt" 2>&1; tail -6 "$OUT/gpu_tests.txt"
+        tests/test_gpu.py tests/test_gpu_launch.py tests/test_gpu_large.py > "$OUT/gpu_tests.txt" 2>&1
+      tail -6 "$OUT/gpu_tests.txt"
       DEVICES=$FIRST bash "$0" mlp > /dev/null 2>&1; tail -8 "$OUT/mlp.txt" ) &
     CLASS_FILES="${CLASS_FILES:-scripts/shapes.yaml scripts/classes/*.yaml}" DEVICES=$LAST bash "$0" classes
     wait ;;
