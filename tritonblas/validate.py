@@ -13,7 +13,6 @@ from tuning_db.vocabulary import (
     QUANT_DTYPES,
     QUANT_OUT_DTYPES,
     SCALES,
-    quantized_mismatch,
 )
 
 from .arch import DeviceInfo
@@ -21,11 +20,12 @@ from .config import BACKENDS, GemmConfig
 from .problem import Problem, default_quant_out
 
 TORCH_DTYPES: dict[torch.dtype, str] = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
+# Every dtype name of the vocabulary by its torch dtype (the plain GEMMs' and scaled_mm's operands and
+# outputs), and the other way round: the one table of both.
+DTYPE_NAMES: dict[torch.dtype, str] = {**TORCH_DTYPES, torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2",
+                                       torch.int8: "int8"}
+TORCH_DTYPE_OF: dict[str, torch.dtype] = {name: dtype for dtype, name in DTYPE_NAMES.items()}
 _STRIDED = torch.strided
-# The names of scaled_mm's torch dtypes, for select()'s arguments (the ops check tensors themselves).
-_QUANT_TORCH_DTYPES: dict[torch.dtype, str] = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2",
-                                               torch.int8: "int8", torch.float16: "fp16",
-                                               torch.bfloat16: "bf16", torch.float32: "fp32"}
 
 # Hot path: each public call first tries one fused expression for the common case and runs the detailed
 # checks (which raise with the argument's name, in their order) only when it fails. The fused tests are
@@ -216,10 +216,7 @@ def _quantized_problem_of(m: int, n: int, k: int, dtype, out_dtype, layout: str,
     a = _dtype_name("dtype", dtype, QUANT_DTYPES)
     b = a if b_dtype is None else _dtype_name("b_dtype", b_dtype, QUANT_DTYPES)
     out = default_quant_out(a) if out_dtype is None else _dtype_name("out_dtype", out_dtype, QUANT_OUT_DTYPES)
-    reason = quantized_mismatch(a, b, out, bias, scales)
-    if reason is not None:
-        raise ValueError(f"{m}x{n}x{k}: {reason}")
-    return Problem(m, n, k, a, layout, bias, out, b, scales)
+    return Problem(m, n, k, a, layout, bias, out, b, scales)  # (it raises for what does not go together)
 
 
 def _check_int(name: str, v: object) -> int:
@@ -232,7 +229,7 @@ def _check_int(name: str, v: object) -> int:
 
 def _dtype_name(name: str, v: object, allowed: tuple[str, ...] = FLOAT_DTYPES) -> str:
     if isinstance(v, torch.dtype):
-        v = TORCH_DTYPES.get(v) or _QUANT_TORCH_DTYPES.get(v, str(v))
+        v = DTYPE_NAMES.get(v, str(v))
     if not isinstance(v, str) or v not in allowed:
         raise ValueError(f"{name} must be one of {', '.join(allowed)} (or the torch dtype), got {v!r}")
     return v

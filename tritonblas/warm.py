@@ -65,7 +65,9 @@ def _operands(problem: Problem, device):
     run free of NaN and overflow warnings)."""
     import torch
 
-    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[problem.dtype]
+    from .validate import TORCH_DTYPE_OF
+
+    dtype = TORCH_DTYPE_OF[problem.dtype]
 
     def operand(rows: int, cols: int, transposed: bool):
         if transposed:  # column-major: the transpose of a row-major cols x rows tensor

@@ -10,20 +10,20 @@ from __future__ import annotations
 
 import torch
 
+from tuning_db.vocabulary import QUANT_DTYPES, QUANT_OUT_DTYPES
+
 from .. import caches
 from ..config import GemmConfig, fp8_refusal, vendor_scaled_refusal
 from ..device import tensor_device_info
 from ..launch.gemm import prepare_launch
 from ..problem import Problem
 from ..selection import dispatch
-from ..validate import check_options
+from ..validate import DTYPE_NAMES, TORCH_DTYPE_OF, check_options
 from .path import ScaledPlan, _layout, lookup, plans, signature
 from .run import run_scaled, scale_vector
 
-QUANT_TORCH: dict[torch.dtype, str] = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2",
-                                       torch.int8: "int8"}
-OUT_TORCH: dict[torch.dtype, str] = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32",
-                                     torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
+QUANT_TORCH: dict[torch.dtype, str] = {t: name for t, name in DTYPE_NAMES.items() if name in QUANT_DTYPES}
+OUT_TORCH: dict[torch.dtype, str] = {t: name for t, name in DTYPE_NAMES.items() if name in QUANT_OUT_DTYPES}
 _BIAS_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 # (A's scale is a vector, B's is) -> Problem.scales
 _SCALE_MODES = {(False, False): "tensor", (True, True): "row", (True, False): "row_a", (False, True): "row_b"}
@@ -130,7 +130,7 @@ def _prepare(key, problem: Problem, a, b, scale_a, scale_b, bias, out, use_fast_
         config = dispatch.select_config(problem, device, None, backend)
     plan = ScaledPlan(problem.m, problem.n, problem.k, problem, device, config, (None, backend), user_config,
                       False, (0, 0, 0, 0), has_bias=bias is not None, precision="tf32",
-                      out_dtype=OUT_DTYPES[problem.out], fast_acc=use_fast_accum)
+                      out_dtype=TORCH_DTYPE_OF[problem.out], fast_acc=use_fast_accum)
     if out is not None:
         plan.spans = _spans(out, a, b, bias)
     if config is not None and config.backend != "torch":
@@ -143,8 +143,6 @@ def _prepare(key, problem: Problem, a, b, scale_a, scale_b, bias, out, use_fast_
         caches.store(read_at, plans, key, plan)
     return plan
 
-
-OUT_DTYPES: dict[str, torch.dtype] = {name: dtype for dtype, name in OUT_TORCH.items()}
 
 
 def _spans(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None) -> tuple:

@@ -38,10 +38,10 @@ from ..arch import DeviceInfo
 from ..config import GemmConfig
 from ..parallel import run_first_launches
 from ..problem import Problem
+from ..validate import TORCH_DTYPE_OF
 from . import scaled
 from .protocol import Benchmark, BenchResult, error_result
 
-_TORCH = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 # Unit roundoff of the output dtype: the error allowance on top of twice torch's own error.
 UNIT_ROUNDOFF = {"fp16": 2.0**-11, "bf16": 2.0**-8, "fp32": 2.0**-24, "e4m3": 2.0**-4, "e5m2": 2.0**-3}
 
@@ -130,7 +130,7 @@ class GpuBenchmark(Benchmark):
         gen = torch.Generator(device=dev).manual_seed(self.seed)
         if problem.quantized:
             return self._setup_scaled(problem, dev, gen)
-        dtype = _TORCH[problem.dtype]
+        dtype = TORCH_DTYPE_OF[problem.dtype]
         a = _operand(problem.m, problem.k, problem.layout[0] == "t", dtype, dev, gen)
         b = _operand(problem.k, problem.n, problem.layout[1] == "t", dtype, dev, gen)
         bias = _bias(problem.bias, problem.m, problem.n, dtype, dev, gen)

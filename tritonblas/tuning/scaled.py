@@ -18,10 +18,8 @@ from dataclasses import dataclass
 import torch
 
 from ..problem import Problem
+from ..validate import TORCH_DTYPE_OF
 
-TORCH_DTYPES: dict[str, torch.dtype] = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2,
-                                        "int8": torch.int8, "fp16": torch.float16, "bf16": torch.bfloat16,
-                                        "fp32": torch.float32}
 # Hopper's fp8 tensor cores add the products of one MMA with about 14 bits kept (DeepSeek-V3's report;
 # promoting to fp32 every 128 of K, as scaled_mm and cuBLAS do, bounds the loss, it does not remove it):
 # 129x257x96 e4m3 x e5m2 -> fp32 read 4e-5 to 8e-5 against fp64 on the H200, where the fp32 one-cast
@@ -74,12 +72,12 @@ def bias_dtype(out: torch.dtype) -> torch.dtype:
 
 
 def make(problem: Problem, device: torch.device, gen: torch.Generator) -> ScaledOperands:
-    a = _operand(problem.m, problem.k, problem.layout[0] == "t", TORCH_DTYPES[problem.dtype], device, gen)
-    b = _operand(problem.k, problem.n, problem.layout[1] == "t", TORCH_DTYPES[problem.b], device, gen)
+    a = _operand(problem.m, problem.k, problem.layout[0] == "t", TORCH_DTYPE_OF[problem.dtype], device, gen)
+    b = _operand(problem.k, problem.n, problem.layout[1] == "t", TORCH_DTYPE_OF[problem.b], device, gen)
     size = max(problem.k, 1) ** -0.5
     sa, sb = (size * (0.5 + torch.rand(s, generator=gen, dtype=torch.float32, device=device))
               for s in scale_shapes(problem))
-    out = TORCH_DTYPES[problem.out]
+    out = TORCH_DTYPE_OF[problem.out]
     bias = None
     if problem.bias == "row":
         bias = torch.randn(problem.n, generator=gen, dtype=torch.float32, device=device).to(bias_dtype(out))
@@ -103,10 +101,10 @@ def zero_call(problem: Problem, device: torch.device, backend: str | None) -> Ca
         t = torch.zeros((cols, rows) if transposed else (rows, cols), dtype=dtype, device=device)
         return t.t() if transposed else t
 
-    a = operand(problem.m, problem.k, problem.layout[0] == "t", TORCH_DTYPES[problem.dtype])
-    b = operand(problem.k, problem.n, problem.layout[1] == "t", TORCH_DTYPES[problem.b])
+    a = operand(problem.m, problem.k, problem.layout[0] == "t", TORCH_DTYPE_OF[problem.dtype])
+    b = operand(problem.k, problem.n, problem.layout[1] == "t", TORCH_DTYPE_OF[problem.b])
     sa, sb = (torch.ones(s, dtype=torch.float32, device=device) for s in scale_shapes(problem))
-    out = TORCH_DTYPES[problem.out]
+    out = TORCH_DTYPE_OF[problem.out]
     bias = None if problem.bias == "none" else torch.zeros(problem.n, dtype=bias_dtype(out), device=device)
     return lambda: tritonblas.scaled_mm(a, b, sa, sb, bias=bias, out_dtype=out, backend=backend)
 
