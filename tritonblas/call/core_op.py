@@ -9,6 +9,7 @@ custom op, and registering it is not free (0.14-0.24 s in a fresh process on the
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import torch
 
@@ -98,7 +99,7 @@ def eager_product(left: torch.Tensor, right: torch.Tensor, alpha: float, family:
 
 
 def _product_grad(left: torch.Tensor, right: torch.Tensor, like: torch.Tensor, alpha: float,
-                  family: int, product=_custom_op_product) -> torch.Tensor:
+                  family: int, product: Callable[..., torch.Tensor]) -> torch.Tensor:
     """alpha * left @ right, the gradient of `like`, in the layout torch's mm backward gives it
     (mm_mat1_backward / mm_mat2_backward): column-major where `like` is densely column-major (strides
     (1, rows)), computed as the row-major product (right^T @ left^T)^T, never copied; row-major else.
@@ -118,7 +119,7 @@ def _bias_grad(grad: torch.Tensor, shape: torch.Size, beta: float) -> torch.Tens
     return scaled if scaled.shape == shape else scaled.sum_to_size(shape)
 
 
-gemm.register_autograd(lambda ctx, grad: _backward(ctx, grad), setup_context=_setup_context)
+gemm.register_autograd(_backward, setup_context=_setup_context)
 
 # ops' eager autograd.Function (ops._Gemm) uses these two: one definition of the saved context and of the
 # gradients for both ways a call gets autograd.
