@@ -40,7 +40,7 @@ from ..validate import TORCH_DTYPES, check_out, span_bytes
 # launch_gemm's scratch: Stream-K, padded copies) more than torch's own op's: a selected kernel of such a
 # launch that runs shorter than this leaves eager calls to torch (see `_eager_vendor`). H200, 4x2048x2048
 # bf16 linear: device-side descriptors 31.0 us against F.linear's 22.0, a prepared direct launch 19.2
-# (docs/notes/kernel-levers.md, "host cost").
+# (docs/notes/kernel-levers.md, "Host cost of a launch").
 KERNEL_HOST_US = 10.0
 _BIAS_KINDS = {(False, False): "scalar", (False, True): "row", (True, False): "column", (True, True): "full"}
 # What torch.backends.cuda.matmul.allow_tf32 returns, without its module __getattr__: 0.65 -> 0.05 us.

@@ -7,12 +7,13 @@ tensor argument calls its data_ptr() and the driver's cuPointerGetAttribute. For
 again and again with the same facts, all of that is decided once here: pointers go in as integers
 (the plan checked the tensors' device; the C launcher takes an int as the address itself), a
 descriptor's encoding is kept per base address (it depends on nothing else in a plan), and the C
-function is called with the argument list `run` would build. H200 host, 4x2048x2048 bf16: run with
-tensors 10.1 us a launch, with integers 8.6 (docs/notes/kernel-levers.md, "host cost").
+function is called with the argument list `run` would build (no launch hooks: launch.gemm never passed
+triton's). H200 host, 4x2048x2048 bf16: run with tensors 10.1 us a launch, with integers 8.6
+(docs/notes/kernel-levers.md, "Host cost of a launch").
 
 Two calling conventions exist: triton 3.6 takes the kernel's arguments flat after the launch's own,
-3.7 to 3.9 as one tuple with the argument annotations before it. A launcher of neither shape, one that
-needs scratch (device-side descriptors, profiling) or a launch hook, gets None: launch.gemm keeps
+3.7 to 3.9 as one tuple with the argument annotations before it. A launcher of neither shape, or one
+that needs scratch (device-side descriptors, profiling), gsan or a cluster, gets None: launch.gemm keeps
 calling `run`.
 """
 
