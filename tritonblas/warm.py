@@ -60,31 +60,46 @@ def problems_of(shapes: str | Path | Sequence[str | Path] | None = None, file: s
     return list(dict.fromkeys(found))
 
 
-def _operands(problem: Problem, device):
-    """Zero operands of the problem's shape, layout and dtype (the values do not matter; zeros keep the
-    run free of NaN and overflow warnings)."""
+def _zeros(rows: int, cols: int, transposed: bool, dtype, device):
+    """A rows x cols operand of zeros, row-major or (transposed) column-major: the transpose of a
+    row-major cols x rows tensor."""
     import torch
+
+    if transposed:
+        return torch.zeros((cols, rows), dtype=dtype, device=device).t()
+    return torch.zeros((rows, cols), dtype=dtype, device=device)
+
+
+def _zero_call(problem: Problem, device, backend: str | None) -> Callable[[], object]:
+    """The public op's call of the problem on zero operands of its shape, layout and dtypes (the values
+    do not matter to a compile; zeros keep the run free of NaN and overflow warnings): matmul or addmm,
+    or for a quantized problem scaled_mm with unit scales of its mode."""
+    import torch
+
+    import tritonblas
 
     from .validate import TORCH_DTYPE_OF
 
-    dtype = TORCH_DTYPE_OF[problem.dtype]
+    a = _zeros(problem.m, problem.k, problem.layout[0] == "t", TORCH_DTYPE_OF[problem.dtype], device)
+    b = _zeros(problem.k, problem.n, problem.layout[1] == "t", TORCH_DTYPE_OF[problem.b], device)
+    if problem.quantized:
+        from .tuning.scaled import bias_dtype, require_op, scale_shapes
 
-    def operand(rows: int, cols: int, transposed: bool):
-        if transposed:  # column-major: the transpose of a row-major cols x rows tensor
-            return torch.zeros((cols, rows), dtype=dtype, device=device).t()
-        return torch.zeros((rows, cols), dtype=dtype, device=device)
-
-    a = operand(problem.m, problem.k, problem.layout[0] == "t")
-    b = operand(problem.k, problem.n, problem.layout[1] == "t")
+        require_op()
+        sa, sb = (torch.ones(s, dtype=torch.float32, device=device) for s in scale_shapes(problem))
+        out = TORCH_DTYPE_OF[problem.out]
+        bias = None if problem.bias == "none" else \
+            torch.zeros(problem.n, dtype=bias_dtype(out), device=device)
+        return lambda: tritonblas.scaled_mm(a, b, sa, sb, bias=bias, out_dtype=out, backend=backend)
     shape = {"none": None, "scalar": (1, 1), "row": (problem.n,), "column": (problem.m, 1),
              "full": (problem.m, problem.n)}[problem.bias]
-    bias = None if shape is None else torch.zeros(shape, dtype=dtype, device=device)
-    return a, b, bias
+    if shape is None:
+        return lambda: tritonblas.matmul(a, b, backend=backend)
+    bias = torch.zeros(shape, dtype=a.dtype, device=device)
+    return lambda: tritonblas.addmm(bias, a, b, backend=backend)
 
 
 def _warm_one(problem: Problem, info, torch_device, interpreter: bool, backend: str | None) -> WarmupResult:
-    import tritonblas
-
     from .selection import dispatch
 
     start = time.monotonic()
@@ -99,25 +114,13 @@ def _warm_one(problem: Problem, info, torch_device, interpreter: bool, backend: 
         if interpreter and problem.m * problem.n * problem.k > INTERPRETER_MAX_MACS:
             return WarmupResult(problem, "selected", sel.config, sel.source, time.monotonic() - start,
                                 "the interpreter compiles nothing; too large to launch there")
-        if problem.quantized:
-            from .tuning.scaled import zero_call
-
-            zero_call(problem, torch_device, backend)()
-            return _compiled(problem, select(), start)
-        a, b, bias = _operands(problem, torch_device)
-        if bias is None:
-            tritonblas.matmul(a, b, backend=backend)
-        else:
-            tritonblas.addmm(bias, a, b, backend=backend)
+        _zero_call(problem, torch_device, backend)()
         sel = select()  # what ran: a config triton refused is no longer selected
     except Exception as exc:  # one problem failing (out of memory, say) must not stop the others
         return WarmupResult(problem, "failed", seconds=time.monotonic() - start,
                             note=f"{type(exc).__name__}: {exc}"[:300])
-    return _compiled(problem, sel, start)
-
-
-def _compiled(problem: Problem, sel, start: float) -> WarmupResult:
     return WarmupResult(problem, "compiled", sel.config, sel.source, time.monotonic() - start)
+
 
 
 def warmup(shapes: str | Path | Sequence[str | Path] | None = None, *, file: str | Path | None = None,

@@ -49,8 +49,10 @@ def require_op() -> None:
         raise RuntimeError(MISSING_OP)
 
 
-def _operand(rows: int, cols: int, transposed: bool, dtype: torch.dtype, device: torch.device,
-             gen: torch.Generator) -> torch.Tensor:
+def random_operand(rows: int, cols: int, transposed: bool, dtype: torch.dtype, device: torch.device,
+                   gen: torch.Generator) -> torch.Tensor:
+    """A rows x cols operand, row-major or (transposed) column-major, of any problem's operand dtype
+    (benchmark's plain problems take it too): N(0,1) values, so never zeros; int8 in [-8, 8]."""
     shape = (cols, rows) if transposed else (rows, cols)
     if dtype == torch.int8:
         t = torch.randint(-8, 9, shape, generator=gen, dtype=torch.int8, device=device)
@@ -72,8 +74,9 @@ def bias_dtype(out: torch.dtype) -> torch.dtype:
 
 
 def make(problem: Problem, device: torch.device, gen: torch.Generator) -> ScaledOperands:
-    a = _operand(problem.m, problem.k, problem.layout[0] == "t", TORCH_DTYPE_OF[problem.dtype], device, gen)
-    b = _operand(problem.k, problem.n, problem.layout[1] == "t", TORCH_DTYPE_OF[problem.b], device, gen)
+    a_col, b_col = problem.layout[0] == "t", problem.layout[1] == "t"
+    a = random_operand(problem.m, problem.k, a_col, TORCH_DTYPE_OF[problem.dtype], device, gen)
+    b = random_operand(problem.k, problem.n, b_col, TORCH_DTYPE_OF[problem.b], device, gen)
     size = max(problem.k, 1) ** -0.5
     sa, sb = (size * (0.5 + torch.rand(s, generator=gen, dtype=torch.float32, device=device))
               for s in scale_shapes(problem))
@@ -88,25 +91,6 @@ def make(problem: Problem, device: torch.device, gen: torch.Generator) -> Scaled
     if out.itemsize == 1:  # scaled_mm saturates an fp8 output to its finite range
         fp32 = fp32.clamp(torch.finfo(out).min, torch.finfo(out).max)
     return ScaledOperands(a, b, sa, sb, bias, out, ref, fp32.to(out))
-
-
-def zero_call(problem: Problem, device: torch.device, backend: str | None) -> Callable[[], object]:
-    """scaled_mm on zero operands and unit scales of the problem's shapes, layout and dtypes: what
-    warm-up runs (the values do not matter to a compile)."""
-    import tritonblas
-
-    require_op()
-
-    def operand(rows: int, cols: int, transposed: bool, dtype: torch.dtype) -> torch.Tensor:
-        t = torch.zeros((cols, rows) if transposed else (rows, cols), dtype=dtype, device=device)
-        return t.t() if transposed else t
-
-    a = operand(problem.m, problem.k, problem.layout[0] == "t", TORCH_DTYPE_OF[problem.dtype])
-    b = operand(problem.k, problem.n, problem.layout[1] == "t", TORCH_DTYPE_OF[problem.b])
-    sa, sb = (torch.ones(s, dtype=torch.float32, device=device) for s in scale_shapes(problem))
-    out = TORCH_DTYPE_OF[problem.out]
-    bias = None if problem.bias == "none" else torch.zeros(problem.n, dtype=bias_dtype(out), device=device)
-    return lambda: tritonblas.scaled_mm(a, b, sa, sb, bias=bias, out_dtype=out, backend=backend)
 
 
 def op_call(ops: ScaledOperands, out: torch.Tensor, config, backend: str | None) -> Callable[[], object]:
