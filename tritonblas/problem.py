@@ -84,6 +84,12 @@ class Problem:
             ("" if self.bias == "none" else f" +{self.bias}")
 
 
+# A quantized problem's scale mode as (scale_a one value per row of A, scale_b one per column of B); each
+# False: one value for the whole operand (vocabulary.Scales).
+SCALE_VECTORS: dict[str, tuple[bool, bool]] = {"tensor": (False, False), "row": (True, True),
+                                               "row_a": (True, False), "row_b": (False, True)}
+
+
 def vendor_name(problem: Problem) -> str:
     """The vendor op a torch-backend config runs for `problem` (what messages and explain call it)."""
     if not problem.quantized:

@@ -16,7 +16,7 @@ from .. import caches
 from ..config import GemmConfig, fp8_refusal, vendor_scaled_refusal
 from ..device import tensor_device_info
 from ..launch.gemm import prepare_launch
-from ..problem import Problem
+from ..problem import SCALE_VECTORS, Problem
 from ..selection import dispatch
 from ..validate import DTYPE_NAMES, TORCH_DTYPE_OF, check_options
 from .path import ScaledPlan, _layout, lookup, plans, signature
@@ -26,7 +26,7 @@ QUANT_TORCH: dict[torch.dtype, str] = {t: name for t, name in DTYPE_NAMES.items(
 OUT_TORCH: dict[torch.dtype, str] = {t: name for t, name in DTYPE_NAMES.items() if name in QUANT_OUT_DTYPES}
 _BIAS_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 # (A's scale is a vector, B's is) -> Problem.scales
-_SCALE_MODES = {(False, False): "tensor", (True, True): "row", (True, False): "row_a", (False, True): "row_b"}
+_SCALE_MODES = {vectors: mode for mode, vectors in SCALE_VECTORS.items()}
 
 
 def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, *,

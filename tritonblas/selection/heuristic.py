@@ -24,6 +24,7 @@ from ..config import GemmConfig, config_supports
 from ..launch.streamk import fixup_plan, fixup_reads, splits_tiles, streamk_grids, tile_splits
 from ..problem import (
     DTYPE_BYTES,
+    SCALE_VECTORS,
     Problem,
     aligned_leading_dim,
     operand_alignment,
@@ -116,9 +117,10 @@ def _operand_bytes(problem: Problem) -> tuple[int, int]:
 
 def _scale_bytes(problem: Problem) -> int:
     """The float32 scales a quantized problem reads: one value, or one per row of A / column of B."""
-    rows = problem.scales in ("row", "row_a")
-    cols = problem.scales in ("row", "row_b")
-    return 0 if not problem.quantized else 4 * ((problem.m if rows else 1) + (problem.n if cols else 1))
+    if not problem.quantized:
+        return 0
+    rows, cols = SCALE_VECTORS[problem.scales]
+    return 4 * ((problem.m if rows else 1) + (problem.n if cols else 1))
 
 
 def tile_efficiency(config: GemmConfig, dtype: str) -> float:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..problem import Problem
+from ..problem import SCALE_VECTORS, Problem
 from ..validate import TORCH_DTYPE_OF
 
 # Hopper's fp8 tensor cores add the products of one MMA with about 14 bits kept (DeepSeek-V3's report;
@@ -63,8 +63,7 @@ def random_operand(rows: int, cols: int, transposed: bool, dtype: torch.dtype, d
 
 def scale_shapes(problem: Problem) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """scale_a's and scale_b's shapes for the problem's scale mode (vocabulary.Scales)."""
-    rows = problem.scales in ("row", "row_a")
-    cols = problem.scales in ("row", "row_b")
+    rows, cols = SCALE_VECTORS[problem.scales]
     return ((problem.m, 1) if rows else ()), ((1, problem.n) if cols else ())
 
 
