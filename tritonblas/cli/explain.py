@@ -121,9 +121,8 @@ def explain(m: str = SizeM, n: str = SizeN, k: str = SizeK, dtype: str = DtypeOp
     where = check_db(db)
     with dispatch.using_database(db):
         try:
-            sel = dispatch.select(p.m, p.n, p.k, p.dtype, out_dtype=p.out_dtype, layout=p.layout, bias=p.bias,
-                                  enable_streamk=streamk, device=info, scales=p.scales, b_dtype=p.b_dtype,
-                                  backend=None if backend is None else backend.value)
+            sel = dispatch.select_problem(p, enable_streamk=streamk, device=info,
+                                          backend=None if backend is None else backend.value)
         except (ValueError, RuntimeError) as e:
             fail(f"error: {e}", code=1)
     ranked = heuristic.rank(sel.problem, info, streamk)
