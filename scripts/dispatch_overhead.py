@@ -10,6 +10,7 @@ process, on the same random operands:
   matmul                  tritonblas.matmul(a, b)        vs torch.mm(a, b)
   routed F.linear         F.linear under tritonblas.enable() vs with the mode off
   routed F.linear, w grad the same with w.requires_grad
+  routed, Python kernels  routed F.linear through transparent mode's Python kernels (no C++ compiler)
   add, not routed         torch.add under the mode       vs with the mode off (an op the mode leaves alone)
 Dispatch decides what runs (shipped configs, neighbour, heuristic, torch.mm); `--backend triton` pins the
 kernels. Without a GPU the same rows run in Triton's interpreter (the times then say little).
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import statistics
@@ -79,6 +81,7 @@ def main() -> None:
     wg = w.clone().requires_grad_(True)
     b = w.t()
     off, on = contextlib.nullcontext, tritonblas.enable
+    python_kernels = functools.partial(tritonblas.enable, native=False)  # (what runs where nothing builds)
     kw = {} if args.backend is None else {"backend": args.backend}
     pairs = {
         "linear": ((off, lambda: F.linear(x, w)), (off, lambda: tritonblas.linear(x, w, **kw))),
@@ -86,6 +89,7 @@ def main() -> None:
         "matmul": ((off, lambda: torch.mm(x, b)), (off, lambda: tritonblas.matmul(x, b, **kw))),
         "routed F.linear": ((off, lambda: F.linear(x, w)), (on, lambda: F.linear(x, w))),
         "routed F.linear, w grad": ((off, lambda: F.linear(x, wg)), (on, lambda: F.linear(x, wg))),
+        "routed, Python kernels": ((off, lambda: F.linear(x, w)), (python_kernels, lambda: F.linear(x, w))),
         "add, not routed": ((off, lambda: torch.add(x, x)), (on, lambda: torch.add(x, x))),
     }
     sel = tritonblas.select(args.m, args.n, args.k, args.dtype, layout="nt", device=dev, **kw)

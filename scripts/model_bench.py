@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import statistics
 import sys
@@ -73,6 +74,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="a fast look: 3 reps, 1 warm-up, 16 new tokens, 256-token sequences "
                    "(where not given)")
     p.add_argument("--tiny", action="store_true", help="toy-sized models of the same architectures")
+    p.add_argument("--python-kernels", action="store_true",
+                   help="run transparent mode's Python kernels, not its C++ ones (tritonblas.native)")
     p.add_argument("--device", default="cuda", help="cuda (default) or cpu (a smoke test: transparent "
                    "mode routes CPU tensors only under TRITON_INTERPRET=1)")
     p.add_argument("--profile", action="store_true",
@@ -136,11 +139,14 @@ def _why(exc: Exception) -> str:
     return f"{type(exc).__name__}: {first[:300]}"
 
 
+_native = True  # --python-kernels sets it False
+
+
 def sides() -> tuple[tuple[str, Callable[[], contextlib.AbstractContextManager]], ...]:
-    """The two sides' modes: torch's own, and transparent mode."""
+    """The two sides' modes: torch's own, and transparent mode (its C++ kernels unless told otherwise)."""
     import tritonblas
 
-    return ("torch", contextlib.nullcontext), ("ours", tritonblas.enable)
+    return ("torch", contextlib.nullcontext), ("ours", functools.partial(tritonblas.enable, native=_native))
 
 
 def rel_error(x, ref) -> float:
@@ -366,13 +372,18 @@ def run(args: argparse.Namespace) -> dict:
         raise SystemExit("model_bench: no CUDA GPU visible (use --device cpu with TRITON_INTERPRET=1 "
                          "and --tiny for a CPU smoke run)")
     tritonblas.disable()  # torch's side is torch's own, whatever TRITONBLAS_ENABLED said
+    global _native
+    from tritonblas import native
+
+    _native = not args.python_kernels and native.load()
     models = [bench_model(args, name, device) for name in args.models]
     import transformers
 
     return {"script": "scripts/model_bench.py", "argv": sys.argv[1:],
             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
             "dtype": args.dtype, "torch": torch.__version__, "transformers": transformers.__version__,
-            "reps": args.reps, "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "reps": args.reps, "transparent_kernels": "C++" if _native else "Python",
+            "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "models": models}
 
 

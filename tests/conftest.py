@@ -104,3 +104,31 @@ def fake_gpu_benchmark(monkeypatch):
     from tritonblas.tuning import benchmark as benchmark_module
 
     monkeypatch.setattr(benchmark_module, "GpuBenchmark", lambda **kw: WorkerBench())
+
+
+def pick_torch_where(monkeypatch, wanted) -> None:
+    """Dispatch's heuristic selecting torch.mm for the problems `wanted(problem)` accepts (as tuned
+    configs do where cuBLAS won), its own pick for the rest; selections made before are dropped."""
+    from tritonblas import GemmConfig
+    from tritonblas.selection import dispatch
+
+    real = dispatch._from_heuristic
+
+    def layer(problem, device, enable_streamk, backend=None):
+        if wanted(problem):
+            return dispatch.Selection(GemmConfig.vendor(), "heuristic", 0.0, False, problem, device)
+        return real(problem, device, enable_streamk, backend)
+
+    monkeypatch.setattr(dispatch, "_from_heuristic", layer)
+    dispatch.clear_cache()
+
+
+@pytest.fixture
+def torch_picked(monkeypatch):
+    """Dispatch selecting torch.mm for every problem."""
+    pick_torch_where(monkeypatch, lambda problem: True)
+    yield
+    monkeypatch.undo()
+    from tritonblas.selection import dispatch
+
+    dispatch.clear_cache()

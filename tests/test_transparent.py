@@ -14,14 +14,20 @@ import torch.nn.functional as F
 from helpers.shapes import assert_close, record_launches
 
 import tritonblas
-from tritonblas import transparent
+from tritonblas import native, transparent
 
 f16 = torch.float16
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(autouse=True)
-def _off_after():
+@pytest.fixture(autouse=True, params=["C++ kernels", "Python kernels"])
+def _mechanism(request, monkeypatch):
+    """Every test runs with each of the mode's two ways in: the C++ kernels (tritonblas.native, built
+    here) and the Python ones (where nothing can be built)."""
+    if request.param == "Python kernels":
+        monkeypatch.setattr(native, "load", lambda: False)
+    elif not native.load():
+        pytest.skip(f"the C++ kernels do not build here: {native.why_not()}")
     yield
     tritonblas.disable()
 
@@ -98,21 +104,6 @@ def test_everything_else_falls_through_to_torch(case, launches, monkeypatch):
         got = calls[case]()
     assert not launches
     assert torch.equal(got, expected)
-
-
-@pytest.fixture
-def torch_picked(monkeypatch):
-    """Dispatch selecting torch.mm for every problem (as the tuned configs do where cuBLAS won)."""
-    from tritonblas.selection import dispatch
-
-    def layer(problem, device, enable_streamk, backend=None):
-        return dispatch.Selection(tritonblas.GemmConfig.vendor(), "heuristic", 0.0, False, problem, device)
-
-    monkeypatch.setattr(dispatch, "_from_heuristic", layer)
-    dispatch.clear_cache()
-    yield
-    monkeypatch.undo()
-    dispatch.clear_cache()
 
 
 @pytest.mark.parametrize("pick", ["kernels", "torch", "fall through"])

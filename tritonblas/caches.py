@@ -12,20 +12,26 @@ interpreter choice (a per-hit check of the plans made for CPU tensors) do not to
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 CAP = 4096  # entries per cache; a full cache is emptied whole (a working set never comes near it)
 
 _lock = threading.Lock()
-_caches: list[dict] = []
+_clears: list[Callable[[], None]] = []  # each cache's clear
 _generation = 0
 
 
 def new() -> dict:
     """A dict whose entries are dropped with every other cache here; fill it through `store`."""
     cache: dict = {}
-    with _lock:
-        _caches.append(cache)
+    also_clear(cache.clear)
     return cache
+
+
+def also_clear(clear: Callable[[], None]) -> None:
+    """Call `clear` with every drop: a cache kept elsewhere (transparent mode's C++ kernels' answers)."""
+    with _lock:
+        _clears.append(clear)
 
 
 def generation() -> int:
@@ -49,6 +55,6 @@ def invalidate() -> None:
     """Drop every entry of every cache made by `new()`; what was computed before is never stored."""
     global _generation
     with _lock:
-        for cache in _caches:
-            cache.clear()
+        for clear in _clears:
+            clear()
         _generation += 1

@@ -14,24 +14,30 @@ addmm / mm (an N-D input of linear or `@` with a 2-D right operand folds into on
 does). Everything else falls through to torch unchanged: other dtypes, mixed dtypes or devices,
 bmm/baddbmm (batched), CPU tensors without the interpreter.
 
-Mechanism: a `torch.library` registration of Python kernels for aten::mm and aten::addmm (and
-aten::_scaled_mm) at the CUDA
-dispatch key (CPU too under the interpreter), dropped again by `disable()`. These are the kernels torch
-runs below autograd, so
+Mechanism: kernels for aten::mm and aten::addmm (and aten::_scaled_mm) registered at the CUDA dispatch
+key (CPU too under the interpreter), dropped again by `disable()`. mm and addmm get C++ kernels
+(tritonblas/native: built with the host's C++ compiler on the first enable(), then cached): a call whose
+key was answered "torch" before (dispatch's torch pick, or a call not routed) runs torch's own kernel
+with no Python at all; every other call asks `_native_answers` here, which plans and runs it. Where
+nothing builds (no compiler), Python kernels (`_kernels`) do the same at 3-4 us more per call; so does
+`enable(native=False)`. The answers are dropped with dispatch's selections (caches.also_clear) and when
+recording moves to another file, so that every problem's next call is planned and recorded again.
+These are the kernels torch runs below autograd, so
   - autograd keeps torch's own derivative formulas, and the mm calls of the backward come here too;
   - the mode is global (every thread; a TorchFunctionMode is per thread) and costs nothing for other
     ops (a TorchFunctionMode costs every torch call in Python, +1.3 us on a CPU add of 64x64);
-  - a call that falls through, or that dispatch gives to torch, runs torch's own kernel, taken
-    (torch.library.get_kernel) before ours replaced it and called with the dispatch key set: no second
-    trip through the dispatcher, so no second aten::mm in a profile and no out= allocation (torch
-    before 2.9 has no get_kernel: then the out= overloads aten::mm.out / aten::addmm.out, which are not
-    overridden). Explicit calls' torch backend runs those out= overloads, so it never recurses here;
+  - a call that falls through, or that dispatch gives to torch, runs torch's own kernel without a
+    second trip through the dispatcher (the C++ kernels call at::cuda::mm / addmm; the Python ones
+    torch's kernel taken with torch.library.get_kernel before ours replaced it, or before torch 2.9 the
+    out= overloads aten::mm.out / aten::addmm.out, which are not overridden): no second aten::mm in a
+    profile. Explicit calls' torch backend runs those out= overloads, so it never recurses here;
   - torch.compile traces with fake tensors and never calls these kernels. With Inductor, compiled code
     runs Inductor's own GEMMs (its Triton templates, or cuBLAS through mm.out), not the library's;
     backends that run the captured aten ops eagerly ("eager", "aot_eager") do come here. To put the
     library's kernels into compiled code, call tritonblas.matmul / addmm / linear (a custom op the
     compiler keeps whole).
-Host cost on a hit, every launch stubbed: tests/ops_overhead.py --transparent.
+Host cost on a hit, every launch stubbed: tests/ops_overhead.py --transparent; on the GPU,
+scripts/dispatch_overhead.py.
 """
 
 from __future__ import annotations
@@ -43,14 +49,15 @@ import warnings
 
 import torch
 
-from . import log
+from . import caches, log, native
 from . import record as _record
 from .call.path import lookup, prepare
 from .call.run import run, torch_runs
 from .device import interpreter_enabled
 
 _lock = threading.RLock()
-_library = None  # the torch.library.Library holding the registrations while enabled
+_library = None  # the torch.library.Library holding the Python registrations while enabled
+_native = False  # the C++ kernels (native/route.cpp) are installed
 _fell_through: set[tuple] = set()  # what was logged as left to torch
 
 
@@ -71,20 +78,24 @@ class _Enabled:
     def __exit__(self, *exc: object) -> None:
         was_on, recording = self._before
         with _lock:
-            _record.start(recording)
+            _start_recording(recording)
             if not was_on:
                 _unregister()
 
 
-def enable(record: str | os.PathLike | None = None) -> _Enabled:
+def enable(record: str | os.PathLike | None = None, *, native: bool = True) -> _Enabled:
     """Route torch's mm / addmm / linear (nn.Linear, `@`) through dispatch until disable(), or for a
     with-block. record: a shapes.yaml to add every new problem to (else TRITONBLAS_RECORD, if set), for
-    `tritonblas-tune --shapes`."""
+    `tritonblas-tune --shapes`. native: run the C++ kernels (built on the first call, then cached; see
+    tritonblas.native) where they build here, else the Python ones; while enabled, a second enable()
+    keeps the kernels it found."""
+    if type(native) is not bool:
+        raise TypeError(f"native must be True or False, not {native!r}")
     with _lock:
         before = (is_enabled(), _record.given())
         if record is not None:
-            _record.start(record)
-        _register()
+            _start_recording(record)
+        _register(native)
     return _Enabled(before)
 
 
@@ -92,26 +103,66 @@ def disable() -> None:
     """torch's GEMMs run torch's own kernels again; recording stops (TRITONBLAS_RECORD aside)."""
     with _lock:
         _unregister()
-        _record.start(None)
+        _start_recording(None)
 
 
-def _register() -> None:
-    global _library
+def is_native() -> bool:
+    """Whether the C++ kernels route torch's mm and addmm now (else the Python ones, or none)."""
+    return _native
+
+
+def _start_recording(path: str | os.PathLike | None) -> None:
+    """A problem is noted on the Python side of a call: the C++ kernels forget what they answered
+    without it, so that each problem's next call reaches the new file."""
+    _record.start(path)
+    if _native:
+        native.ops().forget()
+
+
+def _register(want_native: bool) -> None:
+    global _library, _native
     if _library is not None:
         return
+    keys = ("CUDA", "CPU") if interpreter_enabled() else ("CUDA",)
+    use_native = want_native and native.load()
+    if use_native:
+        _hook_forget()
+        answers = torch.library.Library("tritonblas_native", "IMPL")
+        routed_mm, routed_addmm = _native_answers()
+        for key in keys:
+            answers.impl("routed_mm", routed_mm, key)
+            answers.impl("routed_addmm", routed_addmm, key)
     lib = torch.library.Library("aten", "IMPL")
     with warnings.catch_warnings():  # torch warns once that a kernel is overridden: that is the point
         warnings.simplefilter("ignore")
-        for key in ("CUDA", "CPU") if interpreter_enabled() else ("CUDA",):
-            mm, addmm = _kernels(_torch_kernel("aten::mm", key), _torch_kernel("aten::addmm", key))
-            lib.impl("mm", mm, key, with_keyset=True)
-            lib.impl("addmm", addmm, key, with_keyset=True)
+        for key in keys:
+            if not use_native:
+                mm, addmm = _kernels(_torch_kernel("aten::mm", key), _torch_kernel("aten::addmm", key))
+                lib.impl("mm", mm, key, with_keyset=True)
+                lib.impl("addmm", addmm, key, with_keyset=True)
             own = _torch_kernel("aten::_scaled_mm", key)
             if own is not None:  # (torch before 2.9: no get_kernel, so _scaled_mm is left alone)
                 lib.impl("_scaled_mm", _scaled_kernel(own), key, with_keyset=True)
-    _library = lib
-    log.get().info("transparent mode on: torch's mm, addmm, linear and _scaled_mm on %s go through dispatch",
+    if use_native:
+        native.ops().install("CPU" in keys)
+        _library = (lib, answers)
+    else:
+        _library = (lib,)
+    _native = use_native
+    log.get().info("transparent mode on (%s kernels): torch's mm, addmm, linear and _scaled_mm on %s go "
+                   "through dispatch", "C++" if use_native else "Python",
                    "CUDA and (interpreter) CPU tensors" if interpreter_enabled() else "CUDA tensors")
+
+
+_forget_hooked = False
+
+
+def _hook_forget() -> None:
+    """What the C++ kernels answered "torch" for is dropped with dispatch's selections (caches)."""
+    global _forget_hooked
+    if not _forget_hooked:
+        caches.also_clear(native.ops().forget)
+        _forget_hooked = True
 
 
 def _torch_kernel(op: str, key: str):
@@ -125,11 +176,14 @@ def _torch_kernel(op: str, key: str):
 
 
 def _unregister() -> None:
-    global _library
+    global _library, _native
     if _library is None:
         return
-    _library._destroy()
-    _library = None
+    if _native:
+        native.ops().uninstall()  # first: no C++ kernel may call an answer that is gone
+    for lib in _library:
+        lib._destroy()
+    _library, _native = None, False
     log.get().info("transparent mode off")
 
 
@@ -160,38 +214,80 @@ def _kernels(torch_mm, torch_addmm) -> tuple:
         def own_addmm(keyset, bias, a, b, beta, alpha):
             return torch_addmm.call_boxed(keyset, bias, a, b, beta=beta, alpha=alpha)
 
-    # A plan found for the call's key says it is routable (a plan is made only for operands that passed
-    # the checks, and the key holds every fact they read): the checks run on a miss only.
     def mm(keyset, a, b):
-        if a.dtype in _ROUTED:
-            key = ("aten::mm", a.shape, a.stride(), a.dtype, a.get_device(), b.shape, b.stride(), b.dtype,
-                   b.get_device())
-            plan = lookup(key, a, b, None, None)
-            if plan is None and _routable(a, b) and a.shape[1] == b.shape[0]:
-                plan = prepare(key, "gemm", a, b, None, 0.0, None, None, None, None)
-            if plan is not None:
-                return own_mm(keyset, a, b) if torch_runs(plan) else run(plan, a, b, None, None, 1.0, 0.0)
-        if _debug():
+        plan = _mm_plan(a, b)
+        if plan is not None and not torch_runs(plan):
+            return run(plan, a, b, None, None, 1.0, 0.0)
+        if plan is None and _debug():
             _left_to_torch("mm", a, b)
         return own_mm(keyset, a, b)
 
     def addmm(keyset, bias, a, b, *, beta=1, alpha=1):
-        if a.dtype in _ROUTED and type(beta) in _NUMBERS and type(alpha) in _NUMBERS:
-            beta = float(beta)
-            key = ("aten::addmm" if beta else "aten::addmm0", a.shape, a.stride(), a.dtype, a.get_device(),
-                   b.shape, b.stride(), b.dtype, b.get_device(), bias.shape, bias.stride(), bias.dtype,
-                   bias.get_device())  # (the schema's `self`: always a tensor)
-            plan = lookup(key, a, b, bias, None)
-            if plan is None and _routable(a, b) and a.shape[1] == b.shape[0] and _bias_ok(bias, a, b):
-                plan = prepare(key, "gemm", a, b, bias, beta, None, None, None, None)
-            if plan is not None:
-                return own_addmm(keyset, bias, a, b, beta, alpha) if torch_runs(plan) else \
-                    run(plan, a, b, bias, None, float(alpha), beta)
-        if _debug():
+        plan = _addmm_plan(bias, a, b, beta, alpha)
+        if plan is not None and not torch_runs(plan):
+            return run(plan, a, b, bias, None, float(alpha), float(beta))
+        if plan is None and _debug():
             _left_to_torch("addmm", a, b, bias)
         return own_addmm(keyset, bias, a, b, beta, alpha)
 
     return mm, addmm
+
+
+def _native_answers() -> tuple:
+    """The Python side of the C++ kernels (native/route.cpp): a call's output, or none (torch's kernel
+    runs) and whether that holds for every later call of its key (not where the kernels win under
+    graph capture only, nor for CPU tensors while the interpreter is off)."""
+    def routed_mm(a, b):
+        plan = _mm_plan(a, b)
+        if plan is not None and not torch_runs(plan):
+            return [run(plan, a, b, None, None, 1.0, 0.0)], False
+        if plan is None and _debug():
+            _left_to_torch("mm", a, b)
+        return [], _for_good(plan, a)
+
+    def routed_addmm(bias, a, b, beta, alpha):
+        plan = _addmm_plan(bias, a, b, beta, alpha)
+        if plan is not None and not torch_runs(plan):
+            return [run(plan, a, b, bias, None, float(alpha), float(beta))], False
+        if plan is None and _debug():
+            _left_to_torch("addmm", a, b, bias)
+        return [], _for_good(plan, a)
+
+    return routed_mm, routed_addmm
+
+
+def _for_good(plan, a) -> bool:
+    if plan is None:
+        return not a.is_cpu or interpreter_enabled()
+    return not plan.eager_vendor
+
+
+# A plan found for the call's key says it is routable (a plan is made only for operands that passed the
+# checks, and the key holds every fact they read): the checks run on a miss only.
+def _mm_plan(a, b):
+    """The plan of an aten::mm call, or None where torch's kernel takes it as it is."""
+    if a.dtype not in _ROUTED:
+        return None
+    key = ("aten::mm", a.shape, a.stride(), a.dtype, a.get_device(), b.shape, b.stride(), b.dtype,
+           b.get_device())
+    plan = lookup(key, a, b, None, None)
+    if plan is None and _routable(a, b) and a.shape[1] == b.shape[0]:
+        plan = prepare(key, "gemm", a, b, None, 0.0, None, None, None, None)
+    return plan
+
+
+def _addmm_plan(bias, a, b, beta, alpha):
+    """The plan of an aten::addmm call, or None where torch's kernel takes it as it is."""
+    if a.dtype not in _ROUTED or type(beta) not in _NUMBERS or type(alpha) not in _NUMBERS:
+        return None
+    beta = float(beta)
+    key = ("aten::addmm" if beta else "aten::addmm0", a.shape, a.stride(), a.dtype, a.get_device(),
+           b.shape, b.stride(), b.dtype, b.get_device(), bias.shape, bias.stride(), bias.dtype,
+           bias.get_device())  # (the schema's `self`: always a tensor)
+    plan = lookup(key, a, b, bias, None)
+    if plan is None and _routable(a, b) and a.shape[1] == b.shape[0] and _bias_ok(bias, a, b):
+        plan = prepare(key, "gemm", a, b, bias, beta, None, None, None, None)
+    return plan
 
 
 def _routable(a, b) -> bool:

@@ -1,0 +1,110 @@
+"""GPU: transparent mode on CUDA tensors, with its C++ kernels (tritonblas.native, built on the GPU host
+against its CUDA torch) and with its Python ones: routed mm / addmm / linear right whether dispatch picks
+a kernel or torch, torch's answer kept by the C++ kernels, nn.Linear's backward through .backward(), and
+routed calls captured in a CUDA graph and replayed on new contents (issue 34 items 2 and 3).
+
+    TRITONBLAS_TEST_GPU=1 python -m pytest tests/test_gpu_transparent.py
+"""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import pick_torch_where
+from helpers.shapes import assert_close, record_launches
+
+import tritonblas
+from tritonblas import native, transparent
+from tritonblas.device import interpreter_enabled
+
+GPU = torch.cuda.is_available() and not interpreter_enabled()
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not GPU, reason="needs a CUDA GPU and TRITONBLAS_TEST_GPU=1")]
+bf16 = torch.bfloat16
+
+
+@pytest.fixture(autouse=True, params=["C++ kernels", "Python kernels"])
+def kernels(request):
+    if request.param == "C++ kernels" and not native.load():
+        pytest.fail(f"the C++ kernels did not build on the GPU host: {native.why_not()}")
+    yield request.param == "C++ kernels"
+    tritonblas.disable()
+
+
+def _t(*shape, dtype=bf16):
+    return torch.randn(*shape, device="cuda", dtype=dtype)
+
+
+def _ref(fn, *tensors):
+    return fn(*(t.double() for t in tensors))
+
+
+# (name, call, operand shapes): decode- and prefill-sized linears, an addmm with alpha/beta, fp32
+CALLS = [
+    ("linear decode", lambda x, w, b: F.linear(x, w, b), [(4, 2048), (2048, 2048), (2048,)], bf16),
+    ("linear prefill", lambda x, w, b: F.linear(x, w, b), [(2, 256, 1024), (4096, 1024), (4096,)], bf16),
+    ("mm", lambda a, b: torch.mm(a, b), [(96, 384), (384, 512)], torch.float16),
+    ("addmm", lambda c, a, b: torch.addmm(c, a, b, beta=0.5, alpha=2.0), [(512,), (96, 384), (384, 512)],
+     bf16),
+    ("mm fp32", lambda a, b: a @ b, [(64, 256), (256, 128)], torch.float32),
+]
+K = {"linear decode": 2048, "linear prefill": 1024, "mm": 384, "addmm": 384, "mm fp32": 256}
+
+
+@pytest.mark.parametrize("pick", ["dispatch", "torch"])
+@pytest.mark.parametrize("name, fn, shapes, dtype", CALLS, ids=[c[0] for c in CALLS])
+def test_routed_calls_are_right(name, fn, shapes, dtype, pick, kernels, monkeypatch):
+    if pick == "torch":
+        pick_torch_where(monkeypatch, lambda problem: True)
+    launches = record_launches(monkeypatch)
+    args = [_t(*s, dtype=dtype) for s in shapes]
+    theirs = fn(*args)
+    with tritonblas.enable(native=kernels):
+        assert transparent.is_native() is kernels
+        for _ in range(3):  # planned, then hits (the C++ kernels' kept answer for a torch pick)
+            ours = fn(*args)
+        if kernels and pick == "torch":
+            assert native.ops().remembered() >= 1
+    if pick == "torch":
+        assert not launches
+        assert torch.equal(ours, theirs)
+    assert_close(ours, theirs, _ref(fn, *args), k=K[name])
+
+
+def test_nn_linear_backward_accumulates_right(kernels):
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(1024, 2048, device="cuda", dtype=bf16)
+    ref = torch.nn.Linear(1024, 2048, device="cuda", dtype=torch.float64)
+    ref.load_state_dict(lin.state_dict())
+    x = _t(8, 64, 1024)
+    with tritonblas.enable(native=kernels):
+        for _ in range(2):  # gradients accumulate over two steps
+            lin(x).float().square().mean().backward()
+    for _ in range(2):
+        ref(x.double()).square().mean().backward()
+    assert lin.weight.grad.stride() == lin.weight.stride()
+    for ours, want in ((lin.weight.grad, ref.weight.grad), (lin.bias.grad, ref.bias.grad)):
+        err = ((ours.double() - want).norm() / want.norm()).item()
+        assert err < 2e-2, err
+
+
+@pytest.mark.parametrize("pick", ["dispatch", "torch"])
+def test_routed_linear_captures_and_replays(pick, kernels, monkeypatch):
+    if pick == "torch":
+        pick_torch_where(monkeypatch, lambda problem: True)
+    x, w, b = _t(8, 2048), _t(4096, 2048), _t(4096)
+    with tritonblas.enable(native=kernels):
+        F.linear(x, w, b)  # planned (and compiled) before capture
+        torch.cuda.synchronize()
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            F.linear(x, w, b)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            y = F.linear(x, w, b)
+    for _ in range(2):  # new contents, same addresses: the replay reads them
+        x.copy_(_t(8, 2048))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert_close(y, F.linear(x, w, b), F.linear(x.double(), w.double(), b.double()), k=2048)

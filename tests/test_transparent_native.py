@@ -1,0 +1,140 @@
+"""Transparent mode's C++ kernels (tritonblas/native, issue 34): a call whose key was answered "torch" runs
+torch's kernel without Python; every other call, and every call after the answers were dropped
+(selections dropped, recording moved), asks the Python side again. tests/test_transparent.py runs the
+mode's behaviour under both kinds of kernels; this file tests what only the C++ ones do."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from conftest import pick_torch_where
+from helpers.shapes import record_launches
+
+import tritonblas
+from tritonblas import native, transparent
+from tritonblas.selection import dispatch
+
+ROOT = Path(__file__).resolve().parents[1]
+f16 = torch.float16
+
+
+@pytest.fixture(autouse=True)
+def _native_on():
+    if not native.load():
+        if shutil.which("c++") or shutil.which("g++"):
+            pytest.fail(f"a C++ compiler is here, yet the C++ kernels did not build: {native.why_not()}")
+        pytest.skip(f"no C++ kernels here: {native.why_not()}")
+    yield
+    tritonblas.disable()
+
+
+@pytest.fixture
+def asked(monkeypatch):
+    """The calls that reached the Python side (transparent._mm_plan / _addmm_plan), by op."""
+    seen = []
+    for name in ("_mm_plan", "_addmm_plan"):
+        real = getattr(transparent, name)
+        monkeypatch.setattr(transparent, name, lambda *args, _real=real, _name=name: (seen.append(_name),
+                                                                                    _real(*args))[1])
+    return seen
+
+
+def _t(*shape, seed=0, dtype=f16):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
+
+
+def test_enable_installs_the_cpp_kernels():
+    with tritonblas.enable():
+        assert transparent.is_native()
+    assert not transparent.is_native()
+    with tritonblas.enable(native=False):
+        assert transparent.is_enabled() and not transparent.is_native()
+    with pytest.raises(TypeError, match="native"):
+        tritonblas.enable(native="yes")
+    assert not transparent.is_enabled()
+
+
+def test_a_torch_answer_holds_for_its_key_only(monkeypatch, asked):
+    """torch picked for row-major operands only: their second call never reaches Python; a transposed
+    operand, another shape, addmm with and without its input term each ask once."""
+    pick_torch_where(monkeypatch, lambda problem: problem.layout == "nn")
+    launches = record_launches(monkeypatch)
+    a, b, bias = _t(12, 8), _t(8, 6, seed=1), _t(6, seed=2)
+    bt = _t(6, 8, seed=3).t()
+    want = (a.double() @ b.double()).half()
+    want_addmm = (0.5 * bias.double() + 2 * a.double() @ b.double()).half()
+    with tritonblas.enable():
+        for _ in range(3):
+            y = torch.mm(a, b)
+        assert asked == ["_mm_plan"] and not launches and native.ops().remembered() == 1
+        torch.testing.assert_close(y, want, rtol=2e-3, atol=2e-3)
+        torch.mm(a, bt), torch.mm(a, bt)  # a kernel's pick: asked every call
+        assert asked.count("_mm_plan") == 3 and len(launches) == 2
+        torch.mm(a[:5], b)
+        torch.addmm(bias, a, b), torch.addmm(bias, a, b, beta=0), torch.addmm(bias, a, b, beta=0, alpha=3)
+        assert asked.count("_mm_plan") == 4 and asked.count("_addmm_plan") == 2
+        assert native.ops().remembered() == 4
+        got = torch.addmm(bias, a, b, beta=0.5, alpha=2.0)
+    torch.testing.assert_close(got, want_addmm, rtol=2e-3, atol=2e-3)
+
+
+def test_answers_are_dropped_with_the_selections(torch_picked, asked):
+    a, b = _t(8, 8), _t(8, 8, seed=1)
+    with tritonblas.enable():
+        torch.mm(a, b), torch.mm(a, b)
+        dispatch.clear_cache()  # (as a new tuning database or a compile failure does)
+        assert native.ops().remembered() == 0
+        torch.mm(a, b)
+    assert asked == ["_mm_plan", "_mm_plan"]
+
+
+def test_a_torch_answer_is_recorded_into_each_new_file(torch_picked, tmp_path):
+    a, b = _t(8, 16), _t(16, 4, seed=1)
+    with tritonblas.enable(record=tmp_path / "one.yaml"):
+        torch.mm(a, b), torch.mm(a, b)
+    with tritonblas.enable(record=tmp_path / "two.yaml"):
+        torch.mm(a, b)
+    for name in ("one.yaml", "two.yaml"):
+        assert "{m: 8, n: 4, k: 16" in (tmp_path / name).read_text(), name
+
+
+def test_only_answers_for_every_later_call_are_kept(monkeypatch):
+    """A kernel that wins under graph capture only (eager_vendor) must be asked again on each call, as
+    must a CPU call while the interpreter is off; a plan torch runs is kept."""
+    cpu, cuda = SimpleNamespace(is_cpu=True), SimpleNamespace(is_cpu=False)
+    assert not transparent._for_good(SimpleNamespace(eager_vendor=True), cuda)
+    assert transparent._for_good(SimpleNamespace(eager_vendor=False), cuda)
+    assert transparent._for_good(None, cuda) and transparent._for_good(None, cpu)
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    assert not transparent._for_good(None, cpu)
+
+
+def test_other_dtypes_are_answered_once(asked):
+    a, b = _t(6, 5, dtype=torch.float64), _t(5, 4, seed=1, dtype=torch.float64)
+    with tritonblas.enable():
+        torch.mm(a, b), torch.mm(a, b)
+    assert asked == ["_mm_plan"]  # (which answers at once: float64 is not routed)
+    assert torch.equal(torch.mm(a, b), a @ b)
+
+
+def test_without_a_compiler_the_python_kernels_route(tmp_path):
+    code = ("import torch, tritonblas\n"
+            "from tritonblas import transparent\n"
+            "from tritonblas.call import run as call_run\n"
+            "n = []\n"
+            "call_run.launch_gemm = lambda *a: n.append(1)\n"
+            "tritonblas.enable()\n"
+            "torch.mm(torch.randn(4, 4), torch.randn(4, 4))\n"
+            "print(transparent.is_enabled(), transparent.is_native(), len(n))")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1", "CXX": str(tmp_path / "no-c++"),
+           "XDG_CACHE_HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "False", "1"]
+    assert "could not be built" in done.stderr and "no-c++" in done.stderr
+    assert not any(tmp_path.joinpath("tritonblas", "native").glob("*.so"))

@@ -1,0 +1,193 @@
+// Transparent mode's aten::mm and aten::addmm kernels, in C++ (tritonblas/native/__init__.py builds and
+// loads this file; tritonblas/transparent.py installs it).
+//
+// Why C++: a Python kernel under the dispatcher costs 3-4 us a call before it does anything, and most
+// GEMMs of a model are calls dispatch gives to torch's own kernel. Here a call whose key (op, shapes,
+// strides, dtypes, devices) was answered "torch" before runs torch's kernel directly (at::cuda::mm, no
+// second trip through the dispatcher); every other call goes to the Python side through the op
+// tritonblas_native::routed_mm / routed_addmm, which plans it and answers: its output, or none and
+// whether that answer holds for every later call of the key (the "torch" set, dropped by forget()).
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/addmm_cpu_dispatch.h>
+#include <ATen/ops/mm_cpu_dispatch.h>
+#include <c10/util/Exception.h>
+#include <torch/library.h>
+#ifdef TRITONBLAS_CUDA
+#include <ATen/ops/addmm_cuda_dispatch.h>
+#include <ATen/ops/mm_cuda_dispatch.h>
+#endif
+
+#include <array>
+#include <memory>
+#include <mutex>
+#include <tuple>
+#include <unordered_set>
+#include <vector>
+
+namespace {
+
+// op, then per tensor (a, b, bias): dtype, device, dim, sizes[2], strides[2]
+constexpr int KEY_LEN = 1 + 3 * 7;
+using Key = std::array<int64_t, KEY_LEN>;
+constexpr size_t CAP = 4096;  // entries; a full set is emptied whole, as the Python plan cache is
+
+struct KeyHash {
+  size_t operator()(const Key& key) const noexcept {
+    uint64_t h = 1469598103934665603ULL;  // FNV-1a over the words
+    for (int64_t v : key) {
+      h ^= static_cast<uint64_t>(v);
+      h *= 1099511628211ULL;
+    }
+    return static_cast<size_t>(h);
+  }
+};
+
+std::mutex mutex;
+std::unordered_set<Key, KeyHash> torch_keys;  // calls whose answer was torch's kernel, for good
+std::unique_ptr<torch::Library> installed;    // the aten registrations while transparent mode is on
+
+// Fills key[at..at+7) from a tensor of at most 2 dims; false for more (never keyed).
+bool put(Key& key, int at, const at::Tensor& t) {
+  const int64_t dim = t.dim();
+  if (dim > 2) return false;
+  key[at] = static_cast<int64_t>(t.scalar_type());
+  key[at + 1] = t.get_device();
+  key[at + 2] = dim;
+  for (int64_t i = 0; i < 2; ++i) {
+    key[at + 3 + i] = i < dim ? t.size(i) : -1;
+    key[at + 5 + i] = i < dim ? t.stride(i) : -1;
+  }
+  return true;
+}
+
+bool known(const Key& key) {
+  std::lock_guard<std::mutex> guard(mutex);
+  return torch_keys.count(key) != 0;
+}
+
+void remember(const Key& key) {
+  std::lock_guard<std::mutex> guard(mutex);
+  if (torch_keys.size() >= CAP) torch_keys.clear();
+  torch_keys.insert(key);
+}
+
+bool number(const c10::Scalar& s) { return s.isFloatingPoint() || s.isIntegral(/*includeBool=*/false); }
+
+using Answer = std::tuple<std::vector<at::Tensor>, bool>;
+
+template <c10::DispatchKey K>
+at::Tensor own_mm(const at::Tensor& a, const at::Tensor& b) {
+#ifdef TRITONBLAS_CUDA
+  if constexpr (K == c10::DispatchKey::CUDA) return at::cuda::mm(a, b);
+#endif
+  return at::cpu::mm(a, b);
+}
+
+template <c10::DispatchKey K>
+at::Tensor own_addmm(const at::Tensor& bias, const at::Tensor& a, const at::Tensor& b,
+                     const c10::Scalar& beta, const c10::Scalar& alpha) {
+#ifdef TRITONBLAS_CUDA
+  if constexpr (K == c10::DispatchKey::CUDA) return at::cuda::addmm(bias, a, b, beta, alpha);
+#endif
+  return at::cpu::addmm(bias, a, b, beta, alpha);
+}
+
+template <c10::DispatchKey K>
+at::Tensor mm(const at::Tensor& a, const at::Tensor& b) {
+  Key key{};
+  key[0] = 0;
+  const bool keyed = put(key, 1, a) && put(key, 8, b);
+  if (keyed && known(key)) return own_mm<K>(a, b);
+  static auto routed = c10::Dispatcher::singleton()
+                           .findSchemaOrThrow("tritonblas_native::routed_mm", "")
+                           .typed<Answer(const at::Tensor&, const at::Tensor&)>();
+  auto [outs, for_good] = routed.redispatch(c10::DispatchKeySet(K), a, b);
+  if (!outs.empty()) return outs[0];
+  if (for_good && keyed) remember(key);
+  return own_mm<K>(a, b);
+}
+
+template <c10::DispatchKey K>
+at::Tensor addmm(const at::Tensor& bias, const at::Tensor& a, const at::Tensor& b, const c10::Scalar& beta,
+                 const c10::Scalar& alpha) {
+  Key key{};
+  const bool numbers = number(beta) && number(alpha);
+  key[0] = numbers && beta.toDouble() == 0.0 ? 2 : 1;  // beta == 0 ignores the input: another plan
+  const bool keyed = numbers && put(key, 1, a) && put(key, 8, b) && put(key, 15, bias);
+  if (keyed && known(key)) return own_addmm<K>(bias, a, b, beta, alpha);
+  static auto routed =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("tritonblas_native::routed_addmm", "")
+          .typed<Answer(const at::Tensor&, const at::Tensor&, const at::Tensor&, const c10::Scalar&,
+                        const c10::Scalar&)>();
+  auto [outs, for_good] = routed.redispatch(c10::DispatchKeySet(K), bias, a, b, beta, alpha);
+  if (!outs.empty()) return outs[0];
+  if (for_good && keyed) remember(key);
+  return own_addmm<K>(bias, a, b, beta, alpha);
+}
+
+// torch warns that aten's own kernels are overridden: that is the point.
+struct Quiet : c10::WarningHandler {
+  void process(const c10::Warning&) override {}
+};
+
+void install(bool cpu) {
+  std::lock_guard<std::mutex> guard(mutex);
+  if (installed) return;
+  Quiet quiet;
+  c10::WarningUtils::WarningHandlerGuard quieted(&quiet);
+  auto lib = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", std::nullopt, __FILE__, __LINE__);
+#ifdef TRITONBLAS_CUDA
+  lib->impl("mm", torch::dispatch(c10::DispatchKey::CUDA, TORCH_FN(mm<c10::DispatchKey::CUDA>)));
+  lib->impl("addmm", torch::dispatch(c10::DispatchKey::CUDA, TORCH_FN(addmm<c10::DispatchKey::CUDA>)));
+#endif
+  if (cpu) {
+    lib->impl("mm", torch::dispatch(c10::DispatchKey::CPU, TORCH_FN(mm<c10::DispatchKey::CPU>)));
+    lib->impl("addmm", torch::dispatch(c10::DispatchKey::CPU, TORCH_FN(addmm<c10::DispatchKey::CPU>)));
+  }
+  installed = std::move(lib);
+  torch_keys.clear();
+}
+
+void uninstall() {
+  std::unique_ptr<torch::Library> lib;
+  {
+    std::lock_guard<std::mutex> guard(mutex);
+    lib = std::move(installed);
+    torch_keys.clear();
+  }
+  // (dropped outside the lock: deregistration takes the dispatcher's)
+}
+
+void forget() {
+  std::lock_guard<std::mutex> guard(mutex);
+  torch_keys.clear();
+}
+
+int64_t remembered() {
+  std::lock_guard<std::mutex> guard(mutex);
+  return static_cast<int64_t>(torch_keys.size());
+}
+
+bool has_cuda() {
+#ifdef TRITONBLAS_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
+TORCH_LIBRARY(tritonblas_native, m) {
+  // Implemented in Python (tritonblas/transparent.py) at the CUDA and CPU keys: the call's output, or
+  // none (then torch's kernel runs) and whether that holds for every later call of the same key.
+  m.def("routed_mm(Tensor a, Tensor b) -> (Tensor[], bool)");
+  m.def("routed_addmm(Tensor self, Tensor a, Tensor b, Scalar beta, Scalar alpha) -> (Tensor[], bool)");
+  m.def("install(bool cpu) -> ()", install);
+  m.def("uninstall() -> ()", uninstall);
+  m.def("forget() -> ()", forget);
+  m.def("remembered() -> int", remembered);
+  m.def("has_cuda() -> bool", has_cuda);
+}
