@@ -34,6 +34,16 @@ def _t(*shape, dtype=bf16):
     return torch.randn(*shape, device="cuda", dtype=dtype)
 
 
+def call_path_plan(x, w, b):
+    """The plan transparent mode made for F.linear(x, w, b) (aten::addmm of b, x and w.t())."""
+    from tritonblas.call import path as call_path
+
+    wt = w.t()
+    key = ("aten::addmm", x.shape, x.stride(), x.dtype, x.get_device(), wt.shape, wt.stride(), wt.dtype,
+           wt.get_device(), b.shape, b.stride(), b.dtype, b.get_device())
+    return call_path.plans.get(key)
+
+
 def _ref(fn, *tensors):
     return fn(*(t.double() for t in tensors))
 
@@ -89,8 +99,14 @@ def test_nn_linear_backward_accumulates_right(kernels):
 
 @pytest.mark.parametrize("pick", ["dispatch", "torch"])
 def test_routed_linear_captures_and_replays(pick, kernels, monkeypatch):
+    """A decode-sized linear: dispatch's kernel is shorter than a routed call's host time, so eager calls
+    run torch's kernel (but the first, which compiles and loads the kernel) and the captured call the
+    kernel (call.path._eager_vendor, call.run.eager_torch)."""
     if pick == "torch":
         pick_torch_where(monkeypatch, lambda problem: True)
+    ran = []
+    real_run = transparent.run
+    monkeypatch.setattr(transparent, "run", lambda plan, *args: (ran.append(plan), real_run(plan, *args))[1])
     x, w, b = _t(8, 2048), _t(4096, 2048), _t(4096)
     with tritonblas.enable(native=kernels):
         F.linear(x, w, b)  # planned (and compiled) before capture
@@ -100,9 +116,17 @@ def test_routed_linear_captures_and_replays(pick, kernels, monkeypatch):
         with torch.cuda.stream(stream):
             F.linear(x, w, b)
         torch.cuda.current_stream().wait_stream(stream)
+        eager_runs = len(ran)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             y = F.linear(x, w, b)
+    plan = call_path_plan(x, w, b)
+    kernel_pick = plan is not None and plan.config is not None and plan.config.backend != "torch"
+    if pick == "dispatch":
+        assert kernel_pick and plan.eager_vendor, plan
+        assert eager_runs == 1 and len(ran) == 2  # the first eager call, then the captured one
+    else:
+        assert not ran
     for _ in range(2):  # new contents, same addresses: the replay reads them
         x.copy_(_t(8, 2048))
         graph.replay()

@@ -370,22 +370,32 @@ def _selection(time_us: float, device, backend: str = "triton"):
     return dispatch.Selection(config, "shipped", time_us / 1000, True, Problem(M, N, K, "fp16"), device)
 
 
-@pytest.mark.parametrize("time_us, backend, on_gpu, direct, leaves_eager_to_torch", [
-    (call_path.KERNEL_HOST_US / 2, "triton", True, False, True),  # host-bound: its launch costs more
-    (call_path.KERNEL_HOST_US * 2, "triton", True, False, False),  # the kernel hides its launch
-    (call_path.KERNEL_HOST_US / 2, "triton", True, True, False),  # a direct launch: no dearer than torch's
-    (call_path.KERNEL_HOST_US / 2, "torch", True, False, False),  # torch already
-    (0.0, "triton", True, False, False),  # no time known (nothing to judge by)
-    (call_path.KERNEL_HOST_US / 2, "triton", False, False, False),  # the interpreter: no host cost to weigh
+ROUTED = call_path.ROUTED_HOST_US
+
+
+@pytest.mark.parametrize("time_us, backend, on_gpu, direct, routed, leaves_eager_to_torch", [
+    (call_path.KERNEL_HOST_US / 2, "triton", True, False, False, True),  # host-bound: its launch costs more
+    (call_path.KERNEL_HOST_US * 2, "triton", True, False, False, False),  # the kernel hides its launch
+    (call_path.KERNEL_HOST_US / 2, "triton", True, True, False, False),  # a direct launch: as cheap
+    (call_path.KERNEL_HOST_US / 2, "torch", True, False, False, False),  # torch already
+    (0.0, "triton", True, False, False, False),  # no time known (nothing to judge by)
+    (call_path.KERNEL_HOST_US / 2, "triton", False, False, False, False),  # the interpreter: no host cost
+    # routed (transparent mode): the trip into Python costs more than torch's whole call
+    (ROUTED / 2, "triton", True, True, True, True),  # host-bound, even with a direct launch
+    (ROUTED * 2, "triton", True, True, True, False),  # the kernel's time hides the host's
+    (ROUTED / 2, "torch", True, False, True, False),
+    (ROUTED / 2, "triton", False, False, True, False),
 ])
-def test_a_kernel_pick_shorter_than_its_launch_runs_only_under_capture(time_us, backend, on_gpu, direct,
-                                                                       leaves_eager_to_torch, monkeypatch):
+def test_a_kernel_pick_shorter_than_its_host_time_runs_only_under_capture(time_us, backend, on_gpu, direct,
+                                                                          routed, leaves_eager_to_torch,
+                                                                          monkeypatch):
     from tritonblas.arch import INTERPRETER_DEVICE, device_for_arch
 
     device = device_for_arch("sm_90") if on_gpu else INTERPRETER_DEVICE
     launch = object()
     monkeypatch.setattr(call_path, "launches_directly", lambda plan: plan is launch and direct)
-    assert call_path._eager_vendor(_selection(time_us, device, backend), launch) is leaves_eager_to_torch
+    selection = _selection(time_us, device, backend)
+    assert call_path._eager_vendor(selection, launch, routed) is leaves_eager_to_torch
 
 
 def test_which_prepared_launches_go_direct(monkeypatch):
@@ -402,20 +412,22 @@ def test_which_prepared_launches_go_direct(monkeypatch):
     assert not direct.launches_directly(launch._Plan(None, 1, (), {}, 4, 2, None, tma=False))
 
 
-def test_an_eager_vendor_plan_runs_torch_explicit_and_routed(x, monkeypatch):
+@pytest.mark.parametrize("native", [True, False])
+def test_an_eager_vendor_plan_runs_torch_explicit_and_routed(native, x, monkeypatch):
     """Where the plan leaves eager calls to torch, an explicit call runs torch.mm (out=) and a routed one
-    torch's own kernel; neither launches a kernel; an explicit restriction keeps the kernels."""
-    monkeypatch.setattr(call_path, "_eager_vendor", lambda selection, launch: True)
+    torch's own kernel, but for each plan's first call, which launches the kernel (compiled and loaded
+    then, a graph capture can launch it); an explicit restriction keeps the kernels."""
+    monkeypatch.setattr(call_path, "_eager_vendor", lambda selection, launch, routed=False: True)
     dispatch.clear_cache()
     launches = record_launches(monkeypatch)
     ref = torch.mm(x.a, x.b)
-    for _ in range(2):
-        torch.testing.assert_close(tritonblas.matmul(x.a, x.b), ref)
-        with tritonblas.enable():
-            torch.testing.assert_close(torch.mm(x.a, x.b), ref)
-    assert not launches
+    for _ in range(3):
+        torch.testing.assert_close(tritonblas.matmul(x.a, x.b), ref, rtol=2e-3, atol=2e-3)
+        with tritonblas.enable(native=native):
+            torch.testing.assert_close(torch.mm(x.a, x.b), ref, rtol=2e-3, atol=2e-3)
+    assert len(launches) == 2  # the explicit plan's first call and the routed plan's
     tritonblas.matmul(x.a, x.b, backend="triton")  # restricted: not judged
-    assert len(launches) == 1
+    assert len(launches) == 3
     dispatch.clear_cache()
 
 

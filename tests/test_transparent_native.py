@@ -103,15 +103,21 @@ def test_a_torch_answer_is_recorded_into_each_new_file(torch_picked, tmp_path):
         assert "{m: 8, n: 4, k: 16" in (tmp_path / name).read_text(), name
 
 
-def test_only_answers_for_every_later_call_are_kept(monkeypatch):
-    """A kernel that wins under graph capture only (eager_vendor) must be asked again on each call, as
-    must a CPU call while the interpreter is off; a plan torch runs is kept."""
+def test_what_later_calls_of_a_key_are_told(monkeypatch):
+    """A kernel that wins under graph capture only (eager_vendor): torch's kernel in eager calls, asked
+    under capture; a kernel: asked every call (its launch is Python's); torch's pick and calls not
+    routed: torch's kernel for good, but CPU calls while the interpreter is off (it may come back)."""
+    from tritonblas import GemmConfig
+
     cpu, cuda = SimpleNamespace(is_cpu=True), SimpleNamespace(is_cpu=False)
-    assert not transparent._for_good(SimpleNamespace(eager_vendor=True), cuda)
-    assert transparent._for_good(SimpleNamespace(eager_vendor=False), cuda)
-    assert transparent._for_good(None, cuda) and transparent._for_good(None, cpu)
+    kernel, vendor = GemmConfig(block_m=16, block_n=16, block_k=16), GemmConfig.vendor()
+    later = transparent._later
+    assert later(SimpleNamespace(eager_vendor=True, config=kernel), cuda) == transparent.EAGER_TORCH
+    assert later(SimpleNamespace(eager_vendor=False, config=kernel), cuda) == transparent.ASK
+    assert later(SimpleNamespace(eager_vendor=False, config=vendor), cuda) == transparent.TORCH
+    assert later(None, cuda) == later(None, cpu) == transparent.TORCH
     monkeypatch.setenv("TRITON_INTERPRET", "0")
-    assert not transparent._for_good(None, cpu)
+    assert later(None, cpu) == transparent.ASK
 
 
 def test_other_dtypes_are_answered_once(asked):

@@ -233,33 +233,40 @@ def _kernels(torch_mm, torch_addmm) -> tuple:
     return mm, addmm
 
 
+# What the C++ kernels keep for later calls of a key (native/route.cpp's Answer).
+ASK, TORCH, EAGER_TORCH = 0, 1, 2
+
+
 def _native_answers() -> tuple:
-    """The Python side of the C++ kernels (native/route.cpp): a call's output, or none (torch's kernel
-    runs) and whether that holds for every later call of its key (not where the kernels win under
-    graph capture only, nor for CPU tensors while the interpreter is off)."""
+    """The Python side of the C++ kernels (native/route.cpp): a call's output (none: torch's kernel
+    runs) and what holds for later calls of its key."""
     def routed_mm(a, b):
         plan = _mm_plan(a, b)
         if plan is not None and not torch_runs(plan):
-            return [run(plan, a, b, None, None, 1.0, 0.0)], False
+            return [run(plan, a, b, None, None, 1.0, 0.0)], _later(plan, a)
         if plan is None and _debug():
             _left_to_torch("mm", a, b)
-        return [], _for_good(plan, a)
+        return [], _later(plan, a)
 
     def routed_addmm(bias, a, b, beta, alpha):
         plan = _addmm_plan(bias, a, b, beta, alpha)
         if plan is not None and not torch_runs(plan):
-            return [run(plan, a, b, bias, None, float(alpha), float(beta))], False
+            return [run(plan, a, b, bias, None, float(alpha), float(beta))], _later(plan, a)
         if plan is None and _debug():
             _left_to_torch("addmm", a, b, bias)
-        return [], _for_good(plan, a)
+        return [], _later(plan, a)
 
     return routed_mm, routed_addmm
 
 
-def _for_good(plan, a) -> bool:
+def _later(plan, a) -> int:
+    """ASK where a kernel runs (its launch is Python's) and for CPU tensors while the interpreter is off
+    (it may come back on); EAGER_TORCH for a kernel that wins under graph capture only; else TORCH."""
     if plan is None:
-        return not a.is_cpu or interpreter_enabled()
-    return not plan.eager_vendor
+        return TORCH if not a.is_cpu or interpreter_enabled() else ASK
+    if plan.eager_vendor:
+        return EAGER_TORCH
+    return TORCH if torch_runs(plan) else ASK
 
 
 # A plan found for the call's key says it is routable (a plan is made only for operands that passed the
@@ -272,7 +279,7 @@ def _mm_plan(a, b):
            b.get_device())
     plan = lookup(key, a, b, None, None)
     if plan is None and _routable(a, b) and a.shape[1] == b.shape[0]:
-        plan = prepare(key, "gemm", a, b, None, 0.0, None, None, None, None)
+        plan = prepare(key, "gemm", a, b, None, 0.0, None, None, None, None, routed=True)
     return plan
 
 
@@ -286,7 +293,7 @@ def _addmm_plan(bias, a, b, beta, alpha):
            bias.get_device())  # (the schema's `self`: always a tensor)
     plan = lookup(key, a, b, bias, None)
     if plan is None and _routable(a, b) and a.shape[1] == b.shape[0] and _bias_ok(bias, a, b):
-        plan = prepare(key, "gemm", a, b, bias, beta, None, None, None, None)
+        plan = prepare(key, "gemm", a, b, bias, beta, None, None, None, None, routed=True)
     return plan
 
 

@@ -42,6 +42,11 @@ from ..validate import TORCH_DTYPES, check_out, span_bytes
 # bf16 linear: device-side descriptors 31.0 us against F.linear's 22.0, a prepared direct launch 19.2
 # (docs/notes/kernel-levers.md, "Host cost of a launch").
 KERNEL_HOST_US = 10.0
+# A routed call (transparent mode) whose kernel runs pays the trip into Python: H200, 4x2048x2048 bf16,
+# F.linear 20.9 us a call, routed to a kernel 26.7 (the kernel itself 7.8). Eager calls whose kernel is
+# shorter than this are host-bound, and torch's own call (which the C++ kernels run without Python) is
+# cheaper on the host than ours: they run torch's, and the kernel under graph capture.
+ROUTED_HOST_US = 25.0
 _BIAS_KINDS = {(False, False): "scalar", (False, True): "row", (True, False): "column", (True, True): "full"}
 # What torch.backends.cuda.matmul.allow_tf32 returns, without its module __getattr__: 0.65 -> 0.05 us.
 _allow_tf32 = torch._C._get_cublas_allow_tf32
@@ -74,6 +79,7 @@ class Plan:
     launch: object = None  # launch.gemm.prepare_launch's plan, for tensors with the planned call's pointers
     precision: str = "tf32"  # the tf32 choice `launch` was made with (fp32 only: read per call)
     eager_vendor: bool = False  # the kernels win only where no host time is paid: graph capture
+    launched: bool = False  # its kernel ran once (compiled and loaded: a graph capture may launch it)
     recorded: int = -1  # record.generation when the problem was last noted (see lookup)
     op_args: tuple = ()  # grad plans: the custom op's (family, config list), for the shared backward
 
@@ -178,11 +184,11 @@ def _bias_kind(bias: torch.Tensor | None, m: int, n: int) -> str:
 def prepare(key: tuple | None, op: str, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
             beta: float, out: torch.Tensor | None, enable_streamk: bool | None, config: GemmConfig | None,
             backend: str | None, out_shape: tuple | None = None, linear: bool = False,
-            finish: Callable[[Plan], None] | None = None) -> Plan:
+            finish: Callable[[Plan], None] | None = None, routed: bool = False) -> Plan:
     """The checks every op shares (after its own argument checks: a and b are the GEMM's 2-D operands,
     bias addmm's input or linear's bias), and the plan they derive, completed by `finish` (the op's
-    own facts) and stored under `key` unless the selections were dropped meanwhile. Raises before
-    anything is written."""
+    own facts) and stored under `key` unless the selections were dropped meanwhile; `routed`: a call of
+    transparent mode (its host cost differs: _eager_vendor). Raises before anything is written."""
     m, k = a.shape
     n = b.shape[1]
     restriction = (enable_streamk, backend)
@@ -222,21 +228,26 @@ def prepare(key: tuple | None, op: str, a: torch.Tensor, b: torch.Tensor, bias: 
     if finish is not None:
         finish(plan)  # before it is stored: other threads see it whole
     if selection is not None and restriction == (None, None):  # (finish may drop the prepared launch)
-        plan.eager_vendor = _eager_vendor(selection, plan.launch)
+        plan.eager_vendor = _eager_vendor(selection, plan.launch, routed)
     _note(plan)  # TRITONBLAS_RECORD / enable(record=...): a new problem goes to the file
     if key is not None:
         caches.store(read_at, plans, key, plan)
     return plan
 
 
-def _eager_vendor(selection: dispatch.Selection, launch: object) -> bool:
+def _eager_vendor(selection: dispatch.Selection, launch: object, routed: bool = False) -> bool:
     """Whether a kernel selection must leave eager calls to torch: on a GPU, a launch dearer on the host
     than torch's own op (not a prepared direct one: launch.direct.launches_directly) whose kernel time
-    (measured or predicted) is shorter than that excess (KERNEL_HOST_US). Such a call is host-bound:
-    its wall time is the host's, above torch's, and the faster kernel gains nothing. Under graph
-    capture no host time is paid: the kernel runs there."""
-    return selection.device is not INTERPRETER_DEVICE and selection.backend != "torch" and \
-        not launches_directly(launch) and 0.0 < selection.time_ms * 1000 < KERNEL_HOST_US
+    (measured or predicted) is shorter than that excess (KERNEL_HOST_US), or a routed call whose kernel
+    is shorter than its host time (ROUTED_HOST_US). Such a call is host-bound: its wall time is the
+    host's, above torch's, and the faster kernel gains nothing. Under graph capture no host time is
+    paid: the kernel runs there."""
+    if selection.device is INTERPRETER_DEVICE or selection.backend == "torch":
+        return False
+    kernel_us = selection.time_ms * 1000
+    if routed:
+        return 0.0 < kernel_us < ROUTED_HOST_US
+    return not launches_directly(launch) and 0.0 < kernel_us < KERNEL_HOST_US
 
 
 def precision_of(plan: Plan) -> str:

@@ -99,7 +99,7 @@ def run_views(plan: Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor |
     config = plan.config
     if config is None:
         return out
-    if config.backend == "torch" or (plan.eager_vendor and not capturing()):
+    if config.backend == "torch" or eager_torch(plan):
         # torch.addmm broadcasts the bias itself: no 2-D view to build (1.5 us a call on the CPU box)
         _vendor_gemm(a, b, out, bias if plan.has_bias else None, alpha, beta)
         return out
@@ -107,12 +107,20 @@ def run_views(plan: Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor |
     bias2d = bias_view(plan, bias)
     try:
         launch_gemm(a, b, out, bias2d, alpha, beta, config, plan.device.sm_count, precision)
+        plan.launched = True
     except Exception as exc:
         if plan.user_config:
             raise
         _fall_back(exc, plan, lambda c: _run_config(a, b, out, bias2d, alpha, beta, c, plan.device.sm_count,
                                                     precision))
     return out
+
+
+def eager_torch(plan: Plan) -> bool:
+    """Whether this call of a plan whose kernel wins under graph capture only (eager_vendor) runs torch's
+    GEMM: an eager call, but for the first, which runs the kernel so that it is compiled and loaded
+    before a capture launches it (a first launch under capture fails, and falls back to torch)."""
+    return plan.eager_vendor and plan.launched and not capturing()
 
 
 def _run_config(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bias2d: torch.Tensor | None,
@@ -182,9 +190,10 @@ def plan_gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, beta:
 
 def torch_runs(plan: Plan) -> bool:
     """Whether torch's own GEMM runs this plan (transparent mode then calls torch's kernel itself):
-    dispatch chose torch.mm, the kernels win only under graph capture, or the output is empty."""
+    dispatch chose torch.mm, the kernels win only under graph capture (eager_torch), or the output is
+    empty."""
     config = plan.config
-    return config is None or config.backend == "torch" or (plan.eager_vendor and not capturing())
+    return config is None or config.backend == "torch" or eager_torch(plan)
 
 
 def gemm_body(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, beta: float, alpha: float,

@@ -5,8 +5,10 @@
 // GEMMs of a model are calls dispatch gives to torch's own kernel. Here a call whose key (op, shapes,
 // strides, dtypes, devices) was answered "torch" before runs torch's kernel directly (at::cuda::mm, no
 // second trip through the dispatcher); every other call goes to the Python side through the op
-// tritonblas_native::routed_mm / routed_addmm, which plans it and answers: its output, or none and
-// whether that answer holds for every later call of the key (the "torch" set, dropped by forget()).
+// tritonblas_native::routed_mm / routed_addmm, which plans it and answers its output (or none: torch's
+// kernel runs) and what holds for later calls of the key: ASK (ask again), TORCH (torch's kernel for
+// good) or EAGER_TORCH (torch's kernel unless the stream is being captured into a CUDA graph, where the
+// kernels win). The answers are dropped by forget().
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/addmm_cpu_dispatch.h>
@@ -18,11 +20,14 @@
 #include <ATen/ops/mm_cuda_dispatch.h>
 #endif
 
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <dlfcn.h>
+
 #include <array>
 #include <memory>
 #include <mutex>
 #include <tuple>
-#include <unordered_set>
+#include <unordered_map>
 #include <vector>
 
 namespace {
@@ -43,9 +48,11 @@ struct KeyHash {
   }
 };
 
+enum Answer : int64_t { ASK = 0, TORCH = 1, EAGER_TORCH = 2 };
+
 std::mutex mutex;
-std::unordered_set<Key, KeyHash> torch_keys;  // calls whose answer was torch's kernel, for good
-std::unique_ptr<torch::Library> installed;    // the aten registrations while transparent mode is on
+std::unordered_map<Key, int64_t, KeyHash> answers;  // TORCH or EAGER_TORCH, by key
+std::unique_ptr<torch::Library> installed;          // the aten registrations while transparent mode is on
 
 // Fills key[at..at+7) from a tensor of at most 2 dims; false for more (never keyed).
 bool put(Key& key, int at, const at::Tensor& t) {
@@ -61,20 +68,49 @@ bool put(Key& key, int at, const at::Tensor& t) {
   return true;
 }
 
-bool known(const Key& key) {
+int64_t known(const Key& key) {
   std::lock_guard<std::mutex> guard(mutex);
-  return torch_keys.count(key) != 0;
+  auto it = answers.find(key);
+  return it == answers.end() ? ASK : it->second;
 }
 
-void remember(const Key& key) {
+void remember(const Key& key, int64_t answer) {
+  if (answer != TORCH && answer != EAGER_TORCH) return;
   std::lock_guard<std::mutex> guard(mutex);
-  if (torch_keys.size() >= CAP) torch_keys.clear();
-  torch_keys.insert(key);
+  if (answers.size() >= CAP) answers.clear();
+  answers[key] = answer;
+}
+
+// Whether the current stream of `t`'s device is being captured, asked of the driver
+// (cuStreamIsCapturing: libcuda is loaded wherever a CUDA tensor exists) without CUDA's headers.
+template <c10::DispatchKey K>
+bool capturing(const at::Tensor& t) {
+  if constexpr (K != c10::DispatchKey::CUDA) {
+    return false;
+  } else {
+    using IsCapturing = int (*)(void*, int*);
+    static const IsCapturing is_capturing = [] {
+      void* lib = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+      return lib ? reinterpret_cast<IsCapturing>(dlsym(lib, "cuStreamIsCapturing")) : nullptr;
+    }();
+    if (is_capturing == nullptr) return true;  // unknown: the Python side decides
+    const c10::Stream stream = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(t.device());
+    int status = 0;
+    return is_capturing(stream.native_handle(), &status) != 0 || status != 0;
+  }
+}
+
+// Whether a call with this key runs torch's kernel without asking.
+template <c10::DispatchKey K>
+bool torch_runs(bool keyed, const Key& key, const at::Tensor& a) {
+  if (!keyed) return false;
+  const int64_t answer = known(key);
+  return answer == TORCH || (answer == EAGER_TORCH && !capturing<K>(a));
 }
 
 bool number(const c10::Scalar& s) { return s.isFloatingPoint() || s.isIntegral(/*includeBool=*/false); }
 
-using Answer = std::tuple<std::vector<at::Tensor>, bool>;
+using Routed = std::tuple<std::vector<at::Tensor>, int64_t>;
 
 template <c10::DispatchKey K>
 at::Tensor own_mm(const at::Tensor& a, const at::Tensor& b) {
@@ -98,14 +134,13 @@ at::Tensor mm(const at::Tensor& a, const at::Tensor& b) {
   Key key{};
   key[0] = 0;
   const bool keyed = put(key, 1, a) && put(key, 8, b);
-  if (keyed && known(key)) return own_mm<K>(a, b);
+  if (torch_runs<K>(keyed, key, a)) return own_mm<K>(a, b);
   static auto routed = c10::Dispatcher::singleton()
                            .findSchemaOrThrow("tritonblas_native::routed_mm", "")
-                           .typed<Answer(const at::Tensor&, const at::Tensor&)>();
-  auto [outs, for_good] = routed.redispatch(c10::DispatchKeySet(K), a, b);
-  if (!outs.empty()) return outs[0];
-  if (for_good && keyed) remember(key);
-  return own_mm<K>(a, b);
+                           .typed<Routed(const at::Tensor&, const at::Tensor&)>();
+  auto [outs, answer] = routed.redispatch(c10::DispatchKeySet(K), a, b);
+  if (keyed) remember(key, answer);
+  return outs.empty() ? own_mm<K>(a, b) : outs[0];
 }
 
 template <c10::DispatchKey K>
@@ -115,16 +150,15 @@ at::Tensor addmm(const at::Tensor& bias, const at::Tensor& a, const at::Tensor& 
   const bool numbers = number(beta) && number(alpha);
   key[0] = numbers && beta.toDouble() == 0.0 ? 2 : 1;  // beta == 0 ignores the input: another plan
   const bool keyed = numbers && put(key, 1, a) && put(key, 8, b) && put(key, 15, bias);
-  if (keyed && known(key)) return own_addmm<K>(bias, a, b, beta, alpha);
+  if (torch_runs<K>(keyed, key, a)) return own_addmm<K>(bias, a, b, beta, alpha);
   static auto routed =
       c10::Dispatcher::singleton()
           .findSchemaOrThrow("tritonblas_native::routed_addmm", "")
-          .typed<Answer(const at::Tensor&, const at::Tensor&, const at::Tensor&, const c10::Scalar&,
+          .typed<Routed(const at::Tensor&, const at::Tensor&, const at::Tensor&, const c10::Scalar&,
                         const c10::Scalar&)>();
-  auto [outs, for_good] = routed.redispatch(c10::DispatchKeySet(K), bias, a, b, beta, alpha);
-  if (!outs.empty()) return outs[0];
-  if (for_good && keyed) remember(key);
-  return own_addmm<K>(bias, a, b, beta, alpha);
+  auto [outs, answer] = routed.redispatch(c10::DispatchKeySet(K), bias, a, b, beta, alpha);
+  if (keyed) remember(key, answer);
+  return outs.empty() ? own_addmm<K>(bias, a, b, beta, alpha) : outs[0];
 }
 
 // torch warns that aten's own kernels are overridden: that is the point.
@@ -147,7 +181,7 @@ void install(bool cpu) {
     lib->impl("addmm", torch::dispatch(c10::DispatchKey::CPU, TORCH_FN(addmm<c10::DispatchKey::CPU>)));
   }
   installed = std::move(lib);
-  torch_keys.clear();
+  answers.clear();
 }
 
 void uninstall() {
@@ -155,19 +189,19 @@ void uninstall() {
   {
     std::lock_guard<std::mutex> guard(mutex);
     lib = std::move(installed);
-    torch_keys.clear();
+    answers.clear();
   }
   // (dropped outside the lock: deregistration takes the dispatcher's)
 }
 
 void forget() {
   std::lock_guard<std::mutex> guard(mutex);
-  torch_keys.clear();
+  answers.clear();
 }
 
 int64_t remembered() {
   std::lock_guard<std::mutex> guard(mutex);
-  return static_cast<int64_t>(torch_keys.size());
+  return static_cast<int64_t>(answers.size());
 }
 
 bool has_cuda() {
@@ -182,9 +216,9 @@ bool has_cuda() {
 
 TORCH_LIBRARY(tritonblas_native, m) {
   // Implemented in Python (tritonblas/transparent.py) at the CUDA and CPU keys: the call's output, or
-  // none (then torch's kernel runs) and whether that holds for every later call of the same key.
-  m.def("routed_mm(Tensor a, Tensor b) -> (Tensor[], bool)");
-  m.def("routed_addmm(Tensor self, Tensor a, Tensor b, Scalar beta, Scalar alpha) -> (Tensor[], bool)");
+  // none (then torch's kernel runs), and the Answer for later calls of the same key.
+  m.def("routed_mm(Tensor a, Tensor b) -> (Tensor[], int)");
+  m.def("routed_addmm(Tensor self, Tensor a, Tensor b, Scalar beta, Scalar alpha) -> (Tensor[], int)");
   m.def("install(bool cpu) -> ()", install);
   m.def("uninstall() -> ()", uninstall);
   m.def("forget() -> ()", forget);
