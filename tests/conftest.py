@@ -106,29 +106,21 @@ def fake_gpu_benchmark(monkeypatch):
     monkeypatch.setattr(benchmark_module, "GpuBenchmark", lambda **kw: WorkerBench())
 
 
-def pick_torch_where(monkeypatch, wanted) -> None:
-    """Dispatch's heuristic selecting torch.mm for the problems `wanted(problem)` accepts (as tuned
-    configs do where cuBLAS won), its own pick for the rest; selections made before are dropped."""
-    from tritonblas import GemmConfig
-    from tritonblas.selection import dispatch
-
-    real = dispatch._from_heuristic
-
-    def layer(problem, device, enable_streamk, backend=None):
-        if wanted(problem):
-            return dispatch.Selection(GemmConfig.vendor(), "heuristic", 0.0, False, problem, device)
-        return real(problem, device, enable_streamk, backend)
-
-    monkeypatch.setattr(dispatch, "_from_heuristic", layer)
-    dispatch.clear_cache()
-
 
 @pytest.fixture
-def torch_picked(monkeypatch):
-    """Dispatch selecting torch.mm for every problem."""
-    pick_torch_where(monkeypatch, lambda problem: True)
-    yield
+def pick_torch(monkeypatch):
+    """pick_torch_where(predicate): dispatch selects torch.mm for the problems it accepts; dispatch is
+    itself again (selections dropped) after the test."""
+    from helpers.picks import pick_torch_where
+
+    yield lambda wanted: pick_torch_where(monkeypatch, wanted)
     monkeypatch.undo()
     from tritonblas.selection import dispatch
 
     dispatch.clear_cache()
+
+
+@pytest.fixture
+def torch_picked(pick_torch):
+    """Dispatch selecting torch.mm for every problem."""
+    pick_torch(lambda problem: True)

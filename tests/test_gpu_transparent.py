@@ -9,7 +9,6 @@ routed calls captured in a CUDA graph and replayed on new contents (issue 34 ite
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import pick_torch_where
 from helpers.shapes import assert_close, record_launches
 
 import tritonblas
@@ -62,9 +61,9 @@ K = {"linear decode": 2048, "linear prefill": 1024, "mm": 384, "addmm": 384, "mm
 
 @pytest.mark.parametrize("pick", ["dispatch", "torch"])
 @pytest.mark.parametrize("name, fn, shapes, dtype", CALLS, ids=[c[0] for c in CALLS])
-def test_routed_calls_are_right(name, fn, shapes, dtype, pick, kernels, monkeypatch):
+def test_routed_calls_are_right(name, fn, shapes, dtype, pick, kernels, monkeypatch, request):
     if pick == "torch":
-        pick_torch_where(monkeypatch, lambda problem: True)
+        request.getfixturevalue("torch_picked")
     launches = record_launches(monkeypatch)
     args = [_t(*s, dtype=dtype) for s in shapes]
     theirs = fn(*args)
@@ -98,12 +97,12 @@ def test_nn_linear_backward_accumulates_right(kernels):
 
 
 @pytest.mark.parametrize("pick", ["dispatch", "torch"])
-def test_routed_linear_captures_and_replays(pick, kernels, monkeypatch):
+def test_routed_linear_captures_and_replays(pick, kernels, monkeypatch, request):
     """A decode-sized linear: dispatch's kernel is shorter than a routed call's host time, so eager calls
     run torch's kernel (but the first, which compiles and loads the kernel) and the captured call the
     kernel (call.path._eager_vendor, call.run.eager_torch)."""
     if pick == "torch":
-        pick_torch_where(monkeypatch, lambda problem: True)
+        request.getfixturevalue("torch_picked")
     ran = []
     real_run = transparent.run
     monkeypatch.setattr(transparent, "run", lambda plan, *args: (ran.append(plan), real_run(plan, *args))[1])

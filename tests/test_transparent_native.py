@@ -12,7 +12,6 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import pick_torch_where
 from helpers.shapes import record_launches
 
 import tritonblas
@@ -59,10 +58,10 @@ def test_enable_installs_the_cpp_kernels():
     assert not transparent.is_enabled()
 
 
-def test_a_torch_answer_holds_for_its_key_only(monkeypatch, asked):
+def test_a_torch_answer_holds_for_its_key_only(monkeypatch, pick_torch, asked):
     """torch picked for row-major operands only: their second call never reaches Python; a transposed
     operand, another shape, addmm with and without its input term each ask once."""
-    pick_torch_where(monkeypatch, lambda problem: problem.layout == "nn")
+    pick_torch(lambda problem: problem.layout == "nn")
     launches = record_launches(monkeypatch)
     a, b, bias = _t(12, 8), _t(8, 6, seed=1), _t(6, seed=2)
     bt = _t(6, 8, seed=3).t()
