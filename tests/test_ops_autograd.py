@@ -184,3 +184,38 @@ def test_out_for_empty_and_k0_problems():
     bias = torch.randn(5)
     assert tritonblas.addmm(bias, torch.randn(4, 0), torch.randn(0, 5), beta=3.0, out=out) is out
     assert torch.equal(out, (3.0 * bias).expand(4, 5))
+
+
+@pytest.mark.parametrize("op", ["linear", "matmul", "addmm"])
+def test_where_dispatch_picks_torch_autograd_is_torchs(op, torch_picked):
+    """Dispatch's torch pick needing grad runs torch's op with torch's own autograd node (no Python
+    Function to apply and run backward: issue 34's host cost); a pinned backend="torch" keeps ours.
+    Values, gradients and their layouts are torch's, first and second order."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(6, 5, 16, generator=g, requires_grad=True)
+    w = torch.randn(12, 16, generator=g, requires_grad=True)
+    bias = torch.randn(12, generator=g, requires_grad=True)
+    a, b = x[0], w.t()
+    ours_fn, torch_fn = {
+        "linear": (lambda **kw: tritonblas.linear(x, w, bias, **kw), lambda: F.linear(x, w, bias)),
+        "matmul": (lambda **kw: tritonblas.matmul(a, b, **kw), lambda: torch.mm(a, b)),
+        "addmm": (lambda **kw: tritonblas.addmm(bias, a, b, beta=0.5, alpha=2.0, **kw),
+                  lambda: torch.addmm(bias, a, b, beta=0.5, alpha=2.0)),
+    }[op]
+    ours, theirs = ours_fn(), torch_fn()
+    assert type(ours.grad_fn) is type(theirs.grad_fn)
+    pinned = ours_fn(backend="torch").grad_fn  # (an N-D linear's output is a view of the GEMM's)
+    assert any("_Gemm" in type(node).__name__ for node in (pinned, *(n for n, _ in pinned.next_functions)))
+    inputs = [x, w, bias]
+    first = torch.autograd.grad(ours.square().sum(), inputs, create_graph=True, allow_unused=True)
+    want = torch.autograd.grad(theirs.square().sum(), inputs, create_graph=True, allow_unused=True)
+    for got, ref in zip(first, want, strict=True):
+        assert (got is None) == (ref is None)
+        if got is not None:
+            torch.testing.assert_close(got, ref)
+            assert got.stride() == ref.stride()
+    second = [torch.autograd.grad(sum(t.sum() for t in grads if t is not None), [w], allow_unused=True)[0]
+              for grads in (first, want)]
+    assert (second[0] is None) == (second[1] is None)
+    if second[0] is not None:
+        torch.testing.assert_close(*second)
