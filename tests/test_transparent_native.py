@@ -143,3 +143,22 @@ def test_without_a_compiler_the_python_kernels_route(tmp_path):
     assert done.stdout.split() == ["True", "False", "1"]
     assert "could not be built" in done.stderr and "no-c++" in done.stderr
     assert not any(tmp_path.joinpath("tritonblas", "native").glob("*.so"))
+
+
+def test_a_failed_install_leaves_the_python_kernels(monkeypatch, asked):
+    """The library loaded but its kernels refused by torch's dispatcher: one warning, the Python kernels,
+    nothing of the C++ side left registered."""
+    launches = record_launches(monkeypatch)
+
+    def refuse(cpu):
+        raise RuntimeError("refused")
+
+    monkeypatch.setattr(native, "ops", lambda: SimpleNamespace(install=refuse, forget=lambda: None))
+    a, b = _t(6, 5), _t(5, 4, seed=1)
+    with pytest.warns(RuntimeWarning, match="could not be installed"), tritonblas.enable():
+        assert transparent.is_enabled() and not transparent.is_native()
+        torch.mm(a, b)
+    assert len(launches) == 1 and asked == ["_mm_plan"]
+    monkeypatch.undo()
+    with tritonblas.enable():  # the same process installs them later
+        assert transparent.is_native()

@@ -115,8 +115,7 @@ def _start_recording(path: str | os.PathLike | None) -> None:
     """A problem is noted on the Python side of a call: the C++ kernels forget what they answered
     without it, so that each problem's next call reaches the new file."""
     _record.start(path)
-    if _native:
-        native.ops().forget()
+    _forget_answers()
 
 
 def _register(want_native: bool) -> None:
@@ -124,45 +123,58 @@ def _register(want_native: bool) -> None:
     if _library is not None:
         return
     keys = ("CUDA", "CPU") if interpreter_enabled() else ("CUDA",)
-    use_native = want_native and native.load()
-    if use_native:
-        _hook_forget()
-        answers = torch.library.Library("tritonblas_native", "IMPL")
-        routed_mm, routed_addmm = _native_answers()
-        for key in keys:
-            answers.impl("routed_mm", routed_mm, key)
-            answers.impl("routed_addmm", routed_addmm, key)
+    answers = _install_native(keys) if want_native and native.load() else None
     lib = torch.library.Library("aten", "IMPL")
     with warnings.catch_warnings():  # torch warns once that a kernel is overridden: that is the point
         warnings.simplefilter("ignore")
         for key in keys:
-            if not use_native:
+            if answers is None:
                 mm, addmm = _kernels(_torch_kernel("aten::mm", key), _torch_kernel("aten::addmm", key))
                 lib.impl("mm", mm, key, with_keyset=True)
                 lib.impl("addmm", addmm, key, with_keyset=True)
             own = _torch_kernel("aten::_scaled_mm", key)
             if own is not None:  # (torch before 2.9: no get_kernel, so _scaled_mm is left alone)
                 lib.impl("_scaled_mm", _scaled_kernel(own), key, with_keyset=True)
-    if use_native:
-        native.ops().install("CPU" in keys)
-        _library = (lib, answers)
-    else:
-        _library = (lib,)
-    _native = use_native
+    _library = (lib,) if answers is None else (lib, answers)
+    _native = answers is not None
     log.get().info("transparent mode on (%s kernels): torch's mm, addmm, linear and _scaled_mm on %s go "
-                   "through dispatch", "C++" if use_native else "Python",
+                   "through dispatch", "C++" if _native else "Python",
                    "CUDA and (interpreter) CPU tensors" if interpreter_enabled() else "CUDA tensors")
+
+
+def _install_native(keys: tuple[str, ...]):
+    """The C++ kernels installed at `keys`, answered by `_native_answers` (the returned Library holds
+    those); None, with a warning, where installing them failed (the Python kernels then go in)."""
+    _hook_forget()
+    answers = torch.library.Library("tritonblas_native", "IMPL")
+    try:
+        routed_mm, routed_addmm = _native_answers()
+        for key in keys:
+            answers.impl("routed_mm", routed_mm, key)
+            answers.impl("routed_addmm", routed_addmm, key)
+        native.ops().install("CPU" in keys)
+    except RuntimeError as exc:
+        answers._destroy()
+        log.warn(f"tritonblas: transparent mode's C++ kernels could not be installed ({exc}); its Python "
+                 "kernels run instead")
+        return None
+    return answers
 
 
 _forget_hooked = False
 
 
 def _hook_forget() -> None:
-    """What the C++ kernels answered "torch" for is dropped with dispatch's selections (caches)."""
+    """What the C++ kernels answered is dropped with dispatch's selections (caches)."""
     global _forget_hooked
     if not _forget_hooked:
-        caches.also_clear(native.ops().forget)
+        caches.also_clear(_forget_answers)
         _forget_hooked = True
+
+
+def _forget_answers() -> None:
+    if _native:  # (uninstall() drops them too)
+        native.ops().forget()
 
 
 def _torch_kernel(op: str, key: str):
