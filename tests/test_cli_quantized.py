@@ -45,11 +45,6 @@ def with_op(monkeypatch):
     monkeypatch.setattr(tritonblas, "scaled_mm", fake_scaled_mm, raising=False)
 
 
-@pytest.fixture
-def without_op(monkeypatch):
-    monkeypatch.setattr(tritonblas, "scaled_mm", None, raising=False)  # a tritonblas without the op
-
-
 SM90 = ("--arch", "sm_90")
 # explain's arguments, its exit code, and what its output must say.
 EXPLAIN_CASES = [
@@ -111,26 +106,12 @@ def test_db_export_check_and_show_handle_quantized_keys(tmp_path):
         "bf16", "--layout", "nt", "--bias", "row", "--db", db, code=1)  # another scale mode: not stored
 
 
-@pytest.mark.parametrize("command", [("tune",), ("bench",), ("warmup",)])
-def test_quantized_problems_without_the_op_are_refused_before_any_work(tmp_path, without_op, command):
-    db = tmp_path / "t.sqlite"
-    out = run(tmp_path, *command, "--shapes", QUANT, "--db", db, code=2)
-    assert "quantized problems need tritonblas.scaled_mm" in out
-    assert not db.exists()
-
-
-def _has_op() -> bool:
-    return callable(getattr(tritonblas, "scaled_mm", None))
-
-
 @pytest.fixture(params=["stand-in", "op"])
 def scaled_mm_op(request, monkeypatch):
     """The contract stand-in, and tritonblas.scaled_mm itself where this tritonblas has it (the kernels
     in the interpreter)."""
     if request.param == "stand-in":
         monkeypatch.setattr(tritonblas, "scaled_mm", fake_scaled_mm, raising=False)
-    elif not _has_op():
-        pytest.skip("this tritonblas has no scaled_mm yet (issue 36's op branch)")
 
 
 @interpreter_only

@@ -83,9 +83,8 @@ def _zero_call(problem: Problem, device, backend: str | None) -> Callable[[], ob
     a = _zeros(problem.m, problem.k, problem.layout[0] == "t", TORCH_DTYPE_OF[problem.dtype], device)
     b = _zeros(problem.k, problem.n, problem.layout[1] == "t", TORCH_DTYPE_OF[problem.b], device)
     if problem.quantized:
-        from .tuning.scaled import bias_dtype, require_op, scale_shapes
+        from .tuning.scaled import bias_dtype, scale_shapes
 
-        require_op()
         sa, sb = (torch.ones(s, dtype=torch.float32, device=device) for s in scale_shapes(problem))
         out = TORCH_DTYPE_OF[problem.out]
         bias = None if problem.bias == "none" else \

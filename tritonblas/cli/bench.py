@@ -24,7 +24,6 @@ from .common import (
     num,
     parse_device,
     problems_from,
-    require_scaled_mm,
     say,
 )
 
@@ -83,7 +82,6 @@ def bench(shapes: list[Path] = typer.Option(..., "--shapes", help=SHAPES_HELP),
     ```
     """
     problems = problems_from(shapes, dtypes)
-    require_scaled_mm(problems)
     parse_device(device)
     check_output(json_out, "--json")
     check_output(plot, "--plot")

@@ -209,18 +209,6 @@ def problems_from(shapes: Path | Sequence[Path], dtypes: str | None) -> list[Pro
         fail(f"error: {e}")
 
 
-def require_scaled_mm(problems: Sequence[Problem]) -> None:
-    """Exit 2 before any work when the problems include quantized ones and this tritonblas has no
-    scaled_mm to time, check or compile them through."""
-    from ..tuning.scaled import MISSING_OP, require_op
-
-    if any(p.quantized for p in problems):
-        try:
-            require_op()
-        except RuntimeError:
-            fail(f"error: {MISSING_OP}")
-
-
 def shapes_label(shapes: Path | Sequence[Path]) -> str:
     return str(shapes) if isinstance(shapes, (str, Path)) else ", ".join(map(str, shapes))
 

@@ -41,7 +41,6 @@ from .common import (
     open_db,
     parse_devices,
     problems_from,
-    require_scaled_mm,
     say,
     shapes_label,
     version_option,
@@ -203,7 +202,6 @@ def tune(shapes: list[Path] = typer.Option(..., "--shapes", help=SHAPES_HELP),
     """
     configure_console()
     problems, part = _shard(problems_from(shapes, dtypes), shard)
-    require_scaled_mm(problems)
     device_ids = parse_devices(devices)
     _check_options(budget_s, export)
     with open_db(db, create=True) as opened:  # created and migrated once here, before workers race to

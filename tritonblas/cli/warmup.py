@@ -50,7 +50,7 @@ def warmup(shapes: list[Path] = typer.Option(None, "--shapes", help=SHAPES_HELP)
     from ..shapes import ShapesError
     from ..warm import problems_of
     from ..warm import warmup as warm
-    from .common import guard, require_scaled_mm
+    from .common import guard
 
     if not shapes and file is None:
         fail("error: give the problems with --shapes FILE or --file CONFIG_FILE")
@@ -61,7 +61,6 @@ def warmup(shapes: list[Path] = typer.Option(None, "--shapes", help=SHAPES_HELP)
         fail(f"error: {e}")
     if file is not None:
         problems = list(dict.fromkeys(problems + guard(problems_of, None, file)))
-    require_scaled_mm(problems)
     parse_device(device)
     where = check_db(db)
     say(f"warming up {len(problems)} problems (dispatch reads {where})")
