@@ -33,7 +33,7 @@ from tuning_db.vocabulary import (
     DType,
     Layout,
     Scales,
-    quantized_mismatch,
+    quantized_fault,
 )
 
 from .problem import Problem, default_quant_out
@@ -155,11 +155,7 @@ def _mismatch(spec: ShapeSpec, dtype: str) -> tuple[str, str] | None:
         return "b_dtype", f"a plain GEMM has one dtype ({dtype}); b_dtype is for quantized problems"
     if spec.scales == "none" and spec.out_dtype not in (None, dtype):
         return "out_dtype", f"a plain GEMM of {dtype} writes {dtype}; out_dtype is for quantized problems"
-    reason = quantized_mismatch(dtype, spec.b_dtype or dtype, spec.out_for(dtype), spec.bias, spec.scales)
-    if reason is None:
-        return None
-    field = "bias" if "bias" in reason else "out_dtype" if "output dtype" in reason else "b_dtype"
-    return field, reason
+    return quantized_fault(dtype, spec.b_dtype or dtype, spec.out_for(dtype), spec.bias, spec.scales)
 
 
 def _as_tuple(v: Dim) -> tuple[int, ...]:

@@ -32,12 +32,29 @@ def quantized_mismatch(a: str, b: str, out: str | None, bias: str, scales: str) 
     together, or None when they do. A plain problem (scales "none") has one FLOAT_DTYPES operand dtype;
     a quantized one fp8 operands (e4m3/e5m2, mixed allowed) or int8 ones (both), an output dtype of
     QUANT_OUT_DTYPES and a bias of QUANT_BIAS_KINDS."""
+    fault = quantized_fault(a, b, out, bias, scales)
+    return None if fault is None else fault[1]
+
+
+def quantized_fault(a: str, b: str, out: str | None, bias: str, scales: str) -> tuple[str, str] | None:
+    """quantized_mismatch's reason with the field at fault: "b_dtype" (the operands), "out_dtype" or
+    "bias"; None when they go together."""
     if scales == "none":
         if a not in FLOAT_DTYPES or b != a:
             what = a if b == a else f"{a}/{b}"
-            return (f"operand dtypes {what} need scales (scales 'none' is a plain GEMM of one of "
-                    f"{', '.join(FLOAT_DTYPES)})")
+            return "b_dtype", (f"operand dtypes {what} need scales (scales 'none' is a plain GEMM of one of "
+                               f"{', '.join(FLOAT_DTYPES)})")
         return None
+    if a not in QUANT_DTYPES or b not in QUANT_DTYPES:
+        return "b_dtype", f"scales {scales!r} need operands of {', '.join(QUANT_DTYPES)}, got {a}/{b}"
+    if (a == "int8") != (b == "int8"):
+        return "b_dtype", f"int8 operands go with int8 only, got {a}/{b}"
+    if out not in QUANT_OUT_DTYPES:
+        return "out_dtype", (f"a quantized problem needs an output dtype of {', '.join(QUANT_OUT_DTYPES)}, "
+                             f"got {out}")
+    if bias not in QUANT_BIAS_KINDS:
+        return "bias", f"a quantized problem takes bias {' or '.join(QUANT_BIAS_KINDS)} (N,), got {bias!r}"
+    return None
     if a not in QUANT_DTYPES or b not in QUANT_DTYPES:
         return f"scales {scales!r} need operands of {', '.join(QUANT_DTYPES)}, got {a}/{b}"
     if (a == "int8") != (b == "int8"):
