@@ -14,12 +14,15 @@
 #     graph     kernel time in CUDA-graph replay vs torch and the roofline (scripts/graph_probe.py):
 #               small, skinny (operands rotated past L2), misaligned
 #     warmup    first call in a fresh process, cold vs after `tritonblas warmup` (scripts/warmup_check.py)
+#     models    transparent mode's GPU tests, then the models' own problems (scripts/model_shapes.yaml)
+#               tuned where configs/sm_90.json has no fresh winner (resumable: RESUME=1), the shipped file
+#               with them -> $OUT/sm_90.json, and scripts/model_bench.py run with it (BUDGET, TUNE_TIMEOUT)
 #     fp8       the scaled_mm GPU tests, then scripts/classes/fp8.yaml tuned (torch._scaled_mm a candidate;
 #               -> $OUT/fp8_sm_90.json) and benched against torch._scaled_mm through dispatch and the
 #               kernels alone (BUDGET, TUNE_TIMEOUT)
 # Then here: copy sm_90.json to configs/, `tritonblas db check --shapes scripts/shapes.yaml --file
 # configs/sm_90.json`, commit, and update docs/benchmarks/h200.md from the JSON files.
-MODES="check|tune-all|classes|verify|mlp|graph|warmup|fp8"
+MODES="check|tune-all|classes|verify|mlp|graph|warmup|fp8|models"
 usage() { sed -n '2,/^MODES=/s/^# \{0,1\}//p' "$0"; echo "usage: bash scripts/h200_run.sh $MODES"; }
 # The mode first: a typo fails here, before any install.
 case "${1:-}" in -h|--help) usage; exit 0 ;; esac
@@ -65,6 +68,21 @@ case "${1:-}" in
     python3 -m tritonblas db export --db /tmp/tune.sqlite --arch "${ARCH:-sm_90}" -o "$OUT/sm_90.json"
     copy_db /tmp/tune.sqlite "$OUT/tune.sqlite"
     python3 -m tritonblas db check "${all[@]}" --file "$OUT/sm_90.json" 2>&1 | tail -3 ;;
+  models)  # issue 34: record (scripts/model_shapes.yaml, TRITONBLAS_RECORD), tune, ship, run
+    TRITONBLAS_TEST_GPU=1 timeout 150 python3 -m pytest -p no:cacheprovider -q tests/test_gpu_transparent.py \
+      2>&1 | tail -3
+    if [ -z "${RESUME:-}" ] || [ ! -f /tmp/tune.sqlite ]; then
+      empty_db /tmp/tune.sqlite  # the shipped rows first: what is fresh in them is not tuned again
+      python3 -m tritonblas db import --file configs/sm_90.json --db /tmp/tune.sqlite | tail -1
+    fi
+    timeout "${TUNE_TIMEOUT:-300}" python3 -m tritonblas tune --shapes scripts/model_shapes.yaml \
+      --db /tmp/tune.sqlite --budget-s "${BUDGET:-1.5}" > "$OUT/tune.txt" 2>&1
+    tail -2 "$OUT/tune.txt"
+    python3 -m tritonblas db export --db /tmp/tune.sqlite --arch sm_90 -o "$OUT/sm_90.json"
+    python3 -m tritonblas db check --shapes scripts/model_shapes.yaml --file "$OUT/sm_90.json" 2>&1 | tail -1
+    cp "$OUT/sm_90.json" configs/sm_90.json  # (this copy of the tree) the models run with it
+    timeout "${BENCH_TIMEOUT:-240}" python3 scripts/model_bench.py --quick --reps "${REPS:-5}" \
+      --json "$OUT/models.json" 2>&1 | grep -v Warning | tail -28 ;;
   classes)  # issue 17: the suite and every class file through dispatch with the shipped file and an empty
     # user DB, half the files on each GPU (BACKEND=triton|torch restricts our side; one JSON per GPU)
     files=(${CLASS_FILES:-scripts/shapes.yaml scripts/classes/*.yaml}); half=$(( (${#files[@]} + 1) / 2 ))

@@ -131,3 +131,20 @@ def test_routed_linear_captures_and_replays(pick, kernels, monkeypatch, request)
         graph.replay()
         torch.cuda.synchronize()
         assert_close(y, F.linear(x, w, b), F.linear(x.double(), w.double(), b.double()), k=2048)
+
+
+def test_explicit_linear_replays_right_under_reduce_overhead(kernels):
+    """torch.compile(mode="reduce-overhead"): CUDA graphs of a function calling tritonblas.linear (the
+    custom op, kept whole by the compiler), replayed on new inputs with transparent mode on."""
+    torch._dynamo.reset()
+    w, b = _t(1024, 512), _t(1024)
+    compiled = torch.compile(lambda x: tritonblas.linear(x, w, b).relu(), mode="reduce-overhead")
+    try:
+        with tritonblas.enable(native=kernels):
+            for _ in range(4):  # warm-up, recording, then replays
+                x = _t(8, 512)
+                got = compiled(x).clone()  # (the graph's output memory is reused by the next replay)
+                ref = F.linear(x.double(), w.double(), b.double()).relu()
+                assert_close(got, F.linear(x, w, b).relu(), ref, k=512)
+    finally:
+        torch._dynamo.reset()
