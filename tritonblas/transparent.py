@@ -227,20 +227,12 @@ def _kernels(torch_mm, torch_addmm) -> tuple:
             return torch_addmm.call_boxed(keyset, bias, a, b, beta=beta, alpha=alpha)
 
     def mm(keyset, a, b):
-        plan = _mm_plan(a, b)
-        if plan is not None and not torch_runs(plan):
-            return run(plan, a, b, None, None, 1.0, 0.0)
-        if plan is None and _debug():
-            _left_to_torch("mm", a, b)
-        return own_mm(keyset, a, b)
+        out, _ = _routed_mm(a, b)
+        return own_mm(keyset, a, b) if out is None else out
 
     def addmm(keyset, bias, a, b, *, beta=1, alpha=1):
-        plan = _addmm_plan(bias, a, b, beta, alpha)
-        if plan is not None and not torch_runs(plan):
-            return run(plan, a, b, bias, None, float(alpha), float(beta))
-        if plan is None and _debug():
-            _left_to_torch("addmm", a, b, bias)
-        return own_addmm(keyset, bias, a, b, beta, alpha)
+        out, _ = _routed_addmm(bias, a, b, beta, alpha)
+        return own_addmm(keyset, bias, a, b, beta, alpha) if out is None else out
 
     return mm, addmm
 
@@ -253,22 +245,35 @@ def _native_answers() -> tuple:
     """The Python side of the C++ kernels (native/route.cpp): a call's output (none: torch's kernel
     runs) and what holds for later calls of its key."""
     def routed_mm(a, b):
-        plan = _mm_plan(a, b)
-        if plan is not None and not torch_runs(plan):
-            return [run(plan, a, b, None, None, 1.0, 0.0)], _later(plan, a)
-        if plan is None and _debug():
-            _left_to_torch("mm", a, b)
-        return [], _later(plan, a)
+        out, plan = _routed_mm(a, b)
+        return ([] if out is None else [out]), _later(plan, a)
 
     def routed_addmm(bias, a, b, beta, alpha):
-        plan = _addmm_plan(bias, a, b, beta, alpha)
-        if plan is not None and not torch_runs(plan):
-            return [run(plan, a, b, bias, None, float(alpha), float(beta))], _later(plan, a)
-        if plan is None and _debug():
-            _left_to_torch("addmm", a, b, bias)
-        return [], _later(plan, a)
+        out, plan = _routed_addmm(bias, a, b, beta, alpha)
+        return ([] if out is None else [out]), _later(plan, a)
 
     return routed_mm, routed_addmm
+
+
+def _routed_mm(a, b) -> tuple:
+    """An aten::mm call through dispatch: (our output, or None where torch's kernel is to run; the plan,
+    None for a call not routed)."""
+    plan = _mm_plan(a, b)
+    if plan is not None and not torch_runs(plan):
+        return run(plan, a, b, None, None, 1.0, 0.0), plan
+    if plan is None and _debug():
+        _left_to_torch("mm", a, b)
+    return None, plan
+
+
+def _routed_addmm(bias, a, b, beta, alpha) -> tuple:
+    """An aten::addmm call through dispatch, as _routed_mm."""
+    plan = _addmm_plan(bias, a, b, beta, alpha)
+    if plan is not None and not torch_runs(plan):
+        return run(plan, a, b, bias, None, float(alpha), float(beta)), plan
+    if plan is None and _debug():
+        _left_to_torch("addmm", a, b, bias)
+    return None, plan
 
 
 def _later(plan, a) -> int:
