@@ -22,7 +22,9 @@ Until 2026-12-01 the stub replaced call_path.launch_gemm, which left the launch 
                     torch's host cost per call, the reference tests/test_host_cost.py bounds ours by
 Each trial times every row in turn (thread CPU time: what other processes take of the host is not
 counted). --transparent times transparent mode in this tree instead (tritonblas.enable()): torch.mm and
-F.linear routed through dispatch next to the explicit ops (the difference is the mode's own cost), a
+F.linear routed through dispatch next to the explicit ops (the difference is the mode's own cost), with
+the C++ kernels and the Python ones (enable(native=False)), a 1x1x1 torch.mm dispatch gives to torch
+(beside torch.mm with the mode off: what the C++ kernels add to a call torch runs), a
 float64 mm falling through to torch with the mode on and off, and a torch.add with the mode on and off
 (no other op is intercepted).
 --baseline DIR times the tritonblas package under DIR (e.g. `mkdir /tmp/before; git archive HEAD
@@ -138,27 +140,50 @@ def transparent_rows() -> dict:
     a64, b64 = torch.randn(8, 8, dtype=torch.float64), torch.randn(8, 8, dtype=torch.float64)
     x, y = torch.randn(64, 64), torch.randn(64, 64)
     a1, b1, w1, bias1 = torch.ones(1, 1), torch.ones(1, 1), torch.ones(1, 1), torch.ones(1)
-    on = tritonblas.enable  # each row's lambda runs with the mode as its name says (toggled per row)
+    _torch_picks_one_by_one()
+    off = tritonblas.disable  # each row's lambda runs with the mode as its name says (set per row)
+    on, python_kernels = tritonblas.enable, lambda: tritonblas.enable(native=False)
     return {
-        "tritonblas.matmul": (False, lambda: tritonblas.matmul(a, b)),
-        "torch.mm, routed": (True, lambda: torch.mm(a, b)),
-        "tritonblas.linear": (False, lambda: tritonblas.linear(a, w, bias)),
-        "F.linear, routed": (True, lambda: F.linear(a, w, bias)),
-        "mm fp64 8^3, off": (False, lambda: torch.mm(a64, b64)),
-        "mm fp64 8^3, on": (True, lambda: torch.mm(a64, b64)),
-        "torch.add, off": (False, lambda: torch.add(x, y)),
-        "torch.add, on": (True, lambda: torch.add(x, y)),
-        "torch.mm 1^3 fp32, off": (False, lambda: torch.mm(a1, b1)),
-        "F.linear 1^3 fp32, off": (False, lambda: F.linear(a1, w1, bias1)),
-    }, on, tritonblas.disable
+        "tritonblas.matmul": (off, lambda: tritonblas.matmul(a, b)),
+        "torch.mm, routed": (on, lambda: torch.mm(a, b)),
+        "torch.mm, routed, Python kernels": (python_kernels, lambda: torch.mm(a, b)),
+        "tritonblas.linear": (off, lambda: tritonblas.linear(a, w, bias)),
+        "F.linear, routed": (on, lambda: F.linear(a, w, bias)),
+        "mm fp64 8^3, off": (off, lambda: torch.mm(a64, b64)),
+        "mm fp64 8^3, on": (on, lambda: torch.mm(a64, b64)),
+        "torch.add, off": (off, lambda: torch.add(x, y)),
+        "torch.add, on": (on, lambda: torch.add(x, y)),
+        "torch.mm 1^3 fp32, off": (off, lambda: torch.mm(a1, b1)),
+        "torch.mm 1^3 fp32, routed, torch's pick": (on, lambda: torch.mm(a1, b1)),
+        "the same, Python kernels": (python_kernels, lambda: torch.mm(a1, b1)),
+        "F.linear 1^3 fp32, off": (off, lambda: F.linear(a1, w1, bias1)),
+    }, off
+
+
+def _torch_picks_one_by_one() -> None:
+    """Dispatch picks torch.mm for 1x1x1 problems (the rows' routed torch.mm 1^3: what a call dispatch
+    gives to torch costs in transparent mode)."""
+    from tritonblas import GemmConfig
+    from tritonblas.selection import dispatch
+
+    real = dispatch._select
+
+    def select(problem, device, enable_streamk, backend):
+        if (problem.m, problem.n, problem.k) == (1, 1, 1) and backend is None:
+            return dispatch.Selection(GemmConfig.vendor(), "heuristic", 0.0, False, problem, device)
+        return real(problem, device, enable_streamk, backend)
+
+    dispatch._select = select
+    dispatch.clear_cache()
 
 
 def time_transparent(trials: int, calls: int) -> None:
-    rows, on, off = transparent_rows()
+    rows, off = transparent_rows()
     runs: dict[str, list[float]] = {name: [] for name in rows}
     for _ in range(trials):
-        for name, (enabled, fn) in rows.items():
-            on() if enabled else off()
+        for name, (mode, fn) in rows.items():
+            off()
+            mode()
             for _ in range(200):
                 fn()
             t0 = time.thread_time()
@@ -168,7 +193,7 @@ def time_transparent(trials: int, calls: int) -> None:
     off()
     print(f"us per call, median of {trials} trials x {calls} calls (transparent mode)")
     for name, r in runs.items():
-        print(f"{name:20s}{statistics.median(r):10.2f}")
+        print(f"{name:40s}{statistics.median(r):10.2f}")
 
 
 def run_child(root: Path, trials: int, calls: int) -> dict[str, list[float]]:
