@@ -122,10 +122,11 @@ def test_a_routed_call_that_torch_runs_costs_torchs_own(torch_picked, stubbed):
 def test_a_linear_needing_grad_that_torch_runs_costs_about_torchs(torch_picked, stubbed):
     """Dispatch's torch pick for a linear whose weight needs grad runs F.linear with torch's own autograd
     node (call.ops._torch_with_autograd), not our autograd.Function: a training step's forward and
-    .backward() cost about torch's (CPU box: 35 us against 33; through our Function 69)."""
+    .backward() cost about torch's (CPU box: 35 us against 33; through our Function 58-69, 2.0x; one CI
+    run read 1.34x, hence the bound)."""
     a, w, bias = torch.ones(1, 1), torch.ones(1, 1).requires_grad_(), torch.ones(1)
     best_ours = best_torch = float("inf")
     for _ in range(ROUNDS):
         best_ours = min(best_ours, _per_call_us(lambda: _step(tritonblas.linear(a, w, bias), w)))
         best_torch = min(best_torch, _per_call_us(lambda: _step(F.linear(a, w, bias), w)))
-    assert best_ours <= 1.3 * best_torch, f"linear step {best_ours:.2f} us vs F.linear's {best_torch:.2f} us"
+    assert best_ours <= 1.6 * best_torch, f"linear step {best_ours:.2f} us vs F.linear's {best_torch:.2f} us"
