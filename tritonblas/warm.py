@@ -121,7 +121,6 @@ def _warm_one(problem: Problem, info, torch_device, interpreter: bool, backend: 
     return WarmupResult(problem, "compiled", sel.config, sel.source, time.monotonic() - start)
 
 
-
 def warmup(shapes: str | Path | Sequence[str | Path] | None = None, *, file: str | Path | None = None,
            problems: Iterable[Problem] | None = None, dtypes: Sequence[str] | None = None,
            device: int | None = None, workers: int | None = None, progress: bool | None = None,

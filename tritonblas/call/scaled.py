@@ -144,7 +144,6 @@ def _prepare(key, problem: Problem, a, b, scale_a, scale_b, bias, out, use_fast_
     return plan
 
 
-
 def _spans(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None) -> tuple:
     from ..validate import span_bytes
 
