@@ -163,18 +163,10 @@ def transparent_rows() -> dict:
 def _torch_picks_one_by_one() -> None:
     """Dispatch picks torch.mm for 1x1x1 problems (the rows' routed torch.mm 1^3: what a call dispatch
     gives to torch costs in transparent mode)."""
-    from tritonblas import GemmConfig
-    from tritonblas.selection import dispatch
+    import pytest
+    from helpers.picks import pick_torch_where
 
-    real = dispatch._select
-
-    def select(problem, device, enable_streamk, backend):
-        if (problem.m, problem.n, problem.k) == (1, 1, 1) and backend is None:
-            return dispatch.Selection(GemmConfig.vendor(), "heuristic", 0.0, False, problem, device)
-        return real(problem, device, enable_streamk, backend)
-
-    dispatch._select = select
-    dispatch.clear_cache()
+    pick_torch_where(pytest.MonkeyPatch(), lambda problem: (problem.m, problem.n, problem.k) == (1, 1, 1))
 
 
 def time_transparent(trials: int, calls: int) -> None:

@@ -34,13 +34,12 @@ def _t(*shape, dtype=bf16):
 
 
 def call_path_plan(x, w, b):
-    """The plan transparent mode made for F.linear(x, w, b) (aten::addmm of b, x and w.t())."""
+    """The plan transparent mode made for F.linear(x, w, b): its aten::addmm's."""
     from tritonblas.call import path as call_path
 
-    wt = w.t()
-    key = ("aten::addmm", x.shape, x.stride(), x.dtype, x.get_device(), wt.shape, wt.stride(), wt.dtype,
-           wt.get_device(), b.shape, b.stride(), b.dtype, b.get_device())
-    return call_path.plans.get(key)
+    shape = (x.shape[0], w.shape[0], x.shape[1])
+    found = [p for key, p in call_path.plans.items() if key[0] == "aten::addmm" and (p.m, p.n, p.k) == shape]
+    return found[0] if len(found) == 1 else None
 
 
 def _ref(fn, *tensors):

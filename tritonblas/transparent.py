@@ -56,7 +56,7 @@ from .call.run import run, torch_runs
 from .device import interpreter_enabled
 
 _lock = threading.RLock()
-_library = None  # the torch.library.Library holding the Python registrations while enabled
+_library = None  # the torch.library.Library objects holding the registrations while enabled
 _native = False  # the C++ kernels (native/route.cpp) are installed
 _fell_through: set[tuple] = set()  # what was logged as left to torch
 
