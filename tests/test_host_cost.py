@@ -92,15 +92,21 @@ def stubbed(monkeypatch):
     tritonblas.disable()
 
 
+def _best_of_rounds(ours, theirs, mode: bool) -> tuple[float, float]:
+    """The best per-call host time of `ours` (transparent mode on where `mode`) and of `theirs` (torch's
+    own op, the mode off: under it, its CPU GEMMs are routed too), timed in turn ROUNDS times."""
+    best_ours = best_torch = float("inf")
+    for _ in range(ROUNDS):
+        tritonblas.enable() if mode else None
+        best_ours = min(best_ours, _per_call_us(ours))
+        tritonblas.disable()
+        best_torch = min(best_torch, _per_call_us(theirs))
+    return best_ours, best_torch
+
+
 @pytest.mark.parametrize("ours, theirs, bound, mode", CASES, ids=[c[0] for c in CASES])
 def test_host_cost_against_torchs_own_op(ours, theirs, bound, mode, stubbed):
-    fn, ref = _ours()[ours], _torch()[theirs]
-    best_ours = best_torch = float("inf")
-    for _ in range(ROUNDS):  # torch's own op with the mode off (under it, its CPU GEMMs are routed too)
-        tritonblas.enable() if mode else None
-        best_ours = min(best_ours, _per_call_us(fn))
-        tritonblas.disable()
-        best_torch = min(best_torch, _per_call_us(ref))
+    best_ours, best_torch = _best_of_rounds(_ours()[ours], _torch()[theirs], mode)
     assert best_ours <= bound * best_torch, f"{ours} {best_ours:.2f} us vs {theirs} {best_torch:.2f} us"
 
 
@@ -111,11 +117,7 @@ def test_a_routed_call_that_torch_runs_costs_torchs_own(torch_picked, stubbed):
     if not native.load():
         pytest.skip(f"no C++ kernels here: {native.why_not()}")
     a, b = torch.ones(1, 1), torch.ones(1, 1)
-    best_ours = best_torch = float("inf")
-    for _ in range(ROUNDS):
-        with tritonblas.enable():
-            best_ours = min(best_ours, _per_call_us(lambda: torch.mm(a, b)))
-        best_torch = min(best_torch, _per_call_us(lambda: torch.mm(a, b)))
+    best_ours, best_torch = _best_of_rounds(lambda: torch.mm(a, b), lambda: torch.mm(a, b), mode=True)
     assert best_ours <= 1.5 * best_torch, f"routed {best_ours:.2f} us vs torch.mm {best_torch:.2f} us"
 
 
@@ -125,8 +127,6 @@ def test_a_linear_needing_grad_that_torch_runs_costs_about_torchs(torch_picked, 
     .backward() cost about torch's (CPU box: 35 us against 33; through our Function 58-69, 2.0x; one CI
     run read 1.34x, hence the bound)."""
     a, w, bias = torch.ones(1, 1), torch.ones(1, 1).requires_grad_(), torch.ones(1)
-    best_ours = best_torch = float("inf")
-    for _ in range(ROUNDS):
-        best_ours = min(best_ours, _per_call_us(lambda: _step(tritonblas.linear(a, w, bias), w)))
-        best_torch = min(best_torch, _per_call_us(lambda: _step(F.linear(a, w, bias), w)))
+    best_ours, best_torch = _best_of_rounds(lambda: _step(tritonblas.linear(a, w, bias), w),
+                                            lambda: _step(F.linear(a, w, bias), w), mode=False)
     assert best_ours <= 1.6 * best_torch, f"linear step {best_ours:.2f} us vs F.linear's {best_torch:.2f} us"
