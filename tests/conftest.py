@@ -106,7 +106,6 @@ def fake_gpu_benchmark(monkeypatch):
     monkeypatch.setattr(benchmark_module, "GpuBenchmark", lambda **kw: WorkerBench())
 
 
-
 @pytest.fixture
 def pick_torch(monkeypatch):
     """pick_torch_where(predicate): dispatch selects torch.mm for the problems it accepts; dispatch is
