@@ -72,9 +72,10 @@ def test_heuristic_when_nothing_is_tuned(paths):
 
 def test_user_db_winner_is_used(paths):
     url, _ = paths
-    put(url, winner(P, H200, TUNED, 0.123))
+    put(url, winner(P, H200, TUNED, 0.123, torch_ms=0.125))
     s = sel()
     assert (s.source, s.config, s.time_ms, s.measured) == ("db", TUNED, 0.123, True)
+    assert s.torch_ms == 0.125  # what dispatch weighs against a call's host cost (call.path._eager_vendor)
     assert dispatch.select_config(Problem(1024, 1024, 1024, "bf16"), H200) == TUNED
 
 
@@ -93,9 +94,9 @@ def test_stale_db_winner_is_not_used(paths):
 
 def test_shipped_file_serves_any_device_of_its_arch_below_the_user_db(paths):
     url, shipped = paths
-    ship(shipped, H100, winner(P, H100, OTHER, 0.3))
+    ship(shipped, H100, winner(P, H100, OTHER, 0.3, torch_ms=0.31))
     s = sel()
-    assert (s.source, s.config, s.time_ms) == ("shipped", OTHER, 0.3) and "H100" in s.detail
+    assert (s.source, s.config, s.time_ms, s.torch_ms) == ("shipped", OTHER, 0.3, 0.31) and "H100" in s.detail
     put(url, winner(P, H200, TUNED, 0.5))  # slower than the shipped time, but this machine's own
     assert (sel().source, sel().config) == ("db", TUNED)
 

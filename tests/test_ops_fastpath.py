@@ -363,11 +363,12 @@ def test_a_compile_failure_of_a_prepared_launch_falls_back(op, switchable_heuris
     assert blocks[-1] == OTHER.block_m
 
 
-def _selection(time_us: float, device, backend: str = "triton"):
+def _selection(time_us: float, device, backend: str = "triton", torch_us: float = 0.0):
     from tritonblas.problem import Problem
 
     config = SMALL if backend == "triton" else tritonblas.GemmConfig.vendor()
-    return dispatch.Selection(config, "shipped", time_us / 1000, True, Problem(M, N, K, "fp16"), device)
+    return dispatch.Selection(config, "shipped", time_us / 1000, True, Problem(M, N, K, "fp16"), device,
+                              torch_ms=torch_us / 1000)
 
 
 ROUTED = call_path.ROUTED_HOST_US
@@ -395,6 +396,31 @@ def test_a_kernel_pick_shorter_than_its_host_time_runs_only_under_capture(time_u
     launch = object()
     monkeypatch.setattr(call_path, "launches_directly", lambda plan: plan is launch and direct)
     selection = _selection(time_us, device, backend)
+    assert call_path._eager_vendor(selection, launch, routed) is leaves_eager_to_torch
+
+
+EXTRA, HOST = call_path.ROUTED_EXTRA_US, call_path.KERNEL_HOST_US
+
+
+@pytest.mark.parametrize("torch_us, direct, routed, leaves_eager_to_torch", [
+    (100 + EXTRA / 2, True, True, True),  # routed: wins by less than the host time it costs above torch's
+    (100 + EXTRA * 2, True, True, False),
+    (100 + EXTRA + HOST / 2, False, True, True),  # a routed launch that is not direct pays both
+    (100 + (EXTRA + HOST) * 2, False, True, False),
+    (100.5, True, False, False),  # an explicit direct launch costs torch's host time: any win counts
+    (100 + HOST / 2, False, False, True),
+    (100 + HOST * 2, False, False, False),
+    (90.0, True, True, True),  # torch faster (a neighbour's tuning run, say)
+    (0.0, True, True, False),  # torch not timed: the kernel's time is all there is
+])
+def test_a_kernel_that_wins_by_less_than_its_host_cost_runs_only_under_capture(torch_us, direct, routed,
+                                                                              leaves_eager_to_torch,
+                                                                              monkeypatch):
+    from tritonblas.arch import device_for_arch
+
+    launch = object()
+    monkeypatch.setattr(call_path, "launches_directly", lambda plan: plan is launch and direct)
+    selection = _selection(100.0, device_for_arch("sm_90"), torch_us=torch_us)
     assert call_path._eager_vendor(selection, launch, routed) is leaves_eager_to_torch
 
 

@@ -28,6 +28,7 @@ def _native_on():
         if shutil.which("c++") or shutil.which("g++"):
             pytest.fail(f"a C++ compiler is here, yet the C++ kernels did not build: {native.why_not()}")
         pytest.skip(f"no C++ kernels here: {native.why_not()}")
+    native.ops().forget()  # answers outlive disable(): none from another test
     yield
     tritonblas.disable()
 
@@ -90,6 +91,26 @@ def test_answers_are_dropped_with_the_selections(torch_picked, asked):
         assert native.ops().remembered() == 0
         torch.mm(a, b)
     assert asked == ["_mm_plan", "_mm_plan"]
+
+
+def test_answers_outlive_disable(torch_picked, asked, tmp_path):
+    """A with-block around every forward asks once per key; what changes selections or the recording
+    file while transparent mode is off still drops the answers."""
+    a, b = _t(8, 8), _t(8, 8, seed=1)
+    for _ in range(3):
+        with tritonblas.enable():
+            torch.mm(a, b)
+    assert asked == ["_mm_plan"] and native.ops().remembered() == 1
+    dispatch.clear_cache()
+    assert native.ops().remembered() == 0
+    with tritonblas.enable():
+        torch.mm(a, b)
+    with tritonblas.enable(record=tmp_path / "r.yaml"):  # a new file: asked again, and noted there
+        torch.mm(a, b)
+    with tritonblas.enable():  # recording stopped: nothing more to note, the answer holds
+        torch.mm(a, b)
+    assert asked == ["_mm_plan"] * 3 and native.ops().remembered() == 1
+    assert "{m: 8, n: 8, k: 8" in (tmp_path / "r.yaml").read_text()
 
 
 def test_a_torch_answer_is_recorded_into_each_new_file(torch_picked, tmp_path):

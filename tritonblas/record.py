@@ -52,9 +52,9 @@ class _State:
 _state = _State()
 
 
-def start(path: str | os.PathLike | None) -> None:
+def start(path: str | os.PathLike | None) -> bool:
     """Record into `path` from now on (None: stop, but for TRITONBLAS_RECORD). Problems planned before
-    are noted into it on their next call (generation)."""
+    are noted into it on their next call (generation). Whether that changed the path."""
     global generation
     new = None if path is None else Path(path)
     with _lock:
@@ -63,6 +63,7 @@ def start(path: str | os.PathLike | None) -> None:
             generation += 1
     if new is not None and new != before:
         log.get().info("recording new GEMM problems to %s", new)
+    return new != before
 
 
 def given() -> Path | None:

@@ -21,7 +21,8 @@ key was answered "torch" before (dispatch's torch pick, or a call not routed) ru
 with no Python at all; every other call asks `_native_answers` here, which plans and runs it. Where
 nothing builds (no compiler), Python kernels (`_kernels`) do the same at 3-4 us more per call; so does
 `enable(native=False)`. The answers are dropped with dispatch's selections (caches.also_clear) and when
-recording moves to another file, so that every problem's next call is planned and recorded again.
+recording moves to another file, so that every problem's next call is planned and recorded again; they
+outlive disable(), so that a with-block around each forward pays the trip into Python once per problem.
 These are the kernels torch runs below autograd, so
   - autograd keeps torch's own derivative formulas, and the mm calls of the backward come here too;
   - the mode is global (every thread; a TorchFunctionMode is per thread) and costs nothing for other
@@ -112,10 +113,10 @@ def is_native() -> bool:
 
 
 def _start_recording(path: str | os.PathLike | None) -> None:
-    """A problem is noted on the Python side of a call: the C++ kernels forget what they answered
-    without it, so that each problem's next call reaches the new file."""
-    _record.start(path)
-    _forget_answers()
+    """A problem is noted on the Python side of a call: where the file changes to another one, the C++
+    kernels forget what they answered without it, so that each problem's next call reaches it."""
+    if _record.start(path) and _record.current() is not None:
+        _forget_answers()
 
 
 def _register(want_native: bool) -> None:
@@ -173,7 +174,9 @@ def _hook_forget() -> None:
 
 
 def _forget_answers() -> None:
-    if _native:  # (uninstall() drops them too)
+    """Also while disabled, or with the Python kernels in: the answers outlive disable() (a with-block
+    around every forward keeps them), so they must follow every change of selections or recording."""
+    if native.loaded():
         native.ops().forget()
 
 

@@ -14,9 +14,10 @@ from tuning_db.exchange import export_file
 
 
 def winner(problem: Problem, device: DeviceInfo, config: GemmConfig, ms: float,
-           env: EnvIdentity | None = None) -> Winner:
+           env: EnvIdentity | None = None, torch_ms: float | None = None) -> Winner:
     return Winner(key=ProblemKey.from_problem(problem, device), config=config, median_ms=ms,
-                  created_at=datetime(2026, 11, 29, tzinfo=timezone.utc), env=env or EnvIdentity.current())
+                  torch_ms=torch_ms, created_at=datetime(2026, 11, 29, tzinfo=timezone.utc),
+                  env=env or EnvIdentity.current())
 
 
 def put(url: str, *winners: Winner, measurements: tuple = ()) -> None:

@@ -47,6 +47,8 @@ KERNEL_HOST_US = 10.0
 # shorter than this are host-bound, and torch's own call (which the C++ kernels run without Python) is
 # cheaper on the host than ours: they run torch's, and the kernel under graph capture.
 ROUTED_HOST_US = 25.0
+# What the routed kernel's call costs the host above torch's own (26.7 - 20.9 us, the same calls).
+ROUTED_EXTRA_US = 6.0
 _BIAS_KINDS = {(False, False): "scalar", (False, True): "row", (True, False): "column", (True, True): "full"}
 # What torch.backends.cuda.matmul.allow_tf32 returns, without its module __getattr__: 0.65 -> 0.05 us.
 _allow_tf32 = torch._C._get_cublas_allow_tf32
@@ -236,18 +238,24 @@ def prepare(key: tuple | None, op: str, a: torch.Tensor, b: torch.Tensor, bias: 
 
 
 def _eager_vendor(selection: dispatch.Selection, launch: object, routed: bool = False) -> bool:
-    """Whether a kernel selection must leave eager calls to torch: on a GPU, a launch dearer on the host
-    than torch's own op (not a prepared direct one: launch.direct.launches_directly) whose kernel time
-    (measured or predicted) is shorter than that excess (KERNEL_HOST_US), or a routed call whose kernel
-    is shorter than its host time (ROUTED_HOST_US). Such a call is host-bound: its wall time is the
-    host's, above torch's, and the faster kernel gains nothing. Under graph capture no host time is
-    paid: the kernel runs there."""
+    """Whether a kernel selection must leave eager calls to torch, on a GPU:
+      - a routed call whose kernel is shorter than its host time (ROUTED_HOST_US), or a launch dearer
+        on the host than torch's own op (not a prepared direct one: launch.direct.launches_directly)
+        whose kernel is shorter than that excess (KERNEL_HOST_US): the call is host-bound, its wall
+        time the host's, above torch's, and the faster kernel gains nothing;
+      - a kernel measured against torch's op that beats it by less than the host time it costs above
+        torch's (ROUTED_EXTRA_US for a routed call, KERNEL_HOST_US for a launch that is not direct):
+        where the host is the bottleneck (eager decode: HF's Python between GEMMs) that host time is
+        the whole difference, and where the GPU is, the kernel gains less than that.
+    Under graph capture no host time is paid: the kernel runs there."""
     if selection.device is INTERPRETER_DEVICE or selection.backend == "torch":
         return False
     kernel_us = selection.time_ms * 1000
-    if routed:
-        return 0.0 < kernel_us < ROUTED_HOST_US
-    return not launches_directly(launch) and 0.0 < kernel_us < KERNEL_HOST_US
+    direct = launches_directly(launch)
+    if 0.0 < kernel_us < (ROUTED_HOST_US if routed else 0.0 if direct else KERNEL_HOST_US):
+        return True
+    extra_us = (ROUTED_EXTRA_US if routed else 0.0) + (0.0 if direct else KERNEL_HOST_US)
+    return selection.torch_ms > 0.0 and (selection.torch_ms - selection.time_ms) * 1000 < extra_us
 
 
 def precision_of(plan: Plan) -> str:

@@ -47,6 +47,11 @@ def load() -> bool:
         return _loaded
 
 
+def loaded() -> bool:
+    """Whether the library is loaded in this process (load() succeeded), installed or not."""
+    return _loaded is True
+
+
 def why_not() -> str:
     """Why load() returned False ("" if it did not)."""
     return _why_not

@@ -8,7 +8,9 @@
 // tritonblas_native::routed_mm / routed_addmm, which plans it and answers its output (or none: torch's
 // kernel runs) and what holds for later calls of the key: ASK (ask again), TORCH (torch's kernel for
 // good) or EAGER_TORCH (torch's kernel unless the stream is being captured into a CUDA graph, where the
-// kernels win). The answers are dropped by forget().
+// kernels win). The answers are dropped by forget() only (the Python side calls it whenever dispatch's
+// selections or the recording file change): they outlive uninstall(), so a `with tritonblas.enable():`
+// around every forward does not send each GEMM of each forward through Python again.
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/addmm_cpu_dispatch.h>
@@ -181,7 +183,6 @@ void install(bool cpu) {
     lib->impl("addmm", torch::dispatch(c10::DispatchKey::CPU, TORCH_FN(addmm<c10::DispatchKey::CPU>)));
   }
   installed = std::move(lib);
-  answers.clear();
 }
 
 void uninstall() {
@@ -189,7 +190,6 @@ void uninstall() {
   {
     std::lock_guard<std::mutex> guard(mutex);
     lib = std::move(installed);
-    answers.clear();
   }
   // (dropped outside the lock: deregistration takes the dispatcher's)
 }

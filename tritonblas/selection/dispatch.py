@@ -60,6 +60,7 @@ class Selection:
     device: DeviceInfo
     detail: str = ""
     enable_streamk: bool | None = None
+    torch_ms: float = 0.0  # torch's own op timed against the kernel in its tuning run; 0.0: not known
 
     @property
     def backend(self) -> str:
@@ -237,7 +238,7 @@ def _from_db(problem: Problem, device: DeviceInfo, enable_streamk: bool | None,
     if _family_ok(winner.config, enable_streamk, backend) and _feasible(winner.config, problem, device):
         return Selection(winner.config, "db", winner.median_ms, True, problem, device,
                          f"tuned on {winner.key.device_name}{_tuned_under(winner)}"
-                         + _vendor_won(winner, problem))
+                         + _vendor_won(winner, problem), torch_ms=winner.torch_ms or 0.0)
     # The winner is of another family or backend: the fastest measurement of the asked-for one made
     # under the winner's triton version.
     for m in _db_call(lambda db: db.measurements(key, winner.env)) or []:
@@ -265,7 +266,7 @@ def _from_shipped(problem: Problem, device: DeviceInfo, enable_streamk: bool | N
     entry = _shipped(device.arch).get(_arch_key(problem))
     if entry is None:
         return None
-    config, ms, why = entry.config, entry.median_ms, _vendor_won(entry, problem)
+    config, ms, why, torch_ms = entry.config, entry.median_ms, _vendor_won(entry, problem), entry.torch_ms
     if not _family_ok(config, enable_streamk, backend):
         # torch.mm won, the call wants a kernel: the fastest kernel of the same tuning run, if any.
         kernel = _state.shipped_kernels.get(device.arch, {}).get(_arch_key(problem))
@@ -275,7 +276,7 @@ def _from_shipped(problem: Problem, device: DeviceInfo, enable_streamk: bool | N
     if not _feasible(config, problem, device):
         return None
     where = f"configs/{device.arch}.json, tuned on {entry.key.device_name}{_tuned_under(entry)}"
-    return Selection(config, "shipped", ms, True, problem, device, where + why)
+    return Selection(config, "shipped", ms, True, problem, device, where + why, torch_ms=torch_ms or 0.0)
 
 
 def _from_neighbor(problem: Problem, device: DeviceInfo, enable_streamk: bool | None,
