@@ -70,6 +70,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--new-tokens", type=int, default=64)
     p.add_argument("--reps", type=int, default=10, help="timed calls per side (median)")
     p.add_argument("--warmup", type=int, default=2, help="untimed calls per side first (compiles)")
+    p.add_argument("--settle", type=int, default=1,
+                   help="untimed calls before each timed one, in its side's mode (default 1): what a "
+                   "user's loop has run before a call; 0 times the first call after each switch")
     p.add_argument("--quick", action="store_true",
                    help="a fast look: 3 reps, 1 warm-up, 16 new tokens, 256-token sequences "
                    "(where not given)")
@@ -116,12 +119,18 @@ def call_order(rep: int, sides: list[Side]) -> list[Side]:
 
 
 def interleaved(sides: list[Side], reps: int, warmup: int, sync: Callable[[], None] = lambda: None,
-                clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
+                clock: Callable[[], float] = time.perf_counter, settle: int = 0) -> dict[str, float]:
     """Median ms of each side's timed call over `reps` rounds after `warmup` untimed ones; each call in
-    its side's mode, synchronized before and after (host time counts)."""
+    its side's mode, synchronized before and after (host time counts), after `settle` untimed calls in
+    that same mode: a user's loop runs call after call in one mode, and the first call after switching
+    (the other side's call, the switch's own Python) runs slower on a host-bound model whichever side it
+    is (H200, a BERT prefill after a gc.collect(): 1.5 -> 3.5 ms), which would charge the side whose
+    switch does more (transparent mode's enable()) for what no user's loop pays."""
     for rep in range(warmup + reps):
         for side in call_order(rep, sides):
             with side.mode():
+                for _ in range(settle):
+                    side.run(side.setup())
                 state = side.setup()
                 sync()
                 start = clock()
@@ -204,7 +213,8 @@ class Bench:
                 with contextlib.suppress(Exception):
                     self.sync()
         try:
-            ms = interleaved(timed, self.args.reps, self.args.warmup, self.sync) if timed else {}
+            ms = interleaved(timed, self.args.reps, self.args.warmup, self.sync, settle=self.args.settle) \
+                if timed else {}
         except Exception as exc:
             row["error_run"] = _why(exc)
             return row

@@ -120,6 +120,19 @@ def pick_torch(monkeypatch):
 
 
 @pytest.fixture
+def pick_kernel(monkeypatch):
+    """pick_kernel_where(predicate, time_ms): dispatch selects a kernel timed at time_ms for the problems
+    it accepts; dispatch is itself again (selections dropped) after the test."""
+    from helpers.picks import pick_kernel_where
+
+    yield lambda wanted, time_ms: pick_kernel_where(monkeypatch, wanted, time_ms)
+    monkeypatch.undo()
+    from tritonblas.selection import dispatch
+
+    dispatch.clear_cache()
+
+
+@pytest.fixture
 def torch_picked(pick_torch):
     """Dispatch selecting torch.mm for every problem."""
     pick_torch(lambda problem: True)

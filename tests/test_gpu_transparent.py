@@ -95,13 +95,15 @@ def test_nn_linear_backward_accumulates_right(kernels):
         assert err < 2e-2, err
 
 
-@pytest.mark.parametrize("pick", ["dispatch", "torch"])
+@pytest.mark.parametrize("pick", ["kernel", "torch"])
 def test_routed_linear_captures_and_replays(pick, kernels, monkeypatch, request):
-    """A decode-sized linear: dispatch's kernel is shorter than a routed call's host time, so eager calls
-    run torch's kernel (but the first, which compiles and loads the kernel) and the captured call the
-    kernel (call.path._eager_vendor, call.run.eager_torch)."""
+    """A decode-sized linear: where dispatch picks a kernel shorter than a routed call's host time, eager
+    calls run torch's kernel (but the first, which compiles and loads the kernel) and the captured call
+    the kernel (call.path._eager_vendor, call.run.eager_torch); torch's pick runs torch's everywhere."""
     if pick == "torch":
         request.getfixturevalue("torch_picked")
+    else:
+        request.getfixturevalue("pick_kernel")(lambda problem: (problem.m, problem.n) == (8, 4096), 0.010)
     ran = []
     real_run = transparent.run
     monkeypatch.setattr(transparent, "run", lambda plan, *args: (ran.append(plan), real_run(plan, *args))[1])
@@ -120,7 +122,7 @@ def test_routed_linear_captures_and_replays(pick, kernels, monkeypatch, request)
             y = F.linear(x, w, b)
     plan = call_path_plan(x, w, b)
     kernel_pick = plan is not None and plan.config is not None and plan.config.backend != "torch"
-    if pick == "dispatch":
+    if pick == "kernel":
         assert kernel_pick and plan.eager_vendor, plan
         assert eager_runs == 1 and len(ran) == 2  # the first eager call, then the captured one
     else:

@@ -170,6 +170,21 @@ def test_a_graph_capture_allocates_its_own_and_leaves_the_pool_alone(stub, monke
     assert _copy_streamk_call(kernels) == eager  # the eager calls' buffers, as before the capture
 
 
+def test_the_custom_ops_body_pools_no_scratch(stub):
+    """What compiled code runs (tritonblas::gemm) allocates its scratch per call: a CUDA graph's warm-up
+    (torch.compile, mode="reduce-overhead") allocates from the graph's pool, and a buffer kept from
+    there is refused by cudagraph trees."""
+    from tritonblas.call import core_op
+
+    stub()
+    a, b = _operands(0)
+    scratch.free_lists.clear()
+    core_op.gemm(a, b, None, 0.0, 1.0, -1, core_op.config_to_list(CONFIGS["copy_streamk"]))
+    assert not any(scratch.free_lists.values())
+    tritonblas.matmul(a, b, config=CONFIGS["copy_streamk"])  # an eager call pools, as before
+    assert any(scratch.free_lists.values())
+
+
 def test_scratch_is_dropped_when_a_launch_fails(stub, monkeypatch):
     # A launch that raised may have left its scratch dirty (counters mid-fix-up: issue 33), so the call
     # drops it instead of giving it back: the next call takes fresh scratch, which the pool then keeps.

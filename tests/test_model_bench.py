@@ -91,6 +91,29 @@ def test_interleaved_alternates_and_times_only_the_run(mb):
     assert torch_side.result == 0 and ours_side.result == 0  # the last timed call's
 
 
+def test_interleaved_settles_each_side_in_its_mode_before_timing(mb):
+    clock, log = FakeClock(), []
+
+    def side(name: str):
+        @contextlib.contextmanager
+        def mode():
+            log.append(f"{name} on")
+            yield
+            log.append(f"{name} off")
+
+        def run(state):
+            log.append(f"{name} run")
+            clock.now += 5.0 if log[-2] == f"{name} on" else 0.001  # the first call after a switch: slow
+
+        return mb.Side(name, mode, run)
+
+    sides = [side("torch"), side("ours")]
+    assert mb.interleaved(sides, reps=2, warmup=0, clock=clock, settle=1) == pytest.approx(
+        {"torch": 1.0, "ours": 1.0})
+    assert log[:4] == ["torch on", "torch run", "torch run", "torch off"]
+    assert mb.interleaved(sides, reps=2, warmup=0, clock=clock)["ours"] > 1000  # settle=0 times the switch
+
+
 def _row(**over) -> dict:
     return {"model": "llama", "part": "decode", "batch": 8, "prompt": 128, "new_tokens": 64, **over}
 

@@ -1,4 +1,5 @@
-"""Dispatch made to pick torch.mm for chosen problems (transparent mode's tests)."""
+"""Dispatch made to pick torch.mm, or a kernel timed as the test needs, for chosen problems (transparent
+mode's tests)."""
 
 
 def pick_torch_where(monkeypatch, wanted) -> None:
@@ -8,11 +9,27 @@ def pick_torch_where(monkeypatch, wanted) -> None:
     from tritonblas import GemmConfig
     from tritonblas.selection import dispatch
 
+    _pick_where(monkeypatch, wanted, lambda problem, device: dispatch.Selection(
+        GemmConfig.vendor(), "heuristic", 0.0, False, problem, device))
+
+
+def pick_kernel_where(monkeypatch, wanted, time_ms: float) -> None:
+    """Dispatch selecting the heuristic's best kernel, as if tuned at `time_ms` with torch not timed, for
+    the problems `wanted(problem)` accepts, whatever the shipped file says of them."""
+    from tritonblas.selection import dispatch, heuristic
+
+    _pick_where(monkeypatch, wanted, lambda problem, device: dispatch.Selection(
+        heuristic.rank(problem, device)[0].config, "db", time_ms, True, problem, device))
+
+
+def _pick_where(monkeypatch, wanted, selection) -> None:
+    from tritonblas.selection import dispatch
+
     real = dispatch._select
 
     def select(problem, device, enable_streamk, backend):
         if wanted(problem) and backend is None and enable_streamk is None:
-            return dispatch.Selection(GemmConfig.vendor(), "heuristic", 0.0, False, problem, device)
+            return selection(problem, device)
         return real(problem, device, enable_streamk, backend)
 
     monkeypatch.setattr(dispatch, "_select", select)

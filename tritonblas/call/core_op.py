@@ -14,6 +14,7 @@ from collections.abc import Callable
 import torch
 
 from ..config import BACKENDS, GemmConfig
+from ..launch.scratch import unpooled
 from .run import gemm_body
 
 # (enable_streamk, backend) <-> the custom op's `family` int (its schema has no Optional[bool]). A
@@ -54,8 +55,10 @@ def _config_from_tuple(values: tuple[int, ...]) -> GemmConfig:
 @torch.library.custom_op("tritonblas::gemm", mutates_args=())
 def gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, beta: float, alpha: float,
          family: int, config: list[int]) -> torch.Tensor:
-    """alpha * a @ b + beta * bias for checked 2-D operands: the node autograd and torch.compile see."""
-    return gemm_body(a, b, bias, beta, alpha, *RESTRICTION[family], config_from_list(config))
+    """alpha * a @ b + beta * bias for checked 2-D operands: the node autograd and torch.compile see.
+    Its scratch is never pooled: compiled code may run it into a CUDA graph's pool (launch.scratch)."""
+    with unpooled():
+        return gemm_body(a, b, bias, beta, alpha, *RESTRICTION[family], config_from_list(config))
 
 
 @gemm.register_fake

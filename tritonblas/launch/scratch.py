@@ -35,16 +35,23 @@ allocations during capture come from the graph's private memory pool, which the 
 touches only its own memory. A pooled buffer captured into a graph would be written by every replay,
 whenever it runs, while eager calls use the same buffer.
 
+The same holds in the custom op's body (call.core_op, what compiled code runs): torch.compile's CUDA
+graphs (mode="reduce-overhead") run a warm-up before capture with this thread's allocations going to the
+graph's pool, and a buffer kept from there is a live tensor in that pool the graph does not own, which
+cudagraph trees refuse ("tensor(s) in the cudagraph pool not tracked as outputs"). So that body runs
+`unpooled()`: its scratch is allocated per call, as under capture.
+
 Host cost before/after, every kernel launch stubbed: docs/reliability.md, "Threads, streams and CUDA
 graphs" (tests/scratch_overhead.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -55,6 +62,7 @@ _allocated = [0, 0]  # bytes, buffers allocated into the pool since it was last 
 # were before: a process cycling through many shapes does not keep every one's buffers.
 CAP_BYTES = 1 << 31
 CAP_BUFFERS = 4096
+_unpooled = threading.local()  # depth: inside unpooled() on this thread
 
 
 def take(key: tuple) -> tuple[deque, object | None]:
@@ -98,9 +106,21 @@ def as_own_call(fn: Callable, device: torch.device, *args):
     return result
 
 
+@contextlib.contextmanager
+def unpooled() -> Iterator[None]:
+    """Calls on this thread allocate their scratch per call and pool none of it (see above)."""
+    _unpooled.depth = getattr(_unpooled, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _unpooled.depth -= 1
+
+
 def current_stream(device: torch.device) -> int | None:
     """The stream whose scratch a call on `device` uses: its current stream (0 off CUDA), or None while
-    that stream is being captured into a CUDA graph (then nothing is pooled; see above)."""
+    that stream is being captured into a CUDA graph, or inside unpooled() (then nothing is pooled)."""
+    if getattr(_unpooled, "depth", 0):
+        return None
     if device.type != "cuda":
         return 0
     index = torch._C._cuda_getDevice() if device.index is None else device.index  # "cuda": the current one
