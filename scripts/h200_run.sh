@@ -16,7 +16,8 @@
 #     warmup    first call in a fresh process, cold vs after `tritonblas warmup` (scripts/warmup_check.py)
 #     models    transparent mode's GPU tests, then the models' own problems (scripts/model_shapes.yaml)
 #               tuned where configs/sm_90.json has no fresh winner (resumable: RESUME=1), the shipped file
-#               with them -> $OUT/sm_90.json, and scripts/model_bench.py run with it (BUDGET, TUNE_TIMEOUT)
+#               with them -> $OUT/sm_90.json, and scripts/model_bench.py run with it (BUDGET, TUNE_TIMEOUT,
+#               REPS, SETTLE)
 #     fp8       the scaled_mm GPU tests, then scripts/classes/fp8.yaml tuned (torch._scaled_mm a candidate;
 #               -> $OUT/fp8_sm_90.json) and benched against torch._scaled_mm through dispatch and the
 #               kernels alone (BUDGET, TUNE_TIMEOUT)
@@ -81,8 +82,8 @@ case "${1:-}" in
     python3 -m tritonblas db export --db /tmp/tune.sqlite --arch sm_90 -o "$OUT/sm_90.json"
     python3 -m tritonblas db check --shapes scripts/model_shapes.yaml --file "$OUT/sm_90.json" 2>&1 | tail -1
     cp "$OUT/sm_90.json" configs/sm_90.json  # (this copy of the tree) the models run with it
-    timeout "${BENCH_TIMEOUT:-240}" python3 scripts/model_bench.py --quick --reps "${REPS:-5}" \
-      --json "$OUT/models.json" 2>&1 | grep -v Warning | tail -28 ;;
+    timeout "${BENCH_TIMEOUT:-240}" python3 scripts/model_bench.py --quick --reps "${REPS:-7}" \
+      --settle "${SETTLE:-2}" --json "$OUT/models.json" 2>&1 | grep -v Warning | tail -28 ;;
   classes)  # issue 17: the suite and every class file through dispatch with the shipped file and an empty
     # user DB, half the files on each GPU (BACKEND=triton|torch restricts our side; one JSON per GPU)
     files=(${CLASS_FILES:-scripts/shapes.yaml scripts/classes/*.yaml}); half=$(( (${#files[@]} + 1) / 2 ))

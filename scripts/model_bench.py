@@ -10,7 +10,8 @@ an optional extra, imported only when a model is built), a few layers each so ev
 
 Parts, each timed for torch and for transparent mode (tritonblas.enable()) in one process, the two sides
 interleaved (torch, ours, ours, torch, ...; median wall time of each, the GPU synchronized around every
-timed call, so host time counts as it does for a user):
+timed call, so host time counts as it does for a user; each timed call after --settle untimed ones in
+its side's mode, as in a user's loop, which does not switch modes between calls):
     train          forward + loss.backward() twice (the second accumulates into .grad), then
                    zero_grad(set_to_none=True): a training step with gradient accumulation
     prefill        a forward over the prompt (causal LMs: building the KV cache, last logits only)
