@@ -80,6 +80,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--tiny", action="store_true", help="toy-sized models of the same architectures")
     p.add_argument("--python-kernels", action="store_true",
                    help="run transparent mode's Python kernels, not its C++ ones (tritonblas.native)")
+    p.set_defaults(native_kernels=True)  # run() settles it: False with --python-kernels or where none build
     p.add_argument("--device", default="cuda", help="cuda (default) or cpu (a smoke test: transparent "
                    "mode routes CPU tensors only under TRITON_INTERPRET=1)")
     p.add_argument("--profile", action="store_true",
@@ -149,14 +150,12 @@ def _why(exc: Exception) -> str:
     return f"{type(exc).__name__}: {first[:300]}"
 
 
-_native = True  # --python-kernels sets it False
-
-
-def sides() -> tuple[tuple[str, Callable[[], contextlib.AbstractContextManager]], ...]:
-    """The two sides' modes: torch's own, and transparent mode (its C++ kernels unless told otherwise)."""
+def sides(native: bool) -> tuple[tuple[str, Callable[[], contextlib.AbstractContextManager]], ...]:
+    """The two sides' modes: torch's own, and transparent mode with its C++ kernels (native) or its
+    Python ones."""
     import tritonblas
 
-    return ("torch", contextlib.nullcontext), ("ours", functools.partial(tritonblas.enable, native=_native))
+    return ("torch", contextlib.nullcontext), ("ours", functools.partial(tritonblas.enable, native=native))
 
 
 def rel_error(x, ref) -> float:
@@ -204,7 +203,7 @@ class Bench:
         (error_torch / error_ours) and the other side is still timed."""
         row = {"model": self.name, "part": part, **facts}
         timed = []
-        for name, mode in sides():
+        for name, mode in sides(self.args.native_kernels):
             try:
                 with mode():
                     setup, run = make()
@@ -257,7 +256,7 @@ class Bench:
         """One training step of each side under torch.profiler: the kernels only ours launches."""
         _, step = self.train_step()
         with self.training():
-            return compare(step, dict(sides()), self.sync, self.device.type == "cuda")
+            return compare(step, dict(sides(self.args.native_kernels)), self.sync, self.device.type == "cuda")
 
     def prefill(self) -> dict:
         a = self.args
@@ -298,7 +297,7 @@ class Bench:
         """Each side's prefill logits against `ids`' float32 logits (computed before the cast)."""
         out = {}
         with self.torch.no_grad():
-            for name, mode in sides():
+            for name, mode in sides(self.args.native_kernels):
                 with mode():
                     out[name] = rel_error(self.model(ids).logits, self.ref_logits)
         return out
@@ -383,17 +382,16 @@ def run(args: argparse.Namespace) -> dict:
         raise SystemExit("model_bench: no CUDA GPU visible (use --device cpu with TRITON_INTERPRET=1 "
                          "and --tiny for a CPU smoke run)")
     tritonblas.disable()  # torch's side is torch's own, whatever TRITONBLAS_ENABLED said
-    global _native
     from tritonblas import native
 
-    _native = not args.python_kernels and native.load()
+    args.native_kernels = not args.python_kernels and native.load()  # (where they build: else Python's)
     models = [bench_model(args, name, device) for name in args.models]
     import transformers
 
     return {"script": "scripts/model_bench.py", "argv": sys.argv[1:],
             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
             "dtype": args.dtype, "torch": torch.__version__, "transformers": transformers.__version__,
-            "reps": args.reps, "transparent_kernels": "C++" if _native else "Python",
+            "reps": args.reps, "transparent_kernels": "C++" if args.native_kernels else "Python",
             "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "models": models}
 
