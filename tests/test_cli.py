@@ -209,6 +209,36 @@ def test_explain_uses_the_shipped_sm_90_file(no_gpu, tmp_path):
     assert "source:   shipped" in result.output
 
 
+DIRECT = tritonblas.GemmConfig(block_m=64, block_n=64, block_k=64)
+STREAMK = tritonblas.GemmConfig(block_m=64, block_n=64, block_k=64, streamk=True, grid=132)
+
+
+@pytest.mark.parametrize("config, kernel_ms, torch_ms, explicit, routed", [
+    (DIRECT, 0.100, 0.200, "run the kernel", "run the kernel"),
+    (DIRECT, 0.100, 0.102, "run the kernel", "beats torch's op by 2.0 us, less than the 6 us"),
+    (STREAMK, 0.100, 0.105, "beats torch's op by 5.0 us, less than the 10 us", "less than the 16 us"),
+    (DIRECT, 0.020, 0.100, "run the kernel", "(20.0 us) is shorter than a routed call's host time (25 us)"),
+])
+def test_explain_says_what_eager_calls_run(no_gpu, tmp_path, config, kernel_ms, torch_ms, explicit, routed):
+    """A kernel that wins by less than the host time its call costs above torch's runs only under graph
+    capture (call.path.eager_torch_reason): explain says so for explicit and routed calls."""
+    from helpers.dispatch import put, winner
+
+    from tritonblas.arch import device_for_arch
+    from tritonblas.problem import Problem
+
+    url = str(tmp_path / "db.sqlite")
+    put(url, winner(Problem(2048, 2048, 2048, "bf16"), device_for_arch("sm_90"), config, kernel_ms,
+                    torch_ms=torch_ms))
+    result = runner.invoke(app, ["explain", "2048", "2048", "2048", "--dtype", "bf16", "--arch", "sm_90",
+                                 "--db", url])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())  # (the console wraps long lines)
+    assert f"torch.mm {torch_ms:.4g} ms in the same run" in text.split("time:")[1].split("eager:")[0]
+    eager, routed_calls = text.split("eager:")[1].split("routed:")
+    assert explicit in eager and routed in routed_calls.split("heuristic ranking")[0], result.output
+
+
 @pytest.mark.parametrize("flag, family", [("--streamk", "SK "), ("--no-streamk", "P ")])
 def test_explain_family_restriction(no_gpu, flag, family):
     result = runner.invoke(app, ["explain", "256", "256", "65536", "--arch", "sm_90", flag])

@@ -238,24 +238,36 @@ def prepare(key: tuple | None, op: str, a: torch.Tensor, b: torch.Tensor, bias: 
 
 
 def _eager_vendor(selection: dispatch.Selection, launch: object, routed: bool = False) -> bool:
-    """Whether a kernel selection must leave eager calls to torch, on a GPU:
-      - a routed call whose kernel is shorter than its host time (ROUTED_HOST_US), or a launch dearer
-        on the host than torch's own op (not a prepared direct one: launch.direct.launches_directly)
-        whose kernel is shorter than that excess (KERNEL_HOST_US): the call is host-bound, its wall
-        time the host's, above torch's, and the faster kernel gains nothing;
+    """Whether a kernel selection must leave eager calls to torch (eager_torch_reason), its launch
+    prepared as `launch` (launch.direct.launches_directly: no dearer on the host than torch's op)."""
+    return eager_torch_reason(selection, launches_directly(launch), routed) is not None
+
+
+def eager_torch_reason(selection: dispatch.Selection, direct: bool, routed: bool = False) -> str | None:
+    """Why eager calls of a kernel selection run torch's op instead (None: they run the kernel), on a GPU,
+    for a launch that is `direct` (a prepared one, no dearer on the host than torch's op) or not
+    (device-side descriptors, Stream-K, padded copies), `routed` (transparent mode) or explicit:
+      - a routed call whose kernel is shorter than its host time (ROUTED_HOST_US), or a launch that is
+        not direct whose kernel is shorter than that excess (KERNEL_HOST_US): the call is host-bound,
+        its wall time the host's, above torch's, and the faster kernel gains nothing;
       - a kernel measured against torch's op that beats it by less than the host time it costs above
         torch's (ROUTED_EXTRA_US for a routed call, KERNEL_HOST_US for a launch that is not direct):
         where the host is the bottleneck (eager decode: HF's Python between GEMMs) that host time is
         the whole difference, and where the GPU is, the kernel gains less than that.
     Under graph capture no host time is paid: the kernel runs there."""
     if selection.device is INTERPRETER_DEVICE or selection.backend == "torch":
-        return False
+        return None
     kernel_us = selection.time_ms * 1000
-    direct = launches_directly(launch)
-    if 0.0 < kernel_us < (ROUTED_HOST_US if routed else 0.0 if direct else KERNEL_HOST_US):
-        return True
+    host_us = ROUTED_HOST_US if routed else 0.0 if direct else KERNEL_HOST_US
+    if 0.0 < kernel_us < host_us:
+        call = "a routed call's host time" if routed else "its launch's host time above torch's"
+        return f"its kernel ({kernel_us:.1f} us) is shorter than {call} ({host_us:.0f} us)"
     extra_us = (ROUTED_EXTRA_US if routed else 0.0) + (0.0 if direct else KERNEL_HOST_US)
-    return selection.torch_ms > 0.0 and (selection.torch_ms - selection.time_ms) * 1000 < extra_us
+    margin_us = (selection.torch_ms - selection.time_ms) * 1000
+    if selection.torch_ms > 0.0 and margin_us < extra_us:
+        return (f"it beats torch's op by {margin_us:.1f} us, less than the {extra_us:.0f} us of host time "
+                "it costs above torch's")
+    return None
 
 
 def precision_of(plan: Plan) -> str:
