@@ -38,17 +38,15 @@ import argparse
 import contextlib
 import functools
 import json
-import statistics
 import sys
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
 from lm_common import MODELS, EagerDecoder, GraphDecoder, build_config, build_model, max_positions
 from lm_common.profile import compare
 from lm_common.report import format_row, table
+from lm_common.timing import Side, interleaved
 
 PARTS = ("train", "prefill", "decode", "decode-graph")
 DTYPES = ("bf16", "fp16", "fp32")
@@ -101,49 +99,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 # --- timing --------------------------------------------------------------------------------------------
-
-@dataclass
-class Side:
-    """One side of a comparison: its mode (a context manager factory), an untimed setup per call
-    (a fresh KV cache, a prefill) and the timed call, which gets the setup's result."""
-
-    name: str
-    mode: Callable[[], contextlib.AbstractContextManager]
-    run: Callable[[Any], Any]
-    setup: Callable[[], Any] = lambda: None
-    times_ms: list[float] = field(default_factory=list)
-    result: Any = None  # the last timed call's
-
-
-def call_order(rep: int, sides: list[Side]) -> list[Side]:
-    """Alternate the order round by round, so neither side always runs right after the other."""
-    return sides if rep % 2 == 0 else sides[::-1]
-
-
-def interleaved(sides: list[Side], reps: int, warmup: int, sync: Callable[[], None] = lambda: None,
-                clock: Callable[[], float] = time.perf_counter, settle: int = 0) -> dict[str, float]:
-    """Median ms of each side's timed call over `reps` rounds after `warmup` untimed ones; each call in
-    its side's mode, synchronized before and after (host time counts), after `settle` untimed calls in
-    that same mode: a user's loop runs call after call in one mode, and the first call after switching
-    (the other side's call, the switch's own Python) runs slower on a host-bound model whichever side it
-    is (H200, a BERT prefill after a gc.collect(): 1.5 -> 3.5 ms), which would charge the side whose
-    switch does more (transparent mode's enable()) for what no user's loop pays."""
-    for rep in range(warmup + reps):
-        for side in call_order(rep, sides):
-            with side.mode():
-                for _ in range(settle):
-                    side.run(side.setup())
-                state = side.setup()
-                sync()
-                start = clock()
-                out = side.run(state)
-                sync()
-                elapsed = (clock() - start) * 1e3
-            if rep >= warmup:
-                side.times_ms.append(elapsed)
-                side.result = out
-    return {s.name: statistics.median(s.times_ms) for s in sides}
-
 
 def _why(exc: Exception) -> str:
     first = str(exc).splitlines()[0] if str(exc) else ""
