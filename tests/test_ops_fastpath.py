@@ -438,6 +438,22 @@ def test_which_prepared_launches_go_direct(monkeypatch):
     assert not direct.launches_directly(launch._Plan(None, 1, (), {}, 4, 2, None, tma=False))
 
 
+@pytest.mark.parametrize("fields, direct", [
+    ({}, True), ({"tma": True, "host_descriptors": True}, True), ({"tma": True}, False),
+    ({"streamk": True, "grid": 132}, False),
+    ({"tma": True, "aligned_copy": True, "host_descriptors": True}, False),
+])
+def test_which_configs_launch_directly(fields, direct, monkeypatch):
+    """What explain can say without tensors: a config needing no scratch and no device-side descriptors."""
+    from tritonblas.launch import direct as launch_direct
+
+    monkeypatch.setattr(launch_direct, "expected", lambda: True)
+    config = tritonblas.GemmConfig(block_m=64, block_n=64, block_k=64, **fields)
+    assert launch_direct.config_launches_directly(config) is direct
+    monkeypatch.setattr(launch_direct, "expected", lambda: False)
+    assert not launch_direct.config_launches_directly(config)
+
+
 @pytest.mark.parametrize("native", [True, False])
 def test_an_eager_vendor_plan_runs_torch_explicit_and_routed(native, x, monkeypatch):
     """Where the plan leaves eager calls to torch, an explicit call runs torch.mm (out=) and a routed one

@@ -19,7 +19,7 @@ from ..config import GemmConfig
 from ..validate import check_bias, check_operands, check_options, check_scalar, check_tensor
 from . import path
 from .path import Plan, lookup, signature
-from .run import gemm_operands, run, run_gemm
+from .run import eager_torch, gemm_operands, run, run_gemm
 
 _core_op_module = None
 
@@ -69,7 +69,7 @@ def _launch(plan: Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | N
     """Run a plan on the op's tensors: through autograd or the custom op where it needs them."""
     if not (plan.grad or plan.through_op):
         return run(plan, a, b, bias, out, alpha, beta)
-    if plan.grad and _torch_decides(plan) and not _functorch_active():
+    if plan.grad and (_torch_decides(plan) or eager_torch(plan)) and not _functorch_active():
         return _torch_with_autograd(plan, a, b, bias, alpha, beta)
     if plan.grad and not _functorch_active():
         a2 = a if plan.out_shape is None else a.reshape(plan.m, plan.k)
@@ -92,7 +92,8 @@ def _torch_decides(plan: Plan) -> bool:
 
 def _torch_with_autograd(plan: Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
                          alpha: float, beta: float) -> torch.Tensor:
-    """torch's own op, with torch's own autograd node: where dispatch picks torch's GEMM, _Gemm's Python
+    """torch's own op, with torch's own autograd node: where dispatch picks torch's GEMM, or its kernel
+    wins under graph capture only and this eager call runs torch's (call.run.eager_torch), _Gemm's Python
     apply and backward would only add host time (a linear whose weight needs grad: +5.4 us a call on the
     H200 host). Under transparent mode the op is routed, and dispatch's same choice runs torch's kernel."""
     if plan.linear:
