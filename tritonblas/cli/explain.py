@@ -137,16 +137,16 @@ def explain(m: str = SizeM, n: str = SizeN, k: str = SizeK, dtype: str = DtypeOp
     if sel.time_ms:
         kind = "measured" if sel.measured else "predicted by the heuristic"
         rate = tflops(p.m, p.n, p.k, sel.time_ms)
-        against = f"; {vendor.split(' ')[0]} {sel.torch_ms:.4g} ms in the same run" \
+        against = f"; {vendor.split(' / ')[0]} {sel.torch_ms:.4g} ms in the same run" \
             if sel.torch_ms and sel.backend != "torch" else ""
         lines.append(("time", f"{sel.time_ms:.4g} ms {kind} ({rate:.1f} TFLOP/s){against}"))
-    lines += _eager_lines(sel, vendor) if not p.quantized else []
+    lines += _eager_lines(sel) if not p.quantized else []  # (scaled_mm's plans have no eager rule)
     for name, text in lines:
         console.print(f"{name + ':':10}{text}", markup=False)
     console.print(_ranking_table(ranked[:top], sel.config, len(ranked)))
 
 
-def _eager_lines(sel, vendor: str) -> list[tuple[str, str]]:
+def _eager_lines(sel) -> list[tuple[str, str]]:
     """What eager calls of a kernel selection run, explicit and routed (transparent mode): the kernel,
     or torch's op where the kernel's gain is below the host time its call costs above torch's
     (call.path.eager_torch_reason; the kernel runs under CUDA graph capture either way)."""
@@ -162,7 +162,7 @@ def _eager_lines(sel, vendor: str) -> list[tuple[str, str]]:
         why = eager_torch_reason(sel, direct, routed)
         who = "explicit calls" if not routed else "transparent mode's calls"
         text = f"{who} run the kernel" if why is None else \
-            f"{who} run {vendor.split(' ')[0]} ({why}); the kernel runs under CUDA graph capture"
+            f"{who} run torch.mm ({why}); the kernel runs under CUDA graph capture"
         lines.append((name, text))
     return lines
 
