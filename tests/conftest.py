@@ -106,30 +106,44 @@ def fake_gpu_benchmark(monkeypatch):
     monkeypatch.setattr(benchmark_module, "GpuBenchmark", lambda **kw: WorkerBench())
 
 
-@pytest.fixture
-def pick_torch(monkeypatch):
-    """pick_torch_where(predicate): dispatch selects torch.mm for the problems it accepts; dispatch is
-    itself again (selections dropped) after the test."""
-    from helpers.picks import pick_torch_where
-
-    yield lambda wanted: pick_torch_where(monkeypatch, wanted)
-    monkeypatch.undo()
+def _dispatch_patched(monkeypatch, value=None):
+    """Yield `value`; after the test, dispatch is itself again: the test's patches undone, then the
+    selections and plans dropped (none made under a patch outlives the test)."""
     from tritonblas.selection import dispatch
 
+    yield value
+    monkeypatch.undo()
     dispatch.clear_cache()
+
+
+@pytest.fixture
+def pick_torch(monkeypatch):
+    """pick_torch_where(predicate): dispatch selects torch.mm for the problems it accepts."""
+    from helpers.picks import pick_torch_where
+
+    yield from _dispatch_patched(monkeypatch, lambda wanted: pick_torch_where(monkeypatch, wanted))
 
 
 @pytest.fixture
 def pick_kernel(monkeypatch):
     """pick_kernel_where(predicate, time_ms): dispatch selects a kernel timed at time_ms for the problems
-    it accepts; dispatch is itself again (selections dropped) after the test."""
+    it accepts."""
     from helpers.picks import pick_kernel_where
 
-    yield lambda wanted, time_ms: pick_kernel_where(monkeypatch, wanted, time_ms)
-    monkeypatch.undo()
+    yield from _dispatch_patched(monkeypatch,
+                                 lambda wanted, time_ms: pick_kernel_where(monkeypatch, wanted, time_ms))
+
+
+@pytest.fixture
+def capture_only(monkeypatch):
+    """Every kernel selection leaves eager calls to torch and runs under graph capture only, as
+    call.path._eager_vendor decides for a host-bound pick."""
+    from tritonblas.call import path as call_path
     from tritonblas.selection import dispatch
 
+    monkeypatch.setattr(call_path, "_eager_vendor", lambda selection, launch, routed=False: True)
     dispatch.clear_cache()
+    yield from _dispatch_patched(monkeypatch)
 
 
 @pytest.fixture

@@ -19,9 +19,7 @@ import torch.nn.functional as F
 
 import tritonblas
 from tritonblas import native
-from tritonblas.call import path as call_path
 from tritonblas.launch import gemm as launch
-from tritonblas.selection import dispatch
 
 ROUNDS, CALLS = 7, 1000
 
@@ -124,18 +122,13 @@ def test_a_routed_call_that_torch_runs_costs_torchs_own(torch_picked, stubbed):
 
 
 @pytest.mark.parametrize("why", ["torch picked", "kernel under capture only"])
-def test_a_linear_needing_grad_that_torch_runs_costs_about_torchs(why, stubbed, request, monkeypatch):
+def test_a_linear_needing_grad_that_torch_runs_costs_about_torchs(why, stubbed, request):
     """Dispatch's torch pick for a linear whose weight needs grad, or a kernel it leaves to graph capture
     (eager calls after the first run torch's), runs F.linear with torch's own autograd node
     (call.ops._torch_with_autograd), not our autograd.Function: a training step's forward and
     .backward() cost about torch's (CPU box: 35 us against 33; through our Function 58-69, 2.0x; one CI
     run read 1.34x, hence the bound)."""
-    if why == "torch picked":
-        request.getfixturevalue("torch_picked")
-    else:
-        monkeypatch.setattr(call_path, "_eager_vendor", lambda selection, launch, routed=False: True)
-        request.addfinalizer(dispatch.clear_cache)  # no plan made under the patch outlives the test
-        dispatch.clear_cache()
+    request.getfixturevalue("torch_picked" if why == "torch picked" else "capture_only")
     a, w, bias = torch.ones(1, 1), torch.ones(1, 1).requires_grad_(), torch.ones(1)
     best_ours, best_torch = _best_of_rounds(lambda: _step(tritonblas.linear(a, w, bias), w),
                                             lambda: _step(F.linear(a, w, bias), w), mode=False)

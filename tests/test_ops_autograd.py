@@ -186,23 +186,14 @@ def test_out_for_empty_and_k0_problems():
     assert torch.equal(out, (3.0 * bias).expand(4, 5))
 
 
-def test_a_kernel_left_to_graph_capture_runs_eager_grad_calls_through_torchs_autograd(monkeypatch):
+def test_a_kernel_left_to_graph_capture_runs_eager_grad_calls_through_torchs_autograd(capture_only):
     """A plan whose kernel wins under graph capture only (eager_vendor): its first call launches the
     kernel through the library's Function (compiled and loaded for a later capture), every later eager
     call needing grad is torch's op with torch's own autograd node."""
-    from tritonblas.call import path as call_path
-    from tritonblas.selection import dispatch
-
-    monkeypatch.setattr(call_path, "_eager_vendor", lambda selection, launch, routed=False: True)
-    dispatch.clear_cache()
     g = torch.Generator().manual_seed(0)
     x = torch.randn(6, 16, generator=g, requires_grad=True)
     w = torch.randn(12, 16, generator=g, requires_grad=True)
-    try:
-        first, later = tritonblas.linear(x, w), tritonblas.linear(x, w)
-    finally:
-        monkeypatch.undo()
-        dispatch.clear_cache()
+    first, later = tritonblas.linear(x, w), tritonblas.linear(x, w)
     assert "_Gemm" in type(first.grad_fn).__name__
     assert type(later.grad_fn) is type(F.linear(x, w).grad_fn)
     grads = torch.autograd.grad(later.sum(), [x, w])

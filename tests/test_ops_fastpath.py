@@ -455,12 +455,10 @@ def test_which_configs_launch_directly(fields, direct, monkeypatch):
 
 
 @pytest.mark.parametrize("native", [True, False])
-def test_an_eager_vendor_plan_runs_torch_explicit_and_routed(native, x, monkeypatch):
+def test_an_eager_vendor_plan_runs_torch_explicit_and_routed(native, x, capture_only, monkeypatch):
     """Where the plan leaves eager calls to torch, an explicit call runs torch.mm (out=) and a routed one
     torch's own kernel, but for each plan's first call, which launches the kernel (compiled and loaded
     then, a graph capture can launch it); an explicit restriction keeps the kernels."""
-    monkeypatch.setattr(call_path, "_eager_vendor", lambda selection, launch, routed=False: True)
-    dispatch.clear_cache()
     launches = record_launches(monkeypatch)
     ref = torch.mm(x.a, x.b)
     for _ in range(3):
@@ -470,7 +468,6 @@ def test_an_eager_vendor_plan_runs_torch_explicit_and_routed(native, x, monkeypa
     assert len(launches) == 2  # the explicit plan's first call and the routed plan's
     tritonblas.matmul(x.a, x.b, backend="triton")  # restricted: not judged
     assert len(launches) == 3
-    dispatch.clear_cache()
 
 
 @pytest.mark.parametrize("layout", ["weight row-major", "weight column-major"])
