@@ -48,14 +48,6 @@ def launches_directly(plan: object) -> bool:
     return plan is not None and not plan.tma and expected()
 
 
-def config_launches_directly(config: object) -> bool:
-    """Whether `config`'s launch on 16-byte aligned operands is a direct one (launches_directly of its
-    prepared plan): no scratch (padded copies, Stream-K) and no device-side descriptors. For what can
-    be said without tensors (`tritonblas explain`)."""
-    return not (config.aligned_copy or config.streamk or (config.tma and not config.host_descriptors)) \
-        and expected()
-
-
 class DirectLaunch:
     """One compiled kernel's launch through the C launcher: `launch(stream, args)` with args the kernel's
     arguments as `CompiledKernel.run` takes them after its hooks (constexprs included), host

@@ -178,7 +178,7 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.T
         # fp32 copies; the kernel still accumulates in fp32 and stores bf16.
         a, b = a.float(), b.float()
     held = stream = device = None
-    if config.aligned_copy or config.streamk:
+    if needs_scratch(config):
         device = c.device
         held, stream = [], scratch.current_stream(device)
     try:
@@ -228,13 +228,27 @@ def prepare_launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torc
     interpreter (which launches fp32 copies), an empty output, a pointer that is not 16-byte aligned
     (the caller then takes launch_gemm, whose plan key holds the alignment)."""
     m, n = a.shape[0], b.shape[1]
-    if config.backend == "torch" or config.aligned_copy or config.streamk or m == 0 or n == 0 or \
+    if config.backend == "torch" or needs_scratch(config) or m == 0 or n == 0 or \
             (a.dtype == torch.bfloat16 and not a.is_cuda) or _misaligned(a, b, c, bias, *(scales or ())):
         return None
     plan = _make_plan(a, b, c, bias, config, sm_count, precision, scales, fast_acc)
     if plan.constexprs["HOST_DESC"]:
         plan.descs = _descriptor_geometry(a, b, plan.constexprs)
     return plan
+
+
+def needs_scratch(config: GemmConfig) -> bool:
+    """Padded copies or the Stream-K workspace: device memory a launch takes besides the caller's tensors
+    (launch/scratch.py), and so no prepared launch."""
+    return config.aligned_copy or config.streamk
+
+
+def config_launches_directly(config: GemmConfig) -> bool:
+    """Whether `config`'s launch on 16-byte aligned operands is a direct one (direct.launches_directly of
+    the plan prepare_launch makes): a kernel config needing no scratch and no device-side descriptors.
+    For what can be said without tensors (`tritonblas explain`)."""
+    return config.backend != "torch" and not needs_scratch(config) and \
+        not (config.tma and not config.host_descriptors) and direct.expected()
 
 
 def _misaligned(*tensors: torch.Tensor | None) -> bool:
