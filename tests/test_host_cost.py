@@ -125,7 +125,7 @@ def test_a_routed_call_that_torch_runs_costs_torchs_own(torch_picked, stubbed):
 def test_a_linear_needing_grad_that_torch_runs_costs_about_torchs(why, stubbed, request):
     """Dispatch's torch pick for a linear whose weight needs grad, or a kernel it leaves to graph capture
     (eager calls after the first run torch's), runs F.linear with torch's own autograd node
-    (call.ops._torch_with_autograd), not our autograd.Function: a training step's forward and
+    (call.ops._torch_op), not our autograd.Function: a training step's forward and
     .backward() cost about torch's (CPU box: 35 us against 33; through our Function 58-69, 2.0x; one CI
     run read 1.34x, hence the bound)."""
     request.getfixturevalue("torch_picked" if why == "torch picked" else "capture_only")

@@ -446,13 +446,13 @@ def test_which_prepared_launches_go_direct(monkeypatch):
 def test_which_configs_launch_directly(fields, direct, monkeypatch):
     """What explain can say without tensors: a config needing no scratch and no device-side descriptors."""
     from tritonblas.launch import direct as launch_direct
-    from tritonblas.launch import gemm as launch
+    from tritonblas.launch import prepared
 
     monkeypatch.setattr(launch_direct, "expected", lambda: True)
     config = tritonblas.GemmConfig(block_m=64, block_n=64, block_k=64, **fields)
-    assert launch.config_launches_directly(config) is direct
+    assert prepared.config_launches_directly(config) is direct
     monkeypatch.setattr(launch_direct, "expected", lambda: False)
-    assert not launch.config_launches_directly(config)
+    assert not prepared.config_launches_directly(config)
 
 
 @pytest.mark.parametrize("native", [True, False])

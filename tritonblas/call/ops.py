@@ -67,10 +67,13 @@ _functorch_active = torch._C._are_functorch_transforms_active
 def _launch(plan: Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor | None,
             alpha: float, beta: float) -> torch.Tensor:
     """Run a plan on the op's tensors: through autograd or the custom op where it needs them."""
+    torch_picked = _torch_decides(plan) or eager_torch(plan)
     if not (plan.grad or plan.through_op):
+        if torch_picked:
+            return _torch_op(plan, a, b, bias, alpha, beta, out)
         return run(plan, a, b, bias, out, alpha, beta)
-    if plan.grad and (_torch_decides(plan) or eager_torch(plan)) and not _functorch_active():
-        return _torch_with_autograd(plan, a, b, bias, alpha, beta)
+    if plan.grad and torch_picked and not _functorch_active():
+        return _torch_op(plan, a, b, bias, alpha, beta)
     if plan.grad and not _functorch_active():
         a2 = a if plan.out_shape is None else a.reshape(plan.m, plan.k)
         y = _apply(a2, b, bias, beta, alpha, plan.op_args[0], plan)
@@ -90,17 +93,23 @@ def _torch_decides(plan: Plan) -> bool:
         not plan.user_config
 
 
-def _torch_with_autograd(plan: Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
-                         alpha: float, beta: float) -> torch.Tensor:
-    """torch's own op, with torch's own autograd node: where dispatch picks torch's GEMM, or its kernel
-    wins under graph capture only and this eager call runs torch's (call.run.eager_torch), _Gemm's Python
-    apply and backward would only add host time (a linear whose weight needs grad: +5.4 us a call on the
-    H200 host). Under transparent mode the op is routed, and dispatch's same choice runs torch's kernel."""
-    if plan.linear:
+def _torch_op(plan: Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, alpha: float,
+              beta: float, out: torch.Tensor | None = None) -> torch.Tensor:
+    """torch's own op, as the caller would have called it (with torch's own autograd node where it needs
+    one), where dispatch runs torch's GEMM: it picked it, or the kernel wins under graph capture only
+    (call.run.eager_torch). The route through run (an output allocated, the GEMM's 2-D views,
+    torch.mm(out=)) and, with grad, _Gemm's Python apply and backward would only add host time (the H200
+    host, 4x2048x2048 bf16: a linear +10.7 us a call on torch's kernel through run; with grad, +5.4 us
+    through _Gemm). A backend or config the caller pinned takes run, whose out= calls transparent mode
+    never routes; this op is routed there, and dispatch's same choice runs torch's kernel (what an
+    explicit call's rule for eager use sends to torch, a routed call's sends too)."""
+    if plan.linear:  # (no out=)
         return torch.nn.functional.linear(a, b, bias)
     if bias is None:
-        return torch.mm(a, b)
-    return torch.addmm(bias, a, b, beta=beta, alpha=alpha)
+        return torch.mm(a, b) if out is None else torch.mm(a, b, out=out)
+    if out is None:
+        return torch.addmm(bias, a, b, beta=beta, alpha=alpha)
+    return torch.addmm(bias, a, b, beta=beta, alpha=alpha, out=out)
 
 
 def _prepare(key: tuple | None, op: str, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,

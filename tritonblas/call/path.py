@@ -8,7 +8,7 @@ kernels) does lookup-or-prepare, then run:
     plan = lookup(key, tensors) or <the op's checks, then prepare(key, ...)>
     return run.run(plan, tensors, alpha, beta)       # (ops sends grad / compile plans elsewhere)
 
-A hit is one key build, one dict lookup and the launch prepared with the plan (launch.gemm.prepare_launch:
+A hit is one key build, one dict lookup and the launch prepared with the plan (launch.prepared.prepare_launch:
 kernel, grid, integer arguments, constexprs; the op's own tensors give the pointers, so a linear passes
 its weight and bias as they are, without the transposed and broadcast views a GEMM describes them by).
 Plans live in a `caches.new()` dict: dropped with dispatch's selections (caches.invalidate), never
@@ -31,7 +31,7 @@ from ..config import GemmConfig
 from ..device import interpreter_enabled, tensor_device_info
 from ..launch.compile_key import prefetch as prefetch_compile_key
 from ..launch.direct import launches_directly
-from ..launch.gemm import prepare_launch
+from ..launch.prepared import prepare_launch
 from ..problem import Problem
 from ..selection import dispatch
 from ..validate import TORCH_DTYPES, check_out, span_bytes
@@ -78,7 +78,7 @@ class Plan:
     grad: bool = False  # eager autograd: ops' autograd.Function, whose forward runs this plan
     linear: bool = False  # the op's tensors are (x, weight): the GEMM's operands x (2-D) and weight.t()
     has_bias: bool = False  # a bias term (addmm with beta == 0 has none: its input is ignored)
-    launch: object = None  # launch.gemm.prepare_launch's plan, for tensors with the planned call's pointers
+    launch: object = None  # launch.prepared.prepare_launch's, for tensors with the planned call's pointers
     precision: str = "tf32"  # the tf32 choice `launch` was made with (fp32 only: read per call)
     eager_vendor: bool = False  # the kernels win only where no host time is paid: graph capture
     launched: bool = False  # its kernel ran once (compiled and loaded: a graph capture may launch it)

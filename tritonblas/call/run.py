@@ -10,7 +10,8 @@ from collections.abc import Callable
 import torch
 
 from ..config import GemmConfig
-from ..launch.gemm import is_out_of_resources, launch_gemm, launch_prepared
+from ..launch.gemm import is_out_of_resources, launch_gemm
+from ..launch.prepared import launch_prepared
 from ..selection import dispatch
 from .path import Plan, ScaledPlan, bias_view, lookup, precision_of, prepare, signature
 

@@ -15,7 +15,7 @@ from tuning_db.vocabulary import QUANT_DTYPES, QUANT_OUT_DTYPES
 from .. import caches
 from ..config import GemmConfig, fp8_refusal, vendor_scaled_refusal
 from ..device import tensor_device_info
-from ..launch.gemm import prepare_launch
+from ..launch.prepared import prepare_launch
 from ..problem import SCALE_VECTORS, Problem
 from ..selection import dispatch
 from ..validate import DTYPE_NAMES, TORCH_DTYPE_OF, check_options

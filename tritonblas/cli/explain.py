@@ -152,7 +152,7 @@ def _eager_lines(sel) -> list[tuple[str, str]]:
     (call.path.eager_torch_reason; the kernel runs under CUDA graph capture either way)."""
     from ..arch import INTERPRETER_DEVICE
     from ..call.path import eager_torch_reason
-    from ..launch.gemm import config_launches_directly
+    from ..launch.prepared import config_launches_directly
 
     if sel.backend == "torch" or sel.device is INTERPRETER_DEVICE:
         return []

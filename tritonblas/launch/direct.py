@@ -42,10 +42,11 @@ def expected() -> bool:
 
 
 def launches_directly(plan: object) -> bool:
-    """Whether a plan of launch.gemm.prepare_launch (None: none) is expected to launch through `make`'s
+    """Whether a plan of launch.prepared.prepare_launch (None: none) is expected to launch through `make`'s
     launch after its first launch, its host cost then no more than torch's own op's: not device-side
-    descriptors (`plan.tma`: triton's scratch allocator per launch), on a triton `expected()`."""
-    return plan is not None and not plan.tma and expected()
+    descriptors (`plan.tma`: triton's scratch allocator per launch) nor padded copies (launches of their
+    own), on a triton `expected()`."""
+    return plan is not None and not plan.tma and plan.copies is None and expected()
 
 
 class DirectLaunch:

@@ -115,6 +115,7 @@ class _Plan:
     then: _Plan | None = None  # Stream-K with reduce_kernel: kernels/reduce.py's launch, on (ws, c, bias)
     descs: tuple | None = None  # a prepared launch's host descriptors: (shape, strides, box) of A and B
     direct: object = None  # launch.direct's launch of `compiled`, where this triton's launcher allows one
+    copies: tuple | None = None  # a prepared launch's pad copies of A and B (launch/prepared.py), None: none
 
 
 _plans: dict[tuple, _Plan] = {}
@@ -217,65 +218,10 @@ def _scale_key(scales: Scales) -> tuple:
     return (*scale_modes(scales), scales[0].data_ptr() % 16 == 0, scales[1].data_ptr() % 16 == 0)
 
 
-def prepare_launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None,
-                   config: GemmConfig, sm_count: int, precision: str, scales: Scales = None,
-                   fast_acc: bool = False) -> _Plan | None:
-    """The launch of `config` on tensors of these shapes, strides, dtype, device and alignment, for a
-    caller that keeps it (the call path's plan) and runs it with `launch_prepared` on tensors of the
-    same facts, or on any tensors with the same data pointers (the plan holds every shape and stride:
-    a weight can stand for its transpose, a bias vector for its broadcast view). None where a launch
-    needs more than the pointers: scratch (padded copies, the Stream-K workspace), bf16 in the
-    interpreter (which launches fp32 copies), an empty output, a pointer that is not 16-byte aligned
-    (the caller then takes launch_gemm, whose plan key holds the alignment)."""
-    m, n = a.shape[0], b.shape[1]
-    if config.backend == "torch" or needs_scratch(config) or m == 0 or n == 0 or \
-            (a.dtype == torch.bfloat16 and not a.is_cuda) or _misaligned(a, b, c, bias, *(scales or ())):
-        return None
-    plan = _make_plan(a, b, c, bias, config, sm_count, precision, scales, fast_acc)
-    if plan.constexprs["HOST_DESC"]:
-        plan.descs = _descriptor_geometry(a, b, plan.constexprs)
-    return plan
-
-
 def needs_scratch(config: GemmConfig) -> bool:
     """Padded copies or the Stream-K workspace: device memory a launch takes besides the caller's tensors
-    (launch/scratch.py), and so no prepared launch."""
+    (launch/scratch.py), and launches besides the GEMM's: dearer on the host than torch's op."""
     return config.aligned_copy or config.streamk
-
-
-def config_launches_directly(config: GemmConfig) -> bool:
-    """Whether `config`'s launch on 16-byte aligned operands is a direct one (direct.launches_directly of
-    the plan prepare_launch makes): a kernel config needing no scratch and no device-side descriptors.
-    For what can be said without tensors (`tritonblas explain`)."""
-    return config.backend != "torch" and not needs_scratch(config) and \
-        not (config.tma and not config.host_descriptors) and direct.expected()
-
-
-def _misaligned(*tensors: torch.Tensor | None) -> bool:
-    return any(t is not None and t.data_ptr() % 16 for t in tensors)
-
-
-def launch_prepared(plan: _Plan, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None,
-                    alpha: float, beta: float, scales: Scales = None) -> bool:
-    """Launch a plan of prepare_launch: c = alpha * a @ b * scales + beta * bias, each tensor's facts as
-    the plan's, scales of the plan's modes. False, and nothing launched, where a pointer is not 16-byte
-    aligned (the caller then takes launch_gemm, whose plan key holds the alignment)."""
-    pa, pb, pc = a.data_ptr(), b.data_ptr(), c.data_ptr()
-    pbias = pc if bias is None else bias.data_ptr()
-    sa, sb = (None, None) if scales is None else (scales[0].data_ptr(), scales[1].data_ptr())
-    if (pa | pb | pc | pbias | (sa or 0) | (sb or 0)) & 15:
-        return False
-    fast = plan.direct
-    if fast is not None and (index := a.get_device()) == _current_device():
-        host = (None, None) if plan.descs is None else \
-            (*fast.descriptor(0, a, pa), *fast.descriptor(1, b, pb))
-        fast.launch(torch._C._cuda_getCurrentRawStream(index),
-                    (pa, pb, pc, pbias, *plan.ints, alpha, beta, *host, sa, sb, *plan.constexpr_args))
-        return True
-    descs = plan.descs
-    host = (None, None) if descs is None else (_descriptor(a, *descs[0]), _descriptor(b, *descs[1]))
-    _launch(plan, (a, b, c, c if bias is None else bias), (alpha, beta, *host, *_scale_args(scales)))
-    return True
 
 
 def _host_descriptors(a: torch.Tensor, b: torch.Tensor, constexprs: dict) -> tuple:

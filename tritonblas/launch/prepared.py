@@ -1,0 +1,213 @@
+"""Prepared launches: the call path's plans keep one (`prepare_launch`) and run it on each call's tensors
+(`launch_prepared`): on pointers through launch.direct once the kernel is compiled, none of launch_gemm's
+per-call planning.
+
+A config with padded copies (aligned_copy) is prepared too: the GEMM's plan is made once on the padded
+buffers' shapes and strides (its host descriptors' encodings kept per buffer, which the pool keeps
+stable); each call takes its buffers from scratch, launches the copies and the GEMM, and gives the
+buffers back. launch_gemm did that per call from the tensors (launch.gemm._aligned, then the GEMM's plan
+by its key), and its Python around the three launches made eager calls of misaligned problems
+host-bound. The copies' plans are launch_gemm's own, found under the key `_aligned` stores them by: until
+they are there (a plan's first call) and where they are not (launch.gemm's cache dropped them),
+`launch_prepared` answers False and the caller takes launch_gemm.
+
+launch.gemm._launch is looked up on its module at each call: tests replace it to watch launches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..config import GemmConfig
+from ..problem import aligned_leading_dim
+from . import direct, gemm, scratch
+from .gemm import Scales, _Plan, needs_scratch
+
+
+def prepare_launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None,
+                   config: GemmConfig, sm_count: int, precision: str, scales: Scales = None,
+                   fast_acc: bool = False) -> _Plan | None:
+    """The launch of `config` on tensors of these shapes, strides, dtype, device and alignment, for a
+    caller that keeps it (the call path's plan) and runs it with `launch_prepared` on tensors of the
+    same facts, or on any tensors with the same data pointers (the plan holds every shape and stride:
+    a weight can stand for its transpose, a bias vector for its broadcast view). None where a launch
+    needs more than the pointers and padded buffers: the Stream-K workspace, bf16 in the interpreter
+    (which launches fp32 copies), an empty output, a pointer that is not 16-byte aligned (the caller
+    then takes launch_gemm, whose plan key holds the alignment)."""
+    m, n = a.shape[0], b.shape[1]
+    if config.backend == "torch" or config.streamk or m == 0 or n == 0 or \
+            (a.dtype == torch.bfloat16 and not a.is_cuda) or _misaligned(a, b, c, bias, *(scales or ())):
+        return None
+    copies = None
+    if config.aligned_copy:
+        copies, a, b = _prepare_copies(a, b)
+    plan = gemm._make_plan(a, b, c, bias, config, sm_count, precision, scales, fast_acc)
+    if plan.constexprs["HOST_DESC"]:
+        plan.descs = gemm._descriptor_geometry(a, b, plan.constexprs)
+    if copies is not None and copies != (None, None):
+        plan.copies = copies
+    return plan
+
+
+def config_launches_directly(config: GemmConfig) -> bool:
+    """Whether `config`'s launch on 16-byte aligned operands is a direct one (direct.launches_directly of
+    the plan prepare_launch makes): a kernel config needing no scratch and no device-side descriptors.
+    For what can be said without tensors (`tritonblas explain`)."""
+    return config.backend != "torch" and not needs_scratch(config) and \
+        not (config.tma and not config.host_descriptors) and direct.expected()
+
+
+def _misaligned(*tensors: torch.Tensor | None) -> bool:
+    return any(t is not None and t.data_ptr() % 16 for t in tensors)
+
+
+def launch_prepared(plan: _Plan, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None,
+                    alpha: float, beta: float, scales: Scales = None) -> bool:
+    """Launch a plan of prepare_launch: c = alpha * a @ b * scales + beta * bias, each tensor's facts as
+    the plan's, scales of the plan's modes. False, and nothing launched, where a pointer is not 16-byte
+    aligned (the caller then takes launch_gemm, whose plan key holds the alignment), or where a plan with
+    copies finds its copies' plans not made yet."""
+    pa, pb, pc = a.data_ptr(), b.data_ptr(), c.data_ptr()
+    pbias = pc if bias is None else bias.data_ptr()
+    sa, sb = (None, None) if scales is None else (scales[0].data_ptr(), scales[1].data_ptr())
+    if (pa | pb | pc | pbias | (sa or 0) | (sb or 0)) & 15:
+        return False
+    if plan.copies is not None:
+        return launch_padded(plan, a, b, c, bias, alpha, beta, scales)
+    if plan.direct is not None and (index := a.get_device()) == gemm._current_device():
+        stream = torch._C._cuda_getCurrentRawStream(index)
+        _launch_direct(plan, a, b, pa, pb, pc, pbias, alpha, beta, sa, sb, stream)
+    else:
+        _launch_views(plan, a, b, c, bias, alpha, beta, scales)
+    return True
+
+
+def _launch_direct(plan: _Plan, a: torch.Tensor, b: torch.Tensor, pa: int, pb: int, pc: int, pbias: int,
+                   alpha: float, beta: float, sa: int | None, sb: int | None, stream: int) -> None:
+    """The launch through the plan's direct launch, on pointers (a and b: the tensors at pa and pb, the
+    bases of their host descriptors, whose encodings are kept per pointer)."""
+    fast = plan.direct
+    host = (None, None) if plan.descs is None else (*fast.descriptor(0, a, pa), *fast.descriptor(1, b, pb))
+    fast.launch(stream, (pa, pb, pc, pbias, *plan.ints, alpha, beta, *host, sa, sb, *plan.constexpr_args))
+
+
+def _launch_views(plan: _Plan, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None,
+                  alpha: float, beta: float, scales: Scales = None) -> None:
+    """The launch through launch.gemm._launch (its first, on the interpreter, another device current, a
+    triton whose launcher is unknown). The kernels read shapes and strides from the plan: a and b are
+    tensors at the planned pointers (a linear's weight stands for its transpose)."""
+    descs = plan.descs
+    host = (None, None) if descs is None else (gemm._descriptor(a, *descs[0]), gemm._descriptor(b, *descs[1]))
+    floats = (alpha, beta, *host, *gemm._scale_args(scales))
+    gemm._launch(plan, (a, b, c, c if bias is None else bias), floats)
+
+
+# --- padded copies ------------------------------------------------------------------------------------
+
+@dataclass(slots=True, eq=False)
+class PadCopy:
+    """One operand's copy: its source as launch.gemm._aligned reads it (the operand, or the transpose of
+    a column-major one: rows along dim 0, the contiguous axis along 1), the buffer's leading dim, and
+    the copy's plan once launch_gemm has made it."""
+
+    slot: int  # 0: A, 1: B (scratch keeps a buffer per slot)
+    shape: tuple[int, int]  # the source's (rows, cols)
+    strides: tuple[int, int]
+    lead: int  # the buffer's leading dim: cols rounded up to 16 bytes
+    col: bool  # a column-major operand: the GEMM reads the buffer's transpose
+    key: tuple  # launch.gemm._aligned's key of the copy's plan
+    plan: _Plan | None = None
+
+
+def _prepare_copies(a: torch.Tensor, b: torch.Tensor) -> tuple[tuple[PadCopy | None, PadCopy | None],
+                                                               torch.Tensor, torch.Tensor]:
+    """(each operand's copy, None where TMA reads it as it is; A and B as the GEMM reads them: meta views
+    of the padded buffers, or the operand itself)."""
+    copies, operands = [], []
+    for slot, t in enumerate((a, b)):
+        ok, col = gemm._tma_ready(t)
+        if ok:
+            copies.append(None)
+            operands.append(t)
+            continue
+        src = t.t() if col else t
+        rows, cols = src.shape
+        lead = aligned_leading_dim(cols, t.element_size())
+        # (the pointer 16-byte aligned: launch_prepared runs no other)
+        key = ("pad_copy", src.shape, src.stride(), lead, src.dtype, src.device, True)
+        copies.append(PadCopy(slot, (rows, cols), src.stride(), lead, col, key))
+        view = torch.empty((rows, lead), dtype=t.dtype, device="meta")[:, :cols]
+        operands.append(view.t() if col else view)
+    return (copies[0], copies[1]), operands[0], operands[1]
+
+
+def launch_padded(plan: _Plan, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None,
+                  alpha: float, beta: float, scales: Scales) -> bool:
+    """launch_prepared of a plan with copies (the pointers checked): the copies, then the GEMM on the
+    buffers. False, nothing launched, where a copy's plan is not made yet."""
+    copies = plan.copies
+    for copy in copies:
+        if copy is not None and copy.plan is None:
+            copy.plan = gemm._plans.get(copy.key)
+            if copy.plan is None:
+                return False
+    index = c.get_device()
+    fast = plan.direct is not None and index == gemm._current_device() and \
+        all(copy is None or copy.plan.direct is not None for copy in copies)
+    held, stream = [], scratch.current_stream(c.device)
+    try:
+        if fast:
+            _padded_direct(plan, a, b, c, bias, alpha, beta, scales, held, stream,
+                           torch._C._cuda_getCurrentRawStream(index))
+        else:
+            a, b = _copied(copies[0], a, held, stream), _copied(copies[1], b, held, stream)
+            _launch_views(plan, a, b, c, bias, alpha, beta, scales)
+    except BaseException:
+        held = None  # a launch that failed part way: its scratch is dropped (launch/scratch.py)
+        raise
+    finally:
+        if held:
+            scratch.give(held)
+    return True
+
+
+def _padded_direct(plan: _Plan, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None,
+                   alpha: float, beta: float, scales: Scales, held: list, stream: int | None,
+                   raw_stream: int) -> None:
+    """Every launch on pointers: no view is made."""
+    ca, cb = plan.copies
+    pa, pb = a.data_ptr(), b.data_ptr()
+    if ca is not None:
+        a = scratch.padded_buffer(0, ca.shape[0], ca.lead, a, held, stream)
+        pa = _copy_direct(ca, pa, a, raw_stream)
+    if cb is not None:
+        b = scratch.padded_buffer(1, cb.shape[0], cb.lead, b, held, stream)
+        pb = _copy_direct(cb, pb, b, raw_stream)
+    pc = c.data_ptr()
+    sa, sb = (None, None) if scales is None else (scales[0].data_ptr(), scales[1].data_ptr())
+    _launch_direct(plan, a, b, pa, pb, pc, pc if bias is None else bias.data_ptr(), alpha, beta, sa, sb,
+                   raw_stream)
+
+
+def _copy_direct(copy: PadCopy, src: int, buf: torch.Tensor, raw_stream: int) -> int:
+    """The copy of the operand at `src` into `buf`; the buffer's pointer."""
+    dst = buf.data_ptr()
+    plan = copy.plan
+    plan.direct.launch(raw_stream, (src, dst, *plan.ints, *plan.constexpr_args))
+    return dst
+
+
+def _copied(copy: PadCopy | None, t: torch.Tensor, held: list, stream: int | None) -> torch.Tensor:
+    """The operand as the GEMM reads it, through launch.gemm._launch: `t` itself, or a view of its copy
+    into a padded buffer of the call's."""
+    if copy is None:
+        return t
+    rows, cols = copy.shape
+    buf = scratch.padded_buffer(copy.slot, rows, copy.lead, t, held, stream)
+    # `t` is the operand or a tensor at its pointer (a linear's weight for weight.t()): the source is
+    # the planned view of its storage.
+    gemm._launch(copy.plan, (t.as_strided(copy.shape, copy.strides), buf), ())
+    view = buf[:, :cols]
+    return view.t() if copy.col else view
