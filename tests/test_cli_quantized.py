@@ -180,3 +180,20 @@ def test_where_torch_refuses_the_problem_it_is_timed_against_bf16_torch_mm(monke
     bench = GpuBenchmark()
     assert bench.baseline(problem, INTERPRETER_DEVICE) > 0
     assert mms and mms[-1] == (torch.bfloat16, torch.bfloat16, (1, problem.k))
+
+
+@pytest.mark.parametrize("layout, says", [
+    ("nt", "explicit and transparent mode's calls run torch._scaled_mm (it beats torch's op by 5.0 us"),
+    ("nn", "calls run the kernel (torch refuses the problem"),
+])
+def test_explain_says_what_eager_quantized_calls_run(tmp_path, layout, says):
+    """scaled_mm's plans take the plain ops' rule for eager calls where torch takes the problem at all."""
+    from helpers.dispatch import put, winner
+
+    streamk = GemmConfig(block_m=64, block_n=64, block_k=64, streamk=True, grid=132)
+    problem = Problem(2048, 2048, 2048, "e4m3", layout, "none", "bf16", None, "row")
+    url = str(tmp_path / "db.sqlite")
+    put(url, winner(problem, H200, streamk, 0.100, torch_ms=0.105))
+    out = run(tmp_path, "explain", "2048", "2048", "2048", "--dtype", "e4m3", "--scales", "row",
+              "--out-dtype", "bf16", "--layout", layout, *SM90, "--db", url)
+    assert says in " ".join(out.split()), out

@@ -321,6 +321,28 @@ def test_gpu_threads_on_one_stream_or_their_own_get_their_own_results(path, stre
     assert not wrong, f"{len(wrong)} of {len(results)} results wrong"
 
 
+@pytest.mark.parametrize("op", ["matmul", "linear"])
+@pytest.mark.parametrize("loads", ["pointers", "host_descriptors"])
+def test_gpu_prepared_copies_launch_on_pointers_with_launch_gemms_bits(loads, op, monkeypatch):
+    """An aligned_copy plan (launch/prepared.py): its first call is launch_gemm's, its second compiles the
+    GEMM planned on the buffers, and from the third on every launch goes through the C launcher on
+    pointers (launch.gemm._launch is not called), with the first call's bits."""
+    tma = {"tma": True, "host_descriptors": True} if loads == "host_descriptors" else {}
+    config = GemmConfig(**_THREAD_BASE, num_stages=3, grid=132, aligned_copy=True, **tma)
+    a, w = (torch.randn(shape, device="cuda", dtype=torch.bfloat16) for shape in ((255, 1001), (513, 1001)))
+    b = w.t().contiguous()  # (K, N) row-major: N 513 and K 1001, neither 16-byte aligned
+    call = {"matmul": lambda: tritonblas.matmul(a, b, config=config),
+            "linear": lambda: tritonblas.linear(a, w, config=config)}[op]
+    first, second = call(), call()
+    launched = []
+    monkeypatch.setattr(launch, "_launch", lambda *args: launched.append(args))  # runs nothing
+    third = call()
+    assert not launched
+    assert torch.equal(second, first) and torch.equal(third, first)
+    assert_close(first, a @ (w.t() if op == "linear" else b), reference(a, w.t() if op == "linear" else b),
+                 k=1001)
+
+
 def test_gpu_threads_mixed_shapes_and_streams_with_the_issue_problem():
     # Half the threads on the default stream, half on their own; the issue's 127x4097x4095 among
     # shapes that grow and share the Stream-K workspace and pad different buffers.

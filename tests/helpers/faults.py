@@ -14,6 +14,7 @@ from helpers.shapes import assert_close, reference
 from tritonblas import GemmConfig
 from tritonblas.launch import gemm as launch
 from tritonblas.launch import scratch
+from tritonblas.selection import dispatch
 
 # fp16 33x17x100: A's leading dim (200 B) and B's (34 B) are not 16-byte multiples, so aligned_copy
 # copies both; 16x16 tiles make 6 tiles, 4 programs split 2 of them 2 ways.
@@ -83,6 +84,9 @@ def fault_then_every_path(case: str, error: str, device: str, monkeypatch) -> No
     a = torch.randn(SHAPE[0], SHAPE[2], dtype=torch.float16).to(device)
     b = torch.randn(SHAPE[2], SHAPE[1], dtype=torch.float16).to(device)
     failing = FailingLaunch(launch._launch, fail_at, ERRORS[error])
+    # A fresh plan: a prepared launch's first runs go through launch._launch (later ones go on pointers
+    # through the C launcher, where no fault can be injected).
+    dispatch.clear_cache()
     with monkeypatch.context() as patch:
         patch.setattr(launch, "_launch", failing)
         with pytest.raises(ERRORS[error], match="injected fault"):

@@ -224,7 +224,7 @@ def run_scaled(plan: ScaledPlan, a: torch.Tensor, b: torch.Tensor, scale_a: torc
     config = plan.config
     if config is None:
         return out
-    if config.backend == "torch":  # (before the scales' views: the vendor takes the caller's tensors)
+    if config.backend == "torch" or eager_torch(plan):  # (the vendor takes the caller's tensors)
         _vendor_scaled(a, b, scale_a, scale_b, bias, out, plan.fast_acc)
         return out
     scales = (scale_vector(scale_a), scale_vector(scale_b))
@@ -236,6 +236,7 @@ def run_scaled(plan: ScaledPlan, a: torch.Tensor, b: torch.Tensor, scale_a: torc
             bias2d = None if bias is None else torch.broadcast_to(bias, (plan.m, plan.n))
             launch_gemm(a, b, out, bias2d, 1.0, 1.0, config, plan.device.sm_count, plan.precision, scales,
                         plan.fast_acc)
+            plan.launched = True
 
     try:
         if plan.launch is None or not _ready(plan) or \

@@ -19,6 +19,7 @@ from ..launch.prepared import prepare_launch
 from ..problem import SCALE_VECTORS, Problem
 from ..selection import dispatch
 from ..validate import DTYPE_NAMES, TORCH_DTYPE_OF, check_options
+from . import path as call_path
 from .path import ScaledPlan, _layout, lookup, plans, signature
 from .run import run_scaled, scale_vector
 
@@ -124,10 +125,12 @@ def _prepare(key, problem: Problem, a, b, scale_a, scale_b, bias, out, use_fast_
     if refusal is not None:
         raise RuntimeError(f"a and b are {problem.dtype}/{problem.b} on {a.device}: {refusal}")
     user_config = config is not None
+    selection = None
     if user_config:
         dispatch.check_user_config(config, problem, device)
     elif problem.m and problem.n:
-        config = dispatch.select_config(problem, device, None, backend)
+        selection = dispatch.select_problem(problem, device=device, backend=backend)
+        config = selection.config
     plan = ScaledPlan(problem.m, problem.n, problem.k, problem, device, config, (None, backend), user_config,
                       False, (0, 0, 0, 0), has_bias=bias is not None, precision="tf32",
                       out_dtype=TORCH_DTYPE_OF[problem.out], fast_acc=use_fast_accum)
@@ -139,6 +142,10 @@ def _prepare(key, problem: Problem, a, b, scale_a, scale_b, bias, out, use_fast_
         bias2d = None if bias is None else torch.broadcast_to(bias, (problem.m, problem.n))
         plan.launch = prepare_launch(a, b, c, bias2d, config, device.sm_count, plan.precision,
                                      (scale_vector(scale_a), scale_vector(scale_b)), use_fast_accum)
+        # As the plain ops' (call.path.prepare): a kernel that wins by less than its host cost above torch's
+        # runs under graph capture only, where torch takes the problem at all.
+        if selection is not None and backend is None and vendor_scaled_refusal(problem) is None:
+            plan.eager_vendor = call_path._eager_vendor(selection, plan.launch)
     if key is not None:
         caches.store(read_at, plans, key, plan)
     return plan

@@ -140,7 +140,7 @@ def explain(m: str = SizeM, n: str = SizeN, k: str = SizeK, dtype: str = DtypeOp
         against = f"; {vendor.split(' / ')[0]} {sel.torch_ms:.4g} ms in the same run" \
             if sel.torch_ms and sel.backend != "torch" else ""
         lines.append(("time", f"{sel.time_ms:.4g} ms {kind} ({rate:.1f} TFLOP/s){against}"))
-    lines += _eager_lines(sel) if not p.quantized else []  # (scaled_mm's plans have no eager rule)
+    lines += _eager_lines(sel)
     for name, text in lines:
         console.print(f"{name + ':':10}{text}", markup=False)
     console.print(_ranking_table(ranked[:top], sel.config, len(ranked)))
@@ -149,20 +149,30 @@ def explain(m: str = SizeM, n: str = SizeN, k: str = SizeK, dtype: str = DtypeOp
 def _eager_lines(sel) -> list[tuple[str, str]]:
     """What eager calls of a kernel selection run, explicit and routed (transparent mode): the kernel,
     or torch's op where the kernel's gain is below the host time its call costs above torch's
-    (call.path.eager_torch_reason; the kernel runs under CUDA graph capture either way)."""
+    (call.path.eager_torch_reason; the kernel runs under CUDA graph capture either way). A quantized
+    problem's calls, explicit or routed, share scaled_mm's plan and its rule, where torch takes the
+    problem at all."""
     from ..arch import INTERPRETER_DEVICE
     from ..call.path import eager_torch_reason
+    from ..config import vendor_scaled_refusal
     from ..launch.prepared import config_launches_directly
 
     if sel.backend == "torch" or sel.device is INTERPRETER_DEVICE:
         return []
     direct = config_launches_directly(sel.config)
+    if sel.problem.quantized:
+        refusal = vendor_scaled_refusal(sel.problem)
+        if refusal is not None:
+            return [("eager", f"calls run the kernel (torch refuses the problem: {refusal})")]
+        sides = (("eager", False, "explicit and transparent mode's calls", "torch._scaled_mm"),)
+    else:
+        sides = (("eager", False, "explicit calls", "torch.mm"),
+                 ("routed", True, "transparent mode's calls", "torch.mm"))
     lines = []
-    for name, routed in (("eager", False), ("routed", True)):
+    for name, routed, who, vendor in sides:
         why = eager_torch_reason(sel, direct, routed)
-        who = "explicit calls" if not routed else "transparent mode's calls"
         text = f"{who} run the kernel" if why is None else \
-            f"{who} run torch.mm ({why}); the kernel runs under CUDA graph capture"
+            f"{who} run {vendor} ({why}); the kernel runs under CUDA graph capture"
         lines.append((name, text))
     return lines
 
