@@ -1,6 +1,7 @@
 """launch.direct: triton's C launcher called without CompiledKernel.run's Python, on launchers shaped as
 triton 3.6's (kernel arguments flat) and 3.7-3.9's (one tuple after the annotations), with and without
-host descriptors; anything else (scratch, gsan, a Python wrapper it does not know) keeps `run`. The
+host descriptors and with device-side ones (global scratch from the pool); anything else (profiling
+scratch, gsan, a Python wrapper it does not know) keeps `run`. The
 real launchers are exercised on the GPU (tests/test_gpu_launch.py)."""
 
 from types import SimpleNamespace
@@ -97,8 +98,33 @@ def test_descriptor_cache_starts_over_when_full(c_functions, monkeypatch):
     assert len(fast._encodings[0]) <= 2
 
 
+@pytest.mark.parametrize("style", ["flat", "tuple"])
+def test_device_side_descriptors_get_pooled_global_scratch(style, c_functions, monkeypatch):
+    """A kernel that builds its tensor descriptors on the device writes them to global scratch: each
+    launch passes a pooled buffer of progs x global_scratch_size bytes where run passes its allocator's,
+    and gives it back once launched."""
+    taken, given = [], []
+
+    class Buffer:
+        def data_ptr(self):
+            return 0xBEEF
+
+    class Free(list):
+        def append(self, buf):
+            given.append(buf)
+
+    free, buf = Free(), Buffer()
+    monkeypatch.setattr(direct.scratch, "descriptor_scratch",
+                        lambda nbytes: taken.append(nbytes) or (free, buf))
+    raw = Recorder()
+    fast = direct.make(launcher(style, raw, False, global_scratch_size=128), 132, None)
+    fast.launch(77, (1, 2))
+    (call,) = raw.calls
+    assert taken == [132 * 128] and given == [buf]
+    assert call[7 if style == "flat" else 11] == 0xBEEF  # where run puts its global scratch
+
+
 @pytest.mark.parametrize("overrides", [
-    {"global_scratch_size": 256},  # device-side descriptors: triton's allocator per launch
     {"profile_scratch_size": 64},
     {"gsan_enabled": True},
     {"num_ctas": 2},

@@ -425,26 +425,28 @@ def test_a_kernel_that_wins_by_less_than_its_host_cost_runs_only_under_capture(t
 
 
 def test_which_prepared_launches_go_direct(monkeypatch):
-    """Pointer and host-descriptor launches on a known triton; device-side descriptors (triton's scratch
-    allocator per launch), no prepared launch, or a triton whose launcher is unknown: not."""
+    """Pointer, host-descriptor and device-descriptor launches (their scratch pooled) on a known triton;
+    a plan with padded copies (launches of their own), no prepared launch, or a triton whose launcher is
+    unknown: not."""
     from tritonblas.launch import direct
     from tritonblas.launch import gemm as launch
 
     monkeypatch.setattr(direct, "expected", lambda: True)
     assert direct.launches_directly(launch._Plan(None, 1, (), {}, 4, 2, None, tma=False))
-    assert not direct.launches_directly(launch._Plan(None, 1, (), {}, 4, 2, None, tma=True))
+    assert direct.launches_directly(launch._Plan(None, 1, (), {}, 4, 2, None, tma=True))
+    assert not direct.launches_directly(launch._Plan(None, 1, (), {}, 4, 2, None, copies=(None, object())))
     assert not direct.launches_directly(None)
     monkeypatch.setattr(direct, "expected", lambda: False)
     assert not direct.launches_directly(launch._Plan(None, 1, (), {}, 4, 2, None, tma=False))
 
 
 @pytest.mark.parametrize("fields, direct", [
-    ({}, True), ({"tma": True, "host_descriptors": True}, True), ({"tma": True}, False),
+    ({}, True), ({"tma": True, "host_descriptors": True}, True), ({"tma": True}, True),
     ({"streamk": True, "grid": 132}, False),
     ({"tma": True, "aligned_copy": True, "host_descriptors": True}, False),
 ])
 def test_which_configs_launch_directly(fields, direct, monkeypatch):
-    """What explain can say without tensors: a config needing no scratch and no device-side descriptors."""
+    """What explain can say without tensors: a config needing no padded copies or Stream-K workspace."""
     from tritonblas.launch import direct as launch_direct
     from tritonblas.launch import prepared
 

@@ -36,11 +36,11 @@ from ..problem import Problem
 from ..selection import dispatch
 from ..validate import TORCH_DTYPES, check_out, span_bytes
 
-# Host time of one call of ours whose launch is not a prepared direct one (device-side descriptors,
-# launch_gemm's scratch: Stream-K, padded copies) more than torch's own op's: a selected kernel of such a
-# launch that runs shorter than this leaves eager calls to torch (see `_eager_vendor`). H200, 4x2048x2048
-# bf16 linear: device-side descriptors 31.0 us against F.linear's 22.0, a prepared direct launch 19.2
-# (docs/notes/kernel-levers.md, "Host cost of a launch").
+# Host time of one call of ours whose launch is not a prepared direct one (launch_gemm's scratch: Stream-K,
+# padded copies) more than torch's own op's: a selected kernel of such a launch that runs shorter than
+# this leaves eager calls to torch (see `_eager_vendor`). H200, 4x2048x2048 bf16 linear: a launch through
+# CompiledKernel.run with device-side descriptors 31.0 us against F.linear's 22.0, a prepared direct
+# launch 19.2 (docs/notes/kernel-levers.md, "Host cost of a launch").
 KERNEL_HOST_US = 10.0
 # A routed call (transparent mode) whose kernel runs pays the trip into Python: H200, 4x2048x2048 bf16,
 # F.linear 20.9 us a call, routed to a kernel 26.7 (the kernel itself 7.8). Eager calls whose kernel is
@@ -246,7 +246,7 @@ def _eager_vendor(selection: dispatch.Selection, launch: object, routed: bool = 
 def eager_torch_reason(selection: dispatch.Selection, direct: bool, routed: bool = False) -> str | None:
     """Why eager calls of a kernel selection run torch's op instead (None: they run the kernel), on a GPU,
     for a launch that is `direct` (a prepared one, no dearer on the host than torch's op) or not
-    (device-side descriptors, Stream-K, padded copies), `routed` (transparent mode) or explicit:
+    (Stream-K, padded copies), `routed` (transparent mode) or explicit:
       - a routed call whose kernel is shorter than its host time (ROUTED_HOST_US), or a launch that is
         not direct whose kernel is shorter than that excess (KERNEL_HOST_US): the call is host-bound,
         its wall time the host's, above torch's, and the faster kernel gains nothing;

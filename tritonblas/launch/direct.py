@@ -13,8 +13,13 @@ triton's). H200 host, 4x2048x2048 bf16: run with tensors 10.1 us a launch, with 
 
 Two calling conventions exist: triton 3.6 takes the kernel's arguments flat after the launch's own,
 3.7 to 3.9 as one tuple with the argument annotations before it. A launcher of neither shape, or one
-that needs scratch (device-side descriptors, profiling), gsan or a cluster, gets None: launch.gemm keeps
-calling `run`.
+that needs profiling scratch, gsan or a cluster, gets None: launch.gemm keeps calling `run`.
+
+Device-side tensor descriptors need global scratch: each program writes its descriptors there. `run`
+asks triton's allocator for it at every launch (a torch.empty through the ContextVar set by
+scratch.ensure_allocator); here the launch takes a buffer from launch/scratch.py's pool, by device and
+stream, and gives it back once the kernel is enqueued (a later launch on that stream runs after it),
+as every other piece of scratch. Under graph capture it is allocated per launch.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from __future__ import annotations
 import functools
 import types
 from collections.abc import Callable
+
+from . import scratch
 
 # Encodings kept per descriptor slot of a plan: a decode loop's activations cycle through a few addresses
 # (torch's caching allocator); past this many the slot starts over.
@@ -43,10 +50,9 @@ def expected() -> bool:
 
 def launches_directly(plan: object) -> bool:
     """Whether a plan of launch.prepared.prepare_launch (None: none) is expected to launch through `make`'s
-    launch after its first launch, its host cost then no more than torch's own op's: not device-side
-    descriptors (`plan.tma`: triton's scratch allocator per launch) nor padded copies (launches of their
-    own), on a triton `expected()`."""
-    return plan is not None and not plan.tma and plan.copies is None and expected()
+    launch after its first launch, its host cost then no more than torch's own op's: not padded copies
+    (launches of their own), on a triton `expected()`."""
+    return plan is not None and plan.copies is None and expected()
 
 
 class DirectLaunch:
@@ -54,13 +60,24 @@ class DirectLaunch:
     arguments as `CompiledKernel.run` takes them after its hooks (constexprs included), host
     descriptors already expanded by `descriptor`."""
 
-    __slots__ = ("launch", "_geometry", "_describe", "_meta", "_encode", "_encodings")
+    __slots__ = ("_raw", "scratch_bytes", "_geometry", "_describe", "_meta", "_encode", "_encodings")
 
-    def __init__(self, launch: Callable[[int, tuple], None], geometry: tuple | None,
-                 describe: Callable | None, meta: list | None, encode: Callable | None) -> None:
-        self.launch = launch
+    def __init__(self, launch: Callable[[int, tuple, object], None], scratch_bytes: int,
+                 geometry: tuple | None, describe: Callable | None, meta: list | None,
+                 encode: Callable | None) -> None:
+        self._raw, self.scratch_bytes = launch, scratch_bytes
         self._geometry, self._describe, self._meta, self._encode = geometry, describe, meta, encode
         self._encodings: tuple[dict, ...] = ({}, {})
+
+    def launch(self, stream: int, args: tuple) -> None:
+        """Launch on `stream` (the current one of the current device) with the kernel's arguments."""
+        if not self.scratch_bytes:
+            self._raw(stream, args, None)
+            return
+        free, buf = scratch.descriptor_scratch(self.scratch_bytes)
+        self._raw(stream, args, buf.data_ptr())
+        if free is not None:  # enqueued: the next user on this stream runs after it
+            free.append(buf)
 
     def descriptor(self, slot: int, base: object, ptr: int) -> tuple:
         """The launcher's arguments for the host descriptor of operand `slot` (0: A, 1: B) at `ptr`:
@@ -83,9 +100,10 @@ def make(compiled: object, progs: int, geometry: tuple | None = None,
     None where this triton's launcher is not one this module knows, or the launch needs more than
     its arguments (scratch, a gsan check)."""
     launcher = compiled.run
-    if getattr(launcher, "global_scratch_size", 1) or getattr(launcher, "profile_scratch_size", 1) or \
-            getattr(launcher, "gsan_enabled", False) or getattr(launcher, "num_ctas", 1) != 1:
+    if getattr(launcher, "profile_scratch_size", 1) or getattr(launcher, "gsan_enabled", False) or \
+            getattr(launcher, "num_ctas", 1) != 1:
         return None
+    scratch_bytes = progs * getattr(launcher, "global_scratch_size", 0)  # (what run allocates, 1 CTA)
     raw = _raw_launch(launcher)
     if raw is None:
         return None
@@ -101,15 +119,15 @@ def make(compiled: object, progs: int, geometry: tuple | None = None,
     if hasattr(launcher, "arg_annotations"):  # 3.7+: (..., annotations, signature, args)
         annotations, signature = launcher.arg_annotations, launcher.kernel_signature
 
-        def launch(stream: int, args: tuple) -> None:
-            raw(*head, stream, fn, coop, pdl, meta_pack, None, None, None, None, None, annotations, signature,
-                args)
+        def launch(stream: int, args: tuple, global_scratch: int | None) -> None:
+            raw(*head, stream, fn, coop, pdl, meta_pack, None, None, None, global_scratch, None, annotations,
+                signature, args)
     else:  # 3.6: (..., scratch, scratch, metadata, launch metadata, hooks, *args)
 
-        def launch(stream: int, args: tuple) -> None:
-            raw(*head, stream, fn, coop, pdl, None, None, meta_pack, None, None, None, *args)
+        def launch(stream: int, args: tuple, global_scratch: int | None) -> None:
+            raw(*head, stream, fn, coop, pdl, global_scratch, None, meta_pack, None, None, None, *args)
 
-    return DirectLaunch(launch, geometry, describe, meta, encode)
+    return DirectLaunch(launch, scratch_bytes, geometry, describe, meta, encode)
 
 
 def _raw_launch(launcher: object) -> Callable | None:

@@ -53,10 +53,9 @@ def prepare_launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torc
 
 def config_launches_directly(config: GemmConfig) -> bool:
     """Whether `config`'s launch on 16-byte aligned operands is a direct one (direct.launches_directly of
-    the plan prepare_launch makes): a kernel config needing no scratch and no device-side descriptors.
+    the plan prepare_launch makes): a kernel config needing no padded copies or Stream-K workspace.
     For what can be said without tensors (`tritonblas explain`)."""
-    return config.backend != "torch" and not needs_scratch(config) and \
-        not (config.tma and not config.host_descriptors) and direct.expected()
+    return config.backend != "torch" and not needs_scratch(config) and direct.expected()
 
 
 def _misaligned(*tensors: torch.Tensor | None) -> bool:

@@ -30,6 +30,10 @@ CPython; a list replaced by a drop at the cap at worst drops the buffers given b
 around them cost 0.45 us more per buffer (3 buffers taken and given: 1.05 -> 2.42 us, timeit, 2-core
 CPU); the lock is kept for the cap's bookkeeping on the allocation path.
 
+The global scratch of a launch with device-side tensor descriptors (launch.direct: triton asks its
+allocator for it at each launch of `CompiledKernel.run`) is pooled the same way, by device and stream,
+taken for one launch and given back once it is enqueued.
+
 While the current stream is captured into a CUDA graph, scratch is allocated per call and never pooled:
 allocations during capture come from the graph's private memory pool, which the graph owns, so a replay
 touches only its own memory. A pooled buffer captured into a graph would be written by every replay,
@@ -171,6 +175,22 @@ def padded_buffer(slot: int, rows: int, lead: int, like: torch.Tensor, held: lis
     if stream is not None:
         held.append((free, buf))
     return buf
+
+
+def descriptor_scratch(nbytes: int) -> tuple[deque | None, torch.Tensor]:
+    """Global scratch for one launch with device-side tensor descriptors on the current device and stream
+    (launch.direct: each program writes its descriptors there): (the free list it goes back to once the
+    launch is enqueued, the buffer), or (None, a buffer of the launch's own) under capture or unpooled().
+    A kept buffer too small is replaced."""
+    index = torch._C._cuda_getDevice()
+    if getattr(_unpooled, "depth", 0) or torch._C._cuda_isCurrentStreamCapturing():
+        return None, torch.empty(nbytes, dtype=torch.uint8, device=torch.device("cuda", index))
+    key = ("descriptors", index, torch._C._cuda_getCurrentRawStream(index))
+    free, buf = take(key)
+    if buf is None or buf.numel() < nbytes:
+        count_new(key, free, nbytes)
+        buf = torch.empty(nbytes, dtype=torch.uint8, device=torch.device("cuda", index))
+    return free, buf
 
 
 def _descriptor_scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
