@@ -114,7 +114,7 @@ def test_device_side_descriptors_get_pooled_global_scratch(style, c_functions, m
             given.append(buf)
 
     free, buf = Free(), Buffer()
-    monkeypatch.setattr(direct.scratch, "descriptor_scratch",
+    monkeypatch.setattr(direct.scratch, "descriptor_buffer",
                         lambda nbytes: taken.append(nbytes) or (free, buf))
     raw = Recorder()
     fast = direct.make(launcher(style, raw, False, global_scratch_size=128), 132, None)

@@ -74,7 +74,7 @@ class DirectLaunch:
         if not self.scratch_bytes:
             self._raw(stream, args, None)
             return
-        free, buf = scratch.descriptor_scratch(self.scratch_bytes)
+        free, buf = scratch.descriptor_buffer(self.scratch_bytes)
         self._raw(stream, args, buf.data_ptr())
         if free is not None:  # enqueued: the next user on this stream runs after it
             free.append(buf)
@@ -98,7 +98,7 @@ def make(compiled: object, progs: int, geometry: tuple | None = None,
     `progs` programs, host descriptors of `geometry` ((shape, strides, box) of A and B; None: none)
     made by describe(base tensor, shape, strides, box) (a triton TensorDescriptor);
     None where this triton's launcher is not one this module knows, or the launch needs more than
-    its arguments (scratch, a gsan check)."""
+    its arguments and global scratch (profiling scratch, a gsan check, a cluster)."""
     launcher = compiled.run
     if getattr(launcher, "profile_scratch_size", 1) or getattr(launcher, "gsan_enabled", False) or \
             getattr(launcher, "num_ctas", 1) != 1:

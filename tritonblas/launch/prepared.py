@@ -74,7 +74,7 @@ def launch_prepared(plan: _Plan, a: torch.Tensor, b: torch.Tensor, c: torch.Tens
     if (pa | pb | pc | pbias | (sa or 0) | (sb or 0)) & 15:
         return False
     if plan.copies is not None:
-        return launch_padded(plan, a, b, c, bias, alpha, beta, scales)
+        return launch_padded(plan, a, b, c, bias, alpha, beta, scales, (pa, pb, pc, pbias, sa, sb))
     if plan.direct is not None and (index := a.get_device()) == gemm._current_device():
         stream = torch._C._cuda_getCurrentRawStream(index)
         _launch_direct(plan, a, b, pa, pb, pc, pbias, alpha, beta, sa, sb, stream)
@@ -143,9 +143,10 @@ def _prepare_copies(a: torch.Tensor, b: torch.Tensor) -> tuple[tuple[PadCopy | N
 
 
 def launch_padded(plan: _Plan, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None,
-                  alpha: float, beta: float, scales: Scales) -> bool:
-    """launch_prepared of a plan with copies (the pointers checked): the copies, then the GEMM on the
-    buffers. False, nothing launched, where a copy's plan is not made yet."""
+                  alpha: float, beta: float, scales: Scales, pointers: tuple) -> bool:
+    """launch_prepared of a plan with copies, its pointers checked (pointers: those of a, b, c, the bias
+    or c, the scales or None): the copies, then the GEMM on the buffers. False, nothing launched, where
+    a copy's plan is not made yet."""
     copies = plan.copies
     for copy in copies:
         if copy is not None and copy.plan is None:
@@ -158,7 +159,7 @@ def launch_padded(plan: _Plan, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor
     held, stream = [], scratch.current_stream(c.device)
     try:
         if fast:
-            _padded_direct(plan, a, b, c, bias, alpha, beta, scales, held, stream,
+            _padded_direct(plan, a, b, pointers, alpha, beta, held, stream,
                            torch._C._cuda_getCurrentRawStream(index))
         else:
             a, b = _copied(copies[0], a, held, stream), _copied(copies[1], b, held, stream)
@@ -172,22 +173,18 @@ def launch_padded(plan: _Plan, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor
     return True
 
 
-def _padded_direct(plan: _Plan, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None,
-                   alpha: float, beta: float, scales: Scales, held: list, stream: int | None,
-                   raw_stream: int) -> None:
+def _padded_direct(plan: _Plan, a: torch.Tensor, b: torch.Tensor, pointers: tuple, alpha: float, beta: float,
+                   held: list, stream: int | None, raw_stream: int) -> None:
     """Every launch on pointers: no view is made."""
     ca, cb = plan.copies
-    pa, pb = a.data_ptr(), b.data_ptr()
+    pa, pb, pc, pbias, sa, sb = pointers
     if ca is not None:
         a = scratch.padded_buffer(0, ca.shape[0], ca.lead, a, held, stream)
         pa = _copy_direct(ca, pa, a, raw_stream)
     if cb is not None:
         b = scratch.padded_buffer(1, cb.shape[0], cb.lead, b, held, stream)
         pb = _copy_direct(cb, pb, b, raw_stream)
-    pc = c.data_ptr()
-    sa, sb = (None, None) if scales is None else (scales[0].data_ptr(), scales[1].data_ptr())
-    _launch_direct(plan, a, b, pa, pb, pc, pc if bias is None else bias.data_ptr(), alpha, beta, sa, sb,
-                   raw_stream)
+    _launch_direct(plan, a, b, pa, pb, pc, pbias, alpha, beta, sa, sb, raw_stream)
 
 
 def _copy_direct(copy: PadCopy, src: int, buf: torch.Tensor, raw_stream: int) -> int:

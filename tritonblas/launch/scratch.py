@@ -131,7 +131,12 @@ def current_stream(device: torch.device) -> int | None:
     if torch._C._cuda_getDevice() != index:  # torch asks the current device's stream
         with torch.cuda.device(index):
             return current_stream(device)
-    if torch._C._cuda_isCurrentStreamCapturing():
+    return _cuda_stream(index)
+
+
+def _cuda_stream(index: int) -> int | None:
+    """current_stream of CUDA device `index`, the current device."""
+    if getattr(_unpooled, "depth", 0) or torch._C._cuda_isCurrentStreamCapturing():
         return None
     return torch._C._cuda_getCurrentRawStream(index)
 
@@ -177,18 +182,18 @@ def padded_buffer(slot: int, rows: int, lead: int, like: torch.Tensor, held: lis
     return buf
 
 
-def descriptor_scratch(nbytes: int) -> tuple[deque | None, torch.Tensor]:
+def descriptor_buffer(nbytes: int) -> tuple[deque | None, torch.Tensor]:
     """Global scratch for one launch with device-side tensor descriptors on the current device and stream
     (launch.direct: each program writes its descriptors there): (the free list it goes back to once the
     launch is enqueued, the buffer), or (None, a buffer of the launch's own) under capture or unpooled().
     A kept buffer too small is replaced."""
     index = torch._C._cuda_getDevice()
-    if getattr(_unpooled, "depth", 0) or torch._C._cuda_isCurrentStreamCapturing():
-        return None, torch.empty(nbytes, dtype=torch.uint8, device=torch.device("cuda", index))
-    key = ("descriptors", index, torch._C._cuda_getCurrentRawStream(index))
-    free, buf = take(key)
+    stream = _cuda_stream(index)
+    key = ("descriptors", index, stream)
+    free, buf = take(key) if stream is not None else (None, None)
     if buf is None or buf.numel() < nbytes:
-        count_new(key, free, nbytes)
+        if stream is not None:
+            count_new(key, free, nbytes)
         buf = torch.empty(nbytes, dtype=torch.uint8, device=torch.device("cuda", index))
     return free, buf
 
