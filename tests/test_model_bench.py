@@ -210,8 +210,12 @@ KERNEL_KINDS = {  # kernel name (as torch.profiler gives it): kind
     "Memcpy DtoD (Device -> Device)": "copy",
     "void at::native::vectorized_elementwise_kernel<4, CUDAFunctor_add<c10::BFloat16>>": "elementwise",
     "Memset (Device)": "memset",
-    "_persistent_matmul_kernel": "other",
-    "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64": "other",
+    "persistent_gemm_kernel": "gemm",
+    "pad_copy_kernel": "copy",
+    "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64": "gemm",
+    "nvjet_tst_128x256_64x4_2x1_v_bz_coopA_NTN": "gemm",
+    "void splitKreduce_kernel<32, 16, int, float, __nv_bfloat16, float>": "gemm",
+    "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float>": "other",
 }
 
 
@@ -257,7 +261,8 @@ def test_surplus_lists_what_one_side_launches_more_often(mb):
 
 def _profile(extra: list[dict]) -> dict:
     ops = {"aten::mm": 4, "aten::copy_": 1}
-    return {"kernels": {"torch": {"launches": 10, "us": 100.0}, "ours": {"launches": 13, "us": 130.0}},
+    return {"kernels": {"torch": {"launches": 10, "us": 100.0, "gemm_us": 60.0},
+                        "ours": {"launches": 13, "us": 130.0, "gemm_us": 45.0}},
             "host_ops": {"torch": ops, "ours": {**ops, "aten::copy_": 4}}, "ours_extra": extra,
             "torch_extra": [], "ours_extra_copy_or_elementwise_launches": 3}
 
@@ -268,7 +273,7 @@ def test_profile_table(mb):
     doc = _doc({"model": "llama", "params": 1e9, "rows": [], "logits_error": {"torch": 0.0, "ours": 0.0},
                 "profile": _profile(extra)})
     text = mb.table(doc)
-    assert "| llama | 10 | 100 | 13 | 130 | 3 | 4 / 4 | 1 / 4 |" in text
+    assert "| llama | 10 | 100 | 60 | 13 | 130 | 45 | 3 | 4 / 4 | 1 / 4 |" in text
     assert f"| llama | `{'k' * 87}...` | copy | 3 | 0 | 1236.0 | 0.0 |" in text
     doc["models"][0]["profile"] = {"error": "RuntimeError: CUPTI unavailable"}
     assert "| llama | failed: RuntimeError: CUPTI unavailable |" in mb.table(doc)
@@ -363,7 +368,8 @@ def test_tiny_run_through_transparent_mode(mb, tmp_path, capsys):
     assert 0 < model["logits_error"]["ours"] < 1e-5  # our kernels ran (the interpreter's, not torch's)
     # the profile on the CPU: no device kernels, the host's GEMMs (Conv1D: addmm) on both sides
     profile = model["profile"]
-    assert profile["kernels"]["torch"] == {"launches": 0, "us": 0.0} and profile["ours_extra"] == []
+    assert profile["kernels"]["torch"] == {"launches": 0, "us": 0.0, "gemm_us": 0.0}
+    assert profile["ours_extra"] == []
     assert profile["host_ops"]["torch"]["aten::addmm"] > 0 and profile["host_ops"]["ours"]["aten::addmm"] > 0
     out = capsys.readouterr().out
     assert "| gpt2 | train |" in out and "| gpt2 | 0 | 0 | 0 | 0 | 0 |" in out

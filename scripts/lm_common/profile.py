@@ -14,11 +14,15 @@ from typing import Any
 HOST_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::copy_", "aten::clone", "aten::contiguous")
 _KINDS = (("copy", re.compile(r"copy|memcpy|transpose", re.I)),
           ("elementwise", re.compile(r"elementwise|vectorized", re.I)),
-          ("memset", re.compile(r"memset", re.I)))
+          ("memset", re.compile(r"memset", re.I)),
+          # cuBLAS (sm90_xmma_gemm, nvjet, cutlass, splitKreduce) and ours (persistent/streamk_gemm_kernel,
+          # splitk_reduce_kernel): what a faster GEMM can save of the step, the rest of the kernels cannot.
+          ("gemm", re.compile(r"gemm|matmul|nvjet|xmma|cutlass|splitk", re.I)))
 
 
 def kernel_kind(name: str) -> str:
-    """copy (copies, memcpys, transposes), elementwise, memset or other."""
+    """copy (copies, memcpys, transposes; our padded operands' too), elementwise, memset, gemm or
+    other."""
     return next((kind for kind, pattern in _KINDS if pattern.search(name)), "other")
 
 
@@ -87,7 +91,9 @@ def compare(step: Callable[[], Any], modes: dict[str, Callable[[], contextlib.Ab
     extra = surplus(kernels, "ours", "torch")
     return {
         "kernels": {s: {"launches": sum(k["count"] for k in t.values()),
-                        "us": sum(k["us"] for k in t.values())} for s, t in kernels.items()},
+                        "us": sum(k["us"] for k in t.values()),
+                        "gemm_us": sum(k["us"] for n, k in t.items() if kernel_kind(n) == "gemm")}
+                    for s, t in kernels.items()},
         "host_ops": ops,
         "ours_extra": extra,
         "torch_extra": surplus(kernels, "torch", "ours"),
