@@ -15,7 +15,7 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from tritonblas.kernels.copy import pad_copy_kernel  # noqa: E402
+from tritonblas.kernels.copy import pad_copy_kernel, pad_copy_words_kernel  # noqa: E402
 from tritonblas.kernels.persistent import persistent_gemm_kernel  # noqa: E402
 from tritonblas.kernels.reduce import splitk_reduce_kernel  # noqa: E402
 from tritonblas.kernels.streamk import streamk_gemm_kernel  # noqa: E402
@@ -124,6 +124,9 @@ def main() -> None:
     for name, kernel, constexprs, types in (*gemm_variants(), *reduce_variants(), *quant_variants()):
         print(name, compile_kernel(kernel, constexprs, types=types), flush=True)
     print("pad_copy_kernel", compile_kernel(pad_copy_kernel, dict(BLOCK_R=16, BLOCK_C=256), 4, 1))
+    fp8 = {"src_ptr": "*fp8e4nv", "dst_ptr": "*fp8e4nv"}
+    print("pad_copy_words_kernel e4m3",
+          compile_kernel(pad_copy_words_kernel, dict(BLOCK_R=4, BLOCK_W=256), 4, 1, types=fp8))
 
 
 if __name__ == "__main__":

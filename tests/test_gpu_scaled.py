@@ -122,3 +122,42 @@ def test_gpu_transparent_mode_routes_torch_scaled_mm():
     with tritonblas.enable():
         got = torch._scaled_mm(o.a, o.b, o.scale_a, o.scale_b, bias=o.bias, out_dtype=o.out_dtype)
     assert inp.error(got) <= inp.tolerance
+
+
+# Ragged one-byte operands the padded copies (launch.gemm._aligned: a word at a time) feed to TMA: rows
+# starting at every byte of a word, both operands copied or one, int8 too.
+RAGGED = [c for c in PROBLEMS if c[2] % 16] + [
+    (300, 200, 1001, "int8", "int8", "row", "nn", "none", "bf16"),
+    (97, 1003, 4095, "e5m2", "e4m3", "tensor", "tt", "row", "fp16"),
+]
+
+
+# Persistent, and Stream-K with fewer tiles than programs (split K loops, the fix-up), both on TMA
+COPY_CONFIGS = {
+    "persistent": GemmConfig(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3, grid=132),
+    "streamk": GemmConfig(block_m=64, block_n=64, block_k=64, num_warps=4, num_stages=3, grid=132,
+                          streamk=True),
+}
+
+
+@pytest.mark.parametrize("path", list(COPY_CONFIGS))
+@pytest.mark.parametrize("case", RAGGED, ids=lambda c: "x".join(map(str, c[:3])) + "-" + "-".join(c[3:]))
+def test_gpu_scaled_mm_padded_copies(case, path):
+    p = _problem(case)
+    inp = _Inputs(p)
+    config = COPY_CONFIGS[path].model_copy(update={"tma": True, "aligned_copy": True})
+    assert config_supports(config, p, inp.info) is None
+    err = inp.error(inp.call(config=config))
+    assert err <= inp.tolerance, f"{p.short()} {path}: rel. error {err:.3g} > {inp.tolerance:.3g}"
+
+
+@pytest.mark.parametrize("rows, cols, stride", [(1000, 1001, 1001), (33, 7, 9), (4095, 4095, 4095),
+                                                (5, 1, 3), (64, 130, 135)])
+def test_gpu_one_byte_copies_are_exact(rows, cols, stride):
+    from tritonblas.launch import gemm
+
+    base = torch.randint(-128, 128, (rows * stride,), dtype=torch.int8, device="cuda")
+    src = base.view(rows, stride)[:, :cols].view(torch.float8_e4m3fn)
+    copied = gemm._aligned(src, 0)
+    torch.cuda.synchronize()
+    assert copied.stride(0) % 16 == 0 and torch.equal(copied.view(torch.int8), src.view(torch.int8))

@@ -10,7 +10,7 @@ import pytest
 SCRIPT = Path(__file__).with_name("compile_sm90.py")
 H200_SHARED = 232448  # bytes a block may opt into
 GEMM_KERNELS = ("persistent_gemm_kernel", "streamk_gemm_kernel")
-OTHER_KERNELS = ("splitk_reduce_kernel", "pad_copy_kernel")
+OTHER_KERNELS = ("splitk_reduce_kernel", "pad_copy_kernel", "pad_copy_words_kernel")
 # The GEMM variants' 64x128 bf16 B tile. The reduce and copy kernels need none: they move data between
 # global memory and registers (triton 3.6 still reports 8192 bytes of layout scratch for them, 3.7+ 0).
 B_TILE_BYTES = 64 * 128 * 2
@@ -24,8 +24,8 @@ def test_kernels_compile_for_sm_90():
     assert run.returncode == 0, run.stderr[-3000:]
     lines = run.stdout.splitlines()
     # compile_sm90's gemm variants, the reduce kernel and its Stream-K mode, scaled_mm's launches (fp8,
-    # int8, the reduce kernel with scales), the copy kernel
-    assert len(lines) == 16, run.stdout
+    # int8, the reduce kernel with scales), the copy kernels
+    assert len(lines) == 17, run.stdout
     variants = dict(line.rsplit(" ", 1) for line in lines)
     assert {name.split()[0] for name in variants} == {*GEMM_KERNELS, *OTHER_KERNELS}, run.stdout
     for name, shared in variants.items():

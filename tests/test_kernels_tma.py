@@ -68,14 +68,30 @@ def test_tma_config_checked_against_the_actual_layout():
     assert_close(ours, theirs, reference(a, b))
 
 
+def _bytes(rows: int, cols: int, dtype: torch.dtype = torch.int8) -> torch.Tensor:
+    """Random one-byte elements (every bit pattern of int8; fp8 as its bytes' view)."""
+    return torch.randint(-128, 128, (rows, cols), dtype=torch.int8).view(dtype)
+
+
 # Operands the aligned copy must reproduce exactly in a padded buffer: odd leading dims row- and
-# column-major, a source with no unit stride at all, 2-byte elements, and an empty one.
+# column-major, a source with no unit stride at all, 2-byte elements, and an empty one; one-byte
+# elements (the word copy: rows starting at every byte of a word, rows shorter than a word, rows
+# strided apart, a column-major operand) and the one-byte sources it leaves to the element copy (no
+# unit stride, a pointer off a word).
 COPY_SOURCES = {
     "row_major_odd_lead": lambda: torch.randn(37, 41),
     "col_major_odd_lead": lambda: torch.randn(41, 37).t(),
     "no_unit_stride": lambda: torch.randn(37, 82)[:, ::2],
     "fp16_odd_lead": lambda: torch.randn(7, 33).half(),
     "empty": lambda: torch.randn(0, 5),
+    "int8_odd_lead": lambda: _bytes(37, 41),
+    "e4m3_odd_lead": lambda: _bytes(13, 1001 % 128, torch.float8_e4m3fn),
+    "e5m2_col_major": lambda: _bytes(29, 19, torch.float8_e5m2).t(),
+    "int8_short_rows": lambda: _bytes(9, 3),
+    "int8_strided_rows": lambda: _bytes(11, 50)[:, :37],
+    "int8_no_unit_stride": lambda: _bytes(9, 34)[:, ::2],
+    "int8_pointer_off_a_word": lambda: _bytes(9, 42)[:, 1:],
+    "int8_empty": lambda: _bytes(0, 7),
 }
 
 
@@ -83,8 +99,21 @@ COPY_SOURCES = {
 def test_aligned_copy_is_exact_and_tma_ready(name):
     src = COPY_SOURCES[name]()
     copied = launch._aligned(src, 0)
-    assert copied is not src and torch.equal(copied, src)
+    # (bytes compared: fp8 has no equality on the CPU, and NaN patterns would differ from themselves)
+    assert copied is not src and torch.equal(copied.view(torch.int8) if src.element_size() == 1 else copied,
+                                              src.view(torch.int8) if src.element_size() == 1 else src)
     assert launch._tma_ready(copied) == (True, launch._is_col_major(src))
+
+
+WORD_COPIES = {"int8_odd_lead", "e4m3_odd_lead", "e5m2_col_major", "int8_short_rows", "int8_strided_rows"}
+
+
+@pytest.mark.parametrize("name", [n for n in COPY_SOURCES if "empty" not in n])
+def test_one_byte_rows_are_copied_a_word_at_a_time(name, monkeypatch):
+    kernels = []
+    monkeypatch.setattr(launch, "_launch", lambda plan, *args: kernels.append(plan.kernel))
+    launch._aligned(COPY_SOURCES[name](), 0)
+    assert kernels == [launch._kernels()[4 if name in WORD_COPIES else 2]]
 
 
 def test_aligned_copy_reuses_its_buffer_per_slot():

@@ -43,7 +43,8 @@ PLANNING: dict[str, tuple[str, ...]] = {
                           "program_count", "streamk_workspace", "reduce_chunks"),
     "launch/gemm.py": ("_kernels", "_make_plan", "_reduce_plan", "_host_descriptors", "_descriptor",
                        "_tma_ready", "_is_col_major", "_pow2_divisor", "_vector_divisor", "INT32_OFFSETS",
-                       "_OFFSET_SLACK", "offset_reach", "needs_int64", "_aligned", "_COPY_ROWS"),
+                       "_OFFSET_SLACK", "offset_reach", "needs_int64", "_aligned", "_COPY_ROWS",
+                       "_WORD_ROWS", "_copy_plan"),
 }
 
 _SCOPES = (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)

@@ -43,8 +43,9 @@ def profile_table(models: list[dict]) -> str:
     """The training-step profiles (--profile): totals, then the kernels ours launches more often."""
     lines = ["Training step, one profiled step a side (torch.profiler): kernel launches and device us, all",
              "kernels and GEMM kernels (the part a faster GEMM can shorten)",
-             "", "| model | torch launches | torch us | torch GEMM us | ours launches | ours us | ours GEMM us | "
-             "extra copy/elementwise launches | aten::mm torch / ours | aten::copy_ torch / ours |",
+             "", "| model | torch launches | torch us | torch GEMM us | ours launches | ours us | "
+             "ours GEMM us | extra copy/elementwise launches | aten::mm torch / ours | "
+             "aten::copy_ torch / ours |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for m in models:
         if "error" in m["profile"]:

@@ -26,3 +26,32 @@ def pad_copy_kernel(
     mask = (r < rows) & (c < cols)
     x = tl.load(src_ptr + r * stride_r + c * stride_c, mask=mask)
     tl.store(dst_ptr + r * lead_dst + c, x, mask=mask)
+
+
+@triton.jit
+def pad_copy_words_kernel(
+    src_ptr, dst_ptr,
+    rows, cols,
+    stride_r, lead_words,
+    BLOCK_R: tl.constexpr, BLOCK_W: tl.constexpr,
+):
+    """The aligned copy of one-byte elements (fp8, int8) whose rows are contiguous, in 4-byte words: a
+    row of 1001 bytes starts at any byte, so pad_copy_kernel loads it a byte at a time. Here each
+    destination word is two aligned source words shifted together, loads and stores a word at a time.
+    src_ptr must be 4-byte aligned, dst rows `lead_words` words apart. The bytes of a row's last word
+    past `cols` land in the padding, which nothing reads (the GEMM's view and descriptors end at cols)."""
+    pid = tl.program_id(0)
+    word_blocks = tl.cdiv(tl.cdiv(cols, 4), BLOCK_W)
+    r = ((pid // word_blocks) * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)[:, None]
+    w = ((pid % word_blocks) * BLOCK_W + tl.arange(0, BLOCK_W))[None, :]
+    row_start = r * stride_r  # in bytes
+    first = row_start // 4  # the aligned word holding the row's first byte
+    shift = ((row_start % 4) * 8).to(tl.uint32)
+    src = src_ptr.to(tl.pointer_type(tl.uint32))
+    dst = dst_ptr.to(tl.pointer_type(tl.uint32))
+    inside = (r < rows) & (w * 4 < cols)
+    lo = tl.load(src + first + w, mask=inside, other=0)
+    # the next word only where it holds bytes of this row: never a byte past the source's end
+    hi = tl.load(src + first + w + 1, mask=inside & ((first + w + 1) * 4 < row_start + cols), other=0)
+    word = tl.where(shift == 0, lo, (lo >> shift) | (hi << ((32 - shift) % 32)))
+    tl.store(dst + r * lead_words + w, word, mask=inside)

@@ -20,12 +20,13 @@ from .streamk import fixup_plan, program_count, reduce_chunks, streamk_split, st
 
 @functools.cache
 def _kernels():
-    from ..kernels.copy import pad_copy_kernel
+    from ..kernels.copy import pad_copy_kernel, pad_copy_words_kernel
     from ..kernels.persistent import persistent_gemm_kernel
     from ..kernels.reduce import splitk_reduce_kernel
     from ..kernels.streamk import streamk_gemm_kernel
 
-    return persistent_gemm_kernel, streamk_gemm_kernel, pad_copy_kernel, splitk_reduce_kernel
+    return persistent_gemm_kernel, streamk_gemm_kernel, pad_copy_kernel, splitk_reduce_kernel, \
+        pad_copy_words_kernel
 
 
 def is_out_of_resources(exc: BaseException) -> bool:
@@ -82,12 +83,9 @@ def _aligned(t: torch.Tensor, slot: int, held: list | None = None, stream: int |
     rows, cols = src.shape
     buf = scratch.padded_buffer(slot, rows, aligned_leading_dim(cols, t.element_size()), t, held, stream)
     if src.numel():
-        key = ("pad_copy", src.shape, src.stride(), buf.stride(0), src.dtype, src.device,
-               src.data_ptr() % 16 == 0)
-        plan = _cached_plan(key, lambda: _Plan(
-            _kernels()[2], cdiv(rows, _COPY_ROWS) * cdiv(cols, _COPY_COLS),
-            (rows, cols, *src.stride(), buf.stride(0)), dict(BLOCK_R=_COPY_ROWS, BLOCK_C=_COPY_COLS), 4, 1,
-            None))
+        aligned = src.data_ptr() % 16 == 0
+        key = ("pad_copy", src.shape, src.stride(), buf.stride(0), src.dtype, src.device, aligned)
+        plan = _cached_plan(key, lambda: _copy_plan(src, buf.stride(0), aligned))
         _launch(plan, (src, buf), ())
     view = buf[:, :cols]
     return view.t() if col else view
@@ -96,6 +94,20 @@ def _aligned(t: torch.Tensor, slot: int, held: list | None = None, stream: int |
 # pad_copy_kernel's block: 16 x 256 elements per program (27.0 us for the 33.5 MB B of 127x4097x4095,
 # 016dd08:scripts/copy_probe.py).
 _COPY_ROWS, _COPY_COLS = 16, 256
+# pad_copy_words_kernel's block: rows x 4-byte words per program (docs/notes/kernel-levers.md, row 47).
+_WORD_ROWS, _WORD_COLS = 4, 256
+
+
+def _copy_plan(src: torch.Tensor, lead: int, aligned: bool) -> _Plan:
+    """The pad copy of `src` (rows along dim 0) into rows `lead` elements apart: one-byte elements in
+    contiguous rows from an aligned pointer a word at a time, any other source an element at a time."""
+    rows, cols = src.shape
+    if src.element_size() == 1 and src.stride(1) == 1 and aligned:
+        return _Plan(_kernels()[4], cdiv(rows, _WORD_ROWS) * cdiv(cdiv(cols, 4), _WORD_COLS),
+                     (rows, cols, src.stride(0), lead // 4), dict(BLOCK_R=_WORD_ROWS, BLOCK_W=_WORD_COLS),
+                     4, 1, None)
+    return _Plan(_kernels()[2], cdiv(rows, _COPY_ROWS) * cdiv(cols, _COPY_COLS),
+                 (rows, cols, *src.stride(), lead), dict(BLOCK_R=_COPY_ROWS, BLOCK_C=_COPY_COLS), 4, 1, None)
 
 
 @dataclass
@@ -292,7 +304,7 @@ def _make_plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Te
                fast_acc: bool = False) -> _Plan:
     m, k = a.shape
     n = b.shape[1]
-    persistent_kernel, streamk_kernel, _, reduce_kernel = _kernels()
+    persistent_kernel, streamk_kernel, _, reduce_kernel, _ = _kernels()
     progs = program_count(config, m, n, k, sm_count)
     has_bias = bias is not None
     sbm, sbn = bias.stride() if has_bias else (0, 0)
