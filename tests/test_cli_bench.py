@@ -20,6 +20,8 @@ runner = CliRunner()
 TINY = Path(__file__).parent / "data" / "tiny.yaml"
 # m -> (our ms, torch ms); m = 19 gives a wrong result. Speedups 2.0 and 0.5: geomean exactly 1.0.
 TIMES = {16: (1.0, 2.0), 17: (4.0, 2.0)}
+# m -> (our, torch's) ms a call in the eager loop: loop speedups 0.5 and 4.0, geomean sqrt(2)
+LOOP_TIMES = {16: (4.0, 2.0), 17: (1.0, 4.0)}
 WRONG_M = 19
 
 
@@ -28,6 +30,7 @@ class TimedBench(Benchmark):
 
     def __init__(self) -> None:
         self.configs = []
+        self.loops = []
 
     def __call__(self, config, problem, device, *, cutoff_ms=None):
         self.configs.append(config)
@@ -37,6 +40,10 @@ class TimedBench(Benchmark):
 
     def baseline(self, problem, device):
         return TIMES.get(problem.m, (0, 3.0))[1]
+
+    def loop_head_to_head(self, config, problem, device, calls, rounds=5):
+        self.loops.append((config, problem.m, calls, rounds))
+        return LOOP_TIMES[problem.m]
 
 
 @pytest.fixture
@@ -72,6 +79,12 @@ def test_bench_table_json_and_geomean(timed, tmp_path):
     assert doc["rows"][0]["torch_tflops"] == pytest.approx(2 * 16 * 32 * 32 / 2e9)
     assert all(r["source"] == "heuristic" and r["config"]["block_m"] >= 16 for r in doc["rows"])
     assert doc["geomean_speedup"] == pytest.approx(1.0)
+    # the eager loop after the single calls, through dispatch (the interpreter's token loop here)
+    assert timed.loops == [(None, 16, 2, 1), (None, 17, 2, 1)]
+    assert [(r["loop_ms"], r["torch_loop_ms"], r["loop_speedup"]) for r in doc["rows"]] == [
+        (4.0, 2.0, 0.5), (1.0, 4.0, 4.0)]
+    assert doc["geomean_loop_speedup"] == pytest.approx(2**0.5)
+    assert "1.414x in an eager loop of back-to-back calls" in " ".join(result.output.split())
 
 
 def test_a_wrong_result_is_reported_and_exits_1(timed, tmp_path):
@@ -83,6 +96,7 @@ def test_a_wrong_result_is_reported_and_exits_1(timed, tmp_path):
     assert "1 of 2 problems did not run correctly" in result.stderr
     rows = json.loads(js.read_text())["rows"]  # outputs are still written: they show what failed
     assert rows[1]["status"] == "wrong_result" and rows[1]["speedup"] is None and rows[1]["ms"] is None
+    assert rows[1]["loop_ms"] is None and [m for _, m, _, _ in timed.loops] == [16]  # no loop of a wrong one
     assert png.stat().st_size > 0
 
 
@@ -188,3 +202,37 @@ def test_interleaved_timing_alternates_which_side_goes_first():
     orders = [call_order(rep, 2) for rep in range(6)]
     assert orders == [[0, 1], [1, 0]] * 3
     assert all(sorted(call_order(rep, 3)) == [0, 1, 2] for rep in range(4))
+
+
+def test_the_eager_loop_counts_the_host_time_of_each_call():
+    """loop_ms times back-to-back calls (here on the CPU's wall clock): a call that spends 2 ms on the host
+    reads 2 ms, though the single-call protocol's flush would hide it on a GPU; the sides alternate."""
+    import time
+
+    import torch
+
+    from tritonblas.tuning.benchmark import loop_ms
+
+    order = []
+
+    def slow():
+        order.append("slow")
+        time.sleep(0.002)
+
+    def fast():
+        order.append("fast")
+
+    slow_ms, fast_ms = loop_ms([slow, fast], calls=5, rounds=3, device=torch.device("cpu"))
+    assert 2.0 <= slow_ms < 20.0 and fast_ms < 1.0
+    # each round: one untimed call, then the loop; the second round the other side first
+    assert order[:12] == ["slow"] * 6 + ["fast"] * 6 and order[12:18] == ["fast"] * 6
+
+
+@pytest.mark.parametrize("ms, torch_ms, calls", [(0.05, 0.04, 40), (1.0, 3.0, 10), (0.001, 0.002, 200)])
+def test_a_gpu_loop_runs_about_loop_ms_a_side(ms, torch_ms, calls):
+    from tritonblas.arch import device_for_arch
+    from tritonblas.bench import LOOP_ROUNDS, _loop
+
+    bench = TimedBench()
+    assert _loop(bench, Problem(16, 32, 32, "fp16"), device_for_arch("sm_90"), ms, torch_ms) == LOOP_TIMES[16]
+    assert bench.loops == [(None, 16, calls, LOOP_ROUNDS)]

@@ -97,6 +97,7 @@ def test_bench_writes_json_and_png(tuned, tmp_path):
     for r in doc["rows"]:
         assert r["status"] == "ok" and r["source"] == "db"  # through dispatch, from the tuned DB
         assert r["ms"] > 0 and r["torch_ms"] > 0 and r["speedup"] == pytest.approx(r["torch_ms"] / r["ms"])
+        assert r["loop_ms"] > 0 and r["torch_loop_ms"] > 0  # the eager loop ran too (a token one here)
         assert r["rel_error"] < 1e-2
     speedups = [r["speedup"] for r in doc["rows"]]
     assert doc["geomean_speedup"] == pytest.approx((speedups[0] * speedups[1]) ** 0.5)

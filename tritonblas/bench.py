@@ -23,6 +23,9 @@ from .problem import Problem
 
 # Wall-clock repetitions per side in the interpreter (the median of them is reported).
 CPU_REPS = 3
+# The eager loop (tuning.benchmark.loop_ms): back-to-back calls for about LOOP_MS per side and round,
+# between LOOP_CALLS of them, in LOOP_ROUNDS interleaved rounds; the interpreter runs a token loop.
+LOOP_MS, LOOP_CALLS, LOOP_ROUNDS = 2.0, (10, 200), 5
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,10 @@ class BenchRow:
     # Run-time fallbacks: RuntimeWarnings of configs dispatch selected and triton refused to compile
     # (issue 21: the feasibility predicate should leave none; call.run's `_fall_back` is the safety net).
     fallbacks: int = 0
+    # ms a call in an eager loop of back-to-back calls, ours and torch's (host time included; the
+    # columns above time each call alone, after an L2 flush that hides the host's work): None if not run
+    loop_ms: float | None = None
+    torch_loop_ms: float | None = None
 
     def _tflops(self, ms: float | None) -> float | None:
         return tflops(self.problem.m, self.problem.n, self.problem.k, ms)
@@ -56,6 +63,12 @@ class BenchRow:
         ok = self.status == "ok" and self.ms and self.torch_ms
         return self.torch_ms / self.ms if ok else None
 
+    @property
+    def loop_speedup(self) -> float | None:
+        """torch's time a call over ours in the eager loop."""
+        ok = self.status == "ok" and self.loop_ms and self.torch_loop_ms
+        return self.torch_loop_ms / self.loop_ms if ok else None
+
     def to_json(self) -> dict:
         p = self.problem
         # A quantized problem's key in full (rows of plain problems read as before the fields).
@@ -66,7 +79,8 @@ class BenchRow:
                 "backend": None if self.config is None else self.config.backend,
                 "ms": self.ms, "torch_ms": self.torch_ms, "tflops": self.tflops,
                 "torch_tflops": self.torch_tflops, "speedup": self.speedup, "rel_error": self.rel_error,
-                "note": self.note, "fallbacks": self.fallbacks}
+                "note": self.note, "fallbacks": self.fallbacks, "loop_ms": self.loop_ms,
+                "torch_loop_ms": self.torch_loop_ms, "loop_speedup": self.loop_speedup}
 
 
 def geomean(values: list[float]) -> float | None:
@@ -125,8 +139,17 @@ def _bench_problem(problem: Problem, info: DeviceInfo, bench, caught: list) -> B
     finally:
         bench.finish(problem)
     ms = ours.median_ms if ours.status == "ok" else None
+    loop = _loop(bench, problem, info, ms, torch_ms) if ms and torch_ms else None
     return BenchRow(problem, ours.status, sel.source, sel.config, ms, torch_ms, ours.rel_error, ours.note,
-                    fallbacks)
+                    fallbacks, *(loop or (None, None)))
+
+
+def _loop(bench, problem: Problem, info: DeviceInfo, ms: float, torch_ms: float) -> tuple | None:
+    """(ours, torch's) ms a call in the eager loop, after the single calls verified ours."""
+    if info.arch == "interpreter":
+        return bench.loop_head_to_head(None, problem, info, 2, 1)
+    calls = min(LOOP_CALLS[1], max(LOOP_CALLS[0], int(LOOP_MS / max(ms, torch_ms))))
+    return bench.loop_head_to_head(None, problem, info, calls, LOOP_ROUNDS)
 
 
 def run_bench(problems: list[Problem], device: int, db_url: str | None, on_row=lambda row: None,
@@ -158,6 +181,7 @@ def write_json(path: Path, rows: list[BenchRow], info: DeviceInfo, db_where: str
            "device": info.name, "arch": info.arch, "interpreter": interpreter_enabled(), "db": db_where,
            "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
            "geomean_speedup": geomean([r.speedup for r in rows if r.speedup]),
+           "geomean_loop_speedup": geomean([r.loop_speedup for r in rows if r.loop_speedup]),
            "fallback_warnings": fallback_count(rows), "backend_restriction": backend,
            "rows": [r.to_json() for r in rows]}
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -299,6 +299,15 @@ class GpuBenchmark(Benchmark):
         med, p20, p80 = _median_p20_p80(ours_ms)
         return BenchResult("ok", med, p20, p80, self._verified[config]), _median_p20_p80(torch_ms)[0]
 
+    def loop_head_to_head(self, config: GemmConfig | None, problem: Problem, device: DeviceInfo, calls: int,
+                          rounds: int = 5) -> tuple[float, float]:
+        """(ours, torch's) ms a call in loops of `calls` back-to-back calls (loop_ms), after
+        head_to_head verified `config`: what an eager loop of the problem gets, host time included."""
+        inp = self._setup(problem, device)
+        fns = [self._call(config, inp, inp.out), self._torch_call(inp, torch.empty_like(inp.out))]
+        ours, theirs = loop_ms(fns, calls, rounds, inp.a.device)
+        return ours, theirs
+
     def finish(self, problem: Problem) -> None:
         self._inputs = None
         self._verified.clear()
@@ -351,6 +360,35 @@ def interleaved_ms(fns: list, rep_ms: float, warmup_ms: float) -> list[list[floa
             events[j][rep][1].record()
     device.synchronize()
     return [[max(s.elapsed_time(e), 1e-6) for s, e in per_fn] for per_fn in events]
+
+
+def loop_ms(fns: list, calls: int, rounds: int, device: torch.device) -> list[float]:
+    """Per function, the median over `rounds` (interleaved: call_order) of the ms a call takes in a loop
+    of `calls` back-to-back calls from an idle device, L2 not flushed. Where the host takes longer to
+    issue a call than the device to run it (a decode step, any small GEMM), the device waits, so this
+    counts the host's time, which interleaved_ms (a flush kernel before every call, hiding the host's
+    work behind it) does not. CUDA events on a GPU, the wall clock in the interpreter."""
+    cuda = device.type == "cuda"
+    per_fn: list[list[float]] = [[] for _ in fns]
+    for rep in range(rounds):
+        for j in call_order(rep, len(fns)):
+            fns[j]()  # (its first call after the other side's loop: not timed)
+            if cuda:
+                torch.cuda.synchronize(device)
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                for _ in range(calls):
+                    fns[j]()
+                end.record()
+                end.synchronize()
+                ms = start.elapsed_time(end)
+            else:
+                t0 = time.perf_counter()
+                for _ in range(calls):
+                    fns[j]()
+                ms = (time.perf_counter() - t0) * 1e3
+            per_fn[j].append(max(ms / calls, 1e-6))
+    return [statistics.median(times) for times in per_fn]
 
 
 def _median_p20_p80(times: list[float]) -> tuple[float, float, float]:

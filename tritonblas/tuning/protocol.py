@@ -84,6 +84,12 @@ class Benchmark:
         known = [t for t in torch_runs if t is not None]
         return ours_runs[len(ours_runs) // 2], statistics.median(known) if known else None
 
+    def loop_head_to_head(self, config: GemmConfig | None, problem: Problem, device: DeviceInfo, calls: int,
+                          rounds: int = 5) -> tuple[float, float] | None:
+        """Optional: (`config`'s, torch's) ms a call in loops of `calls` back-to-back calls, host time
+        included (GpuBenchmark); None where the benchmark has no such loop."""
+        return None
+
     def finish(self, problem: Problem) -> None:
         """Release what was built for `problem` (inputs, references)."""
 
