@@ -36,9 +36,14 @@ def db(db_url):
 
 @pytest.fixture
 def no_gpu(monkeypatch):
-    """A CPU box with the interpreter off (the GPU count is faked so this holds on a GPU host too)."""
+    """A CPU box with the interpreter off (the GPU count is faked so this holds on a GPU host too). The
+    kernels are imported first: triton.jit reads TRITON_INTERPRET when a kernel is defined, and kernels
+    first defined here would stay compiled ones for the rest of the session (the interpreter's tests
+    after it then failed: a quantized tuning run after `explain` found no candidate that ran)."""
     from tritonblas.cli import common
+    from tritonblas.launch import gemm
 
+    gemm._kernels()
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     monkeypatch.setattr(common, "gpu_count", lambda: 0)
 

@@ -239,6 +239,40 @@ def test_explain_says_what_eager_calls_run(no_gpu, tmp_path, config, kernel_ms, 
     assert explicit in eager and routed in routed_calls.split("heuristic ranking")[0], result.output
 
 
+@pytest.mark.parametrize("kernel_ms, eager", [(0.0045, "explicit calls run triton P 64x64x64"),
+                                              (0.0300, None)])
+def test_explain_says_when_eager_explicit_calls_of_a_torch_pick_run_its_kernel(no_gpu, tmp_path, monkeypatch,
+                                                                             kernel_ms, eager):
+    """torch.mm won the tuning run, its fastest kernel by 0.1 us (call.path.eager_kernel_reason): explicit
+    eager calls run the kernel; a kernel longer than such a call's host time: torch.mm only."""
+    from helpers.dispatch import put, winner
+
+    from tritonblas.arch import device_for_arch
+    from tritonblas.call import path as call_path
+    from tritonblas.launch import direct
+    from tritonblas.problem import Problem
+    from tuning_db import EnvIdentity, Measurement, ProblemKey
+
+    monkeypatch.setattr(direct, "expected", lambda: True)  # (this triton's launcher: as on the H200)
+    url, device = str(tmp_path / "db.sqlite"), device_for_arch("sm_90")
+    problem = Problem(512, 512, 512, "bf16")
+    torch_ms = kernel_ms - 0.0001
+    put(url, winner(problem, device, tritonblas.GemmConfig.vendor(), torch_ms, torch_ms=torch_ms),
+        measurements=[(ProblemKey.from_problem(problem, device), EnvIdentity.current(),
+                       [Measurement(config=DIRECT, status="ok", median_ms=kernel_ms)])])
+    result = runner.invoke(app, ["explain", "512", "512", "512", "--dtype", "bf16", "--arch", "sm_90",
+                                 "--db", url])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "backend: torch" in text
+    if eager is None:
+        assert "eager:" not in text
+    else:
+        assert eager in text.split("eager:")[1] and "torch.mm under CUDA graph capture" in text
+        host_us = call_path.EXPLICIT_TORCH_HOST_US
+        assert f"shorter than an explicit call's host time ({host_us:.0f} us)" in text
+
+
 @pytest.mark.parametrize("flag, family", [("--streamk", "SK "), ("--no-streamk", "P ")])
 def test_explain_family_restriction(no_gpu, flag, family):
     result = runner.invoke(app, ["explain", "256", "256", "65536", "--arch", "sm_90", flag])

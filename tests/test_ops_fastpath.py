@@ -424,6 +424,85 @@ def test_a_kernel_that_wins_by_less_than_its_host_cost_runs_only_under_capture(t
     assert call_path._eager_vendor(selection, launch, routed) is leaves_eager_to_torch
 
 
+EXPLICIT_HOST, EXPLICIT_EXTRA = call_path.EXPLICIT_TORCH_HOST_US, call_path.EXPLICIT_TORCH_EXTRA_US
+
+
+@pytest.mark.parametrize("kernel_us, torch_us, direct, runs_kernel", [
+    (EXPLICIT_HOST - 1, EXPLICIT_HOST - 2, True, True),  # host-bound, loses by less than its launch saves
+    (EXPLICIT_HOST / 2, EXPLICIT_HOST / 2 + 1, True, True),  # faster anyway
+    (EXPLICIT_HOST - 1, EXPLICIT_HOST - 1 - EXPLICIT_EXTRA * 2, True, False),  # loses by more
+    (EXPLICIT_HOST * 2, EXPLICIT_HOST * 2 - 1, True, False),  # the GPU sets the pace: torch's is shorter
+    (EXPLICIT_HOST - 1, EXPLICIT_HOST - 2, False, False),  # not a direct launch: no host time saved
+    (0.0, EXPLICIT_HOST - 2, True, False),  # a time unknown: nothing to judge by
+    (EXPLICIT_HOST - 1, 0.0, True, False),
+])
+def test_a_torch_pick_close_to_its_kernel_leaves_eager_explicit_calls_to_it(kernel_us, torch_us, direct,
+                                                                           runs_kernel):
+    from tritonblas.arch import device_for_arch
+
+    device = device_for_arch("sm_90")
+    torch_pick, kernel = _selection(torch_us, device, "torch"), _selection(kernel_us, device)
+    assert (call_path.eager_kernel_reason(torch_pick, kernel, direct) is not None) is runs_kernel
+
+
+def test_the_kernel_beside_a_torch_pick_is_its_tuning_runs_fastest(monkeypatch):
+    """_eager_kernel asks dispatch for the kernels only (the same tuning run: the same source, measured);
+    none for a kernel pick, a guess (a neighbour's torch.mm), or the interpreter."""
+    from tritonblas.arch import INTERPRETER_DEVICE, device_for_arch
+
+    device = device_for_arch("sm_90")
+    monkeypatch.setattr(call_path, "config_launches_directly", lambda config: True)
+    asked = []
+
+    def select_problem(problem, **kwargs):
+        asked.append(kwargs)
+        return _selection(EXPLICIT_HOST - 1, kwargs["device"])
+
+    monkeypatch.setattr(dispatch, "select_problem", select_problem)
+    torch_pick = _selection(EXPLICIT_HOST - 2, device, "torch")
+    assert call_path._eager_kernel(torch_pick).config == SMALL
+    assert asked == [{"device": device, "backend": "triton"}]
+    assert call_path._eager_kernel(_selection(EXPLICIT_HOST - 2, device)) is None  # a kernel pick
+    guessed = dispatch.Selection(tritonblas.GemmConfig.vendor(), "neighbor", 0.0, False, torch_pick.problem,
+                                 device)
+    assert call_path._eager_kernel(guessed) is None
+    assert call_path._eager_kernel(_selection(EXPLICIT_HOST - 2, INTERPRETER_DEVICE, "torch")) is None
+    assert len(asked) == 1
+
+
+@pytest.fixture
+def eager_kernel(monkeypatch, torch_picked):
+    """Every torch pick has a kernel its explicit eager calls run (as call.path._eager_kernel finds for a
+    host-bound small problem); every prepared launch counts as direct."""
+    monkeypatch.setattr(call_path, "_eager_kernel", lambda selection: dispatch.Selection(
+        SMALL, "shipped", 1e-3, True, selection.problem, selection.device))
+    monkeypatch.setattr(call_path, "launches_directly", lambda launch: launch is not None)
+    dispatch.clear_cache()
+    return SMALL
+
+
+def test_explicit_eager_calls_of_such_a_pick_run_the_kernel_and_torch_under_capture(x, eager_kernel,
+                                                                                      monkeypatch):
+    launches = record_launches(monkeypatch)
+    ref = torch.mm(x.a.float(), x.b.float()).to(f16)
+    for call in (lambda: tritonblas.matmul(x.a, x.b), lambda: tritonblas.matmul(x.a, x.b, out=x.out),
+                 lambda: tritonblas.linear(x.a, x.b.t())):
+        for _ in range(2):
+            torch.testing.assert_close(call(), ref, rtol=2e-3, atol=2e-3)
+    assert [launch.config for launch in launches] == [eager_kernel] * 6
+    monkeypatch.setattr(call_run, "capturing", lambda: True)  # torch's op under graph capture
+    torch.testing.assert_close(tritonblas.matmul(x.a, x.b), ref, rtol=2e-3, atol=2e-3)
+    monkeypatch.setattr(call_run, "capturing", lambda: False)
+    # transparent mode's calls keep torch's own kernel (cheaper: the C++ kernels answer them), and so do
+    # calls that need grad (torch's own autograd node) and calls that pin a backend
+    with tritonblas.enable(native=False):
+        torch.mm(x.a, x.b)
+    w = x.b.t().clone().requires_grad_(True)
+    tritonblas.linear(x.a, w).sum().backward()
+    tritonblas.matmul(x.a, x.b, backend="torch")
+    assert len(launches) == 6
+
+
 def test_which_prepared_launches_go_direct(monkeypatch):
     """Pointer, host-descriptor and device-descriptor launches (their scratch pooled) on a known triton;
     a plan with padded copies (launches of their own), no prepared launch, or a triton whose launcher is

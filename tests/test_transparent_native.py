@@ -133,8 +133,10 @@ def test_what_later_calls_of_a_key_are_told(monkeypatch):
     kernel, vendor = GemmConfig(block_m=16, block_n=16, block_k=16), GemmConfig.vendor()
     later = transparent._later
     assert later(SimpleNamespace(eager_vendor=True, config=kernel), cuda) == transparent.EAGER_TORCH
-    assert later(SimpleNamespace(eager_vendor=False, config=kernel), cuda) == transparent.ASK
-    assert later(SimpleNamespace(eager_vendor=False, config=vendor), cuda) == transparent.TORCH
+    plan = SimpleNamespace(eager_vendor=False, capture_vendor=False, config=kernel)
+    assert later(plan, cuda) == transparent.ASK
+    plan.config = vendor
+    assert later(plan, cuda) == transparent.TORCH
     assert later(None, cuda) == later(None, cpu) == transparent.TORCH
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     assert later(None, cpu) == transparent.ASK

@@ -31,7 +31,7 @@ from ..config import GemmConfig
 from ..device import interpreter_enabled, tensor_device_info
 from ..launch.compile_key import prefetch as prefetch_compile_key
 from ..launch.direct import launches_directly
-from ..launch.prepared import prepare_launch
+from ..launch.prepared import config_launches_directly, prepare_launch
 from ..problem import Problem
 from ..selection import dispatch
 from ..validate import TORCH_DTYPES, check_out, span_bytes
@@ -49,6 +49,14 @@ KERNEL_HOST_US = 10.0
 ROUTED_HOST_US = 25.0
 # What the routed kernel's call costs the host above torch's own (26.7 - 20.9 us, the same calls).
 ROUTED_EXTRA_US = 6.0
+# An explicit call that runs torch's op pays the lookup on top of it; one that launches a prepared kernel
+# directly costs less than torch's op alone. H200 host, loops of back-to-back calls (`tritonblas bench`'s
+# loop ratio, classes/small.yaml, explicit calls with out=): torch's picks 15.4 us a call against
+# torch.mm's own 11.2, kernel picks 10.5. Where torch won the tuning run by less than that difference
+# and the run's fastest kernel is shorter than such a call's host time (the call is host-bound, its wall
+# time the host's), explicit eager calls run that kernel; under graph capture torch's op (_eager_kernel).
+EXPLICIT_TORCH_HOST_US = 15.0
+EXPLICIT_TORCH_EXTRA_US = 4.9
 _BIAS_KINDS = {(False, False): "scalar", (False, True): "row", (True, False): "column", (True, True): "full"}
 # What torch.backends.cuda.matmul.allow_tf32 returns, without its module __getattr__: 0.65 -> 0.05 us.
 _allow_tf32 = torch._C._get_cublas_allow_tf32
@@ -81,6 +89,7 @@ class Plan:
     launch: object = None  # launch.prepared.prepare_launch's, for tensors with the planned call's pointers
     precision: str = "tf32"  # the tf32 choice `launch` was made with (fp32 only: read per call)
     eager_vendor: bool = False  # the kernels win only where no host time is paid: graph capture
+    capture_vendor: bool = False  # torch's pick, whose kernel runs eager explicit calls (_eager_kernel)
     launched: bool = False  # its kernel ran once (compiled and loaded: a graph capture may launch it)
     recorded: int = -1  # record.generation when the problem was last noted (see lookup)
     op_args: tuple = ()  # grad plans: the custom op's (family, config list), for the shared backward
@@ -223,13 +232,20 @@ def prepare(key: tuple | None, op: str, a: torch.Tensor, b: torch.Tensor, bias: 
         (span_bytes(out), span_bytes(a), span_bytes(b), 0 if bias is None else span_bytes(bias))
     plan = Plan(m, n, k, problem, device, config, restriction, user_config, a.dtype is torch.float32, spans,
                 out_shape, grad=grad, linear=linear, has_bias=has_bias)
-    if config is not None and config.backend != "torch":
+    kernel = None if selection is None or routed or grad or restriction != (None, None) else \
+        _eager_kernel(selection)
+    if kernel is not None:
+        plan.config, plan.capture_vendor = kernel.config, True
+    if plan.config is not None and plan.config.backend != "torch":
         plan.precision = precision_of(plan)
         c = out if out is not None else torch.empty((m, n), dtype=a.dtype, device="meta")  # strides only
-        plan.launch = prepare_launch(a, b, c, bias_view(plan, bias), config, device.sm_count, plan.precision)
+        plan.launch = prepare_launch(a, b, c, bias_view(plan, bias), plan.config, device.sm_count,
+                                     plan.precision)
     if finish is not None:
         finish(plan)  # before it is stored: other threads see it whole
-    if selection is not None and restriction == (None, None):  # (finish may drop the prepared launch)
+    if plan.capture_vendor and not launches_directly(plan.launch):  # (finish may drop the prepared launch)
+        plan.config, plan.launch, plan.capture_vendor = selection.config, None, False
+    if selection is not None and restriction == (None, None) and not plan.capture_vendor:
         plan.eager_vendor = _eager_vendor(selection, plan.launch, routed)
     _note(plan)  # TRITONBLAS_RECORD / enable(record=...): a new problem goes to the file
     if key is not None:
@@ -267,6 +283,35 @@ def eager_torch_reason(selection: dispatch.Selection, direct: bool, routed: bool
     if selection.torch_ms > 0.0 and margin_us < extra_us:
         return (f"it beats torch's op by {margin_us:.1f} us, less than the {extra_us:.0f} us of host time "
                 "it costs above torch's")
+    return None
+
+
+def _eager_kernel(selection: dispatch.Selection) -> dispatch.Selection | None:
+    """The tuning run's fastest kernel where explicit eager calls run it in place of dispatch's torch pick
+    (eager_kernel_reason), else None."""
+    if selection.backend != "torch" or not selection.measured or selection.device is INTERPRETER_DEVICE:
+        return None
+    try:
+        kernel = dispatch.select_problem(selection.problem, device=selection.device, backend="triton")
+    except (ValueError, RuntimeError):
+        return None
+    if not kernel.measured or kernel.source != selection.source:
+        return None
+    return kernel if eager_kernel_reason(selection, kernel, config_launches_directly(kernel.config)) else None
+
+
+def eager_kernel_reason(selection: dispatch.Selection, kernel: dispatch.Selection,
+                        direct: bool) -> str | None:
+    """Why explicit eager calls of a torch pick run `kernel` (its tuning run's fastest), launched directly
+    (`direct`), instead of torch's op (None: torch's op): a kernel shorter than such a call's host time
+    (the call is host-bound) that loses to torch's by less than the host time its direct launch saves."""
+    kernel_us, torch_us = kernel.time_ms * 1000, selection.time_ms * 1000
+    if not direct or kernel_us <= 0.0 or torch_us <= 0.0:
+        return None
+    if kernel_us <= EXPLICIT_TORCH_HOST_US and kernel_us - torch_us < EXPLICIT_TORCH_EXTRA_US:
+        return (f"its kernel ({kernel_us:.1f} us, torch's op {torch_us:.1f}) is shorter than an explicit "
+                f"call's host time ({EXPLICIT_TORCH_HOST_US:.0f} us), and its direct launch costs "
+                f"{EXPLICIT_TORCH_EXTRA_US:.1f} us less of it than torch's op")
     return None
 
 

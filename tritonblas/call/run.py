@@ -120,7 +120,10 @@ def run_views(plan: Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor |
 def eager_torch(plan: Plan) -> bool:
     """Whether this call of a plan whose kernel wins under graph capture only (eager_vendor) runs torch's
     GEMM: an eager call, but for the first, which runs the kernel so that it is compiled and loaded
-    before a capture launches it (a first launch under capture fails, and falls back to torch)."""
+    before a capture launches it (a first launch under capture fails, and falls back to torch). Or,
+    the other way (capture_vendor: torch's pick, its kernel for eager explicit calls), a captured call."""
+    if plan.capture_vendor:
+        return capturing()
     return plan.eager_vendor and plan.launched and not capturing()
 
 

@@ -125,6 +125,7 @@ def explain(m: str = SizeM, n: str = SizeN, k: str = SizeK, dtype: str = DtypeOp
                                           backend=None if backend is None else backend.value)
         except (ValueError, RuntimeError) as e:
             fail(f"error: {e}", code=1)
+        eager = _eager_lines(sel)  # (a torch pick's kernel comes from the same database)
     ranked = heuristic.rank(sel.problem, info, streamk)
     quantized = f", scales {p.scales}" if p.quantized else ""
     vendor = vendor_name(p) if p.quantized else "torch.mm / torch.addmm"
@@ -140,7 +141,7 @@ def explain(m: str = SizeM, n: str = SizeN, k: str = SizeK, dtype: str = DtypeOp
         against = f"; {vendor.split(' / ')[0]} {sel.torch_ms:.4g} ms in the same run" \
             if sel.torch_ms and sel.backend != "torch" else ""
         lines.append(("time", f"{sel.time_ms:.4g} ms {kind} ({rate:.1f} TFLOP/s){against}"))
-    lines += _eager_lines(sel)
+    lines += eager
     for name, text in lines:
         console.print(f"{name + ':':10}{text}", markup=False)
     console.print(_ranking_table(ranked[:top], sel.config, len(ranked)))
@@ -157,8 +158,10 @@ def _eager_lines(sel) -> list[tuple[str, str]]:
     from ..config import vendor_scaled_refusal
     from ..launch.prepared import config_launches_directly
 
-    if sel.backend == "torch" or sel.device is INTERPRETER_DEVICE:
+    if sel.device is INTERPRETER_DEVICE:
         return []
+    if sel.backend == "torch":
+        return [] if sel.problem.quantized else _eager_kernel_lines(sel)
     direct = config_launches_directly(sel.config)
     if sel.problem.quantized:
         refusal = vendor_scaled_refusal(sel.problem)
@@ -175,6 +178,18 @@ def _eager_lines(sel) -> list[tuple[str, str]]:
             f"{who} run {vendor} ({why}); the kernel runs under CUDA graph capture"
         lines.append((name, text))
     return lines
+
+
+def _eager_kernel_lines(sel) -> list[tuple[str, str]]:
+    """A torch pick whose tuning run's fastest kernel runs eager explicit calls (call.path._eager_kernel)."""
+    from ..call.path import _eager_kernel, eager_kernel_reason
+
+    kernel = _eager_kernel(sel)
+    if kernel is None:
+        return []
+    why = eager_kernel_reason(sel, kernel, True)
+    return [("eager", f"explicit calls run triton {kernel.config.short()} ({why}); torch.mm under CUDA graph "
+                      "capture and in transparent mode")]
 
 
 def _source_detail(sel, where: str) -> str:
