@@ -159,3 +159,34 @@ def test_gpu_device_descriptors_in_a_graph_and_beside_it():
         torch.cuda.synchronize()
         assert_close(y, torch.nn.functional.linear(x, w), reference(x, w.t()), k=512)
         assert_close(eager, torch.nn.functional.linear(z, w), reference(z, w.t()), k=512)
+
+
+def test_gpu_a_torch_pick_runs_its_kernel_eagerly_and_torch_in_a_graph(pick_torch, monkeypatch):
+    """A torch pick whose kernel runs eager explicit calls (call.path._eager_kernel, forced here): eager
+    calls launch the kernel directly, a captured call records torch's op, and both give right results."""
+    from tritonblas.selection import dispatch
+
+    pick_torch(lambda problem: True)
+    kernel = GemmConfig(block_m=64, block_n=64, block_k=64, num_warps=4, num_stages=3)
+    monkeypatch.setattr(call_path, "_eager_kernel", lambda selection: dispatch.Selection(
+        kernel, "shipped", 0.005, True, selection.problem, selection.device))
+    a, b = operands(512, 256, 384, torch.bfloat16, "nn")
+    ref = reference(a, b)
+    for _ in range(3):  # compiled, then direct
+        assert_close(tritonblas.matmul(a, b), torch.mm(a, b), ref, k=384)
+    (plan,) = [p for p in call_path.plans.values() if p.m == 512 and p.n == 256]
+    assert plan.capture_vendor and plan.config == kernel
+    assert direct.launches_directly(plan.launch) or not KNOWN_TRITON
+
+    def kernels(fn) -> set[str]:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            fn()
+            torch.cuda.synchronize()
+        return {e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA}
+
+    assert "persistent_gemm_kernel" in kernels(lambda: tritonblas.matmul(a, b))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = tritonblas.matmul(a, b)
+    assert "persistent_gemm_kernel" not in kernels(graph.replay)
+    assert_close(y, torch.mm(a, b), ref, k=384)
