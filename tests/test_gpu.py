@@ -530,3 +530,20 @@ def test_gpu_reduce_kernel_gives_the_in_kernel_fixup_bits(shape, fields, tree):
 def test_gpu_a_failed_launch_leaves_no_dirty_scratch(case, error, monkeypatch):
     # Issue 33: a launch that raised gave its dirty workspace back to the pool (tests/helpers/faults.py).
     fault_then_every_path(case, error, "cuda", monkeypatch)
+
+
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.bfloat16], ids=["e4m3", "bf16"])
+@pytest.mark.parametrize("rows, cols, stride", [(1000, 1001, 1001), (33, 7, 9), (4095, 4095, 4095),
+                                                (5, 1, 3), (64, 130, 135), (512, 30522, 30522)])
+def test_gpu_word_copies_are_exact(rows, cols, stride, dtype):
+    """The word copy (launch.gemm._aligned) of one- and two-byte elements, bit for bit."""
+    from tritonblas.launch import gemm
+
+    bits = torch.int8 if dtype.itemsize == 1 else torch.int16
+    info = torch.iinfo(bits)
+    base = torch.randint(info.min, info.max + 1, (rows * stride,), dtype=bits, device="cuda")
+    src = base.view(rows, stride)[:, :cols].view(dtype)
+    copied = gemm._aligned(src, 0)
+    torch.cuda.synchronize()
+    assert (copied.stride(0) * dtype.itemsize) % 16 == 0
+    assert torch.equal(copied.view(bits), src.view(bits))

@@ -170,7 +170,7 @@ def test_gpu_a_torch_pick_runs_its_kernel_eagerly_and_torch_in_a_graph(pick_torc
     kernel = GemmConfig(block_m=64, block_n=64, block_k=64, num_warps=4, num_stages=3)
     monkeypatch.setattr(call_path, "_eager_kernel", lambda selection: dispatch.Selection(
         kernel, "shipped", 0.005, True, selection.problem, selection.device))
-    a, b = operands(512, 256, 384, torch.bfloat16, "nn")
+    a, b = operands(512, 256, 384, torch.bfloat16, "nn", "cuda")
     ref = reference(a, b)
     for _ in range(3):  # compiled, then direct
         assert_close(tritonblas.matmul(a, b), torch.mm(a, b), ref, k=384)

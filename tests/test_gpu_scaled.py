@@ -149,15 +149,3 @@ def test_gpu_scaled_mm_padded_copies(case, path):
     assert config_supports(config, p, inp.info) is None
     err = inp.error(inp.call(config=config))
     assert err <= inp.tolerance, f"{p.short()} {path}: rel. error {err:.3g} > {inp.tolerance:.3g}"
-
-
-@pytest.mark.parametrize("rows, cols, stride", [(1000, 1001, 1001), (33, 7, 9), (4095, 4095, 4095),
-                                                (5, 1, 3), (64, 130, 135)])
-def test_gpu_one_byte_copies_are_exact(rows, cols, stride):
-    from tritonblas.launch import gemm
-
-    base = torch.randint(-128, 128, (rows * stride,), dtype=torch.int8, device="cuda")
-    src = base.view(rows, stride)[:, :cols].view(torch.float8_e4m3fn)
-    copied = gemm._aligned(src, 0)
-    torch.cuda.synchronize()
-    assert copied.stride(0) % 16 == 0 and torch.equal(copied.view(torch.int8), src.view(torch.int8))

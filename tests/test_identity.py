@@ -43,7 +43,7 @@ EDITS = [
      "dict(BLOCK_R=_COPY_ROWS, BLOCK_C=_COPY_COLS), 8, 1,", False),
     ("word_copy_block", "launch/gemm.py", "_WORD_ROWS, _WORD_COLS = 4, 256",
      "_WORD_ROWS, _WORD_COLS = 4, 128", False),
-    ("word_copy_rule", "launch/gemm.py", "src.element_size() == 1 and", "src.element_size() <= 2 and", False),
+    ("word_copy_rule", "launch/gemm.py", "if size <= 2 and", "if size <= 4 and", False),
     ("reduce_chunks", "launch/streamk.py", "return 8 if 4 * sk_tiles < programs else 4",
      "return 8 if 2 * sk_tiles < programs else 4", False),
 ]

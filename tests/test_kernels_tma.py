@@ -74,10 +74,10 @@ def _bytes(rows: int, cols: int, dtype: torch.dtype = torch.int8) -> torch.Tenso
 
 
 # Operands the aligned copy must reproduce exactly in a padded buffer: odd leading dims row- and
-# column-major, a source with no unit stride at all, 2-byte elements, and an empty one; one-byte
-# elements (the word copy: rows starting at every byte of a word, rows shorter than a word, rows
-# strided apart, a column-major operand) and the one-byte sources it leaves to the element copy (no
-# unit stride, a pointer off a word).
+# column-major, a source with no unit stride at all, and an empty one; one- and two-byte elements (the
+# word copy: rows starting at every byte of a word, rows shorter than a word, rows strided apart, a
+# column-major operand) and the ones it leaves to the element copy (no unit stride, a pointer off a
+# word).
 COPY_SOURCES = {
     "row_major_odd_lead": lambda: torch.randn(37, 41),
     "col_major_odd_lead": lambda: torch.randn(41, 37).t(),
@@ -92,6 +92,11 @@ COPY_SOURCES = {
     "int8_no_unit_stride": lambda: _bytes(9, 34)[:, ::2],
     "int8_pointer_off_a_word": lambda: _bytes(9, 42)[:, 1:],
     "int8_empty": lambda: _bytes(0, 7),
+    "bf16_even_lead": lambda: torch.randn(11, 30).bfloat16(),
+    "fp16_col_major": lambda: torch.randn(13, 9).half().t(),
+    "bf16_one_element_rows": lambda: torch.randn(6, 1).bfloat16(),
+    "fp16_strided_rows": lambda: torch.randn(7, 41).half()[:, :37],
+    "bf16_no_unit_stride": lambda: torch.randn(9, 34).bfloat16()[:, ::2],
 }
 
 
@@ -105,7 +110,9 @@ def test_aligned_copy_is_exact_and_tma_ready(name):
     assert launch._tma_ready(copied) == (True, launch._is_col_major(src))
 
 
-WORD_COPIES = {"int8_odd_lead", "e4m3_odd_lead", "e5m2_col_major", "int8_short_rows", "int8_strided_rows"}
+WORD_COPIES = {"int8_odd_lead", "e4m3_odd_lead", "e5m2_col_major", "int8_short_rows", "int8_strided_rows",
+               "fp16_odd_lead", "bf16_even_lead", "fp16_col_major", "bf16_one_element_rows",
+               "fp16_strided_rows"}
 
 
 @pytest.mark.parametrize("name", [n for n in COPY_SOURCES if "empty" not in n])

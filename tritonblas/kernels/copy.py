@@ -35,11 +35,12 @@ def pad_copy_words_kernel(
     stride_r, lead_words,
     BLOCK_R: tl.constexpr, BLOCK_W: tl.constexpr,
 ):
-    """The aligned copy of one-byte elements (fp8, int8) whose rows are contiguous, in 4-byte words: a
-    row of 1001 bytes starts at any byte, so pad_copy_kernel loads it a byte at a time. Here each
-    destination word is two aligned source words shifted together, loads and stores a word at a time.
-    src_ptr must be 4-byte aligned, dst rows `lead_words` words apart. The bytes of a row's last word
-    past `cols` land in the padding, which nothing reads (the GEMM's view and descriptors end at cols)."""
+    """The aligned copy of one- and two-byte elements (fp8, int8, bf16, fp16) whose rows are contiguous,
+    in 4-byte words, counting in bytes (`cols`, `stride_r`): a row of 1001 bytes starts at any byte, so
+    pad_copy_kernel loads it an element at a time. Here each destination word is two aligned source
+    words shifted together: loads and stores a word at a time. src_ptr must be 4-byte aligned, dst rows
+    `lead_words` words apart. The bytes of a row's last word past `cols` land in the padding, which
+    nothing reads (the GEMM's view and descriptors end at the row's last element)."""
     pid = tl.program_id(0)
     word_blocks = tl.cdiv(tl.cdiv(cols, 4), BLOCK_W)
     r = ((pid // word_blocks) * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)[:, None]

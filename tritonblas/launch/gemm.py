@@ -99,13 +99,16 @@ _WORD_ROWS, _WORD_COLS = 4, 256
 
 
 def _copy_plan(src: torch.Tensor, lead: int, aligned: bool) -> _Plan:
-    """The pad copy of `src` (rows along dim 0) into rows `lead` elements apart: one-byte elements in
-    contiguous rows from an aligned pointer a word at a time, any other source an element at a time."""
+    """The pad copy of `src` (rows along dim 0) into rows `lead` elements apart: one- and two-byte
+    elements in contiguous rows from an aligned pointer a word at a time (the word kernel counts in
+    bytes), any other source an element at a time."""
     rows, cols = src.shape
-    if src.element_size() == 1 and src.stride(1) == 1 and aligned:
-        return _Plan(_kernels()[4], cdiv(rows, _WORD_ROWS) * cdiv(cdiv(cols, 4), _WORD_COLS),
-                     (rows, cols, src.stride(0), lead // 4), dict(BLOCK_R=_WORD_ROWS, BLOCK_W=_WORD_COLS),
-                     4, 1, None)
+    size = src.element_size()
+    if size <= 2 and src.stride(1) == 1 and aligned:
+        row_bytes = cols * size
+        return _Plan(_kernels()[4], cdiv(rows, _WORD_ROWS) * cdiv(cdiv(row_bytes, 4), _WORD_COLS),
+                     (rows, row_bytes, src.stride(0) * size, lead * size // 4),
+                     dict(BLOCK_R=_WORD_ROWS, BLOCK_W=_WORD_COLS), 4, 1, None)
     return _Plan(_kernels()[2], cdiv(rows, _COPY_ROWS) * cdiv(cols, _COPY_COLS),
                  (rows, cols, *src.stride(), lead), dict(BLOCK_R=_COPY_ROWS, BLOCK_C=_COPY_COLS), 4, 1, None)
 
