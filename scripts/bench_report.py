@@ -2,7 +2,8 @@
 
 Usage: python scripts/bench_report.py docs/benchmarks/h200-s37-t36-a.json [--png out.png]
        python scripts/bench_report.py a.json b.json --by-file scripts/shapes.yaml scripts/classes/*.yaml
-Columns: TFLOP/s ours and torch.mm, ratio, and our fraction of the roofline
+Columns: TFLOP/s ours and torch.mm, ratio, the eager loop's ratio (host time included; "-" in files written
+before the bench timed it), and our fraction of the roofline
 (max(FLOPs / peak, bytes / bandwidth), tritonblas.selection.heuristic's figures for the file's arch). The last
 line counts run-time fallbacks (RuntimeWarnings of configs triton refused to compile, issue 21) and
 names their problems; files written before the count have none recorded ("not recorded").
@@ -33,24 +34,29 @@ def rows_from(data: dict) -> list[BenchRow]:
         problem = Problem(r["m"], r["n"], r["k"], r["dtype"], r["layout"], r["bias"], *quantized)
         config = GemmConfig(**r["config"]) if r.get("config") else None
         rows.append(BenchRow(problem, r["status"], r.get("source", ""), config, r.get("ms"),
-                             r.get("torch_ms"), r.get("rel_error"), r.get("note", ""), r.get("fallbacks", 0)))
+                             r.get("torch_ms"), r.get("rel_error"), r.get("note", ""), r.get("fallbacks", 0),
+                             r.get("loop_ms"), r.get("torch_loop_ms")))
     return rows
 
 
 def table(rows: list[BenchRow], arch: str) -> str:
     device = device_for_arch(arch)
-    lines = ["| problem | ours TFLOP/s | torch.mm TFLOP/s | ratio | roofline fraction (ours) | source "
-             "| config |", "|---|---|---|---|---|---|---|"]
+    lines = ["| problem | ours TFLOP/s | torch.mm TFLOP/s | ratio | loop ratio | roofline fraction (ours) "
+             "| source | config |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         frac = roofline_us(r.problem, device) / (r.ms * 1e3) if r.ms else None
         cells = [r.problem.short(), _f(r.tflops, ".0f"), _f(r.torch_tflops, ".0f"),
-                 _f(r.speedup, ".2f", "x"), _f(frac, ".2f"), r.source,
+                 _f(r.speedup, ".2f", "x"), _f(r.loop_speedup, ".2f", "x"), _f(frac, ".2f"), r.source,
                  f"`{r.config.short()}`" if r.config else r.status]
         lines.append("| " + " | ".join(cells) + " |")
     gm = geomean([r.speedup for r in rows if r.speedup])
     lines.append("")
     lines.append(f"geomean speedup over torch.mm: {_f(gm, '.3f', 'x')} over {len(rows)} problems; "
                  f"lowest {_f(min((r.speedup for r in rows if r.speedup), default=None), '.2f', 'x')}")
+    loops = [r.loop_speedup for r in rows if r.loop_speedup]
+    if loops:  # (files written before `tritonblas bench` timed the eager loop have none)
+        lines.append(f"in an eager loop of back-to-back calls: {geomean(loops):.3f}x over {len(loops)} "
+                     f"problems; lowest {min(loops):.2f}x")
     return "\n".join(lines)
 
 
