@@ -162,13 +162,13 @@ def test_gpu_device_descriptors_in_a_graph_and_beside_it():
 
 
 def test_gpu_a_torch_pick_runs_its_kernel_eagerly_and_torch_in_a_graph(pick_torch, monkeypatch):
-    """A torch pick whose kernel runs eager explicit calls (call.path._eager_kernel, forced here): eager
+    """A torch pick whose kernel runs eager explicit calls (call.path.eager_kernel, forced here): eager
     calls launch the kernel directly, a captured call records torch's op, and both give right results."""
     from tritonblas.selection import dispatch
 
     pick_torch(lambda problem: True)
     kernel = GemmConfig(block_m=64, block_n=64, block_k=64, num_warps=4, num_stages=3)
-    monkeypatch.setattr(call_path, "_eager_kernel", lambda selection: dispatch.Selection(
+    monkeypatch.setattr(call_path, "eager_kernel", lambda selection: dispatch.Selection(
         kernel, "shipped", 0.005, True, selection.problem, selection.device))
     a, b = operands(512, 256, 384, torch.bfloat16, "nn", "cuda")
     ref = reference(a, b)

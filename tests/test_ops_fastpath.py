@@ -446,7 +446,7 @@ def test_a_torch_pick_close_to_its_kernel_leaves_eager_explicit_calls_to_it(kern
 
 
 def test_the_kernel_beside_a_torch_pick_is_its_tuning_runs_fastest(monkeypatch):
-    """_eager_kernel asks dispatch for the kernels only (the same tuning run: the same source, measured);
+    """eager_kernel asks dispatch for the kernels only (the same tuning run: the same source, measured);
     none for a kernel pick, a guess (a neighbour's torch.mm), or the interpreter."""
     from tritonblas.arch import INTERPRETER_DEVICE, device_for_arch
 
@@ -460,21 +460,21 @@ def test_the_kernel_beside_a_torch_pick_is_its_tuning_runs_fastest(monkeypatch):
 
     monkeypatch.setattr(dispatch, "select_problem", select_problem)
     torch_pick = _selection(EXPLICIT_HOST - 2, device, "torch")
-    assert call_path._eager_kernel(torch_pick).config == SMALL
+    assert call_path.eager_kernel(torch_pick).config == SMALL
     assert asked == [{"device": device, "backend": "triton"}]
-    assert call_path._eager_kernel(_selection(EXPLICIT_HOST - 2, device)) is None  # a kernel pick
+    assert call_path.eager_kernel(_selection(EXPLICIT_HOST - 2, device)) is None  # a kernel pick
     guessed = dispatch.Selection(tritonblas.GemmConfig.vendor(), "neighbor", 0.0, False, torch_pick.problem,
                                  device)
-    assert call_path._eager_kernel(guessed) is None
-    assert call_path._eager_kernel(_selection(EXPLICIT_HOST - 2, INTERPRETER_DEVICE, "torch")) is None
+    assert call_path.eager_kernel(guessed) is None
+    assert call_path.eager_kernel(_selection(EXPLICIT_HOST - 2, INTERPRETER_DEVICE, "torch")) is None
     assert len(asked) == 1
 
 
 @pytest.fixture
 def eager_kernel(monkeypatch, torch_picked):
-    """Every torch pick has a kernel its explicit eager calls run (as call.path._eager_kernel finds for a
+    """Every torch pick has a kernel its explicit eager calls run (as call.path.eager_kernel finds for a
     host-bound small problem); every prepared launch counts as direct."""
-    monkeypatch.setattr(call_path, "_eager_kernel", lambda selection: dispatch.Selection(
+    monkeypatch.setattr(call_path, "eager_kernel", lambda selection: dispatch.Selection(
         SMALL, "shipped", 1e-3, True, selection.problem, selection.device))
     monkeypatch.setattr(call_path, "launches_directly", lambda launch: launch is not None)
     dispatch.clear_cache()

@@ -3,7 +3,9 @@
 Both sides run on the same inputs with the tuner's timing protocol (tuning.benchmark.GpuBenchmark:
 do_bench median with a cold L2 on a GPU; a wall-clock median of a few runs in Triton's interpreter,
 where the numbers only show that the flow works). Our result is also checked against an fp64
-reference, so a fast wrong answer is reported as such, never as a speedup. `run_bench` measures;
+reference, so a fast wrong answer is reported as such, never as a speedup. Then both sides run an eager
+loop of back-to-back calls (tuning.benchmark.loop_ms), which counts the host's time per call where it
+exceeds the kernel's, as a decode step does, and the single timed calls cannot. `run_bench` measures;
 `write_json` and `write_plot` record the rows (scripts/bench_report.py reads the JSON back).
 """
 

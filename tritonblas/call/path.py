@@ -54,7 +54,7 @@ ROUTED_EXTRA_US = 6.0
 # loop ratio, classes/small.yaml, explicit calls with out=): torch's picks 15.4 us a call against
 # torch.mm's own 11.2, kernel picks 10.5. Where torch won the tuning run by less than that difference
 # and the run's fastest kernel is shorter than such a call's host time (the call is host-bound, its wall
-# time the host's), explicit eager calls run that kernel; under graph capture torch's op (_eager_kernel).
+# time the host's), explicit eager calls run that kernel; under graph capture torch's op (eager_kernel).
 EXPLICIT_TORCH_HOST_US = 15.0
 EXPLICIT_TORCH_EXTRA_US = 4.9
 _BIAS_KINDS = {(False, False): "scalar", (False, True): "row", (True, False): "column", (True, True): "full"}
@@ -89,7 +89,7 @@ class Plan:
     launch: object = None  # launch.prepared.prepare_launch's, for tensors with the planned call's pointers
     precision: str = "tf32"  # the tf32 choice `launch` was made with (fp32 only: read per call)
     eager_vendor: bool = False  # the kernels win only where no host time is paid: graph capture
-    capture_vendor: bool = False  # torch's pick, whose kernel runs eager explicit calls (_eager_kernel)
+    capture_vendor: bool = False  # torch's pick, whose kernel runs eager explicit calls (eager_kernel)
     launched: bool = False  # its kernel ran once (compiled and loaded: a graph capture may launch it)
     recorded: int = -1  # record.generation when the problem was last noted (see lookup)
     op_args: tuple = ()  # grad plans: the custom op's (family, config list), for the shared backward
@@ -233,7 +233,7 @@ def prepare(key: tuple | None, op: str, a: torch.Tensor, b: torch.Tensor, bias: 
     plan = Plan(m, n, k, problem, device, config, restriction, user_config, a.dtype is torch.float32, spans,
                 out_shape, grad=grad, linear=linear, has_bias=has_bias)
     kernel = None if selection is None or routed or grad or restriction != (None, None) else \
-        _eager_kernel(selection)
+        eager_kernel(selection)
     if kernel is not None:
         plan.config, plan.capture_vendor = kernel.config, True
     if plan.config is not None and plan.config.backend != "torch":
@@ -286,7 +286,7 @@ def eager_torch_reason(selection: dispatch.Selection, direct: bool, routed: bool
     return None
 
 
-def _eager_kernel(selection: dispatch.Selection) -> dispatch.Selection | None:
+def eager_kernel(selection: dispatch.Selection) -> dispatch.Selection | None:
     """The tuning run's fastest kernel where explicit eager calls run it in place of dispatch's torch pick
     (eager_kernel_reason), else None."""
     if selection.backend != "torch" or not selection.measured or selection.device is INTERPRETER_DEVICE:

@@ -181,10 +181,10 @@ def _eager_lines(sel) -> list[tuple[str, str]]:
 
 
 def _eager_kernel_lines(sel) -> list[tuple[str, str]]:
-    """A torch pick whose tuning run's fastest kernel runs eager explicit calls (call.path._eager_kernel)."""
-    from ..call.path import _eager_kernel, eager_kernel_reason
+    """A torch pick whose tuning run's fastest kernel runs eager explicit calls (call.path.eager_kernel)."""
+    from ..call.path import eager_kernel, eager_kernel_reason
 
-    kernel = _eager_kernel(sel)
+    kernel = eager_kernel(sel)
     if kernel is None:
         return []
     why = eager_kernel_reason(sel, kernel, True)
