@@ -83,9 +83,8 @@ def _aligned(t: torch.Tensor, slot: int, held: list | None = None, stream: int |
     rows, cols = src.shape
     buf = scratch.padded_buffer(slot, rows, aligned_leading_dim(cols, t.element_size()), t, held, stream)
     if src.numel():
-        aligned = src.data_ptr() % 16 == 0
-        key = ("pad_copy", src.shape, src.stride(), buf.stride(0), src.dtype, src.device, aligned)
-        plan = _cached_plan(key, lambda: _copy_plan(src, buf.stride(0), aligned))
+        lead, aligned = buf.stride(0), src.data_ptr() % 16 == 0
+        plan = _cached_plan(copy_key(src, lead, aligned), lambda: _copy_plan(src, lead, aligned))
         _launch(plan, (src, buf), ())
     view = buf[:, :cols]
     return view.t() if col else view
@@ -96,6 +95,12 @@ def _aligned(t: torch.Tensor, slot: int, held: list | None = None, stream: int |
 _COPY_ROWS, _COPY_COLS = 16, 256
 # pad_copy_words_kernel's block: rows x 4-byte words per program (docs/notes/kernel-levers.md, row 47).
 _WORD_ROWS, _WORD_COLS = 4, 256
+
+
+def copy_key(src: torch.Tensor, lead: int, aligned: bool) -> tuple:
+    """The plan key of the pad copy of `src` into rows `lead` elements apart, from a pointer 16-byte
+    `aligned` or not: _aligned stores the copy's plan by it, and a prepared launch finds it there."""
+    return ("pad_copy", src.shape, src.stride(), lead, src.dtype, src.device, aligned)
 
 
 def _copy_plan(src: torch.Tensor, lead: int, aligned: bool) -> _Plan:

@@ -135,8 +135,7 @@ def _prepare_copies(a: torch.Tensor, b: torch.Tensor) -> tuple[tuple[PadCopy | N
         rows, cols = src.shape
         lead = aligned_leading_dim(cols, t.element_size())
         # (the pointer 16-byte aligned: launch_prepared runs no other)
-        key = ("pad_copy", src.shape, src.stride(), lead, src.dtype, src.device, True)
-        copies.append(PadCopy(slot, (rows, cols), src.stride(), lead, col, key))
+        copies.append(PadCopy(slot, (rows, cols), src.stride(), lead, col, gemm.copy_key(src, lead, True)))
         view = torch.empty((rows, lead), dtype=t.dtype, device="meta")[:, :cols]
         operands.append(view.t() if col else view)
     return (copies[0], copies[1]), operands[0], operands[1]
