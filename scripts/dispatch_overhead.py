@@ -8,6 +8,8 @@ process, on the same random operands:
   linear                  tritonblas.linear(x, w)        vs F.linear(x, w)
   linear, w grad          the same with w.requires_grad  (every linear of a training step's forward)
   matmul                  tritonblas.matmul(a, b)        vs torch.mm(a, b)
+  linear, no C++ front    tritonblas.linear(x, w) with the C++ front set aside (tritonblas/native/front.cpp:
+                          it answers calls that torch's op runs; the other rows have it, built first)
   routed F.linear         F.linear under tritonblas.enable() vs with the mode off
   routed F.linear, w grad the same with w.requires_grad
   routed, Python kernels  routed F.linear through transparent mode's Python kernels (no C++ compiler)
@@ -80,13 +82,29 @@ def main() -> None:
     w = torch.randn(args.n, args.k, device=dev, dtype=dtype)
     wg = w.clone().requires_grad_(True)
     b = w.t()
+    from tritonblas import native
+    from tritonblas.call import front
+
+    native.load()
     off, on = contextlib.nullcontext, tritonblas.enable
+
+    @contextlib.contextmanager
+    def no_front():
+        kept = front.linear
+        front.linear = None
+        try:
+            yield
+        finally:
+            front.linear = kept
+
     python_kernels = functools.partial(tritonblas.enable, native=False)  # (what runs where nothing builds)
     kw = {} if args.backend is None else {"backend": args.backend}
     pairs = {
         "linear": ((off, lambda: F.linear(x, w)), (off, lambda: tritonblas.linear(x, w, **kw))),
         "linear, w grad": ((off, lambda: F.linear(x, wg)), (off, lambda: tritonblas.linear(x, wg, **kw))),
         "matmul": ((off, lambda: torch.mm(x, b)), (off, lambda: tritonblas.matmul(x, b, **kw))),
+        "linear, no C++ front": ((off, lambda: F.linear(x, w)),
+                                 (no_front, lambda: tritonblas.linear(x, w, **kw))),
         "routed F.linear": ((off, lambda: F.linear(x, w)), (on, lambda: F.linear(x, w))),
         "routed F.linear, w grad": ((off, lambda: F.linear(x, wg)), (on, lambda: F.linear(x, wg))),
         "routed, Python kernels": ((off, lambda: F.linear(x, w)), (python_kernels, lambda: F.linear(x, w))),
@@ -94,7 +112,8 @@ def main() -> None:
     }
     sel = tritonblas.select(args.m, args.n, args.k, args.dtype, layout="nt", device=dev, **kw)
     name = torch.cuda.get_device_name(dev) if gpu else "CPU (Triton's interpreter)"
-    print(f"{args.m}x{args.n}x{args.k} {args.dtype} on {name}, torch {torch.__version__}: {sel.describe()}")
+    print(f"{args.m}x{args.n}x{args.k} {args.dtype} on {name}, torch {torch.__version__}: {sel.describe()}; "
+          f"C++ front {'loaded' if native.front() is not None else 'absent: ' + native.why_not()}")
     rows = per_call_us(pairs, args.calls, args.trials, sync)
     print(f"  {'call':26s} {'torch':>9s} {'ours':>9s} {'ours-torch':>11s}")
     for row, (t, o) in rows.items():

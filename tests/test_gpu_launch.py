@@ -190,3 +190,35 @@ def test_gpu_a_torch_pick_runs_its_kernel_eagerly_and_torch_in_a_graph(pick_torc
         y = tritonblas.matmul(a, b)
     assert "persistent_gemm_kernel" not in kernels(graph.replay)
     assert_close(y, torch.mm(a, b), ref, k=384)
+
+
+def test_gpu_the_cpp_front_answers_eager_calls_and_leaves_captures_to_python(pick_kernel, monkeypatch):
+    """A kernel that wins under graph capture only, on CUDA with the C++ front (tritonblas/native): its
+    first eager call launches the kernel, the next runs torch's op and is remembered, later eager calls
+    are answered in C++ (never planned again); a captured call goes to the Python path, which captures
+    the kernel. Every result right."""
+    from tritonblas import native
+    from tritonblas.call import ops
+
+    if not native.load() or native.front() is None:
+        pytest.fail(f"the C++ front did not build on the GPU host: {native.why_not()}")
+    pick_kernel(lambda problem: True, 0.005)
+    monkeypatch.setattr(call_path, "_eager_vendor", lambda selection, launch, routed=False: True)
+    native.forget()
+    planned = []
+    real = call_path.lookup
+    monkeypatch.setattr(ops, "lookup", lambda *args: (planned.append(1), real(*args))[1])
+    x, w = operands(8, 1024, 512, torch.bfloat16, "nt", "cuda")
+    w = w.t()
+    ref = reference(x, w.t())
+    for _ in range(5):
+        assert_close(tritonblas.linear(x, w), torch.nn.functional.linear(x, w), ref, k=512)
+    assert len(planned) == 2 and native.ops().remembered() == 1
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = tritonblas.linear(x, w)
+    assert len(planned) == 3
+    x.copy_(torch.randn_like(x))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert_close(y, torch.nn.functional.linear(x, w), reference(x, w.t()), k=512)

@@ -149,3 +149,27 @@ def test_gpu_scaled_mm_padded_copies(case, path):
     assert config_supports(config, p, inp.info) is None
     err = inp.error(inp.call(config=config))
     assert err <= inp.tolerance, f"{p.short()} {path}: rel. error {err:.3g} > {inp.tolerance:.3g}"
+
+
+def test_gpu_a_scaled_mm_torch_pick_is_answered_by_the_cpp_front(pick_torch, monkeypatch):
+    """Dispatch's torch._scaled_mm pick on CUDA: from the second call on the C++ front (tritonblas/native)
+    runs torch._scaled_mm itself, never planned again; results equal torch's own call."""
+    from tritonblas import native
+    from tritonblas.call import path as call_path
+    from tritonblas.call import scaled as call_scaled
+
+    if not native.load() or native.front() is None:
+        pytest.fail(f"the C++ front did not build on the GPU host: {native.why_not()}")
+    pick_torch(lambda problem: True)
+    native.forget()
+    planned = []
+    real = call_path.lookup
+    monkeypatch.setattr(call_scaled, "lookup", lambda *args: (planned.append(1), real(*args))[1])
+    a = torch.randn(256, 512, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(1024, 512, device="cuda").to(torch.float8_e4m3fn).t()
+    scale_a, scale_b = torch.rand(256, 1, device="cuda") + 0.5, torch.rand(1, 1024, device="cuda") + 0.5
+    bias = torch.randn(1024, device="cuda", dtype=torch.bfloat16)
+    want = torch._scaled_mm(a, b, scale_a, scale_b, bias=bias, out_dtype=torch.bfloat16)
+    for _ in range(4):
+        got = tritonblas.scaled_mm(a, b, scale_a, scale_b, bias=bias, out_dtype=torch.bfloat16)
+    assert len(planned) == 1 and torch.equal(got, want)

@@ -50,6 +50,14 @@ class _State:
 
 
 _state = _State()
+_on_start: list = []  # called when the file recorded into changes (what remembers answers forgets them)
+
+
+def also_on_start(call) -> None:  # noqa: ANN001 (a callable of no arguments)
+    """Call `call()` whenever start() moves recording to another file: the C++ answers (tritonblas.native)
+    skip the Python hit that notes a problem into the new file, so they are dropped then."""
+    with _lock:
+        _on_start.append(call)
 
 
 def start(path: str | os.PathLike | None) -> bool:
@@ -61,6 +69,10 @@ def start(path: str | os.PathLike | None) -> bool:
         before, _state.path = _state.path, new
         if new != before:
             generation += 1
+        calls = list(_on_start) if new != before else []
+    if current() is not None:  # (stopped: nothing more to note, what was answered holds)
+        for call in calls:
+            call()
     if new is not None and new != before:
         log.get().info("recording new GEMM problems to %s", new)
     return new != before

@@ -20,8 +20,8 @@ key (CPU too under the interpreter), dropped again by `disable()`. mm and addmm 
 key was answered "torch" before (dispatch's torch pick, or a call not routed) runs torch's own kernel
 with no Python at all; every other call asks `_native_answers` here, which plans and runs it. Where
 nothing builds (no compiler), Python kernels (`_kernels`) do the same at 3-4 us more per call; so does
-`enable(native=False)`. The answers are dropped with dispatch's selections (caches.also_clear) and when
-recording moves to another file, so that every problem's next call is planned and recorded again; they
+`enable(native=False)`. The answers are dropped (tritonblas.native.forget) with dispatch's selections and
+when recording moves to another file, so that every problem's next call is planned and recorded again; they
 outlive disable(), so that a with-block around each forward pays the trip into Python once per problem.
 These are the kernels torch runs below autograd, so
   - autograd keeps torch's own derivative formulas, and the mm calls of the backward come here too;
@@ -50,7 +50,7 @@ import warnings
 
 import torch
 
-from . import caches, log, native
+from . import log, native
 from . import record as _record
 from .call.path import lookup, prepare
 from .call.run import run, torch_runs
@@ -114,9 +114,9 @@ def is_native() -> bool:
 
 def _start_recording(path: str | os.PathLike | None) -> None:
     """A problem is noted on the Python side of a call: where the file changes to another one, the C++
-    kernels forget what they answered without it, so that each problem's next call reaches it."""
-    if _record.start(path) and _record.current() is not None:
-        _forget_answers()
+    kernels forget what they answered without it (tritonblas.native hooks record.start), so that each
+    problem's next call reaches it."""
+    _record.start(path)
 
 
 def _register(want_native: bool) -> None:
@@ -146,7 +146,6 @@ def _register(want_native: bool) -> None:
 def _install_native(keys: tuple[str, ...]):
     """The C++ kernels installed at `keys`, answered by `_native_answers` (the returned Library holds
     those); None, with a warning, where installing them failed (the Python kernels then go in)."""
-    _hook_forget()
     answers = torch.library.Library("tritonblas_native", "IMPL")
     try:
         routed_mm, routed_addmm = _native_answers()
@@ -160,24 +159,6 @@ def _install_native(keys: tuple[str, ...]):
                  "kernels run instead")
         return None
     return answers
-
-
-_forget_hooked = False
-
-
-def _hook_forget() -> None:
-    """What the C++ kernels answered is dropped with dispatch's selections (caches)."""
-    global _forget_hooked
-    if not _forget_hooked:
-        caches.also_clear(_forget_answers)
-        _forget_hooked = True
-
-
-def _forget_answers() -> None:
-    """Also while disabled, or with the Python kernels in: the answers outlive disable() (a with-block
-    around every forward keeps them), so they must follow every change of selections or recording."""
-    if native.loaded():
-        native.ops().forget()
 
 
 def _torch_kernel(op: str, key: str):

@@ -6,7 +6,9 @@ the operands have the problem's layout, so triton specializes the kernel the sam
 threads (`tritonblas.parallel`, as the tuner compiles), so the compiled kernels land in triton's cache
 (~/.triton/cache, or $TRITON_CACHE_DIR) and a later process finds them there. A problem dispatch sends
 to torch.mm compiles nothing. In Triton's interpreter nothing is compiled: small problems are launched
-once (so the flow is tested on CPU), larger ones only selected.
+once (so the flow is tested on CPU), larger ones only selected. It also builds the library's C++ side
+(tritonblas.native, once per torch, cached), whose front answers explicit calls that torch's op runs
+without the Python lookup in later processes too.
 """
 
 from __future__ import annotations
@@ -139,6 +141,7 @@ def warmup(shapes: str | Path | Sequence[str | Path] | None = None, *, file: str
     """
     import torch
 
+    from . import native
     from .device import interpreter_enabled, on_device
     from .parallel import run_first_launches
 
@@ -147,6 +150,7 @@ def warmup(shapes: str | Path | Sequence[str | Path] | None = None, *, file: str
     if not interpreter and not torch.cuda.is_available():
         raise RuntimeError("warmup compiles for a CUDA or ROCm GPU and none is available; under "
                            "TRITON_INTERPRET=1 it runs in Triton's interpreter")
+    native.load()  # (says once why where it cannot be built; warming goes on without it)
     index = (torch.cuda.current_device() if device is None else device) if not interpreter else 0
     torch_device = torch.device("cpu") if interpreter else torch.device("cuda", index)
     workers = 1 if interpreter else (workers or min(16, os.cpu_count() or 1))

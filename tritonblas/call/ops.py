@@ -7,6 +7,10 @@ autograd.Function whose forward launches directly and whose backward is the cust
 op `tritonblas::gemm` (core_op.gemm: one opaque node for the compiler), whose body plans and launches
 the same way. Eager calls never pay the custom op's dispatch: a linear with a weight needing grad cost
 69.5 us of host time through it, 12.8 us now (CPU box, launch stubbed: tests/ops_overhead.py).
+
+A call without options first asks the C++ front (call.front): where the Python path ran torch's op for
+its key before, for a reason that holds, the front runs torch's op itself, without the signature and
+lookup; else it answers None.
 """
 
 from __future__ import annotations
@@ -17,8 +21,8 @@ import torch
 
 from ..config import GemmConfig
 from ..validate import check_bias, check_operands, check_options, check_scalar, check_tensor
-from . import path
-from .path import Plan, lookup, signature
+from . import front, path
+from .path import Plan, _is_compiling, lookup, signature
 from .run import eager_torch, gemm_operands, run, run_gemm
 
 _core_op_module = None
@@ -65,14 +69,17 @@ _functorch_active = torch._C._are_functorch_transforms_active
 
 
 def _launch(plan: Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor | None,
-            alpha: float, beta: float) -> torch.Tensor:
-    """Run a plan on the op's tensors: through autograd or the custom op where it needs them."""
-    torch_picked = _torch_decides(plan) or eager_torch(plan)
+            alpha: float, beta: float, op: int) -> torch.Tensor:
+    """Run a plan on the op's tensors: through autograd or the custom op where it needs them. op: the
+    call's code for the C++ front (native/answers.h), which learns where torch's op runs."""
+    torch_picked = front.torch_decides(plan) or eager_torch(plan)
     if not (plan.grad or plan.through_op):
         if torch_picked:
+            front.remember(op, plan, a, b, bias, out)
             return _torch_op(plan, a, b, bias, alpha, beta, out)
         return run(plan, a, b, bias, out, alpha, beta)
     if plan.grad and torch_picked and not _functorch_active():
+        front.remember(op, plan, a, b, bias)
         return _torch_op(plan, a, b, bias, alpha, beta)
     if plan.grad and not _functorch_active():
         a2 = a if plan.out_shape is None else a.reshape(plan.m, plan.k)
@@ -84,13 +91,6 @@ def _launch(plan: Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | N
                          core_op.config_to_list(plan.config))
         y = y if out is None else out.copy_(y)
     return y if plan.out_shape is None else y.reshape(plan.out_shape)
-
-
-def _torch_decides(plan: Plan) -> bool:
-    """Dispatch's own choice of torch's GEMM (not a backend or config the caller pinned)."""
-    config = plan.config
-    return config is not None and config.backend == "torch" and plan.restriction == (None, None) and \
-        not plan.user_config
 
 
 def _torch_op(plan: Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, alpha: float,
@@ -141,9 +141,14 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
 
     backend: None (dispatch decides between the kernels and torch.mm), "triton" (the kernels only) or
     "torch" (torch.mm, the vendor GEMM)."""
+    if front.mm is not None and enable_streamk is None and config is None and backend is None and \
+            not _is_compiling():
+        y = front.mm(a, b, out)
+        if y is not None:
+            return y
     key = signature("matmul", enable_streamk, backend, config, a, b, None, out)
     plan = lookup(key, a, b, None, out) or _plan_matmul(key, a, b, out, enable_streamk, config, backend)
-    return _launch(plan, a, b, None, out, 1.0, 1.0)
+    return _launch(plan, a, b, None, out, 1.0, 1.0, front.MATMUL)
 
 
 def _plan_matmul(key, a, b, out, enable_streamk, config, backend) -> Plan:  # noqa: ANN001
@@ -158,12 +163,18 @@ def addmm(input: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta: float 
           config: GemmConfig | None = None, backend: str | None = None) -> torch.Tensor:
     """beta * input + alpha * (a @ b), with input broadcast as torch.addmm broadcasts it; backend as
     for matmul (torch.addmm is the vendor's)."""
+    if front.addmm is not None and enable_streamk is None and config is None and backend is None and \
+            not _is_compiling():
+        y = front.addmm(input, a, b, beta, alpha, out)
+        if y is not None:
+            return y
     key = None
     if type(beta) in (float, int) and type(alpha) in (float, int):  # bool and other Reals: the checks
         key = signature("addmm" if beta != 0 else "addmm0", enable_streamk, backend, config, a, b, input, out)
     plan = lookup(key, a, b, input, out) or _plan_addmm(key, input, a, b, beta, alpha, out, enable_streamk,
                                                         config, backend)
-    return _launch(plan, a, b, input, out, float(alpha), float(beta))
+    op = front.ADDMM if beta != 0 else front.ADDMM0
+    return _launch(plan, a, b, input, out, float(alpha), float(beta), op)
 
 
 def _plan_addmm(key, input, a, b, beta, alpha, out, enable_streamk, config, backend) -> Plan:  # noqa: ANN001
@@ -179,10 +190,15 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
            enable_streamk: bool | None = None, config: GemmConfig | None = None,
            backend: str | None = None) -> torch.Tensor:
     """As torch.nn.functional.linear: x[..., K] @ weight[N, K].T + bias[N]; backend as for matmul."""
+    if front.linear is not None and enable_streamk is None and config is None and backend is None and \
+            not _is_compiling():
+        y = front.linear(x, weight, bias)
+        if y is not None:
+            return y
     key = signature("linear", enable_streamk, backend, config, x, weight, bias)
     plan = lookup(key, x, weight, bias, None) or _plan_linear(key, x, weight, bias, enable_streamk, config,
                                                               backend)
-    return _launch(plan, x, weight, bias, None, 1.0, 1.0)
+    return _launch(plan, x, weight, bias, None, 1.0, 1.0, front.LINEAR)
 
 
 def _plan_linear(key, x, weight, bias, enable_streamk, config, backend) -> Plan:  # noqa: ANN001

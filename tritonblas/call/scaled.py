@@ -3,7 +3,9 @@
 `(a * scale_a) @ (b * scale_b) + bias`, accumulated in fp32 (int32 for int8), scaled, biased, saturated
 (fp8 outputs) and cast once, in the kernels' one epilogue (kernels/common.epilogue). As the other ops, a
 call looks its signature up in the one plan cache (call.path) and checks its arguments only on a miss;
-run_scaled (call.run) launches the plan, or torch's own kernels (backend "torch").
+run_scaled (call.run) launches the plan, or torch's own kernels (backend "torch"). A call without options
+asks the C++ front first (call.front), which runs torch._scaled_mm for a key the Python path answered
+"torch's op" before.
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ from ..launch.prepared import prepare_launch
 from ..problem import SCALE_VECTORS, Problem
 from ..selection import dispatch
 from ..validate import DTYPE_NAMES, TORCH_DTYPE_OF, check_options
+from . import front
 from . import path as call_path
-from .path import ScaledPlan, _layout, lookup, plans, signature
-from .run import run_scaled, scale_vector
+from .path import ScaledPlan, _is_compiling, _layout, lookup, plans, signature
+from .run import eager_torch, run_scaled, scale_vector
 
 QUANT_TORCH: dict[torch.dtype, str] = {t: name for t, name in DTYPE_NAMES.items() if name in QUANT_DTYPES}
 OUT_TORCH: dict[torch.dtype, str] = {t: name for t, name in DTYPE_NAMES.items() if name in QUANT_OUT_DTYPES}
@@ -44,12 +47,19 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
     cores (faster, less accurate; False promotes to fp32 as cuBLAS does). backend, config: as matmul's.
     No derivative (as torch._scaled_mm): the result of operands that need grad raises on backward.
     """
+    if front.scaled_mm is not None and backend is None and config is None and not _is_compiling():
+        y = front.scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum, out)
+        if y is not None:
+            return y
     plan = plan_scaled(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum, out, backend, config)
     if torch.is_grad_enabled() and _needs_grad(a, b, scale_a, scale_b, bias):
         if out is not None:
             raise RuntimeError("scaled_mm(): functions with out=... arguments don't support automatic "
                                "differentiation, but one of the arguments requires grad")
         return _NoDerivative.apply(plan, a, b, scale_a, scale_b, bias)
+    if plan.config is not None and (plan.config.backend == "torch" or eager_torch(plan)):
+        # (torch's op runs: later calls of the key may be answered in C++)
+        front.remember_scaled(plan, a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum, out)
     return run_scaled(plan, a, b, scale_a, scale_b, bias, out)
 
 

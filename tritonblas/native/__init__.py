@@ -1,11 +1,14 @@
-"""Transparent mode's C++ kernels (route.cpp): built once per torch with the host's C++ compiler, cached,
-and loaded into torch's dispatcher on the first enable() that asks for them.
+"""The C++ side: transparent mode's kernels (route.cpp) and the explicit ops' front (front.cpp), one
+library built once per torch with the host's C++ compiler, cached, and loaded on the first enable() or
+`tritonblas warmup` (`load()`, which builds), or on an explicit call's first answer when the cache
+already holds it (`front()`, which never builds: no compiler runs inside a GEMM call).
 
 Why: a Python kernel under the dispatcher costs 3-4 us a call before it does anything, and most GEMMs of
 a model are calls dispatch gives to torch's own kernel. The C++ kernels run those without Python (a call
 whose key was answered "torch" before); every other call reaches the Python side as before
-(transparent.py). Where nothing can be built (no C++ compiler, a torch without its headers, a ROCm
-torch), `load()` says why once and transparent mode keeps its Python kernels.
+(transparent.py). The front does the same for explicit calls (call/ops.py). Where nothing can be built
+(no C++ compiler, a torch without its headers, a ROCm torch), `load()` says why once and transparent
+mode keeps its Python kernels; without Python's headers the library has no front.
 
 The library lands in $XDG_CACHE_HOME/tritonblas/native (else ~/.cache/...), named by a hash of the
 source, the torch build and the compiler ($CXX, else c++), so another torch never loads a stale one;
@@ -15,20 +18,31 @@ several processes may build it at once (each writes its own file, renamed into p
 from __future__ import annotations
 
 import hashlib
+import importlib.machinery
+import importlib.util
 import os
 import shutil
 import subprocess
+import sysconfig
 import threading
+import types
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
-from .. import log
+from .. import caches, log, record
 
-SOURCE = Path(__file__).with_name("route.cpp")
+HERE = Path(__file__).parent
+SOURCE = HERE / "route.cpp"
+FRONT = HERE / "front.cpp"
+SOURCES = (SOURCE, FRONT, HERE / "answers.h")
 _lock = threading.Lock()
 _loaded: bool | None = None  # None: not tried in this process
 _why_not = ""
+_front: types.ModuleType | None = None  # the front's Python module, once loaded
+_front_tried = False  # front() looked for a built library once
+_on_front: list[Callable[[types.ModuleType], None]] = []
 
 
 def load() -> bool:
@@ -38,13 +52,74 @@ def load() -> bool:
     with _lock:
         if _loaded is None:
             try:
-                torch.ops.load_library(str(_library()))
-                _loaded = True
-            except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+                _open(_library())
+            except (OSError, RuntimeError, ImportError, subprocess.SubprocessError) as exc:
                 _loaded, _why_not = False, str(exc).strip()
-                log.warn("tritonblas: transparent mode runs its Python kernels (+3-4 us a routed call): its "
-                         f"C++ ones could not be built here: {_why_not}", stacklevel=4)
-        return _loaded
+                log.warn("tritonblas: its C++ side could not be built here, so transparent mode runs its "
+                         "Python kernels (+3-4 us a routed call) and explicit calls that torch's op runs "
+                         f"keep their Python lookup: {_why_not}", stacklevel=4)
+        loaded_front = _front if _loaded else None
+    if loaded_front is not None:
+        _announce(loaded_front)
+    return _loaded
+
+
+def front() -> types.ModuleType | None:
+    """The explicit ops' front (front.cpp's module) if the library is loaded, or built for this torch
+    already (then loaded now: looked for once a process); None otherwise. Never builds."""
+    global _front_tried, _loaded
+    if _front is not None or _front_tried:
+        return _front
+    with _lock:
+        if _loaded is None and not _front_tried:
+            _front_tried = True
+            try:
+                path = _library(build=False)
+                if path is not None:
+                    _open(path)
+            except (OSError, RuntimeError, ImportError) as exc:
+                log.get().info("the explicit ops' C++ front is not loaded: %s", exc)
+        found = _front
+    if found is not None:
+        _announce(found)
+    return found
+
+
+def on_front(use: Callable[[types.ModuleType], None]) -> None:
+    """Call `use(module)` once the front is loaded (now, if it is)."""
+    _on_front.append(use)
+    if _front is not None:
+        use(_front)
+
+
+def _open(path: Path) -> None:
+    """Load the built library (with _lock held): its torch ops, and the front's Python module where it
+    was built with one. Its answers are dropped with dispatch's selections and with every change of
+    the file recorded into (caches.also_clear, record.also_on_start)."""
+    global _loaded, _front
+    torch.ops.load_library(str(path))
+    _loaded = True
+    caches.also_clear(forget)
+    record.also_on_start(forget)
+    if ops().has_front():
+        loader = importlib.machinery.ExtensionFileLoader("tritonblas_native", str(path))
+        spec = importlib.util.spec_from_file_location("tritonblas_native", path, loader=loader)
+        module = importlib.util.module_from_spec(spec)
+        loader.exec_module(module)
+        _front = module
+
+
+def _announce(module: types.ModuleType) -> None:
+    global _on_front
+    uses, _on_front = _on_front, []
+    for use in uses:
+        use(module)
+
+
+def forget() -> None:
+    """Drop every answer (the transparent kernels' and the front's)."""
+    if _loaded:
+        ops().forget()
 
 
 def loaded() -> bool:
@@ -62,8 +137,9 @@ def ops():
     return torch.ops.tritonblas_native
 
 
-def _library() -> Path:
-    """The built library for this torch and compiler: from the cache, else compiled into it."""
+def _library(build: bool = True) -> Path | None:
+    """The built library for this torch and compiler: from the cache, else compiled into it (None
+    where it is not built and `build` is False)."""
     if torch.version.hip is not None:
         raise RuntimeError("a ROCm torch: the C++ kernels call CUDA's and the CPU's only")
     cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
@@ -79,11 +155,20 @@ def _library() -> Path:
     if cuda:
         flags.append("-DTRITONBLAS_CUDA")
         libs += ["-ltorch_cuda", "-lc10_cuda"]
-    facts = [SOURCE.read_text(), torch.__version__, str(torch.version.cuda), str(root), cxx, *flags, *libs]
+    sources = [SOURCE]
+    python = sysconfig.get_paths()["include"]
+    if (Path(python) / "Python.h").exists():  # the front is a Python module: without the headers, none
+        flags += ["-DTRITONBLAS_FRONT", "-isystem", python]
+        libs.append("-ltorch_python")
+        sources.append(FRONT)
+    facts = [*(s.read_text() for s in SOURCES), torch.__version__, str(torch.version.cuda), str(root), cxx,
+             *flags, *libs]
     tag = hashlib.sha256("\0".join(facts).encode()).hexdigest()[:16]
     path = _cache_dir() / f"tritonblas_native-{tag}.so"
     if not path.exists():
-        _compile(cxx, flags, libs, path)
+        if not build:
+            return None
+        _compile(cxx, flags, sources, libs, path)
     return path
 
 
@@ -92,12 +177,12 @@ def _cache_dir() -> Path:
     return Path(cache) / "tritonblas" / "native"
 
 
-def _compile(cxx: str, flags: list[str], libs: list[str], path: Path) -> None:
+def _compile(cxx: str, flags: list[str], sources: list[Path], libs: list[str], path: Path) -> None:
     log.get().info("building transparent mode's C++ kernels into %s (once per torch)", path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
-        done = subprocess.run([cxx, *flags, str(SOURCE), *libs, "-o", str(tmp)], capture_output=True,
+        done = subprocess.run([cxx, *flags, *map(str, sources), *libs, "-o", str(tmp)], capture_output=True,
                               text=True, timeout=600)
         if done.returncode != 0:
             raise RuntimeError(f"{cxx} failed ({done.returncode}): {done.stderr.strip()[-1500:]}")

@@ -10,7 +10,8 @@
 // good) or EAGER_TORCH (torch's kernel unless the stream is being captured into a CUDA graph, where the
 // kernels win). The answers are dropped by forget() only (the Python side calls it whenever dispatch's
 // selections or the recording file change): they outlive uninstall(), so a `with tritonblas.enable():`
-// around every forward does not send each GEMM of each forward through Python again.
+// around every forward does not send each GEMM of each forward through Python again. The answers are
+// shared with the explicit ops' front (front.cpp), each op under its own code (answers.h).
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/addmm_cpu_dispatch.h>
@@ -32,11 +33,11 @@
 #include <unordered_map>
 #include <vector>
 
-namespace {
+#include "answers.h"
 
-// op, then per tensor (a, b, bias): dtype, device, dim, sizes[2], strides[2]
-constexpr int KEY_LEN = 1 + 3 * 7;
-using Key = std::array<int64_t, KEY_LEN>;
+namespace tritonblas_native {
+
+namespace {
 constexpr size_t CAP = 4096;  // entries; a full set is emptied whole, as the Python plan cache is
 
 struct KeyHash {
@@ -50,25 +51,10 @@ struct KeyHash {
   }
 };
 
-enum Answer : int64_t { ASK = 0, TORCH = 1, EAGER_TORCH = 2 };
-
 std::mutex mutex;
 std::unordered_map<Key, int64_t, KeyHash> answers;  // TORCH or EAGER_TORCH, by key
 std::unique_ptr<torch::Library> installed;          // the aten registrations while transparent mode is on
-
-// Fills key[at..at+7) from a tensor of at most 2 dims; false for more (never keyed).
-bool put(Key& key, int at, const at::Tensor& t) {
-  const int64_t dim = t.dim();
-  if (dim > 2) return false;
-  key[at] = static_cast<int64_t>(t.scalar_type());
-  key[at + 1] = t.get_device();
-  key[at + 2] = dim;
-  for (int64_t i = 0; i < 2; ++i) {
-    key[at + 3 + i] = i < dim ? t.size(i) : -1;
-    key[at + 5 + i] = i < dim ? t.stride(i) : -1;
-  }
-  return true;
-}
+}  // namespace
 
 int64_t known(const Key& key) {
   std::lock_guard<std::mutex> guard(mutex);
@@ -83,32 +69,25 @@ void remember(const Key& key, int64_t answer) {
   answers[key] = answer;
 }
 
-// Whether the current stream of `t`'s device is being captured, asked of the driver
-// (cuStreamIsCapturing: libcuda is loaded wherever a CUDA tensor exists) without CUDA's headers.
-template <c10::DispatchKey K>
+// Asked of the driver (cuStreamIsCapturing: libcuda is loaded wherever a CUDA tensor exists) without
+// CUDA's headers.
 bool capturing(const at::Tensor& t) {
-  if constexpr (K != c10::DispatchKey::CUDA) {
-    return false;
-  } else {
-    using IsCapturing = int (*)(void*, int*);
-    static const IsCapturing is_capturing = [] {
-      void* lib = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
-      return lib ? reinterpret_cast<IsCapturing>(dlsym(lib, "cuStreamIsCapturing")) : nullptr;
-    }();
-    if (is_capturing == nullptr) return true;  // unknown: the Python side decides
-    const c10::Stream stream = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(t.device());
-    int status = 0;
-    return is_capturing(stream.native_handle(), &status) != 0 || status != 0;
-  }
+  if (!t.is_cuda()) return false;
+  using IsCapturing = int (*)(void*, int*);
+  static const IsCapturing is_capturing = [] {
+    void* lib = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    return lib ? reinterpret_cast<IsCapturing>(dlsym(lib, "cuStreamIsCapturing")) : nullptr;
+  }();
+  if (is_capturing == nullptr) return true;  // unknown: the Python side decides
+  const c10::Stream stream = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(t.device());
+  int status = 0;
+  return is_capturing(stream.native_handle(), &status) != 0 || status != 0;
 }
 
-// Whether a call with this key runs torch's kernel without asking.
-template <c10::DispatchKey K>
-bool torch_runs(bool keyed, const Key& key, const at::Tensor& a) {
-  if (!keyed) return false;
-  const int64_t answer = known(key);
-  return answer == TORCH || (answer == EAGER_TORCH && !capturing<K>(a));
-}
+}  // namespace tritonblas_native
+
+namespace {
+using namespace tritonblas_native;
 
 bool number(const c10::Scalar& s) { return s.isFloatingPoint() || s.isIntegral(/*includeBool=*/false); }
 
@@ -134,9 +113,9 @@ at::Tensor own_addmm(const at::Tensor& bias, const at::Tensor& a, const at::Tens
 template <c10::DispatchKey K>
 at::Tensor mm(const at::Tensor& a, const at::Tensor& b) {
   Key key{};
-  key[0] = 0;
-  const bool keyed = put(key, 1, a) && put(key, 8, b);
-  if (torch_runs<K>(keyed, key, a)) return own_mm<K>(a, b);
+  key[0] = ROUTED_MM;
+  const bool keyed = put(key, 0, a) && put(key, 1, b);
+  if (torch_runs(keyed, key, a)) return own_mm<K>(a, b);
   static auto routed = c10::Dispatcher::singleton()
                            .findSchemaOrThrow("tritonblas_native::routed_mm", "")
                            .typed<Routed(const at::Tensor&, const at::Tensor&)>();
@@ -150,9 +129,9 @@ at::Tensor addmm(const at::Tensor& bias, const at::Tensor& a, const at::Tensor& 
                  const c10::Scalar& alpha) {
   Key key{};
   const bool numbers = number(beta) && number(alpha);
-  key[0] = numbers && beta.toDouble() == 0.0 ? 2 : 1;  // beta == 0 ignores the input: another plan
-  const bool keyed = numbers && put(key, 1, a) && put(key, 8, b) && put(key, 15, bias);
-  if (torch_runs<K>(keyed, key, a)) return own_addmm<K>(bias, a, b, beta, alpha);
+  key[0] = numbers && beta.toDouble() == 0.0 ? ROUTED_ADDMM0 : ROUTED_ADDMM;  // beta == 0: another plan
+  const bool keyed = numbers && put(key, 0, a) && put(key, 1, b) && put(key, 2, bias);
+  if (torch_runs(keyed, key, a)) return own_addmm<K>(bias, a, b, beta, alpha);
   static auto routed =
       c10::Dispatcher::singleton()
           .findSchemaOrThrow("tritonblas_native::routed_addmm", "")
@@ -212,6 +191,15 @@ bool has_cuda() {
 #endif
 }
 
+// Whether front.cpp (the explicit ops' Python module) is built into this library.
+bool has_front() {
+#ifdef TRITONBLAS_FRONT
+  return true;
+#else
+  return false;
+#endif
+}
+
 }  // namespace
 
 TORCH_LIBRARY(tritonblas_native, m) {
@@ -224,4 +212,5 @@ TORCH_LIBRARY(tritonblas_native, m) {
   m.def("forget() -> ()", forget);
   m.def("remembered() -> int", remembered);
   m.def("has_cuda() -> bool", has_cuda);
+  m.def("has_front() -> bool", has_front);
 }

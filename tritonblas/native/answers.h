@@ -1,0 +1,63 @@
+// What route.cpp (transparent mode's aten kernels) and front.cpp (the explicit ops' hit path) share:
+// the answers the Python side gave per call key, and the facts a call is keyed by.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Layout.h>
+
+#include <array>
+#include <cstdint>
+
+namespace tritonblas_native {
+
+// op, a word of the op's options (grad marking; scaled_mm's output dtype and accumulation), then per tensor
+// (up to six: a, b, the bias, out=, scaled_mm's two scales): dtype, device type, device index, dim,
+// sizes[4], strides[4]
+constexpr int MAX_DIM = 4;
+constexpr int SLOT = 4 + 2 * MAX_DIM;
+constexpr int KEY_LEN = 2 + 6 * SLOT;
+using Key = std::array<int64_t, KEY_LEN>;
+
+// What the Python side answered for later calls of a key: ASK (ask again), TORCH (torch's op for good)
+// or EAGER_TORCH (torch's op unless the stream is being captured into a CUDA graph, where the kernels
+// win).
+enum Answer : int64_t { ASK = 0, TORCH = 1, EAGER_TORCH = 2 };
+
+// Op codes (Key[0]): transparent mode's aten kernels, then the explicit ops (tritonblas.matmul, ...).
+enum Op : int64_t { ROUTED_MM = 0, ROUTED_ADDMM = 1, ROUTED_ADDMM0 = 2, MATMUL = 3, ADDMM = 4, ADDMM0 = 5,
+                    LINEAR = 6, SCALED_MM = 7 };
+
+int64_t known(const Key& key);
+void remember(const Key& key, int64_t answer);
+
+// Fills slot `index` (0-5) of the key from a dense tensor of at most `max_dim` dims; false for any
+// other (never keyed).
+inline bool put(Key& key, int index, const at::Tensor& t, int64_t max_dim = 2) {
+  const int64_t dim = t.dim();
+  if (dim > max_dim || t.layout() != c10::kStrided || t.is_nested()) return false;
+  int64_t* slot = key.data() + 2 + index * SLOT;
+  slot[0] = static_cast<int64_t>(t.scalar_type());
+  slot[1] = static_cast<int64_t>(t.device().type());
+  slot[2] = t.device().index();
+  slot[3] = dim;
+  for (int64_t i = 0; i < MAX_DIM; ++i) {
+    slot[4 + i] = i < dim ? t.size(i) : -1;
+    slot[4 + MAX_DIM + i] = i < dim ? t.stride(i) : -1;
+  }
+  return true;
+}
+
+// Marks slot `index` as holding no tensor (dim -2: a 0-dim tensor has dim 0).
+inline void absent(Key& key, int index) { key[2 + index * SLOT + 3] = -2; }
+
+// Whether the current CUDA stream of `t`'s device is being captured into a graph (false off CUDA).
+bool capturing(const at::Tensor& t);
+
+// Whether a call with this key runs torch's op without asking (`keyed`: the key was filled).
+inline bool torch_runs(bool keyed, const Key& key, const at::Tensor& a) {
+  if (!keyed) return false;
+  const int64_t answer = known(key);
+  return answer == TORCH || (answer == EAGER_TORCH && !capturing(a));
+}
+
+}  // namespace tritonblas_native
