@@ -9,6 +9,7 @@ import torch
 from helpers.shapes import ERROR_SHAPE, record_launches
 
 import tritonblas
+from tritonblas import native
 from tritonblas.call import path as call_path
 from tritonblas.call import run as call_run
 from tritonblas.selection import dispatch
@@ -107,6 +108,7 @@ def test_the_kernel_beside_a_torch_pick_is_its_tuning_runs_fastest(monkeypatch):
 
     device = device_for_arch("sm_90")
     monkeypatch.setattr(call_path, "config_launches_directly", lambda config: True)
+    monkeypatch.setattr(native, "front", lambda: None)  # (the rule holds without the C++ front)
     asked = []
 
     def select_problem(problem, **kwargs):
@@ -123,6 +125,17 @@ def test_the_kernel_beside_a_torch_pick_is_its_tuning_runs_fastest(monkeypatch):
     assert call_path.eager_kernel(guessed) is None
     assert call_path.eager_kernel(_selection(EXPLICIT_HOST - 2, INTERPRETER_DEVICE, "torch")) is None
     assert len(asked) == 1
+
+
+def test_with_the_cpp_front_a_torch_pick_keeps_torchs_op(monkeypatch):
+    """Through the C++ front (tritonblas.native) an explicit call of a torch pick costs torch's own op: no
+    kernel takes its eager calls (dispatch is not even asked for one)."""
+    from tritonblas.arch import device_for_arch
+
+    monkeypatch.setattr(call_path, "config_launches_directly", lambda config: True)
+    monkeypatch.setattr(native, "front", lambda: object())
+    monkeypatch.setattr(dispatch, "select_problem", lambda problem, **kwargs: pytest.fail("asked"))
+    assert call_path.eager_kernel(_selection(EXPLICIT_HOST - 2, device_for_arch("sm_90"), "torch")) is None
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .. import caches, record
+from .. import caches, native, record
 from ..arch import INTERPRETER_DEVICE, DeviceInfo
 from ..config import GemmConfig
 from ..device import interpreter_enabled, tensor_device_info
@@ -55,6 +55,7 @@ ROUTED_EXTRA_US = 6.0
 # torch.mm's own 11.2, kernel picks 10.5. Where torch won the tuning run by less than that difference
 # and the run's fastest kernel is shorter than such a call's host time (the call is host-bound, its wall
 # time the host's), explicit eager calls run that kernel; under graph capture torch's op (eager_kernel).
+# Without the C++ front only: through it a torch pick's explicit call costs torch's op (eager_kernel).
 EXPLICIT_TORCH_HOST_US = 15.0
 EXPLICIT_TORCH_EXTRA_US = 4.9
 _BIAS_KINDS = {(False, False): "scalar", (False, True): "row", (True, False): "column", (True, True): "full"}
@@ -288,8 +289,12 @@ def eager_torch_reason(selection: dispatch.Selection, direct: bool, routed: bool
 
 def eager_kernel(selection: dispatch.Selection) -> dispatch.Selection | None:
     """The tuning run's fastest kernel where explicit eager calls run it in place of dispatch's torch pick
-    (eager_kernel_reason), else None."""
-    if selection.backend != "torch" or not selection.measured or selection.device is INTERPRETER_DEVICE:
+    (eager_kernel_reason), else None. Only without the C++ front (tritonblas.native, looked for here once
+    a process): through it an explicit call of a torch pick costs torch's own op (H200 host, 4x2048x2048
+    bf16: +0.35 us, against +4.2 through the lookup), and a faster launch than that is all a direct
+    kernel saved."""
+    if selection.backend != "torch" or not selection.measured or selection.device is INTERPRETER_DEVICE or \
+            native.front() is not None:
         return None
     try:
         kernel = dispatch.select_problem(selection.problem, device=selection.device, backend="triton")
