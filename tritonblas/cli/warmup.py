@@ -35,8 +35,10 @@ def warmup(shapes: list[Path] = typer.Option(None, "--shapes", help=SHAPES_HELP)
     warm-up, a new process finds it in triton's cache (~/.triton/cache or $TRITON_CACHE_DIR; warm up
     where the cache will be read: the same machine or a shared cache directory). Each problem runs once
     through dispatch, as a user's call does (a quantized one through tritonblas.scaled_mm). Problems
-    dispatch sends to the vendor (torch.mm, torch._scaled_mm) compile nothing. Exit
-    code 1 if any problem fails to compile or run.
+    dispatch sends to the vendor (torch.mm, torch._scaled_mm) compile nothing. It also builds the
+    library's C++ side once per torch (cached), whose front answers explicit calls that torch's op runs
+    without the Python lookup, in this process and later ones. Exit code 1 if any problem fails to
+    compile or run.
 
     **Examples**
 
