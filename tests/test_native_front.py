@@ -288,3 +288,12 @@ def test_scaled_mm_operands_needing_grad_are_never_answered(torch_picked, planne
     assert len(planned_scaled) == 2 and y.requires_grad
     with pytest.raises(RuntimeError, match="not implemented"):
         y.float().sum().backward()
+
+
+def test_torch_func_transforms_over_an_answered_key(torch_picked):
+    """vmap's wrapped tensors have the logical shape of a key answered before: torch's op runs either
+    way (from C++ or from the Python path), as it must under a transform."""
+    w, xs = _t(6, 8, seed=1), _t(3, 12, 8, seed=2)
+    tritonblas.linear(xs[0], w), tritonblas.linear(xs[0], w)  # (12, 8) x (6, 8): answered
+    assert native.ops().remembered() == 1
+    assert torch.equal(torch.func.vmap(lambda x: tritonblas.linear(x, w))(xs), F.linear(xs, w))

@@ -7,6 +7,8 @@ autograd.Function whose forward launches directly and whose backward is the cust
 op `tritonblas::gemm` (core_op.gemm: one opaque node for the compiler), whose body plans and launches
 the same way. Eager calls never pay the custom op's dispatch: a linear with a weight needing grad cost
 69.5 us of host time through it, 12.8 us now (CPU box, launch stubbed: tests/ops_overhead.py).
+Under torch.func's transforms (vmap, grad, jacrev, ...) a call runs torch's own op: the transforms wrap
+the tensors, which the kernels cannot read, and torch's formulas know every transform.
 
 A call without options first asks the C++ front (call.front): where the Python path ran torch's op for
 its key before, for a reason that holds, the front runs torch's op itself, without the signature and
@@ -72,19 +74,23 @@ def _launch(plan: Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | N
             alpha: float, beta: float, op: int) -> torch.Tensor:
     """Run a plan on the op's tensors: through autograd or the custom op where it needs them. op: the
     call's code for the C++ front (native/answers.h), which learns where torch's op runs."""
+    if _functorch_active() and not _is_compiling():
+        # torch.func's transforms (vmap, grad, jacrev, ...) wrap the tensors, which the kernels cannot
+        # read: torch's own op, whose formulas every transform knows
+        return _torch_op(plan, a, b, bias, alpha, beta, out)
     torch_picked = front.torch_decides(plan) or eager_torch(plan)
     if not (plan.grad or plan.through_op):
         if torch_picked:
             front.remember(op, plan, a, b, bias, out)
             return _torch_op(plan, a, b, bias, alpha, beta, out)
         return run(plan, a, b, bias, out, alpha, beta)
-    if plan.grad and torch_picked and not _functorch_active():
+    if plan.grad and torch_picked:
         front.remember(op, plan, a, b, bias)
         return _torch_op(plan, a, b, bias, alpha, beta)
-    if plan.grad and not _functorch_active():
+    if plan.grad:
         a2 = a if plan.out_shape is None else a.reshape(plan.m, plan.k)
         y = _apply(a2, b, bias, beta, alpha, plan.op_args[0], plan)
-    else:  # torch.compile, or torch.func's transforms (which refuse a Function without setup_context)
+    else:  # torch.compile: the custom op
         a2, b2 = gemm_operands(plan, a, b)
         core_op = _core_op()
         y = core_op.gemm(a2, b2, bias, beta, alpha, core_op.FAMILY[plan.restriction],

@@ -209,9 +209,10 @@ def prepare(key: tuple | None, op: str, a: torch.Tensor, b: torch.Tensor, bias: 
         check_out(out, m, n, a, b, bias, op, compiling)
     grad = op != "gemm" and out is None and _grad_enabled() and (
         a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad))
-    if op != "gemm" and (compiling or (grad and _functorch_active())):
-        # The custom op's body plans: torch.compile and torch.func's transforms (tensors without storage)
-        # see the one opaque node. Nothing stored (compile has no key; a transform's is a grad call's).
+    if op != "gemm" and (compiling or _functorch_active()):
+        # torch.compile: the custom op's body plans (the compiler sees one opaque node); torch.func's
+        # transforms (wrapped tensors, no storage for the kernels): torch's own op runs (ops._launch).
+        # Nothing stored (compile has no key; a transform's tensors are not the key's).
         return Plan(m, n, k, None, None, config, restriction, config is not None, False, (0, 0, 0, 0),
                     out_shape, through_op=True, linear=linear)
     read_at = caches.generation()  # before anything is selected

@@ -146,7 +146,7 @@ PyObject* run_into(F&& op, PyObject* out) {
 bool number(PyObject* obj) { return PyFloat_CheckExact(obj) || PyLong_CheckExact(obj); }
 
 // mm(a, b, out): out may be None.
-PyObject* mm(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+PyObject* mm_call(PyObject* const* args, Py_ssize_t nargs) {
   const at::Tensor* out = nullptr;
   if (nargs != 3 || !plain(args[0]) || !plain(args[1]) || !out_of(args[2], out)) Py_RETURN_NONE;
   const at::Tensor &a = unpack(args[0]), &b = unpack(args[1]);
@@ -158,7 +158,7 @@ PyObject* mm(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 }
 
 // addmm(input, a, b, beta, alpha, out): out may be None.
-PyObject* addmm(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+PyObject* addmm_call(PyObject* const* args, Py_ssize_t nargs) {
   const at::Tensor* out = nullptr;
   if (nargs != 6 || !plain(args[0]) || !plain(args[1]) || !plain(args[2]) || !number(args[3]) ||
       !number(args[4]) || !out_of(args[5], out)) {
@@ -179,7 +179,7 @@ PyObject* addmm(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return run_into([&] { at::addmm_out(const_cast<at::Tensor&>(*out), input, a, b, beta, alpha); }, args[5]);
 }
 
-PyObject* linear(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+PyObject* linear_call(PyObject* const* args, Py_ssize_t nargs) {
   if (nargs != 3 || !plain(args[0]) || !plain(args[1]) || (args[2] != Py_None && !plain(args[2]))) {
     Py_RETURN_NONE;
   }
@@ -191,7 +191,7 @@ PyObject* linear(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 }
 
 // scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum, out): out may be None.
-PyObject* scaled_mm(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+PyObject* scaled_mm_call(PyObject* const* args, Py_ssize_t nargs) {
   Key key{};
   const at::Tensor* out = nullptr;
   if (nargs != 8 || !scaled_key(key, args, out) || !torch_runs(true, key, unpack(args[0]))) Py_RETURN_NONE;
@@ -215,6 +215,17 @@ PyObject* scaled_mm(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   }, args[7]);
 }
 
+// The entry points: a tensor that cannot be keyed by its strides (one of torch.func's wrappers, say)
+// makes the key's reads throw; the call then takes the Python path.
+template <PyObject* (*Call)(PyObject* const*, Py_ssize_t)>
+PyObject* guarded(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  try {
+    return Call(args, nargs);
+  } catch (const std::exception&) {
+    Py_RETURN_NONE;
+  }
+}
+
 // remember(op, a, b, c, out, answer): the Python side's answer for the key of this call (a, b, c as in
 // key_of: the GEMM's operands, or a linear's x and weight; c the bias or addmm's input, or None; out
 // the out= tensor or None). Calls the front never answers (a tensor subclass) are not remembered.
@@ -231,8 +242,11 @@ PyObject* remember_answer(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   const int64_t op = PyLong_AsLongLong(args[0]);
   const at::Tensor* c = args[3] == Py_None ? nullptr : &unpack(args[3]);
   Key key{};
-  if (key_of(key, op, unpack(args[1]), unpack(args[2]), c, op == LINEAR ? MAX_DIM : 2, out)) {
-    remember(key, PyLong_AsLongLong(args[5]));
+  try {
+    if (key_of(key, op, unpack(args[1]), unpack(args[2]), c, op == LINEAR ? MAX_DIM : 2, out)) {
+      remember(key, PyLong_AsLongLong(args[5]));
+    }
+  } catch (const std::exception&) {  // (not keyed: not remembered)
   }
   Py_RETURN_NONE;
 }
@@ -247,18 +261,21 @@ PyObject* remember_scaled(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   }
   Key key{};
   const at::Tensor* out = nullptr;
-  if (scaled_key(key, args, out)) remember(key, PyLong_AsLongLong(args[8]));
+  try {
+    if (scaled_key(key, args, out)) remember(key, PyLong_AsLongLong(args[8]));
+  } catch (const std::exception&) {  // (not keyed: not remembered)
+  }
   Py_RETURN_NONE;
 }
 
 PyMethodDef methods[] = {
-    {"mm", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(mm)), METH_FASTCALL,
+    {"mm", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(guarded<mm_call>)), METH_FASTCALL,
      "mm(a, b, out): torch.mm's result where the key was answered torch, else None"},
-    {"addmm", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(addmm)), METH_FASTCALL,
+    {"addmm", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(guarded<addmm_call>)), METH_FASTCALL,
      "addmm(input, a, b, beta, alpha, out): torch.addmm's result where the key was answered torch, else None"},
-    {"linear", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(linear)), METH_FASTCALL,
+    {"linear", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(guarded<linear_call>)), METH_FASTCALL,
      "linear(x, weight, bias): F.linear's result where the key was answered torch, else None"},
-    {"scaled_mm", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(scaled_mm)), METH_FASTCALL,
+    {"scaled_mm", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(guarded<scaled_mm_call>)), METH_FASTCALL,
      "scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum, out): torch._scaled_mm's result "
      "where the key was answered torch, else None"},
     {"remember", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(remember_answer)), METH_FASTCALL,
