@@ -15,15 +15,12 @@ import torch
 
 from .. import native
 from .path import Plan
+from .run import scaled_mm_alone
 
 mm = addmm = linear = scaled_mm = None  # the front's calls, once loaded
 _remember = _remember_scaled = None
 MATMUL, ADDMM, ADDMM0, LINEAR, SCALED_MM = 3, 4, 5, 6, 7  # native/answers.h's Op
 TORCH, EAGER_TORCH = 1, 2  # its Answer
-# scaled_mm calls the front runs: torch._scaled_mm's own output and bias (call.run._vendor_scaled's
-# first case), fp8 operands
-_SCALED_OUT = (torch.bfloat16, torch.float16)
-_FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
 def _use(front: types.ModuleType) -> None:
@@ -74,10 +71,8 @@ def remember_scaled(plan: Plan, a: torch.Tensor, b: torch.Tensor, scale_a: torch
     """As `remember`, for a scaled_mm call that ran torch._scaled_mm as the front would: fp8 operands, a
     bf16 or fp16 output (out= contiguous, written in place), a bias of its dtype or none, contiguous
     scales."""
-    if plan.out_dtype not in _SCALED_OUT or a.dtype not in _FP8 or \
-            (bias is not None and bias.dtype != plan.out_dtype) or \
-            not (scale_a.is_contiguous() and scale_b.is_contiguous()) or \
-            (out is not None and not out.is_contiguous()):
+    contiguous = scale_a.is_contiguous() and scale_b.is_contiguous() and (out is None or out.is_contiguous())
+    if not (contiguous and scaled_mm_alone(a, plan.out_dtype, bias)):
         return
     if _loaded() and (code := answer(plan)):
         _remember_scaled(a, b, scale_a, scale_b, bias, out_dtype, fast_acc, out, code)

@@ -252,6 +252,13 @@ def run_scaled(plan: ScaledPlan, a: torch.Tensor, b: torch.Tensor, scale_a: torc
     return out
 
 
+def scaled_mm_alone(a: torch.Tensor, out_dtype: torch.dtype, bias: torch.Tensor | None) -> bool:
+    """Whether torch._scaled_mm's own result is the vendor's (_vendor_scaled's first case): fp8
+    operands, a bf16 or fp16 output, a bias of that dtype or none (cuBLASLt takes those)."""
+    return a.dtype != torch.int8 and out_dtype in (torch.bfloat16, torch.float16) and \
+        (bias is None or bias.dtype == out_dtype)
+
+
 def _vendor_scaled(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
                    bias: torch.Tensor | None, out: torch.Tensor, fast_acc: bool) -> None:
     """torch's scaled GEMM with the kernels' contract: torch._scaled_mm for fp8 (its own bias and
@@ -265,7 +272,7 @@ def _vendor_scaled(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scal
     scale_b = scale_b if scale_b.is_contiguous() else scale_b.contiguous()
     if a.dtype == torch.int8:
         y = torch._int_mm(a, b).float() * scale_a * scale_b
-    elif out.dtype in (torch.bfloat16, torch.float16) and (bias is None or bias.dtype == out.dtype):
+    elif scaled_mm_alone(a, out.dtype, bias):
         # written in place where out is contiguous: no copy in what the tuner times as the vendor's
         dst = out if out.is_contiguous() else torch.empty_like(out, memory_format=torch.contiguous_format)
         torch._scaled_mm(a, b, scale_a, scale_b, bias=bias, out_dtype=out.dtype, use_fast_accum=fast_acc,

@@ -24,7 +24,7 @@ from ..validate import DTYPE_NAMES, TORCH_DTYPE_OF, check_options
 from . import front
 from . import path as call_path
 from .path import ScaledPlan, _is_compiling, _layout, lookup, plans, signature
-from .run import eager_torch, run_scaled, scale_vector
+from .run import run_scaled, scale_vector, torch_runs
 
 QUANT_TORCH: dict[torch.dtype, str] = {t: name for t, name in DTYPE_NAMES.items() if name in QUANT_DTYPES}
 OUT_TORCH: dict[torch.dtype, str] = {t: name for t, name in DTYPE_NAMES.items() if name in QUANT_OUT_DTYPES}
@@ -57,8 +57,7 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
             raise RuntimeError("scaled_mm(): functions with out=... arguments don't support automatic "
                                "differentiation, but one of the arguments requires grad")
         return _NoDerivative.apply(plan, a, b, scale_a, scale_b, bias)
-    if plan.config is not None and (plan.config.backend == "torch" or eager_torch(plan)):
-        # (torch's op runs: later calls of the key may be answered in C++)
+    if torch_runs(plan):  # (later calls of the key may be answered in C++)
         front.remember_scaled(plan, a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum, out)
     return run_scaled(plan, a, b, scale_a, scale_b, bias, out)
 

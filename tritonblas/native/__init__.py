@@ -67,7 +67,7 @@ def load() -> bool:
 def front() -> types.ModuleType | None:
     """The explicit ops' front (front.cpp's module) if the library is loaded, or built for this torch
     already (then loaded now: looked for once a process); None otherwise. Never builds."""
-    global _front_tried, _loaded
+    global _front_tried
     if _front is not None or _front_tried:
         return _front
     with _lock:
@@ -178,7 +178,8 @@ def _cache_dir() -> Path:
 
 
 def _compile(cxx: str, flags: list[str], sources: list[Path], libs: list[str], path: Path) -> None:
-    log.get().info("building transparent mode's C++ kernels into %s (once per torch)", path)
+    log.get().info("building the C++ side (transparent mode's kernels, the explicit ops' front) into %s "
+                   "(once per torch)", path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
