@@ -251,6 +251,29 @@ def test_heuristic_vendor_rule():
     assert vendor(Problem(1000, 1000, 1000, "bf16"), INTERPRETER_DEVICE) is None  # no threshold there
 
 
+@pytest.mark.parametrize("problem, torch_predicted", [
+    (Problem(2048, 1024, 30522, "bf16"), False),  # K's rows 61044 bytes: cuBLAS has no vector kernel
+    (Problem(30522, 1024, 2048, "bf16", "tn"), False),  # A's leading dim 30522
+    (Problem(1000, 1000, 1001, "fp16"), False),
+    (Problem(127, 4097, 4095, "fp16"), True),  # M under 256: tied in its tuning run, the rule stands
+    (Problem(1000, 1000, 1000, "bf16"), True),  # every row 16 bytes: the efficiency rule
+])
+def test_the_vendor_rule_leaves_misaligned_problems_to_the_kernels(problem, torch_predicted):
+    why = heuristic.vendor_preferred(problem, H200, heuristic.rank(problem, H200)[0])
+    assert (why is not None) == torch_predicted
+
+
+@pytest.mark.parametrize("problem, misaligned", [
+    (Problem(2048, 30522, 1024, "bf16", "nt"), True),  # A and B aligned, C's rows 61044 bytes
+    (Problem(2048, 1024, 30522, "bf16"), True),
+    (Problem(30522, 1024, 2048, "bf16", "tn"), True),
+    (Problem(30522, 1024, 2048, "bf16", "nn"), False),
+    (Problem(1000, 1000, 1000, "bf16"), False),
+])
+def test_what_cublas_meets_misaligned(problem, misaligned):
+    assert heuristic._vendor_misaligned(problem) == misaligned
+
+
 @pytest.fixture
 def user_db(paths):
     """`paths` with the user DB file created (explain's --db refuses a file that does not exist)."""

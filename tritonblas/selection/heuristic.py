@@ -382,6 +382,19 @@ def choose(problem: Problem, device: DeviceInfo, enable_streamk: bool | None = N
 # (16x4096x14336) and 1.09x (32x4096x4096) torch.mm, and at 0.98x on 16x6144x4096, tuned 1.04x).
 _VENDOR_BELOW_EFFICIENCY = {"sm_90": 0.85}
 _VENDOR_MIN_MN = 33
+# Nor where a leading dim of A, B or C is not 16 bytes (a vocabulary of 30522 or 50257, a ragged size)
+# and M and N are both at least this: cuBLAS has no vectorized kernel there and ran 1.5x-6.7x behind
+# the tuned kernels in each of the shipped file's 32 such rows (configs/sm_90.json: 256x30522x1024
+# 1.53x, 1024x1024x30522 2.16x, 30522x1024x1024 tn 2.03x, 4096x4096x4097 4.7x); the model prices the
+# kernels' padded copy but not cuBLAS's loss, so its efficiency test sent the same problems at other
+# token counts (2048x1024x30522, BERT's logits dX at 4 x 512 tokens) to torch.mm. Smaller M or N tied
+# (127x4097x4095 1.00x, 100x30522x1023 fp16 1.00x): the rule stands there.
+_VENDOR_MISALIGNED_MIN_MN = 256
+
+
+def _vendor_misaligned(problem: Problem) -> bool:
+    """Whether cuBLAS meets a leading dim (A's, B's, or C's row) that is not a multiple of 16 bytes."""
+    return not operands_aligned(problem) or problem.n * DTYPE_BYTES[problem.out] % 16 != 0
 
 
 def vendor_preferred(problem: Problem, device: DeviceInfo, best: Estimate | None) -> str | None:
@@ -392,6 +405,8 @@ def vendor_preferred(problem: Problem, device: DeviceInfo, best: Estimate | None
     if config_supports(GemmConfig.vendor(), problem, device) is not None:
         return None  # (scaled_mm: a problem torch._scaled_mm / torch._int_mm refuses)
     if min(problem.m, problem.n) < _VENDOR_MIN_MN:
+        return None
+    if min(problem.m, problem.n) >= _VENDOR_MISALIGNED_MIN_MN and _vendor_misaligned(problem):
         return None
     eff = roofline_us(problem, device) / best.total_us
     if eff >= threshold:
