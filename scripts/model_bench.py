@@ -11,7 +11,10 @@ an optional extra, imported only when a model is built), a few layers each so ev
 Parts, each timed for torch and for transparent mode (tritonblas.enable()) in one process, the two sides
 interleaved (torch, ours, ours, torch, ...; median wall time of each, the GPU synchronized around every
 timed call, so host time counts as it does for a user; each timed call after --settle untimed ones in
-its side's mode, as in a user's loop, which does not switch modes between calls):
+its side's mode, as in a user's loop, which does not switch modes between calls). A row's speedup is the
+median over rounds of torch's time over ours in the same round, and its spread the middle half of those
+ratios: a host whose speed drifts (this H200's moved torch's own decode 33 -> 64 ms between processes)
+moves both calls of a round alike. --control times torch against itself, the protocol's own spread:
     train          forward + loss.backward() twice (the second accumulates into .grad), then
                    zero_grad(set_to_none=True): a training step with gradient accumulation
     prefill        a forward over the prompt (causal LMs: building the KV cache, last logits only)
@@ -46,7 +49,7 @@ from typing import Any
 from lm_common import MODELS, EagerDecoder, GraphDecoder, build_config, build_model, max_positions
 from lm_common.profile import compare
 from lm_common.report import format_row, table
-from lm_common.timing import Side, interleaved
+from lm_common.timing import Side, interleaved, paired_speedup
 
 PARTS = ("train", "prefill", "decode", "decode-graph")
 DTYPES = ("bf16", "fp16", "fp32")
@@ -84,6 +87,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--profile", action="store_true",
                    help="also profile one training step of each side (torch.profiler, CUDA kernels) and list "
                    "the kernels ours launches more often than torch's step (copies, elementwise, ...)")
+    p.add_argument("--control", action="store_true",
+                   help="time torch's own model on both sides (the 'ours' column too): the spread the "
+                   "protocol gives two equal sides on this host, which a row's speedup must clear")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, help="write the results to this JSON file")
     args = p.parse_args(argv)
@@ -105,12 +111,14 @@ def _why(exc: Exception) -> str:
     return f"{type(exc).__name__}: {first[:300]}"
 
 
-def sides(native: bool) -> tuple[tuple[str, Callable[[], contextlib.AbstractContextManager]], ...]:
+def sides(native: bool, control: bool = False
+          ) -> tuple[tuple[str, Callable[[], contextlib.AbstractContextManager]], ...]:
     """The two sides' modes: torch's own, and transparent mode with its C++ kernels (native) or its
-    Python ones."""
+    Python ones; with `control`, torch's own on both sides."""
     import tritonblas
 
-    return ("torch", contextlib.nullcontext), ("ours", functools.partial(tritonblas.enable, native=native))
+    ours = contextlib.nullcontext if control else functools.partial(tritonblas.enable, native=native)
+    return ("torch", contextlib.nullcontext), ("ours", ours)
 
 
 def rel_error(x, ref) -> float:
@@ -158,7 +166,7 @@ class Bench:
         (error_torch / error_ours) and the other side is still timed."""
         row = {"model": self.name, "part": part, **facts}
         timed = []
-        for name, mode in sides(self.args.native_kernels):
+        for name, mode in sides(self.args.native_kernels, self.args.control):
             try:
                 with mode():
                     setup, run = make()
@@ -175,7 +183,7 @@ class Bench:
             return row
         row.update({f"{name}_ms": t for name, t in ms.items()})
         if len(ms) == 2:
-            row["speedup"] = ms["torch"] / ms["ours"]
+            row["speedup"], *row["speedup_middle_half"] = paired_speedup(*timed)
         row["_results"] = {s.name: s.result for s in timed}
         return row
 
@@ -211,7 +219,8 @@ class Bench:
         """One training step of each side under torch.profiler: the kernels only ours launches."""
         _, step = self.train_step()
         with self.training():
-            return compare(step, dict(sides(self.args.native_kernels)), self.sync, self.device.type == "cuda")
+            modes = dict(sides(self.args.native_kernels, self.args.control))
+            return compare(step, modes, self.sync, self.device.type == "cuda")
 
     def prefill(self) -> dict:
         a = self.args
@@ -252,7 +261,7 @@ class Bench:
         """Each side's prefill logits against `ids`' float32 logits (computed before the cast)."""
         out = {}
         with self.torch.no_grad():
-            for name, mode in sides(self.args.native_kernels):
+            for name, mode in sides(self.args.native_kernels, self.args.control):
                 with mode():
                     out[name] = rel_error(self.model(ids).logits, self.ref_logits)
         return out
@@ -347,6 +356,7 @@ def run(args: argparse.Namespace) -> dict:
             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
             "dtype": args.dtype, "torch": torch.__version__, "transformers": transformers.__version__,
             "reps": args.reps, "transparent_kernels": "C++" if args.native_kernels else "Python",
+            "control": args.control,
             "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "models": models}
 

@@ -91,6 +91,31 @@ def test_interleaved_alternates_and_times_only_the_run(mb):
     assert torch_side.result == 0 and ours_side.result == 0  # the last timed call's
 
 
+def test_the_speedup_pairs_each_round(mb):
+    """A host that slows down for half the rounds: the median of the round ratios sees the sides equal,
+    the ratio of the medians does not."""
+    torch_side = mb.Side("torch", contextlib.nullcontext, lambda _: None, times_ms=[10, 10, 10, 20, 20])
+    ours_side = mb.Side("ours", contextlib.nullcontext, lambda _: None, times_ms=[10, 10, 20, 20, 20])
+    # (the slow phase began between the sides of round 3: medians 10 and 20)
+    assert mb.paired_speedup(torch_side, ours_side) == pytest.approx((1.0, 1.0, 1.0))
+    ours_side.times_ms = [5, 10, 10, 10, 40]
+    assert mb.paired_speedup(torch_side, ours_side) == pytest.approx((1.0, 1.0, 2.0))  # 2, 1, 1, 2, 0.5
+    lone = mb.Side("x", contextlib.nullcontext, lambda _: None, times_ms=[4.0])
+    assert mb.paired_speedup(lone, mb.Side("y", contextlib.nullcontext, lambda _: None, times_ms=[2.0])) \
+        == (2.0, 2.0, 2.0)
+
+
+def test_control_times_torch_on_both_sides(mb):
+    from tritonblas.transparent import is_enabled
+
+    (_, torch_mode), (_, ours_mode) = mb.sides(native=False, control=True)
+    assert torch_mode is ours_mode is contextlib.nullcontext
+    (_, torch_mode), (_, ours_mode) = mb.sides(native=False)
+    with ours_mode():
+        assert is_enabled()
+    assert mb.parse_args(["--control"]).control and not mb.parse_args([]).control
+
+
 def test_interleaved_settles_each_side_in_its_mode_before_timing(mb):
     clock, log = FakeClock(), []
 
@@ -137,7 +162,10 @@ def test_rows_and_table(mb):
     off = _row(part="decode-graph", ours_tokens_as_torch_eager=0.0, torch_tokens_as_torch_eager=0.0)
     assert mb.format_row(off).endswith("| tokens as torch eager: 0.00; torch's own: 0.00 |")
     assert "| llama | 1500.0M | 1.230e-02 | 1.250e-02 |" in text
-    assert "logits error torch (bf16 vs fp32)" in text
+    assert "logits error torch (bf16 vs fp32)" in text and "vs transparent mode" in text
+    spread = _row(torch_ms=10.0, ours_ms=8.0, speedup=1.25, speedup_middle_half=[1.2, 1.31])
+    assert mb.format_row(spread).endswith("| 1.250x | rounds 1.200-1.310x |")
+    assert "vs torch again (--control" in mb.table({**doc, "control": True})
 
 
 def test_token_agreement_against_torchs_eager_decode(mb):

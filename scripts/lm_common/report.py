@@ -14,6 +14,8 @@ def format_row(r: dict) -> str:
     """One markdown table row of a part."""
     shape = f"b{r['batch']}" + (f" s{r['seq']}" if "seq" in r else f" p{r['prompt']}+{r['new_tokens']}")
     notes = [f"{k.removeprefix('error_')} failed: {v}" for k, v in r.items() if k.startswith("error_")]
+    if r.get("speedup_middle_half"):
+        notes.append("rounds {:.3f}-{:.3f}x".format(*r["speedup_middle_half"]))
     agree, own = r.get("ours_tokens_as_torch_eager"), r.get("torch_tokens_as_torch_eager")
     if agree is not None:
         notes.append(f"tokens as torch eager: {agree:.2f}")
@@ -23,9 +25,14 @@ def format_row(r: dict) -> str:
             f"{_ms(r, 'speedup', '.3f', 'x')} | {'; '.join(notes)} |")
 
 
+def _other(doc: dict) -> str:
+    return "torch again (--control: the protocol's spread)" if doc.get("control") else "transparent mode"
+
+
 def table(doc: dict) -> str:
     lines = [f"Models on {doc['device']} ({doc['dtype']}, torch {doc['torch']}, transformers "
-             f"{doc['transformers']}): torch vs transparent mode, median of {doc['reps']} interleaved calls",
+             f"{doc['transformers']}): torch vs {_other(doc)}, {doc['reps']} interleaved rounds (speedup: "
+             "the median round's torch / ours; note: the middle half of the rounds)",
              "", "| model | part | shape | torch ms | ours ms | speedup | note |",
              "|---|---|---|---|---|---|---|"]
     for m in doc["models"]:

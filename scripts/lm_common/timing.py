@@ -52,3 +52,14 @@ def interleaved(sides: list[Side], reps: int, warmup: int, sync: Callable[[], No
                 side.times_ms.append(elapsed)
                 side.result = out
     return {s.name: statistics.median(s.times_ms) for s in sides}
+
+
+def paired_speedup(first: Side, second: Side) -> tuple[float, float, float]:
+    """The median over rounds of `first`'s time over `second`'s in the same round, and the quartiles of
+    those ratios: the two calls of a round run seconds apart, so a drift of the host's speed (slower
+    minutes, another process) moves both alike, where a ratio of the two medians takes it whole."""
+    ratios = [a / b for a, b in zip(first.times_ms, second.times_ms, strict=True)]
+    if len(ratios) < 2:
+        return ratios[0], ratios[0], ratios[0]
+    q1, _, q3 = statistics.quantiles(ratios, n=4, method="inclusive")
+    return statistics.median(ratios), q1, q3
