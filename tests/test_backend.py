@@ -22,7 +22,7 @@ from tritonblas.call.core_op import config_from_list as _config_from_list
 from tritonblas.call.core_op import config_to_list as _config_to_list
 from tritonblas.cli import app
 from tritonblas.config import GemmConfig, config_supports
-from tritonblas.problem import Problem
+from tritonblas.problem import Problem, rows_aligned
 from tritonblas.selection import dispatch, heuristic
 from tritonblas.tuning.protocol import BenchResult
 from tritonblas.tuning.space import candidate_space
@@ -270,8 +270,8 @@ def test_the_vendor_rule_leaves_misaligned_problems_to_the_kernels(problem, torc
     (Problem(30522, 1024, 2048, "bf16", "nn"), False),
     (Problem(1000, 1000, 1000, "bf16"), False),
 ])
-def test_what_cublas_meets_misaligned(problem, misaligned):
-    assert heuristic._vendor_misaligned(problem) == misaligned
+def test_rows_aligned(problem, misaligned):
+    assert rows_aligned(problem) != misaligned
 
 
 @pytest.fixture
@@ -319,6 +319,19 @@ def test_vendor_neighbour_only_when_close(paths):
     # 4x in M (distance 2): the vendor winner says the kernels lost there, not what to run here.
     far = dispatch.select(4096, 1024, 1024, "bf16", device=H200)
     assert far.source != "neighbor" or far.backend == "triton"
+
+
+@pytest.mark.parametrize("tuned, asked", [
+    (NEAR_P, (1024, 1024, 1025)),  # A's rows 2050 bytes: cuBLAS's aligned win says nothing there
+    (Problem(1024, 1024, 1025, "bf16"), (1024, 1024, 1024)),  # nor its misaligned one here
+])
+def test_vendor_neighbour_only_with_the_same_row_alignment(paths, tuned, asked):
+    url, _ = paths
+    with TuningDB(url) as db:
+        db.upsert_winner(winner(tuned, H200, VENDOR, 0.01))
+    dispatch.clear_cache()
+    assert dispatch.select(*asked, "bf16", device=H200).source != "neighbor"
+    assert dispatch.select(tuned.m, tuned.n, tuned.k, "bf16", bias="row", device=H200).source == "neighbor"
 
 
 def test_kernel_neighbour_gives_way_to_the_vendor_rule(paths):

@@ -125,3 +125,10 @@ def operand_alignment(problem: Problem) -> tuple[bool, bool]:
 
 def operands_aligned(problem: Problem) -> bool:
     return all(operand_alignment(problem))
+
+
+def rows_aligned(problem: Problem) -> bool:
+    """Whether A's, B's and C's rows (dense, in the problem's layout) are each a multiple of 16 bytes:
+    where one is not, cuBLAS has no vectorized kernel (configs/sm_90.json: torch.mm 1.5x-6.7x behind the
+    kernels on every such problem with M and N >= 256)."""
+    return operands_aligned(problem) and problem.n * DTYPE_BYTES[problem.out] % 16 == 0

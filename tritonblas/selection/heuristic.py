@@ -30,6 +30,7 @@ from ..problem import (
     operand_alignment,
     operand_leading_dims,
     operands_aligned,
+    rows_aligned,
 )
 from ..smem import smem_bytes
 
@@ -392,11 +393,6 @@ _VENDOR_MIN_MN = 33
 _VENDOR_MISALIGNED_MIN_MN = 256
 
 
-def _vendor_misaligned(problem: Problem) -> bool:
-    """Whether cuBLAS meets a leading dim (A's, B's, or C's row) that is not a multiple of 16 bytes."""
-    return not operands_aligned(problem) or problem.n * DTYPE_BYTES[problem.out] % 16 != 0
-
-
 def vendor_preferred(problem: Problem, device: DeviceInfo, best: Estimate | None) -> str | None:
     """Why the vendor GEMM is predicted faster than the kernels' best estimate `best`; None when not."""
     threshold = _VENDOR_BELOW_EFFICIENCY.get(device.arch)
@@ -406,7 +402,7 @@ def vendor_preferred(problem: Problem, device: DeviceInfo, best: Estimate | None
         return None  # (scaled_mm: a problem torch._scaled_mm / torch._int_mm refuses)
     if min(problem.m, problem.n) < _VENDOR_MIN_MN:
         return None
-    if min(problem.m, problem.n) >= _VENDOR_MISALIGNED_MIN_MN and _vendor_misaligned(problem):
+    if min(problem.m, problem.n) >= _VENDOR_MISALIGNED_MIN_MN and not rows_aligned(problem):
         return None
     eff = roofline_us(problem, device) / best.total_us
     if eff >= threshold:

@@ -8,7 +8,7 @@ import math
 from collections.abc import Callable, Iterable
 
 from ..config import GemmConfig
-from ..problem import DTYPE_BYTES, Problem
+from ..problem import DTYPE_BYTES, Problem, rows_aligned
 
 # A neighbour further than this (Euclidean distance in log2 M, N, K: 3.0 is e.g. 8x in one dimension)
 # says little about the new shape; the heuristic is the better guess past it.
@@ -27,6 +27,9 @@ LAYOUT_PENALTY = 0.5
 # winner is left out of the pool, and the nearest kernel winner, or else the heuristic (which has its
 # own vendor rule, heuristic.vendor_preferred), decides.
 VENDOR_NEIGHBOR_DISTANCE = 1.0
+# Nor across rows that are 16 bytes and rows that are not (problem.rows_aligned): cuBLAS's speed differs
+# by 2x-7x between them, so its win at 8192x4096x28672 says nothing of 8192x4096x32001 (torch.mm 15.1 ms,
+# the kernels' 32001x4096x8192 3.0 ms; h200-s45-vocab.json).
 
 
 def distance(a: Problem, key) -> tuple[float, str]:
@@ -42,6 +45,11 @@ def distance(a: Problem, key) -> tuple[float, str]:
         d += LAYOUT_PENALTY
         parts.append(f"layout {key.layout} {LAYOUT_PENALTY}")
     return d, " + ".join(parts)
+
+
+def _problem(key) -> Problem:
+    return Problem(key.m, key.n, key.k, key.a_dtype, key.layout, key.bias, key.out_dtype, key.b_dtype,
+                   key.scales)
 
 
 def crosses_layout(config: GemmConfig, problem: Problem) -> bool:
@@ -74,7 +82,8 @@ def nearest(problem: Problem, pool: Iterable[object], usable: Callable[[GemmConf
         if not usable(w.config):
             continue
         d, why = distance(problem, k)
-        if w.config.backend == "torch" and d > VENDOR_NEIGHBOR_DISTANCE:
+        if w.config.backend == "torch" and (d > VENDOR_NEIGHBOR_DISTANCE
+                                            or rows_aligned(_problem(k)) != rows_aligned(problem)):
             continue
         if d <= MAX_NEIGHBOR_DISTANCE and (best is None or (d, k.sort_key()) < best[0]):
             best = ((d, k.sort_key()), w, why)
