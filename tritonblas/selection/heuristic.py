@@ -389,7 +389,8 @@ _VENDOR_MIN_MN = 33
 # 1.53x, 1024x1024x30522 2.16x, 30522x1024x1024 tn 2.03x, 4096x4096x4097 4.7x); the model prices the
 # kernels' padded copy but not cuBLAS's loss, so its efficiency test sent the same problems at other
 # token counts (2048x1024x30522, BERT's logits dX at 4 x 512 tokens) to torch.mm. Smaller M or N tied
-# (127x4097x4095 1.00x, 100x30522x1023 fp16 1.00x): the rule stands there.
+# (127x4097x4095 1.00x, 100x30522x1023 fp16 1.00x): the rule stands there. 16-bit problems only: those
+# are what was measured (torch._scaled_mm refuses an fp8 problem's ragged rows anyway).
 _VENDOR_MISALIGNED_MIN_MN = 256
 
 
@@ -402,7 +403,8 @@ def vendor_preferred(problem: Problem, device: DeviceInfo, best: Estimate | None
         return None  # (scaled_mm: a problem torch._scaled_mm / torch._int_mm refuses)
     if min(problem.m, problem.n) < _VENDOR_MIN_MN:
         return None
-    if min(problem.m, problem.n) >= _VENDOR_MISALIGNED_MIN_MN and not rows_aligned(problem):
+    if min(problem.m, problem.n) >= _VENDOR_MISALIGNED_MIN_MN and not problem.quantized and \
+            not rows_aligned(problem):
         return None
     eff = roofline_us(problem, device) / best.total_us
     if eff >= threshold:
