@@ -27,7 +27,7 @@ def _selection(time_us: float, device, backend: str = "triton", torch_us: float 
                               torch_ms=torch_us / 1000)
 
 
-ROUTED = call_path.ROUTED_HOST_US
+ROUTED = call_path.TORCH_CALL_HOST_US + call_path.ROUTED_EXTRA_US  # a routed direct call's host time
 
 
 @pytest.mark.parametrize("time_us, backend, on_gpu, direct, routed, leaves_eager_to_torch", [
@@ -37,9 +37,10 @@ ROUTED = call_path.ROUTED_HOST_US
     (call_path.KERNEL_HOST_US / 2, "torch", True, False, False, False),  # torch already
     (0.0, "triton", True, False, False, False),  # no time known (nothing to judge by)
     (call_path.KERNEL_HOST_US / 2, "triton", False, False, False, False),  # the interpreter: no host cost
-    # routed (transparent mode): the trip into Python costs more than torch's whole call
+    # routed (transparent mode), torch not timed: the trip into Python costs more than torch's whole call
     (ROUTED / 2, "triton", True, True, True, True),  # host-bound, even with a direct launch
     (ROUTED * 2, "triton", True, True, True, False),  # the kernel's time hides the host's
+    (ROUTED * 2, "triton", True, False, True, True),  # not direct: the host's time is longer still
     (ROUTED / 2, "torch", True, False, True, False),
     (ROUTED / 2, "triton", False, False, True, False),
 ])
@@ -56,13 +57,14 @@ def test_a_kernel_pick_shorter_than_its_host_time_runs_only_under_capture(time_u
 
 
 EXTRA, HOST = call_path.ROUTED_EXTRA_US, call_path.KERNEL_HOST_US
+NOT_DIRECT = call_path.ROUTED_EXTRA_US + call_path.ROUTED_NOT_DIRECT_US
 
 
 @pytest.mark.parametrize("torch_us, direct, routed, leaves_eager_to_torch", [
     (100 + EXTRA / 2, True, True, True),  # routed: wins by less than the host time it costs above torch's
     (100 + EXTRA * 2, True, True, False),
-    (100 + EXTRA + HOST / 2, False, True, True),  # a routed launch that is not direct pays both
-    (100 + (EXTRA + HOST) * 2, False, True, False),
+    (100 + NOT_DIRECT / 2, False, True, True),  # a routed launch that is not direct pays more
+    (100 + NOT_DIRECT * 2, False, True, False),
     (100.5, True, False, False),  # an explicit direct launch costs torch's host time: any win counts
     (100 + HOST / 2, False, False, True),
     (100 + HOST * 2, False, False, False),

@@ -42,13 +42,18 @@ from ..validate import TORCH_DTYPES, check_out, span_bytes
 # CompiledKernel.run with device-side descriptors 31.0 us against F.linear's 22.0, a prepared direct
 # launch 19.2 (docs/notes/kernel-levers.md, "Host cost of a launch").
 KERNEL_HOST_US = 10.0
-# A routed call (transparent mode) whose kernel runs pays the trip into Python: H200, 4x2048x2048 bf16,
-# F.linear 20.9 us a call, routed to a kernel 26.7 (the kernel itself 7.8). Eager calls whose kernel is
-# shorter than this are host-bound, and torch's own call (which the C++ kernels run without Python) is
-# cheaper on the host than ours: they run torch's, and the kernel under graph capture.
-ROUTED_HOST_US = 25.0
-# What the routed kernel's call costs the host above torch's own (26.7 - 20.9 us, the same calls).
-ROUTED_EXTRA_US = 6.0
+# A routed call (transparent mode) whose kernel runs pays the trip into Python; torch's own call (which
+# the C++ kernels run without Python) does not. What that trip costs is measured inside a model's step,
+# not in a loop of one call, where Python's path runs hot: H200, 4x2048x2048 bf16, F.linear 20.9 us a
+# call and routed to a kernel 26.7 in a loop, but in BERT's training step at 4x256 (no sync in it) six
+# routed kernel calls a step added 0.36 ms of host (60 us a call), and GPT-2's eager decode at batch 1,
+# one routed call a token (its logits GEMM, 11 us faster than torch's), ran 0.938x-0.942x where torch
+# against itself read 1.008x (80 us a token); the Python side alone timed 55-73 us a call in those steps
+# against 19-26 in a loop (docs/benchmarks/h200.md, forty-fifth session). A launch that is not a prepared
+# direct one (Stream-K: launch_gemm plans each call) took ~100 us more there (208 against 73 us).
+TORCH_CALL_HOST_US = 21.0
+ROUTED_EXTRA_US = 65.0
+ROUTED_NOT_DIRECT_US = 100.0
 # An explicit call that runs torch's op pays the lookup on top of it; one that launches a prepared kernel
 # directly costs less than torch's op alone. H200 host, loops of back-to-back calls (`tritonblas bench`'s
 # loop ratio, classes/small.yaml, explicit calls with out=): torch's picks 15.4 us a call against
@@ -264,27 +269,44 @@ def _eager_vendor(selection: dispatch.Selection, launch: object, routed: bool = 
 def eager_torch_reason(selection: dispatch.Selection, direct: bool, routed: bool = False) -> str | None:
     """Why eager calls of a kernel selection run torch's op instead (None: they run the kernel), on a GPU,
     for a launch that is `direct` (a prepared one, no dearer on the host than torch's op) or not
-    (Stream-K, padded copies), `routed` (transparent mode) or explicit:
-      - a routed call whose kernel is shorter than its host time (ROUTED_HOST_US), or a launch that is
-        not direct whose kernel is shorter than that excess (KERNEL_HOST_US): the call is host-bound,
-        its wall time the host's, above torch's, and the faster kernel gains nothing;
-      - a kernel measured against torch's op that beats it by less than the host time it costs above
-        torch's (ROUTED_EXTRA_US for a routed call, KERNEL_HOST_US for a launch that is not direct):
-        where the host is the bottleneck (eager decode: HF's Python between GEMMs) that host time is
-        the whole difference, and where the GPU is, the kernel gains less than that.
-    Under graph capture no host time is paid: the kernel runs there."""
+    (Stream-K, padded copies), `routed` (transparent mode) or explicit. Under graph capture no host time
+    is paid: the kernel runs there.
+      - explicit: a launch that is not direct costs KERNEL_HOST_US above torch's op; a kernel shorter
+        than that, or beating torch's op by less, gains nothing (the call is host-bound, or the host's
+        time is the whole difference where the host is the bottleneck);
+      - routed: the trip into Python (ROUTED_EXTRA_US, and ROUTED_NOT_DIRECT_US more for a launch that
+        is not direct) as it costs inside a model's step. Where the host is the bottleneck (eager
+        decode, a small training step) that time is the whole difference, and where the GPU is, the
+        kernel's win shows: the kernel runs where it beats torch's op by more than that; where torch
+        was not timed, where it is longer than the call's host time."""
     if selection.device is INTERPRETER_DEVICE or selection.backend == "torch":
         return None
-    kernel_us = selection.time_ms * 1000
-    host_us = ROUTED_HOST_US if routed else 0.0 if direct else KERNEL_HOST_US
+    kernel_us, torch_us = selection.time_ms * 1000, selection.torch_ms * 1000
+    if routed:
+        return _routed_torch_reason(kernel_us, torch_us, direct)
+    host_us = 0.0 if direct else KERNEL_HOST_US
     if 0.0 < kernel_us < host_us:
-        call = "a routed call's host time" if routed else "its launch's host time above torch's"
-        return f"its kernel ({kernel_us:.1f} us) is shorter than {call} ({host_us:.0f} us)"
-    extra_us = (ROUTED_EXTRA_US if routed else 0.0) + (0.0 if direct else KERNEL_HOST_US)
-    margin_us = (selection.torch_ms - selection.time_ms) * 1000
-    if selection.torch_ms > 0.0 and margin_us < extra_us:
-        return (f"it beats torch's op by {margin_us:.1f} us, less than the {extra_us:.0f} us of host time "
+        return f"its kernel ({kernel_us:.1f} us) is shorter than its launch's host time above torch's " \
+               f"({host_us:.0f} us)"
+    margin_us = torch_us - kernel_us
+    if torch_us > 0.0 and margin_us < host_us:
+        return (f"it beats torch's op by {margin_us:.1f} us, less than the {host_us:.0f} us of host time "
                 "it costs above torch's")
+    return None
+
+
+def _routed_torch_reason(kernel_us: float, torch_us: float, direct: bool) -> str | None:
+    extra_us = ROUTED_EXTRA_US + (0.0 if direct else ROUTED_NOT_DIRECT_US)
+    if torch_us <= 0.0:
+        host_us = TORCH_CALL_HOST_US + extra_us
+        if 0.0 < kernel_us < host_us:
+            return (f"its kernel ({kernel_us:.1f} us) is shorter than a routed call's host time "
+                    f"({host_us:.0f} us)")
+        return None
+    margin_us = torch_us - kernel_us
+    if margin_us < extra_us:
+        return (f"it beats torch's op by {margin_us:.1f} us, less than the {extra_us:.0f} us of host time "
+                "a routed call costs above torch's")
     return None
 
 
