@@ -82,6 +82,29 @@ def test_a_kernel_that_wins_by_less_than_its_host_cost_runs_only_under_capture(t
     assert call_path._eager_vendor(selection, launch, routed) is leaves_eager_to_torch
 
 
+NATIVE = call_path.ROUTED_NATIVE_EXTRA_US
+
+
+@pytest.mark.parametrize("torch_us, direct, leaves_eager_to_torch", [
+    (100 + EXTRA / 2, True, False),  # no trip into Python: a win the Python launch would lose runs
+    (100 + NATIVE / 2, True, True),  # ... but not one smaller than what the C++ launch costs
+    (100 + NATIVE * 2, True, False),
+    (90.0, True, True),
+    (0.0, True, False),
+    (10.0, True, True),  # torch faster by far: a recorded launch changes nothing there
+])
+def test_a_routed_kernel_launched_from_cpp_pays_no_trip_into_python(torch_us, direct, leaves_eager_to_torch,
+                                                                      monkeypatch):
+    """A routed plan whose launch gets a record (launch/native.py) is launched by transparent mode's C++
+    kernels: its host cost above torch's is ROUTED_NATIVE_EXTRA_US, not the trip into Python."""
+    from tritonblas.arch import device_for_arch
+
+    launch = object()
+    monkeypatch.setattr(call_path, "launches_directly", lambda plan: plan is launch and direct)
+    selection = _selection(100.0, device_for_arch("sm_90"), torch_us=torch_us)
+    assert call_path._eager_vendor(selection, launch, True, True) is leaves_eager_to_torch
+
+
 EXPLICIT_HOST, EXPLICIT_EXTRA = call_path.EXPLICIT_TORCH_HOST_US, call_path.EXPLICIT_TORCH_EXTRA_US
 
 

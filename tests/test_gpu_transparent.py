@@ -1,7 +1,8 @@
 """GPU: transparent mode on CUDA tensors, with its C++ kernels (tritonblas.native, built on the GPU host
 against its CUDA torch) and with its Python ones: routed mm / addmm / linear right whether dispatch picks
 a kernel or torch, torch's answer kept by the C++ kernels, nn.Linear's backward through .backward(), and
-routed calls captured in a CUDA graph and replayed on new contents (issue 34 items 2 and 3).
+routed calls captured in a CUDA graph and replayed on new contents (issue 34 items 2 and 3), and routed
+kernel picks launched from C++ (launch records).
 
     TRITONBLAS_TEST_GPU=1 python -m pytest tests/test_gpu_transparent.py
 """
@@ -149,3 +150,71 @@ def test_explicit_linear_replays_right_under_reduce_overhead(kernels):
                 assert_close(got, F.linear(x, w, b).relu(), ref, k=512)
     finally:
         torch._dynamo.reset()
+
+
+# Routed kernel picks launched from C++ (launch/native.py, native/launch.cpp): configs whose launch gets a
+# record (pointer loads; device-side descriptors, which take global scratch), and calls of each kind.
+RECORDED = {
+    "pointers": tritonblas.GemmConfig(block_m=64, block_n=64, block_k=64, num_stages=3),
+    "device descriptors": tritonblas.GemmConfig(block_m=64, block_n=128, block_k=64, num_stages=3, tma=True),
+}
+RECORDED_CALLS = [
+    ("mm", lambda a, b: torch.mm(a, b), [(96, 384), (384, 512)], torch.float16),
+    ("addmm", lambda c, a, b: torch.addmm(c, a, b, beta=0.5, alpha=2.0), [(512,), (96, 384), (384, 512)],
+     bf16),
+    ("addmm beta 0", lambda c, a, b: torch.addmm(c, a, b, beta=0.0), [(96, 512), (96, 384), (384, 512)],
+     bf16),
+    ("linear", lambda x, w, b: F.linear(x, w, b), [(8, 384), (512, 384), (512,)], bf16),
+]
+
+
+def _pick(monkeypatch, config) -> None:
+    """Dispatch selecting `config` for every problem, timed at 1 ms and torch not timed (eager calls run
+    it under either rule)."""
+    from helpers.picks import _pick_where
+
+    from tritonblas.selection import dispatch
+
+    _pick_where(monkeypatch, lambda problem: True,
+                lambda problem, device: dispatch.Selection(config, "db", 1.0, True, problem, device))
+
+
+@pytest.mark.parametrize("config", list(RECORDED))
+@pytest.mark.parametrize("name, fn, shapes, dtype", RECORDED_CALLS, ids=[c[0] for c in RECORDED_CALLS])
+def test_routed_kernel_calls_launch_from_cpp(config, name, fn, shapes, dtype, kernels, monkeypatch):
+    """After a key's first calls (planned, compiled, launched directly once), its routed calls are launched
+    by the C++ kernel from the launch record, with no Python: right on new contents, bit for bit the
+    Python launch's output, under graph capture and replay, and back through Python where an operand's
+    address is not 16-byte aligned (the compiled kernel assumed it was)."""
+    if not kernels:
+        pytest.skip("the C++ kernels' launch")
+    _pick(monkeypatch, RECORDED[config])
+    asked = []
+    for op in ("_routed_mm", "_routed_addmm"):
+        real = getattr(transparent, op)
+        monkeypatch.setattr(transparent, op, lambda *args, real=real: (asked.append(1), real(*args))[1])
+    args = [_t(*s, dtype=dtype) for s in shapes]
+    fresh = [_t(*s, dtype=dtype) for s in shapes]
+    with tritonblas.enable():
+        first = [fn(*args) for _ in range(2)]  # planned and compiled, then launched directly: answered
+        python_calls = len(asked)
+        later = [fn(*args) for _ in range(3)]
+        assert len(asked) == python_calls <= 2, asked
+        ours_fresh = fn(*fresh)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            y = fn(*args)
+        for t, src in zip(args, fresh, strict=True):  # new contents, same addresses
+            t.copy_(src * 0.5)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert len(asked) == python_calls, "a call went through Python"
+        shifted = [_t(t.numel() + 1, dtype=dtype)[1:].view(t.shape) for t in args]  # 2 bytes off
+        for t, src in zip(shifted, args, strict=True):
+            t.copy_(src)
+        ours_shifted = fn(*shifted)
+        assert len(asked) == python_calls + 1
+    for out in later:
+        assert torch.equal(out, first[0])
+    for ours, tensors in ((ours_fresh, fresh), (y, args), (ours_shifted, shifted)):
+        assert_close(ours, fn(*tensors), _ref(fn, *tensors), k=384)

@@ -125,21 +125,24 @@ def test_a_torch_answer_is_recorded_into_each_new_file(torch_picked, tmp_path):
 
 def test_what_later_calls_of_a_key_are_told(monkeypatch):
     """A kernel that wins under graph capture only (eager_vendor): torch's kernel in eager calls, asked
-    under capture; a kernel: asked every call (its launch is Python's); torch's pick and calls not
-    routed: torch's kernel for good, but CPU calls while the interpreter is off (it may come back)."""
+    under capture; a kernel: launched from C++ where its launch has a record (KERNEL, with the record),
+    else asked every call (its launch is Python's); torch's pick and calls not routed: torch's kernel
+    for good, but CPU calls while the interpreter is off (it may come back)."""
     from tritonblas import GemmConfig
 
     cpu, cuda = SimpleNamespace(is_cpu=True), SimpleNamespace(is_cpu=False)
     kernel, vendor = GemmConfig(block_m=16, block_n=16, block_k=16), GemmConfig.vendor()
-    later = transparent._later
-    assert later(SimpleNamespace(eager_vendor=True, config=kernel), cuda) == transparent.EAGER_TORCH
-    plan = SimpleNamespace(eager_vendor=False, capture_vendor=False, config=kernel)
-    assert later(plan, cuda) == transparent.ASK
+    later, none = transparent._later, transparent._NO_RECORD
+    assert later(SimpleNamespace(eager_vendor=True, config=kernel), cuda) == (transparent.EAGER_TORCH, none)
+    plan = SimpleNamespace(eager_vendor=False, capture_vendor=False, config=kernel, launch=None, fp32=False)
+    assert later(plan, cuda) == (transparent.ASK, none)
+    monkeypatch.setattr(transparent, "native_record", lambda plan: [1, 2, 3])
+    assert later(plan, cuda) == (transparent.KERNEL, [1, 2, 3])
     plan.config = vendor
-    assert later(plan, cuda) == transparent.TORCH
-    assert later(None, cuda) == later(None, cpu) == transparent.TORCH
+    assert later(plan, cuda) == (transparent.TORCH, none)
+    assert later(None, cuda) == later(None, cpu) == (transparent.TORCH, none)
     monkeypatch.setenv("TRITON_INTERPRET", "0")
-    assert later(None, cpu) == transparent.ASK
+    assert later(None, cpu) == (transparent.ASK, none)
 
 
 def test_other_dtypes_are_answered_once(asked):

@@ -53,7 +53,7 @@ import torch
 from . import log, native
 from . import record as _record
 from .call.path import lookup, prepare
-from .call.run import run, torch_runs
+from .call.run import native_record, run, torch_runs
 from .device import interpreter_enabled
 
 _lock = threading.RLock()
@@ -153,6 +153,7 @@ def _install_native(keys: tuple[str, ...]):
             answers.impl("routed_mm", routed_mm, key)
             answers.impl("routed_addmm", routed_addmm, key)
         native.ops().install("CPU" in keys)
+        native.set_routing(True)
     except RuntimeError as exc:
         answers._destroy()
         log.warn(f"tritonblas: transparent mode's C++ kernels could not be installed ({exc}); its Python "
@@ -177,6 +178,7 @@ def _unregister() -> None:
         return
     if _native:
         native.ops().uninstall()  # first: no C++ kernel may call an answer that is gone
+        native.set_routing(False)
     for lib in _library:
         lib._destroy()
     _library, _native = None, False
@@ -222,19 +224,20 @@ def _kernels(torch_mm, torch_addmm) -> tuple:
 
 
 # What the C++ kernels keep for later calls of a key (native/route.cpp's Answer).
-ASK, TORCH, EAGER_TORCH = 0, 1, 2
+ASK, TORCH, EAGER_TORCH, KERNEL = 0, 1, 2, 3
+_NO_RECORD: list[int] = []
 
 
 def _native_answers() -> tuple:
     """The Python side of the C++ kernels (native/route.cpp): a call's output (none: torch's kernel
-    runs) and what holds for later calls of its key."""
+    runs), what holds for later calls of its key, and KERNEL's launch record."""
     def routed_mm(a, b):
         out, plan = _routed_mm(a, b)
-        return ([] if out is None else [out]), _later(plan, a)
+        return ([] if out is None else [out]), *_later(plan, a)
 
     def routed_addmm(bias, a, b, beta, alpha):
         out, plan = _routed_addmm(bias, a, b, beta, alpha)
-        return ([] if out is None else [out]), _later(plan, a)
+        return ([] if out is None else [out]), *_later(plan, a)
 
     return routed_mm, routed_addmm
 
@@ -260,14 +263,19 @@ def _routed_addmm(bias, a, b, beta, alpha) -> tuple:
     return None, plan
 
 
-def _later(plan, a) -> int:
-    """ASK where a kernel runs (its launch is Python's) and for CPU tensors while the interpreter is off
-    (it may come back on); EAGER_TORCH for a kernel that wins under graph capture only; else TORCH."""
+def _later(plan, a) -> tuple[int, list[int]]:
+    """(answer, launch record) for later calls of the key: KERNEL where the kernel runs and its launch has
+    a record (launch/native.py: the C++ kernel launches it); ASK where a kernel runs otherwise (its launch
+    is Python's) and for CPU tensors while the interpreter is off (it may come back on); EAGER_TORCH for
+    a kernel that wins under graph capture only; else TORCH."""
     if plan is None:
-        return TORCH if not a.is_cpu or interpreter_enabled() else ASK
+        return (TORCH if not a.is_cpu or interpreter_enabled() else ASK), _NO_RECORD
     if plan.eager_vendor:
-        return EAGER_TORCH
-    return TORCH if torch_runs(plan) else ASK
+        return EAGER_TORCH, _NO_RECORD
+    if torch_runs(plan):
+        return TORCH, _NO_RECORD
+    record = native_record(plan)
+    return (ASK, _NO_RECORD) if record is None else (KERNEL, record)
 
 
 # A plan found for the call's key says it is routable (a plan is made only for operands that passed the

@@ -31,6 +31,7 @@ from ..config import GemmConfig
 from ..device import interpreter_enabled, tensor_device_info
 from ..launch.compile_key import prefetch as prefetch_compile_key
 from ..launch.direct import launches_directly
+from ..launch.native import config_has_record
 from ..launch.prepared import config_launches_directly, prepare_launch
 from ..problem import Problem
 from ..selection import dispatch
@@ -54,6 +55,10 @@ KERNEL_HOST_US = 10.0
 TORCH_CALL_HOST_US = 21.0
 ROUTED_EXTRA_US = 65.0
 ROUTED_NOT_DIRECT_US = 100.0
+# A routed call whose launch has a record (launch/native.py) is launched by the C++ kernel after its first
+# call, with no Python: cuLaunchKernel in place of torch's cuBLAS call. What that costs above torch's own
+# op (H200, in a loop and in a model's step): docs/notes/kernel-levers.md, "Routed launches from C++".
+ROUTED_NATIVE_EXTRA_US = 1.0
 # An explicit call that runs torch's op pays the lookup on top of it; one that launches a prepared kernel
 # directly costs less than torch's op alone. H200 host, loops of back-to-back calls (`tritonblas bench`'s
 # loop ratio, classes/small.yaml, explicit calls with out=): torch's picks 15.4 us a call against
@@ -253,20 +258,24 @@ def prepare(key: tuple | None, op: str, a: torch.Tensor, b: torch.Tensor, bias: 
     if plan.capture_vendor and not launches_directly(plan.launch):  # (finish may drop the prepared launch)
         plan.config, plan.launch, plan.capture_vendor = selection.config, None, False
     if selection is not None and restriction == (None, None) and not plan.capture_vendor:
-        plan.eager_vendor = _eager_vendor(selection, plan.launch, routed)
+        recorded = routed and a.is_cuda and not plan.fp32 and native.routing() and \
+            config_has_record(plan.config)
+        plan.eager_vendor = _eager_vendor(selection, plan.launch, routed, recorded)
     _note(plan)  # TRITONBLAS_RECORD / enable(record=...): a new problem goes to the file
     if key is not None:
         caches.store(read_at, plans, key, plan)
     return plan
 
 
-def _eager_vendor(selection: dispatch.Selection, launch: object, routed: bool = False) -> bool:
+def _eager_vendor(selection: dispatch.Selection, launch: object, routed: bool = False,
+                  recorded: bool = False) -> bool:
     """Whether a kernel selection must leave eager calls to torch (eager_torch_reason), its launch
     prepared as `launch` (launch.direct.launches_directly: no dearer on the host than torch's op)."""
-    return eager_torch_reason(selection, launches_directly(launch), routed) is not None
+    return eager_torch_reason(selection, launches_directly(launch), routed, recorded) is not None
 
 
-def eager_torch_reason(selection: dispatch.Selection, direct: bool, routed: bool = False) -> str | None:
+def eager_torch_reason(selection: dispatch.Selection, direct: bool, routed: bool = False,
+                       recorded: bool = False) -> str | None:
     """Why eager calls of a kernel selection run torch's op instead (None: they run the kernel), on a GPU,
     for a launch that is `direct` (a prepared one, no dearer on the host than torch's op) or not
     (Stream-K, padded copies), `routed` (transparent mode) or explicit. Under graph capture no host time
@@ -275,15 +284,16 @@ def eager_torch_reason(selection: dispatch.Selection, direct: bool, routed: bool
         than that, or beating torch's op by less, gains nothing (the call is host-bound, or the host's
         time is the whole difference where the host is the bottleneck);
       - routed: the trip into Python (ROUTED_EXTRA_US, and ROUTED_NOT_DIRECT_US more for a launch that
-        is not direct) as it costs inside a model's step. Where the host is the bottleneck (eager
-        decode, a small training step) that time is the whole difference, and where the GPU is, the
-        kernel's win shows: the kernel runs where it beats torch's op by more than that; where torch
-        was not timed, where it is longer than the call's host time."""
+        is not direct) as it costs inside a model's step; ROUTED_NATIVE_EXTRA_US for a launch the C++
+        kernels make from a record (`recorded`: launch/native.py, transparent mode's C++ kernels on).
+        Where the host is the bottleneck (eager decode, a small training step) that time is the whole
+        difference, and where the GPU is, the kernel's win shows: the kernel runs where it beats torch's
+        op by more than that; where torch was not timed, where it is longer than the call's host time."""
     if selection.device is INTERPRETER_DEVICE or selection.backend == "torch":
         return None
     kernel_us, torch_us = selection.time_ms * 1000, selection.torch_ms * 1000
     if routed:
-        return _routed_torch_reason(kernel_us, torch_us, direct)
+        return _routed_torch_reason(kernel_us, torch_us, direct, recorded)
     host_us = 0.0 if direct else KERNEL_HOST_US
     if 0.0 < kernel_us < host_us:
         return f"its kernel ({kernel_us:.1f} us) is shorter than its launch's host time above torch's " \
@@ -295,8 +305,11 @@ def eager_torch_reason(selection: dispatch.Selection, direct: bool, routed: bool
     return None
 
 
-def _routed_torch_reason(kernel_us: float, torch_us: float, direct: bool) -> str | None:
-    extra_us = ROUTED_EXTRA_US + (0.0 if direct else ROUTED_NOT_DIRECT_US)
+def _routed_torch_reason(kernel_us: float, torch_us: float, direct: bool, recorded: bool) -> str | None:
+    if recorded:
+        extra_us = ROUTED_NATIVE_EXTRA_US
+    else:
+        extra_us = ROUTED_EXTRA_US + (0.0 if direct else ROUTED_NOT_DIRECT_US)
     if torch_us <= 0.0:
         host_us = TORCH_CALL_HOST_US + extra_us
         if 0.0 < kernel_us < host_us:

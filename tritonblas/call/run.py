@@ -11,6 +11,7 @@ import torch
 
 from ..config import GemmConfig
 from ..launch.gemm import is_out_of_resources, launch_gemm
+from ..launch.native import launch_record
 from ..launch.prepared import launch_prepared
 from ..selection import dispatch
 from .path import Plan, ScaledPlan, bias_view, lookup, precision_of, prepare, signature
@@ -71,6 +72,16 @@ def _ready(plan: Plan) -> bool:
     replaced (tests watching launch_gemm)."""
     return launch_gemm is _LAUNCH_GEMM and not plan.eager_vendor and \
         not (plan.fp32 and precision_of(plan) != plan.precision)
+
+
+def native_record(plan: Plan) -> list[int] | None:
+    """The launch record (launch/native.py) of a routed plan whose kernel runs, for transparent mode's C++
+    kernels to launch later calls of its key themselves; None where Python must go on deciding per call:
+    no prepared launch launched directly yet, fp32 (the tf32 flag is read per call), a kernel for one
+    kind of call only (eager_vendor, capture_vendor), the launch seam replaced (tests)."""
+    if plan.launch is None or plan.fp32 or plan.capture_vendor or not _ready(plan):
+        return None
+    return launch_record(plan.launch, plan.has_bias)
 
 
 def _prepared_failed(exc: Exception, plan: Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,

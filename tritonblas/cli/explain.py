@@ -152,10 +152,12 @@ def _eager_lines(sel) -> list[tuple[str, str]]:
     or torch's op where the kernel's gain is below the host time its call costs above torch's
     (call.path.eager_torch_reason; the kernel runs under CUDA graph capture either way). A quantized
     problem's calls, explicit or routed, share scaled_mm's plan and its rule, where torch takes the
-    problem at all."""
+    problem at all. Routed calls as transparent mode's C++ kernels run them (enable()'s default): a
+    kernel whose launch gets a record is launched from C++ (launch/native.py)."""
     from ..arch import INTERPRETER_DEVICE
     from ..call.path import eager_torch_reason
     from ..config import vendor_scaled_refusal
+    from ..launch.native import config_has_record
     from ..launch.prepared import config_launches_directly
 
     if sel.device is INTERPRETER_DEVICE:
@@ -171,9 +173,12 @@ def _eager_lines(sel) -> list[tuple[str, str]]:
     else:
         sides = (("eager", False, "explicit calls", "torch.mm"),
                  ("routed", True, "transparent mode's calls", "torch.mm"))
+    recorded = config_has_record(sel.config) and sel.problem.dtype != "fp32"
     lines = []
     for name, routed, who, vendor in sides:
-        why = eager_torch_reason(sel, direct, routed)
+        why = eager_torch_reason(sel, direct, routed, routed and recorded)
+        if why is None and routed and recorded:
+            who += " (launched from C++)"
         text = f"{who} run the kernel" if why is None else \
             f"{who} run {vendor} ({why}); the kernel runs under CUDA graph capture"
         lines.append((name, text))

@@ -35,14 +35,16 @@ from .. import caches, log, record
 
 HERE = Path(__file__).parent
 SOURCE = HERE / "route.cpp"
+LAUNCH = HERE / "launch.cpp"
 FRONT = HERE / "front.cpp"
-SOURCES = (SOURCE, FRONT, HERE / "answers.h")
+SOURCES = (SOURCE, LAUNCH, FRONT, HERE / "answers.h", HERE / "launch.h")
 _lock = threading.Lock()
 _loaded: bool | None = None  # None: not tried in this process
 _why_not = ""
 _front: types.ModuleType | None = None  # the front's Python module, once loaded
 _front_tried = False  # front() looked for a built library once
 _on_front: list[Callable[[types.ModuleType], None]] = []
+_routing = False  # transparent mode's C++ kernels are installed (they launch recorded kernels themselves)
 
 
 def load() -> bool:
@@ -116,6 +118,17 @@ def _announce(module: types.ModuleType) -> None:
         use(module)
 
 
+def routing() -> bool:
+    """Whether transparent mode's C++ kernels are installed (set_routing): routed calls whose launch has a
+    record (launch/native.py) are launched from C++."""
+    return _routing
+
+
+def set_routing(on: bool) -> None:
+    global _routing
+    _routing = on
+
+
 def forget() -> None:
     """Drop every answer (the transparent kernels' and the front's)."""
     if _loaded:
@@ -155,7 +168,7 @@ def _library(build: bool = True) -> Path | None:
     if cuda:
         flags.append("-DTRITONBLAS_CUDA")
         libs += ["-ltorch_cuda", "-lc10_cuda"]
-    sources = [SOURCE]
+    sources = [SOURCE, LAUNCH]
     python = sysconfig.get_paths()["include"]
     if (Path(python) / "Python.h").exists():  # the front is a Python module: without the headers, none
         flags += ["-DTRITONBLAS_FRONT", "-isystem", python]

@@ -20,8 +20,8 @@ using Key = std::array<int64_t, KEY_LEN>;
 
 // What the Python side answered for later calls of a key: ASK (ask again), TORCH (torch's op for good)
 // or EAGER_TORCH (torch's op unless the stream is being captured into a CUDA graph, where the kernels
-// win).
-enum Answer : int64_t { ASK = 0, TORCH = 1, EAGER_TORCH = 2 };
+// win); for routed calls also KERNEL (the kernel, launched from C++: launch.h).
+enum Answer : int64_t { ASK = 0, TORCH = 1, EAGER_TORCH = 2, KERNEL = 3 };
 
 // Op codes (Key[0]): transparent mode's aten kernels, then the explicit ops (tritonblas.matmul, ...).
 enum Op : int64_t { ROUTED_MM = 0, ROUTED_ADDMM = 1, ROUTED_ADDMM0 = 2, MATMUL = 3, ADDMM = 4, ADDMM0 = 5,

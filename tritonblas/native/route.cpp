@@ -8,7 +8,8 @@
 // tritonblas_native::routed_mm / routed_addmm, which plans it and answers its output (or none: torch's
 // kernel runs) and what holds for later calls of the key: ASK (ask again), TORCH (torch's kernel for
 // good) or EAGER_TORCH (torch's kernel unless the stream is being captured into a CUDA graph, where the
-// kernels win). The answers are dropped by forget() only (the Python side calls it whenever dispatch's
+// kernels win), or KERNEL with a launch record (launch.h: the kernel launched from here, no Python). The
+// answers are dropped by forget() only (the Python side calls it whenever dispatch's
 // selections or the recording file change): they outlive uninstall(), so a `with tritonblas.enable():`
 // around every forward does not send each GEMM of each forward through Python again. The answers are
 // shared with the explicit ops' front (front.cpp), each op under its own code (answers.h).
@@ -34,6 +35,7 @@
 #include <vector>
 
 #include "answers.h"
+#include "launch.h"
 
 namespace tritonblas_native {
 
@@ -51,22 +53,47 @@ struct KeyHash {
   }
 };
 
+struct Entry {
+  int64_t answer;
+  std::shared_ptr<const Launch> launch;  // KERNEL's
+};
+
 std::mutex mutex;
-std::unordered_map<Key, int64_t, KeyHash> answers;  // TORCH or EAGER_TORCH, by key
+std::unordered_map<Key, Entry, KeyHash> answers;  // TORCH, EAGER_TORCH or KERNEL, by key
 std::unique_ptr<torch::Library> installed;          // the aten registrations while transparent mode is on
 }  // namespace
 
 int64_t known(const Key& key) {
   std::lock_guard<std::mutex> guard(mutex);
   auto it = answers.find(key);
-  return it == answers.end() ? ASK : it->second;
+  return it == answers.end() ? ASK : it->second.answer;
 }
 
 void remember(const Key& key, int64_t answer) {
   if (answer != TORCH && answer != EAGER_TORCH) return;
   std::lock_guard<std::mutex> guard(mutex);
   if (answers.size() >= CAP) answers.clear();
-  answers[key] = answer;
+  answers[key] = Entry{answer, nullptr};
+}
+
+// The launch a key was answered KERNEL with (nullptr: none).
+std::shared_ptr<const Launch> kernel_of(const Key& key) {
+  std::lock_guard<std::mutex> guard(mutex);
+  auto it = answers.find(key);
+  return it == answers.end() || it->second.answer != KERNEL ? nullptr : it->second.launch;
+}
+
+// A routed call's answer: KERNEL keeps the launch its record describes (a malformed one: asked again).
+void remember_routed(const Key& key, int64_t answer, const std::vector<int64_t>& record) {
+  if (answer != KERNEL) {
+    remember(key, answer);
+    return;
+  }
+  std::shared_ptr<const Launch> launch = parse_launch(record);
+  if (!launch) return;
+  std::lock_guard<std::mutex> guard(mutex);
+  if (answers.size() >= CAP) answers.clear();
+  answers[key] = Entry{KERNEL, std::move(launch)};
 }
 
 // Asked of the driver (cuStreamIsCapturing: libcuda is loaded wherever a CUDA tensor exists) without
@@ -91,7 +118,16 @@ using namespace tritonblas_native;
 
 bool number(const c10::Scalar& s) { return s.isFloatingPoint() || s.isIntegral(/*includeBool=*/false); }
 
-using Routed = std::tuple<std::vector<at::Tensor>, int64_t>;
+using Routed = std::tuple<std::vector<at::Tensor>, int64_t, std::vector<int64_t>>;
+
+// The output of a key answered KERNEL, launched here; nullopt where it was not (then Python is asked).
+std::optional<at::Tensor> native_run(bool keyed, const Key& key, const at::Tensor& a, const at::Tensor& b,
+                                     const at::Tensor* bias, double alpha, double beta) {
+  if (!keyed) return std::nullopt;
+  const std::shared_ptr<const Launch> launch = kernel_of(key);
+  if (!launch) return std::nullopt;
+  return launch_native(*launch, a, b, bias, alpha, beta);
+}
 
 template <c10::DispatchKey K>
 at::Tensor own_mm(const at::Tensor& a, const at::Tensor& b) {
@@ -116,11 +152,12 @@ at::Tensor mm(const at::Tensor& a, const at::Tensor& b) {
   key[0] = ROUTED_MM;
   const bool keyed = put(key, 0, a) && put(key, 1, b);
   if (torch_runs(keyed, key, a)) return own_mm<K>(a, b);
+  if (auto out = native_run(keyed, key, a, b, nullptr, 1.0, 0.0)) return *out;
   static auto routed = c10::Dispatcher::singleton()
                            .findSchemaOrThrow("tritonblas_native::routed_mm", "")
                            .typed<Routed(const at::Tensor&, const at::Tensor&)>();
-  auto [outs, answer] = routed.redispatch(c10::DispatchKeySet(K), a, b);
-  if (keyed) remember(key, answer);
+  auto [outs, answer, record] = routed.redispatch(c10::DispatchKeySet(K), a, b);
+  if (keyed) remember_routed(key, answer, record);
   return outs.empty() ? own_mm<K>(a, b) : outs[0];
 }
 
@@ -132,13 +169,16 @@ at::Tensor addmm(const at::Tensor& bias, const at::Tensor& a, const at::Tensor& 
   key[0] = numbers && beta.toDouble() == 0.0 ? ROUTED_ADDMM0 : ROUTED_ADDMM;  // beta == 0: another plan
   const bool keyed = numbers && put(key, 0, a) && put(key, 1, b) && put(key, 2, bias);
   if (torch_runs(keyed, key, a)) return own_addmm<K>(bias, a, b, beta, alpha);
+  if (keyed) {
+    if (auto out = native_run(true, key, a, b, &bias, alpha.toDouble(), beta.toDouble())) return *out;
+  }
   static auto routed =
       c10::Dispatcher::singleton()
           .findSchemaOrThrow("tritonblas_native::routed_addmm", "")
           .typed<Routed(const at::Tensor&, const at::Tensor&, const at::Tensor&, const c10::Scalar&,
                         const c10::Scalar&)>();
-  auto [outs, answer] = routed.redispatch(c10::DispatchKeySet(K), bias, a, b, beta, alpha);
-  if (keyed) remember(key, answer);
+  auto [outs, answer, record] = routed.redispatch(c10::DispatchKeySet(K), bias, a, b, beta, alpha);
+  if (keyed) remember_routed(key, answer, record);
   return outs.empty() ? own_addmm<K>(bias, a, b, beta, alpha) : outs[0];
 }
 
@@ -204,9 +244,10 @@ bool has_front() {
 
 TORCH_LIBRARY(tritonblas_native, m) {
   // Implemented in Python (tritonblas/transparent.py) at the CUDA and CPU keys: the call's output, or
-  // none (then torch's kernel runs), and the Answer for later calls of the same key.
-  m.def("routed_mm(Tensor a, Tensor b) -> (Tensor[], int)");
-  m.def("routed_addmm(Tensor self, Tensor a, Tensor b, Scalar beta, Scalar alpha) -> (Tensor[], int)");
+  // none (then torch's kernel runs), the Answer for later calls of the same key, and KERNEL's launch
+  // record (launch.h; empty for other answers).
+  m.def("routed_mm(Tensor a, Tensor b) -> (Tensor[], int, int[])");
+  m.def("routed_addmm(Tensor self, Tensor a, Tensor b, Scalar beta, Scalar alpha) -> (Tensor[], int, int[])");
   m.def("install(bool cpu) -> ()", install);
   m.def("uninstall() -> ()", uninstall);
   m.def("forget() -> ()", forget);

@@ -1,0 +1,136 @@
+"""launch.native: a prepared direct launch written as the words transparent mode's C++ kernels launch it
+from (native/launch.h), on plans made by launch.gemm for real problems and a compiled kernel whose
+signature is typed as triton's JIT types it (pointers, i32/i64, fp32; constexprs and None compiled in).
+What cannot be said goes back to Python (None). The C++ launch itself runs on the GPU
+(tests/test_gpu_transparent.py)."""
+
+import struct
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from tritonblas import GemmConfig
+from tritonblas.launch import gemm, native
+
+POINTER_KINDS = (native.P_A, native.P_B, native.P_C, native.P_BIAS)
+
+
+def _plan(m: int, n: int, k: int, bias: bool, config: GemmConfig | None = None) -> gemm._Plan:
+    a = torch.randn(m, k, dtype=torch.float16)
+    b = torch.randn(k, n, dtype=torch.float16)
+    c = torch.empty(m, n, dtype=torch.float16)
+    config = config or GemmConfig(block_m=32, block_n=32, block_k=32)
+    bias_tensor = torch.randn(m, n, dtype=torch.float16) if bias else None
+    return gemm._make_plan(a, b, c, bias_tensor, config, 4, "tf32")
+
+
+def _compile(plan: gemm._Plan, scratch_size: int = 0, **launcher) -> tuple[list, list[str]]:
+    """What launch.gemm sets after a plan's first launch (constexpr_args, compiled, direct), with the
+    kernel's signature typed from the arguments it is launched with; (the arguments, their types)."""
+    names = plan.kernel.arg_names
+    args = [f"ptr{i}" for i in range(4)] + list(plan.ints) + [1.0, 0.5, None, None, None, None]
+    plan.constexpr_args = tuple(plan.constexprs[name] for name in names[len(args):])
+    args += plan.constexpr_args
+    assert len(args) == len(names)  # the launch's argument list is the kernel's parameter list
+    types = [_type(i, value, names[i] in plan.constexprs) for i, value in enumerate(args)]
+    run = SimpleNamespace(launch_cooperative_grid=False, launch_pdl=False, **launcher)
+    src = SimpleNamespace(signature=dict(zip(names, types, strict=True)))
+    plan.compiled = SimpleNamespace(function=0xC0FFEE, run=run, src=src,
+                                    metadata=SimpleNamespace(num_warps=plan.num_warps, shared=4096))
+    plan.direct = SimpleNamespace(scratch_bytes=scratch_size * plan.progs)
+    return args, types
+
+
+def _type(index: int, value: object, constexpr: bool) -> str:
+    if constexpr or value is None or value == 1 and type(value) is int:  # (triton compiles 1 in)
+        return "constexpr"
+    if index < 4:
+        return "*fp16"
+    if type(value) is float:
+        return "fp32"
+    return "i64" if abs(value) >= 2**31 else "i32"
+
+
+def _decode(words: list[int]) -> tuple[list[int], list[tuple[int, int]]]:
+    """(the head, each parameter's (kind, value)) of a record."""
+    count = words[6]
+    assert len(words) == 7 + 2 * count
+    return words[:7], [(words[7 + 2 * i], words[8 + 2 * i]) for i in range(count)]
+
+
+CASES = [  # (m, n, k, bias, global scratch a program)
+    (8, 16, 24, True, 0),
+    (33, 17, 64, False, 0),
+    (1, 128, 40, True, 128),
+]
+
+
+@pytest.mark.parametrize("m,n,k,bias,scratch", CASES)
+def test_a_record_says_each_argument_the_launcher_passes(m, n, k, bias, scratch):
+    plan = _plan(m, n, k, bias)
+    args, types = _compile(plan, scratch)
+    head, pairs = _decode(native.launch_record(plan, bias))
+    assert head == [native.FORMAT, 0xC0FFEE, plan.progs, 32 * plan.num_warps, 4096, scratch * plan.progs,
+                    len(pairs)]
+    passed = [(value, ty) for value, ty in zip(args, types, strict=True) if ty != "constexpr"]
+    assert len(pairs) == len(passed) + 2
+    for (kind, word), (value, ty) in zip(pairs[:-2], passed, strict=True):
+        if ty == "*fp16":
+            slot = int(value[3:])
+            assert kind == (POINTER_KINDS[slot] if slot != 3 or bias else native.P_C) and word == 0
+        elif ty == "fp32":
+            assert (kind, word) == ((native.P_ALPHA if value == 1.0 else native.P_BETA), 0)
+        else:
+            assert (kind, word) == ({"i32": native.P_I32, "i64": native.P_I64}[ty], value)
+    assert pairs[-2:] == [(native.P_SCRATCH if scratch else native.P_NULL, 0), (native.P_NULL, 0)]
+
+
+def test_arguments_of_each_type():
+    template = (native._A, native._B, 7, 2**40, native._ALPHA, 2.5, None, native._BIAS, "dropped")
+    types = ["*bf16", "*bf16", "i32", "i64", "fp32", "fp32", "*fp32", "*bf16", "constexpr"]
+    assert native._params(types, template) == [
+        (native.P_A, 0), (native.P_B, 0), (native.P_I32, 7), (native.P_I64, 2**40), (native.P_ALPHA, 0),
+        (native.P_F32, struct.unpack("<q", struct.pack("<d", 2.5))[0]), (native.P_NULL, 0),
+        (native.P_BIAS, 0)]
+
+
+REFUSED = {  # what a record cannot say: the launch stays Python's
+    "host descriptors": lambda plan: setattr(plan, "descs", ((1,), (1,))),
+    "padded copies": lambda plan: setattr(plan, "copies", (None, None)),
+    "Stream-K workspace": lambda plan: setattr(plan, "workspace", (1, 1)),
+    "a reduce kernel after it": lambda plan: setattr(plan, "then", plan),
+    "not launched directly": lambda plan: setattr(plan, "direct", None),
+    "not compiled": lambda plan: setattr(plan, "compiled", None),
+    "PDL": lambda plan: setattr(plan.compiled.run, "launch_pdl", True),
+    "a cooperative grid": lambda plan: setattr(plan.compiled.run, "launch_cooperative_grid", True),
+    "an unknown launcher": lambda plan: delattr(plan.compiled.run, "launch_pdl"),
+    "a bool argument": lambda plan: plan.compiled.src.signature.update(M="i1"),
+    "a tuple argument": lambda plan: plan.compiled.src.signature.update(M=("i32", "i32")),
+    "another argument count": lambda plan: plan.compiled.src.signature.update(extra="i32"),
+    "no signature": lambda plan: setattr(plan.compiled, "src", None),
+    "a pointer given a constant": lambda plan: setattr(plan, "ints", ("x", *plan.ints[1:])) or
+    plan.compiled.src.signature.update(M="*fp16"),
+}
+
+
+@pytest.mark.parametrize("why", list(REFUSED))
+def test_what_a_record_cannot_say_is_left_to_python(why):
+    plan = _plan(16, 16, 16, True)
+    _compile(plan)
+    assert native.launch_record(plan, True) is not None
+    REFUSED[why](plan)
+    assert native.launch_record(plan, True) is None
+
+
+@pytest.mark.parametrize("config,has", [
+    (GemmConfig(block_m=32, block_n=32, block_k=32), True),
+    (GemmConfig(block_m=64, block_n=64, block_k=64, tma=True), True),
+    (GemmConfig(block_m=64, block_n=64, block_k=64, tma=True, host_descriptors=True), False),
+    (GemmConfig(block_m=32, block_n=32, block_k=32, streamk=True), False),
+    (GemmConfig(block_m=32, block_n=32, block_k=32, aligned_copy=True), False),
+    (GemmConfig.vendor(), False),
+    (None, False),
+])
+def test_which_configs_get_a_record(config, has):
+    assert native.config_has_record(config) is has

@@ -1,0 +1,111 @@
+"""Launch records: a prepared direct launch written as the int64 words transparent mode's C++ kernels
+launch it from (tritonblas/native/launch.h reads them; the layout is kept in step with it).
+
+Why: a routed call whose kernel runs otherwise takes the trip into Python, 55-73 us of host time a call
+inside a model's step against torch's own op's 21 (docs/benchmarks/h200.md, forty-fifth session). With a
+record, the C++ kernel launches the compiled kernel itself, as triton's launcher does: cuLaunchKernel on
+the current stream with the kernel's non-constexpr arguments in signature order, then global and
+profile scratch. Only what a record can say is written: launches on the call's own tensors (no padded
+copies, no Stream-K workspace, no host descriptors), arguments that are the call's addresses, its alpha
+and beta, or constants of the plan, and no launch attribute (cooperative grid, PDL, cluster).
+"""
+
+from __future__ import annotations
+
+import struct
+
+from ..config import GemmConfig
+from . import direct as _direct
+from .gemm import _Plan
+
+FORMAT = 1
+# What a kernel parameter takes (launch.h's Kind).
+P_A, P_B, P_C, P_BIAS, P_I32, P_I64, P_F32, P_ALPHA, P_BETA, P_NULL, P_SCRATCH = range(11)
+MAX_PARAMS = 96  # launch.h's MAX_PARAMS
+
+
+class _Slot:
+    """A placeholder in the argument template: the call's value of one argument."""
+
+    __slots__ = ("kind",)
+
+    def __init__(self, kind: int) -> None:
+        self.kind = kind
+
+
+_A, _B, _C, _BIAS, _ALPHA, _BETA = (_Slot(k) for k in (P_A, P_B, P_C, P_BIAS, P_ALPHA, P_BETA))
+_INTS = {"i32": P_I32, "i64": P_I64}
+_FLOATS = ("fp32", "f32")
+
+
+def config_has_record(config: GemmConfig | None) -> bool:
+    """Whether `config`'s launch on 16-byte aligned operands gets a record once launched directly (what
+    can be said without tensors: the transparent rule's cost of a routed call, `tritonblas explain`)."""
+    return config is not None and config.backend != "torch" and not config.streamk and \
+        not config.aligned_copy and not config.host_descriptors and _direct.expected()
+
+
+def launch_record(plan: _Plan, has_bias: bool) -> list[int] | None:
+    """The record of `plan`'s launch (a prepared launch of launch.prepared, launched directly at least
+    once) for calls c = alpha * a @ b + beta * bias (`has_bias`: the bias is read; else c's address
+    stands in, as launch.prepared passes it); None where a record cannot say it."""
+    direct, compiled = plan.direct, plan.compiled
+    if direct is None or compiled is None or plan.descs is not None or plan.copies is not None or \
+            plan.workspace is not None or plan.then is not None:
+        return None
+    launcher = compiled.run
+    if getattr(launcher, "launch_cooperative_grid", True) or getattr(launcher, "launch_pdl", True):
+        return None
+    types = _signature(compiled)
+    # launch.prepared._launch_direct's argument list, the call's values as placeholders
+    template = (_A, _B, _C, _BIAS if has_bias else _C, *plan.ints, _ALPHA, _BETA, None, None, None, None,
+                *plan.constexpr_args)
+    if types is None or len(types) != len(template):
+        return None
+    params = _params(types, template)
+    if params is None:
+        return None
+    params += [(P_SCRATCH if direct.scratch_bytes else P_NULL, 0), (P_NULL, 0)]  # global, profile scratch
+    if len(params) > MAX_PARAMS:
+        return None
+    meta = compiled.metadata
+    words = [FORMAT, int(compiled.function), plan.progs, 32 * meta.num_warps, meta.shared,
+             direct.scratch_bytes, len(params)]
+    for kind, value in params:
+        words += (kind, value)
+    return words
+
+
+def _signature(compiled: object) -> list[str] | None:
+    """The kernel's argument types in order ("constexpr" for those compiled in), as triton's launcher
+    reads them; None where they are not plain strings (host descriptors, tuples)."""
+    signature = getattr(getattr(compiled, "src", None), "signature", None)
+    if not isinstance(signature, dict):
+        return None
+    types = list(signature.values())
+    return types if all(isinstance(t, str) for t in types) else None
+
+
+def _params(types: list[str], template: tuple) -> list[tuple[int, int]] | None:
+    """(kind, value) of each argument the launcher passes (constexprs are not), or None for one a record
+    cannot say."""
+    params = []
+    for ty, value in zip(types, template, strict=True):
+        if ty == "constexpr":
+            continue
+        if ty.startswith("*"):
+            if value is None:
+                params.append((P_NULL, 0))
+            elif isinstance(value, _Slot) and value.kind in (P_A, P_B, P_C, P_BIAS):
+                params.append((value.kind, 0))
+            else:
+                return None
+        elif ty in _INTS and type(value) is int:
+            params.append((_INTS[ty], value))
+        elif ty in _FLOATS and isinstance(value, _Slot) and value.kind in (P_ALPHA, P_BETA):
+            params.append((value.kind, 0))
+        elif ty in _FLOATS and type(value) is float:
+            params.append((P_F32, struct.unpack("<q", struct.pack("<d", value))[0]))
+        else:
+            return None
+    return params
