@@ -153,10 +153,13 @@ def test_explicit_linear_replays_right_under_reduce_overhead(kernels):
 
 
 # Routed kernel picks launched from C++ (launch/native.py, native/launch.cpp): configs whose launch gets a
-# record (pointer loads; device-side descriptors, which take global scratch), and calls of each kind.
+# record (pointer loads; device-side descriptors, which take global scratch; host descriptors, encoded per
+# call in C++), and calls of each kind.
 RECORDED = {
     "pointers": tritonblas.GemmConfig(block_m=64, block_n=64, block_k=64, num_stages=3),
     "device descriptors": tritonblas.GemmConfig(block_m=64, block_n=128, block_k=64, num_stages=3, tma=True),
+    "host descriptors": tritonblas.GemmConfig(block_m=64, block_n=64, block_k=64, num_stages=3, tma=True,
+                                              host_descriptors=True),
 }
 RECORDED_CALLS = [
     ("mm", lambda a, b: torch.mm(a, b), [(96, 384), (384, 512)], torch.float16),

@@ -38,7 +38,7 @@ def _compile(plan: gemm._Plan, scratch_size: int = 0, **launcher) -> tuple[list,
     src = SimpleNamespace(signature=dict(zip(names, types, strict=True)))
     plan.compiled = SimpleNamespace(function=0xC0FFEE, run=run, src=src,
                                     metadata=SimpleNamespace(num_warps=plan.num_warps, shared=4096))
-    plan.direct = SimpleNamespace(scratch_bytes=scratch_size * plan.progs)
+    plan.direct = SimpleNamespace(scratch_bytes=scratch_size * plan.progs, descriptors=None)
     return args, types
 
 
@@ -54,9 +54,9 @@ def _type(index: int, value: object, constexpr: bool) -> str:
 
 def _decode(words: list[int]) -> tuple[list[int], list[tuple[int, int]]]:
     """(the head, each parameter's (kind, value)) of a record."""
-    count = words[6]
-    assert len(words) == 7 + 2 * count
-    return words[:7], [(words[7 + 2 * i], words[8 + 2 * i]) for i in range(count)]
+    count, head = words[6], native.HEAD
+    assert len(words) == head + 2 * count + 9 * words[7]
+    return words[:head], [(words[head + 2 * i], words[head + 1 + 2 * i]) for i in range(count)]
 
 
 CASES = [  # (m, n, k, bias, global scratch a program)
@@ -72,7 +72,7 @@ def test_a_record_says_each_argument_the_launcher_passes(m, n, k, bias, scratch)
     args, types = _compile(plan, scratch)
     head, pairs = _decode(native.launch_record(plan, bias))
     assert head == [native.FORMAT, 0xC0FFEE, plan.progs, 32 * plan.num_warps, 4096, scratch * plan.progs,
-                    len(pairs)]
+                    len(pairs), 0]
     passed = [(value, ty) for value, ty in zip(args, types, strict=True) if ty != "constexpr"]
     assert len(pairs) == len(passed) + 2
     for (kind, word), (value, ty) in zip(pairs[:-2], passed, strict=True):
@@ -96,7 +96,7 @@ def test_arguments_of_each_type():
 
 
 REFUSED = {  # what a record cannot say: the launch stays Python's
-    "host descriptors": lambda plan: setattr(plan, "descs", ((1,), (1,))),
+    "host descriptors of no geometry": lambda plan: setattr(plan, "descs", ((1,), (1,))),
     "padded copies": lambda plan: setattr(plan, "copies", (None, None)),
     "Stream-K workspace": lambda plan: setattr(plan, "workspace", (1, 1)),
     "a reduce kernel after it": lambda plan: setattr(plan, "then", plan),
@@ -126,7 +126,7 @@ def test_what_a_record_cannot_say_is_left_to_python(why):
 @pytest.mark.parametrize("config,has", [
     (GemmConfig(block_m=32, block_n=32, block_k=32), True),
     (GemmConfig(block_m=64, block_n=64, block_k=64, tma=True), True),
-    (GemmConfig(block_m=64, block_n=64, block_k=64, tma=True, host_descriptors=True), False),
+    (GemmConfig(block_m=64, block_n=64, block_k=64, tma=True, host_descriptors=True), True),
     (GemmConfig(block_m=32, block_n=32, block_k=32, streamk=True), False),
     (GemmConfig(block_m=32, block_n=32, block_k=32, aligned_copy=True), False),
     (GemmConfig.vendor(), False),
@@ -134,3 +134,35 @@ def test_what_a_record_cannot_say_is_left_to_python(why):
 ])
 def test_which_configs_get_a_record(config, has):
     assert native.config_has_record(config) is has
+
+
+# triton's tensordesc metadata of A's and B's descriptors (bf16: its device dtype code 10, 2 bytes)
+DESC_META = ({"swizzle": 3, "elem_size": 2, "elem_type": 10, "block_size": [16, 64], "fp4_padded": False},
+             {"swizzle": 3, "elem_size": 2, "elem_type": 10, "block_size": [64, 32], "fp4_padded": False})
+
+
+def test_host_descriptors_are_encoded_per_call_from_their_geometry():
+    """A kernel taking host descriptors: each is the encoded map (P_DESC, its slot) then its shape (i32)
+    and strides (i64), as triton expands it, and the record holds what the encoding passes
+    cuTensorMapEncodeTiled (dims and box innermost first, the row stride in bytes)."""
+    from triton.backends.nvidia.driver import TMA_DTYPE_DEVICE_TO_HOST
+
+    plan = _plan(48, 96, 128, True)
+    geometry = (([48, 128], [128, 1], [16, 64]), ([128, 96], [96, 1], [64, 32]))
+    plan.descs = geometry
+    _compile(plan)
+    for name in ("a_host", "b_host"):
+        plan.compiled.src.signature[name] = "tensordesc<bf16[16, 64]>"
+    plan.direct.descriptors = tuple(zip(geometry, DESC_META, strict=True))
+    words = native.launch_record(plan, True)
+    head, pairs = _decode(words)
+    assert head[7] == 2
+    at = pairs.index((native.P_ALPHA, 0)) + 2
+    assert pairs[at:at + 10] == [
+        (native.P_DESC, 0), (native.P_I32, 48), (native.P_I32, 128), (native.P_I64, 128), (native.P_I64, 1),
+        (native.P_DESC, 1), (native.P_I32, 128), (native.P_I32, 96), (native.P_I64, 96), (native.P_I64, 1)]
+    code = TMA_DTYPE_DEVICE_TO_HOST[10]
+    assert words[-18:] == [0, code, 3, 0, 128, 48, 256, 64, 16, 1, code, 3, 0, 96, 128, 192, 32, 64]
+    padded = {**DESC_META[0], "fp4_padded": True}
+    plan.direct.descriptors = ((geometry[0], padded), (geometry[1], DESC_META[1]))
+    assert native.launch_record(plan, True) is None  # fp4 padding: not a plain tiled descriptor

@@ -69,6 +69,14 @@ class DirectLaunch:
         self._geometry, self._describe, self._meta, self._encode = geometry, describe, meta, encode
         self._encodings: tuple[dict, ...] = ({}, {})
 
+    @property
+    def descriptors(self) -> tuple | None:
+        """((shape, strides, box), triton's tensordesc metadata) of A's and B's host descriptors; None
+        where the kernel takes none (launch/native.py encodes them in C++ from these)."""
+        if self._geometry is None:
+            return None
+        return tuple(zip(self._geometry, self._meta, strict=True))
+
     def launch(self, stream: int, args: tuple) -> None:
         """Launch on `stream` (the current one of the current device) with the kernel's arguments."""
         if not self.scratch_bytes:
