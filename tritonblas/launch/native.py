@@ -17,8 +17,8 @@ from __future__ import annotations
 import struct
 
 from ..config import GemmConfig
-from . import direct as _direct
 from .gemm import _Plan
+from .prepared import config_launches_directly
 
 FORMAT = 1
 HEAD = 8  # words before the parameters (launch.h's HEAD)
@@ -44,9 +44,9 @@ _FLOATS = ("fp32", "f32")
 
 def config_has_record(config: GemmConfig | None) -> bool:
     """Whether `config`'s launch on 16-byte aligned operands gets a record once launched directly (what
-    can be said without tensors: the transparent rule's cost of a routed call, `tritonblas explain`)."""
-    return config is not None and config.backend != "torch" and not config.streamk and \
-        not config.aligned_copy and _direct.expected()
+    can be said without tensors: the transparent rule's cost of a routed call, `tritonblas explain`):
+    exactly the direct launches (no padded copies, no Stream-K workspace)."""
+    return config is not None and config_launches_directly(config)
 
 
 def launch_record(plan: _Plan, has_bias: bool) -> list[int] | None:

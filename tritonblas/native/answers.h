@@ -53,11 +53,14 @@ inline void absent(Key& key, int index) { key[2 + index * SLOT + 3] = -2; }
 // Whether the current CUDA stream of `t`'s device is being captured into a graph (false off CUDA).
 bool capturing(const at::Tensor& t);
 
+// Whether an answer runs torch's op for this call (EAGER_TORCH: unless the stream is being captured).
+inline bool torch_answer(int64_t answer, const at::Tensor& a) {
+  return answer == TORCH || (answer == EAGER_TORCH && !capturing(a));
+}
+
 // Whether a call with this key runs torch's op without asking (`keyed`: the key was filled).
 inline bool torch_runs(bool keyed, const Key& key, const at::Tensor& a) {
-  if (!keyed) return false;
-  const int64_t answer = known(key);
-  return answer == TORCH || (answer == EAGER_TORCH && !capturing(a));
+  return keyed && torch_answer(known(key), a);
 }
 
 }  // namespace tritonblas_native

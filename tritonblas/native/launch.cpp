@@ -23,7 +23,7 @@ using EncodeTiled = int (*)(void* map, int dtype, unsigned rank, void* address, 
 constexpr int INTERLEAVE_NONE = 0;
 constexpr int L2_PROMOTION_128B = 2;
 
-// CUtensorMap: 128 opaque bytes, 64-byte aligned.
+// CUtensorMap: 128 opaque bytes (aligned as triton's launcher keeps it).
 struct alignas(128) TensorMap {
   uint64_t words[16];
 };
@@ -58,9 +58,7 @@ void encode(TensorMap& map, const Descriptor& d, uint64_t address) {
 bool in_range(int64_t v, int64_t lo, int64_t hi) { return v >= lo && v <= hi; }
 
 uint64_t address(const at::Tensor& t) { return reinterpret_cast<uint64_t>(t.data_ptr()); }
-}  // namespace
 
-namespace {
 bool parse_descriptors(const std::vector<int64_t>& words, size_t at, int64_t count, Launch& launch) {
   for (int64_t i = 0; i < count; ++i, at += DESC_WORDS) {
     const int64_t* w = words.data() + at;

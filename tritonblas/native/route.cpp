@@ -76,11 +76,12 @@ void remember(const Key& key, int64_t answer) {
   answers[key] = Entry{answer, nullptr};
 }
 
-// The launch a key was answered KERNEL with (nullptr: none).
-std::shared_ptr<const Launch> kernel_of(const Key& key) {
+// A routed call's answer and KERNEL's launch, in one lookup (ASK where `keyed` is false).
+Entry find(bool keyed, const Key& key) {
+  if (!keyed) return Entry{ASK, nullptr};
   std::lock_guard<std::mutex> guard(mutex);
   auto it = answers.find(key);
-  return it == answers.end() || it->second.answer != KERNEL ? nullptr : it->second.launch;
+  return it == answers.end() ? Entry{ASK, nullptr} : it->second;
 }
 
 // A routed call's answer: KERNEL keeps the launch its record describes (a malformed one: asked again).
@@ -120,14 +121,6 @@ bool number(const c10::Scalar& s) { return s.isFloatingPoint() || s.isIntegral(/
 
 using Routed = std::tuple<std::vector<at::Tensor>, int64_t, std::vector<int64_t>>;
 
-// The output of a key answered KERNEL, launched here; nullopt where it was not (then Python is asked).
-std::optional<at::Tensor> native_run(bool keyed, const Key& key, const at::Tensor& a, const at::Tensor& b,
-                                     const at::Tensor* bias, double alpha, double beta) {
-  if (!keyed) return std::nullopt;
-  const std::shared_ptr<const Launch> launch = kernel_of(key);
-  if (!launch) return std::nullopt;
-  return launch_native(*launch, a, b, bias, alpha, beta);
-}
 
 template <c10::DispatchKey K>
 at::Tensor own_mm(const at::Tensor& a, const at::Tensor& b) {
@@ -151,8 +144,11 @@ at::Tensor mm(const at::Tensor& a, const at::Tensor& b) {
   Key key{};
   key[0] = ROUTED_MM;
   const bool keyed = put(key, 0, a) && put(key, 1, b);
-  if (torch_runs(keyed, key, a)) return own_mm<K>(a, b);
-  if (auto out = native_run(keyed, key, a, b, nullptr, 1.0, 0.0)) return *out;
+  const Entry entry = find(keyed, key);
+  if (torch_answer(entry.answer, a)) return own_mm<K>(a, b);
+  if (entry.launch) {
+    if (auto out = launch_native(*entry.launch, a, b, nullptr, 1.0, 0.0)) return *out;
+  }
   static auto routed = c10::Dispatcher::singleton()
                            .findSchemaOrThrow("tritonblas_native::routed_mm", "")
                            .typed<Routed(const at::Tensor&, const at::Tensor&)>();
@@ -168,9 +164,10 @@ at::Tensor addmm(const at::Tensor& bias, const at::Tensor& a, const at::Tensor& 
   const bool numbers = number(beta) && number(alpha);
   key[0] = numbers && beta.toDouble() == 0.0 ? ROUTED_ADDMM0 : ROUTED_ADDMM;  // beta == 0: another plan
   const bool keyed = numbers && put(key, 0, a) && put(key, 1, b) && put(key, 2, bias);
-  if (torch_runs(keyed, key, a)) return own_addmm<K>(bias, a, b, beta, alpha);
-  if (keyed) {
-    if (auto out = native_run(true, key, a, b, &bias, alpha.toDouble(), beta.toDouble())) return *out;
+  const Entry entry = find(keyed, key);
+  if (torch_answer(entry.answer, a)) return own_addmm<K>(bias, a, b, beta, alpha);
+  if (entry.launch) {  // (keyed: alpha and beta are numbers)
+    if (auto out = launch_native(*entry.launch, a, b, &bias, alpha.toDouble(), beta.toDouble())) return *out;
   }
   static auto routed =
       c10::Dispatcher::singleton()
