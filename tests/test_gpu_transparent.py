@@ -154,21 +154,31 @@ def test_explicit_linear_replays_right_under_reduce_overhead(kernels):
 
 # Routed kernel picks launched from C++ (launch/native.py, native/launch.cpp): configs whose launch gets a
 # record (pointer loads; device-side descriptors, which take global scratch; host descriptors, encoded per
-# call in C++), and calls of each kind.
+# call in C++; Stream-K, whose partials and zeroed counters the C++ side allocates, with its reduce kernel
+# or not; pad copies of misaligned operands into buffers, host descriptors on those), and calls of each
+# kind, with K aligned and not (383: A's rows, and a linear's weight's, are not 16 bytes: copied).
 RECORDED = {
     "pointers": tritonblas.GemmConfig(block_m=64, block_n=64, block_k=64, num_stages=3),
     "device descriptors": tritonblas.GemmConfig(block_m=64, block_n=128, block_k=64, num_stages=3, tma=True),
     "host descriptors": tritonblas.GemmConfig(block_m=64, block_n=64, block_k=64, num_stages=3, tma=True,
                                               host_descriptors=True),
+    "Stream-K": tritonblas.GemmConfig(block_m=64, block_n=64, block_k=64, num_stages=3, streamk=True),
+    "Stream-K reduce": tritonblas.GemmConfig(block_m=64, block_n=64, block_k=64, num_stages=3, streamk=True,
+                                             reduce_kernel=True),
+    "copies": tritonblas.GemmConfig(block_m=64, block_n=64, block_k=64, num_stages=3, tma=True,
+                                    host_descriptors=True, aligned_copy=True),
+    "Stream-K copies": tritonblas.GemmConfig(block_m=64, block_n=64, block_k=64, num_stages=3, streamk=True,
+                                             tma=True, host_descriptors=True, aligned_copy=True),
 }
 RECORDED_CALLS = [
-    ("mm", lambda a, b: torch.mm(a, b), [(96, 384), (384, 512)], torch.float16),
-    ("addmm", lambda c, a, b: torch.addmm(c, a, b, beta=0.5, alpha=2.0), [(512,), (96, 384), (384, 512)],
-     bf16),
-    ("addmm beta 0", lambda c, a, b: torch.addmm(c, a, b, beta=0.0), [(96, 512), (96, 384), (384, 512)],
-     bf16),
-    ("linear", lambda x, w, b: F.linear(x, w, b), [(8, 384), (512, 384), (512,)], bf16),
-]
+    (f"{name} K {k}", fn, shapes(k), dtype) for k in (384, 383) for name, fn, shapes, dtype in [
+        ("mm", lambda a, b: torch.mm(a, b), lambda k: [(96, k), (k, 512)], torch.float16),
+        ("addmm", lambda c, a, b: torch.addmm(c, a, b, beta=0.5, alpha=2.0),
+         lambda k: [(512,), (96, k), (k, 512)], bf16),
+        ("addmm beta 0", lambda c, a, b: torch.addmm(c, a, b, beta=0.0),
+         lambda k: [(96, 512), (96, k), (k, 512)], bf16),
+        ("linear", lambda x, w, b: F.linear(x, w, b), lambda k: [(8, k), (512, k), (512,)], bf16),
+    ]]
 
 
 def _pick(monkeypatch, config) -> None:

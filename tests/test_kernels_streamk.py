@@ -16,12 +16,14 @@ from helpers.shapes import (
 )
 
 import tritonblas
+from tritonblas.call import path
 from tritonblas.kernels.fixup import fixup_groups
 from tritonblas.launch import gemm as launch
 from tritonblas.launch import scratch
 from tritonblas.launch import streamk as launch_streamk
 from tritonblas.launch.streamk import fixup_plan
 from tritonblas.problem import Problem
+from tritonblas.selection import dispatch
 from tritonblas.smem import smem_bytes
 
 CPU = torch.device("cpu")
@@ -177,9 +179,9 @@ def test_fixup_chunks_give_the_same_bits_on_every_path(monkeypatch, shape, confi
         plan = lambda *_args, chunks=chunks: (chunks, deferred)  # noqa: E731
         monkeypatch.setattr(launch, "fixup_plan", plan)  # the launch's constexprs
         monkeypatch.setattr(launch_streamk, "fixup_plan", plan)  # and the workspace it sizes
-        monkeypatch.setattr(launch, "_plans", {})
+        dispatch.clear_cache()  # the call path's plans, which hold the launch's constexprs
         outs.append(tritonblas.addmm(bias, a, b, beta=0.5, alpha=2.0, config=config))
-        assert next(iter(launch._plans.values())).constexprs["DEFERRED"] is deferred
+        assert next(iter(path.plans.values())).launch.constexprs["DEFERRED"] is deferred
         assert not scratch.workspace(CPU, 0, 0)[1].any()
     assert all(torch.equal(o.view(torch.int16), outs[0].view(torch.int16)) for o in outs[1:])
     ref = reference(a, b, bias, 0.5, 2.0)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from tritonblas import GemmConfig
-from tritonblas.launch import gemm, native
+from tritonblas.launch import gemm, native, prepared
 
 POINTER_KINDS = (native.P_A, native.P_B, native.P_C, native.P_BIAS)
 
@@ -25,15 +25,21 @@ def _plan(m: int, n: int, k: int, bias: bool, config: GemmConfig | None = None) 
     return gemm._make_plan(a, b, c, bias_tensor, config, 4, "tf32")
 
 
-def _compile(plan: gemm._Plan, scratch_size: int = 0, **launcher) -> tuple[list, list[str]]:
+# The launch's arguments after its pointers and integers (launch.prepared): the GEMMs' alpha, beta, host
+# descriptors and scales; the reduce kernel's alpha, beta and scales; the pad copies' none.
+GEMM_TAIL = [1.0, 0.5, None, None, None, None]
+
+
+def _compile(plan: gemm._Plan, scratch_size: int = 0, pointers: int = 4, tail: list = GEMM_TAIL,
+             **launcher) -> tuple[list, list[str]]:
     """What launch.gemm sets after a plan's first launch (constexpr_args, compiled, direct), with the
     kernel's signature typed from the arguments it is launched with; (the arguments, their types)."""
     names = plan.kernel.arg_names
-    args = [f"ptr{i}" for i in range(4)] + list(plan.ints) + [1.0, 0.5, None, None, None, None]
+    args = [f"ptr{i}" for i in range(pointers)] + list(plan.ints) + tail
     plan.constexpr_args = tuple(plan.constexprs[name] for name in names[len(args):])
     args += plan.constexpr_args
     assert len(args) == len(names)  # the launch's argument list is the kernel's parameter list
-    types = [_type(i, value, names[i] in plan.constexprs) for i, value in enumerate(args)]
+    types = [_type(i, value, names[i] in plan.constexprs, pointers) for i, value in enumerate(args)]
     run = SimpleNamespace(launch_cooperative_grid=False, launch_pdl=False, **launcher)
     src = SimpleNamespace(signature=dict(zip(names, types, strict=True)))
     plan.compiled = SimpleNamespace(function=0xC0FFEE, run=run, src=src,
@@ -42,21 +48,41 @@ def _compile(plan: gemm._Plan, scratch_size: int = 0, **launcher) -> tuple[list,
     return args, types
 
 
-def _type(index: int, value: object, constexpr: bool) -> str:
+def _type(index: int, value: object, constexpr: bool, pointers: int = 4) -> str:
     if constexpr or value is None or value == 1 and type(value) is int:  # (triton compiles 1 in)
         return "constexpr"
-    if index < 4:
+    if index < pointers:
         return "*fp16"
     if type(value) is float:
         return "fp32"
     return "i64" if abs(value) >= 2**31 else "i32"
 
 
-def _decode(words: list[int]) -> tuple[list[int], list[tuple[int, int]]]:
-    """(the head, each parameter's (kind, value)) of a record."""
-    count, head = words[6], native.HEAD
-    assert len(words) == head + 2 * count + 9 * words[7]
-    return words[:head], [(words[head + 2 * i], words[head + 1 + 2 * i]) for i in range(count)]
+def _decode(words: list[int]) -> tuple[list[tuple[int, int]], list[tuple[list[int], list, list[int]]]]:
+    """(each buffer's (bytes, zeroed), each launch's (head, (kind, value) per parameter, descriptor
+    words)) of a record, which they fill exactly."""
+    assert words[0] == native.FORMAT
+    buffers, launches, at = words[1], words[2], native.HEAD
+    pairs = [tuple(words[at + 2 * i:at + 2 * i + 2]) for i in range(buffers)]
+    at += native.BUFFER_WORDS * buffers
+    decoded = []
+    for _ in range(launches):
+        head = words[at:at + native.LAUNCH_HEAD]
+        at += native.LAUNCH_HEAD
+        count, descs = head[5], head[6]
+        params = [(words[at + 2 * i], words[at + 2 * i + 1]) for i in range(count)]
+        at += 2 * count
+        decoded.append((head, params, words[at:at + native.DESC_WORDS * descs]))
+        at += native.DESC_WORDS * descs
+    assert at == len(words)
+    return pairs, decoded
+
+
+def _one_launch(words: list[int]) -> tuple[list[int], list[tuple[int, int]]]:
+    """(the head, each parameter's (kind, value)) of a record of one launch and no buffer."""
+    buffers, launches = _decode(words)
+    assert buffers == [] and len(launches) == 1
+    return launches[0][:2]
 
 
 CASES = [  # (m, n, k, bias, global scratch a program)
@@ -70,9 +96,8 @@ CASES = [  # (m, n, k, bias, global scratch a program)
 def test_a_record_says_each_argument_the_launcher_passes(m, n, k, bias, scratch):
     plan = _plan(m, n, k, bias)
     args, types = _compile(plan, scratch)
-    head, pairs = _decode(native.launch_record(plan, bias))
-    assert head == [native.FORMAT, 0xC0FFEE, plan.progs, 32 * plan.num_warps, 4096, scratch * plan.progs,
-                    len(pairs), 0]
+    head, pairs = _one_launch(native.launch_record(plan, bias))
+    assert head == [0xC0FFEE, plan.progs, 32 * plan.num_warps, 4096, scratch * plan.progs, len(pairs), 0]
     passed = [(value, ty) for value, ty in zip(args, types, strict=True) if ty != "constexpr"]
     assert len(pairs) == len(passed) + 2
     for (kind, word), (value, ty) in zip(pairs[:-2], passed, strict=True):
@@ -97,9 +122,10 @@ def test_arguments_of_each_type():
 
 REFUSED = {  # what a record cannot say: the launch stays Python's
     "host descriptors of no geometry": lambda plan: setattr(plan, "descs", ((1,), (1,))),
-    "padded copies": lambda plan: setattr(plan, "copies", (None, None)),
-    "Stream-K workspace": lambda plan: setattr(plan, "workspace", (1, 1)),
-    "a reduce kernel after it": lambda plan: setattr(plan, "then", plan),
+    "a pad copy not planned yet": lambda plan: setattr(plan, "copies", (_pad_copy(None), None)),
+    "a pad copy not launched directly": lambda plan: setattr(
+        plan, "copies", (None, _pad_copy(SimpleNamespace(direct=None)))),
+    "a reduce kernel not launched directly": lambda plan: setattr(plan, "then", SimpleNamespace(direct=None)),
     "not launched directly": lambda plan: setattr(plan, "direct", None),
     "not compiled": lambda plan: setattr(plan, "compiled", None),
     "PDL": lambda plan: setattr(plan.compiled.run, "launch_pdl", True),
@@ -112,6 +138,10 @@ REFUSED = {  # what a record cannot say: the launch stays Python's
     "a pointer given a constant": lambda plan: setattr(plan, "ints", ("x", *plan.ints[1:])) or
     plan.compiled.src.signature.update(M="*fp16"),
 }
+
+
+def _pad_copy(plan: object) -> object:
+    return SimpleNamespace(plan=plan, shape=(4, 4), lead=8, itemsize=2)
 
 
 @pytest.mark.parametrize("why", list(REFUSED))
@@ -127,8 +157,8 @@ def test_what_a_record_cannot_say_is_left_to_python(why):
     (GemmConfig(block_m=32, block_n=32, block_k=32), True),
     (GemmConfig(block_m=64, block_n=64, block_k=64, tma=True), True),
     (GemmConfig(block_m=64, block_n=64, block_k=64, tma=True, host_descriptors=True), True),
-    (GemmConfig(block_m=32, block_n=32, block_k=32, streamk=True), False),
-    (GemmConfig(block_m=32, block_n=32, block_k=32, aligned_copy=True), False),
+    (GemmConfig(block_m=32, block_n=32, block_k=32, streamk=True), True),
+    (GemmConfig(block_m=32, block_n=32, block_k=32, aligned_copy=True), True),
     (GemmConfig.vendor(), False),
     (None, False),
 ])
@@ -155,14 +185,53 @@ def test_host_descriptors_are_encoded_per_call_from_their_geometry():
         plan.compiled.src.signature[name] = "tensordesc<bf16[16, 64]>"
     plan.direct.descriptors = tuple(zip(geometry, DESC_META, strict=True))
     words = native.launch_record(plan, True)
-    head, pairs = _decode(words)
-    assert head[7] == 2
+    head, pairs = _one_launch(words)
+    assert head[6] == 2
     at = pairs.index((native.P_ALPHA, 0)) + 2
     assert pairs[at:at + 10] == [
         (native.P_DESC, 0), (native.P_I32, 48), (native.P_I32, 128), (native.P_I64, 128), (native.P_I64, 1),
         (native.P_DESC, 1), (native.P_I32, 128), (native.P_I32, 96), (native.P_I64, 96), (native.P_I64, 1)]
     code = TMA_DTYPE_DEVICE_TO_HOST[10]
-    assert words[-18:] == [0, code, 3, 0, 128, 48, 256, 64, 16, 1, code, 3, 0, 96, 128, 192, 32, 64]
+    assert words[-20:] == [native.P_A, 0, code, 3, 0, 128, 48, 256, 64, 16,
+                           native.P_B, 0, code, 3, 0, 96, 128, 192, 32, 64]
     padded = {**DESC_META[0], "fp4_padded": True}
     plan.direct.descriptors = ((geometry[0], padded), (geometry[1], DESC_META[1]))
     assert native.launch_record(plan, True) is None  # fp4 padding: not a plain tiled descriptor
+
+
+def test_a_streamk_record_holds_its_workspace_and_its_reduce_launch():
+    """Stream-K: the partials and the tile counters are buffers (the counters zeroed per call), passed to
+    the GEMM after its bias, and the reduce kernel's launch follows on the partials."""
+    config = GemmConfig(block_m=32, block_n=32, block_k=32, streamk=True, reduce_kernel=True)
+    plan = _plan(32, 32, 256, True, config)  # one tile split 4 ways on 4 programs
+    assert plan.workspace is not None and plan.then is not None
+    _compile(plan, pointers=6)
+    _compile(plan.then, pointers=3, tail=[1.0, 0.5, None, None])
+    buffers, launches = _decode(native.launch_record(plan, True))
+    floats, counters = plan.workspace
+    assert buffers == [(4 * floats, 0), (4 * counters, 1)]
+    assert [head[1] for head, _, _ in launches] == [plan.progs, plan.then.progs]
+    (_, gemm_params, _), (_, reduce_params, _) = launches
+    assert gemm_params[:6] == [(native.P_A, 0), (native.P_B, 0), (native.P_C, 0), (native.P_BIAS, 0),
+                               (native.P_BUF, 0), (native.P_BUF, 1)]
+    assert reduce_params[:3] == [(native.P_BUF, 0), (native.P_C, 0), (native.P_BIAS, 0)]
+    assert (native.P_ALPHA, 0) in reduce_params and (native.P_BETA, 0) in reduce_params
+
+
+def test_a_padded_record_copies_into_a_buffer_the_gemm_then_reads():
+    """Padded copies: the copy's launch reads the call's operand and writes a buffer of the padded size,
+    and the GEMM reads that buffer in the operand's place."""
+    config = GemmConfig(block_m=16, block_n=16, block_k=16, aligned_copy=True)
+    a = torch.randn(13, 9, dtype=torch.float16)  # rows of 18 bytes: copied
+    b = torch.randn(9, 16, dtype=torch.float16)
+    plan = prepared.prepare_launch(a, b, torch.empty(13, 16, dtype=torch.float16), None, config, 4, "tf32")
+    copy, none = plan.copies
+    assert none is None and copy.lead == 16
+    copy.plan = gemm._copy_plan(a, copy.lead, True)
+    _compile(copy.plan, pointers=2, tail=[])
+    _compile(plan)
+    buffers, launches = _decode(native.launch_record(plan, False))
+    assert buffers == [(13 * 16 * 2, 0)]
+    (_, copy_params, _), (_, gemm_params, _) = launches
+    assert copy_params[:2] == [(native.P_A, 0), (native.P_BUF, 0)]
+    assert gemm_params[:4] == [(native.P_BUF, 0), (native.P_B, 0), (native.P_C, 0), (native.P_C, 0)]

@@ -47,9 +47,9 @@ REFERENCE = {
 
 @pytest.fixture
 def answers(monkeypatch):
-    """What prepared.launch_padded answered, call by call (True: the plan ran; False: launch_gemm took
+    """What prepared.launch_with_scratch answered, call by call (True: the plan ran; False: launch_gemm took
     the call)."""
-    got, real = [], prepared.launch_padded
+    got, real = [], prepared.launch_with_scratch
     dispatch.clear_cache()  # the call path's plans (their copies' plans found) ...
     monkeypatch.setattr(launch, "_plans", {})  # ... and launch_gemm's: made by each test's first call
     monkeypatch.setattr(scratch, "free_lists", {})
@@ -58,7 +58,7 @@ def answers(monkeypatch):
         got.append(real(*args))
         return got[-1]
 
-    monkeypatch.setattr(prepared, "launch_padded", spy)
+    monkeypatch.setattr(prepared, "launch_with_scratch", spy)
     return got
 
 

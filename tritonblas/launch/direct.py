@@ -50,9 +50,9 @@ def expected() -> bool:
 
 def launches_directly(plan: object) -> bool:
     """Whether a plan of launch.prepared.prepare_launch (None: none) is expected to launch through `make`'s
-    launch after its first launch, its host cost then no more than torch's own op's: not padded copies
-    (launches of their own), on a triton `expected()`."""
-    return plan is not None and plan.copies is None and expected()
+    launch after its first launch, its host cost then no more than torch's own op's: no padded copies
+    or Stream-K workspace (launches and scratch of their own), on a triton `expected()`."""
+    return plan is not None and plan.copies is None and plan.workspace is None and expected()
 
 
 class DirectLaunch:

@@ -1,15 +1,20 @@
-"""Launch records: a prepared direct launch written as the int64 words transparent mode's C++ kernels
-launch it from (tritonblas/native/launch.h reads them; the layout is kept in step with it).
+"""Launch records: a prepared launch of launch.prepared written as the int64 words transparent mode's C++
+kernels launch it from (tritonblas/native/launch.h reads them; the layout is kept in step with it).
 
 Why: a routed call whose kernel runs otherwise takes the trip into Python, 55-73 us of host time a call
-inside a model's step against torch's own op's 21 (docs/benchmarks/h200.md, forty-fifth session). With a
-record, the C++ kernel launches the compiled kernel itself, as triton's launcher does: cuLaunchKernel on
-the current stream with the kernel's non-constexpr arguments in signature order, then global and
-profile scratch. Host descriptors are encoded per call in C++ from the call's addresses with what
-triton's own encoding (its driver's fill_tma_descriptor) passes cuTensorMapEncodeTiled. Only what a
-record can say is written: launches on the call's own tensors (no padded copies, no Stream-K
-workspace), arguments that are the call's addresses, its alpha and beta, constants of the plan or 2-D
-host descriptors of A and B, and no launch attribute (cooperative grid, PDL, cluster).
+inside a model's step against torch's own op's 21, 208 us for a Stream-K launch (docs/benchmarks/h200.md,
+forty-fifth session). With a record, the C++ kernel launches the compiled kernels itself, as triton's
+launcher does: cuLaunchKernel on the current stream with each kernel's non-constexpr arguments in
+signature order, then global and profile scratch. Host descriptors are encoded per call in C++ from
+the call's addresses with what triton's own encoding (its driver's fill_tma_descriptor) passes
+cuTensorMapEncodeTiled.
+
+A record is the plan's launches in order (pad copies, the GEMM, Stream-K's reduce kernel) and the
+buffers they share, which the C++ side allocates per call from torch's allocator on the call's stream:
+padded operands, Stream-K's partials, and its tile counters, zeroed (the Python side pools them, and a
+pooled counter is left at zero by the launch before). Only what a record can say is written: arguments
+that are the call's addresses, a buffer's, the call's alpha and beta, constants of the plan, or 2-D host
+descriptors of an operand or a buffer, and no launch attribute (cooperative grid, PDL, cluster).
 """
 
 from __future__ import annotations
@@ -17,27 +22,34 @@ from __future__ import annotations
 import struct
 
 from ..config import GemmConfig
+from . import direct
 from .gemm import _Plan
-from .prepared import config_launches_directly
+from .prepared import all_direct
 
-FORMAT = 1
-HEAD = 8  # words before the parameters (launch.h's HEAD)
+FORMAT = 2
+HEAD = 3  # FORMAT, buffers, launches (launch.h's HEAD)
+BUFFER_WORDS = 2  # bytes, zeroed
+LAUNCH_HEAD = 7  # function, grid, threads, shared, global scratch bytes, parameters, descriptors
+DESC_WORDS = 10
 # What a kernel parameter takes (launch.h's Kind).
-P_A, P_B, P_C, P_BIAS, P_I32, P_I64, P_F32, P_ALPHA, P_BETA, P_NULL, P_SCRATCH, P_DESC = range(12)
+P_A, P_B, P_C, P_BIAS, P_I32, P_I64, P_F32, P_ALPHA, P_BETA, P_NULL, P_SCRATCH, P_DESC, P_BUF = range(13)
 MAX_PARAMS = 96  # launch.h's MAX_PARAMS
+MAX_BUFFERS = 4  # padded A and B, Stream-K's partials and counters
 
 
 class _Slot:
-    """A placeholder in the argument template: the call's value of one argument."""
+    """A placeholder in an argument template: the call's value of one argument (value: a buffer's or a
+    host descriptor's index)."""
 
-    __slots__ = ("kind",)
+    __slots__ = ("kind", "value")
 
-    def __init__(self, kind: int) -> None:
-        self.kind = kind
+    def __init__(self, kind: int, value: int = 0) -> None:
+        self.kind, self.value = kind, value
 
 
 _A, _B, _C, _BIAS, _ALPHA, _BETA = (_Slot(k) for k in (P_A, P_B, P_C, P_BIAS, P_ALPHA, P_BETA))
-_DESCS = (_Slot(P_DESC), _Slot(P_DESC))  # A's and B's host descriptors
+_DESCS = (_Slot(P_DESC, 0), _Slot(P_DESC, 1))  # the GEMM's host descriptors of A and B
+_POINTERS = (P_A, P_B, P_C, P_BIAS, P_BUF)
 _INTS = {"i32": P_I32, "i64": P_I64}
 _FLOATS = ("fp32", "f32")
 
@@ -45,40 +57,70 @@ _FLOATS = ("fp32", "f32")
 def config_has_record(config: GemmConfig | None) -> bool:
     """Whether `config`'s launch on 16-byte aligned operands gets a record once launched directly (what
     can be said without tensors: the transparent rule's cost of a routed call, `tritonblas explain`):
-    exactly the direct launches (no padded copies, no Stream-K workspace)."""
-    return config is not None and config_launches_directly(config)
+    every kernel config, on a triton whose launches go direct."""
+    return config is not None and config.backend != "torch" and direct.expected()
 
 
 def launch_record(plan: _Plan, has_bias: bool) -> list[int] | None:
-    """The record of `plan`'s launch (a prepared launch of launch.prepared, launched directly at least
-    once) for calls c = alpha * a @ b + beta * bias (`has_bias`: the bias is read; else c's address
-    stands in, as launch.prepared passes it); None where a record cannot say it."""
-    direct, compiled = plan.direct, plan.compiled
-    if direct is None or compiled is None or plan.copies is not None or plan.workspace is not None or \
-            plan.then is not None:
+    """The record of `plan`'s launches (a prepared launch of launch.prepared, each of its kernels launched
+    directly at least once) for calls c = alpha * a @ b + beta * bias (`has_bias`: the bias is read; else
+    c's address stands in, as launch.prepared passes it); None where a record cannot say it."""
+    if not all_direct(plan):
         return None
-    descs = None if plan.descs is None else _descriptor_words(direct.descriptors)
-    if plan.descs is not None and descs is None:
+    buffers: list[int] = []
+    launches: list[list[int] | None] = []
+    operands = []
+    for source, copy in zip((_A, _B), plan.copies or (None, None), strict=True):
+        if copy is None:
+            operands.append(source)
+            continue
+        buf = _Slot(P_BUF, len(buffers) // BUFFER_WORDS)
+        buffers += (copy.shape[0] * copy.lead * copy.itemsize, 0)
+        launches.append(_launch_words(copy.plan, (source, buf, *copy.plan.ints, *copy.plan.constexpr_args)))
+        operands.append(buf)
+    workspace = ()
+    if plan.workspace is not None:
+        floats, counters = plan.workspace
+        first = len(buffers) // BUFFER_WORDS
+        workspace = (_Slot(P_BUF, first), _Slot(P_BUF, first + 1))
+        buffers += (4 * max(floats, 1), 0, 4 * max(counters, 1), 1)  # (as scratch.workspace sizes them)
+    bias = _BIAS if has_bias else _C
+    host = (None, None) if plan.descs is None else _DESCS
+    # launch.prepared._launch_direct's argument lists, the call's values as placeholders
+    launches.append(_launch_words(plan, (*operands, _C, bias, *workspace, *plan.ints, _ALPHA, _BETA, *host,
+                                         None, None, *plan.constexpr_args), operands))
+    if plan.then is not None:
+        then = plan.then
+        launches.append(_launch_words(then, (workspace[0], _C, bias, *then.ints, _ALPHA, _BETA, None, None,
+                                             *then.constexpr_args)))
+    if any(words is None for words in launches):
+        return None
+    head = [FORMAT, len(buffers) // BUFFER_WORDS, len(launches)]
+    return head + buffers + [word for words in launches for word in words]
+
+
+def _launch_words(plan: _Plan, template: tuple, bases: list | None = None) -> list[int] | None:
+    """One launch's words: its head, (kind, value) per parameter, its host descriptors (on `bases`: A's
+    and B's sources, the call's operands or buffers); None where a record cannot say it."""
+    compiled, launch = plan.compiled, plan.direct
+    descs = None if plan.descs is None else _descriptor_words(launch.descriptors, bases)
+    if compiled is None or plan.descs is not None and descs is None:
         return None
     launcher = compiled.run
     if getattr(launcher, "launch_cooperative_grid", True) or getattr(launcher, "launch_pdl", True):
         return None
     types = _signature(compiled)
-    # launch.prepared._launch_direct's argument list, the call's values as placeholders
-    host = (None, None) if descs is None else _DESCS
-    template = (_A, _B, _C, _BIAS if has_bias else _C, *plan.ints, _ALPHA, _BETA, *host, None, None,
-                *plan.constexpr_args)
     if types is None or len(types) != len(template):
         return None
     params = _params(types, template, plan.descs)
     if params is None:
         return None
-    params += [(P_SCRATCH if direct.scratch_bytes else P_NULL, 0), (P_NULL, 0)]  # global, profile scratch
+    params += [(P_SCRATCH if launch.scratch_bytes else P_NULL, 0), (P_NULL, 0)]  # global, profile scratch
     if len(params) > MAX_PARAMS:
         return None
     meta = compiled.metadata
-    words = [FORMAT, int(compiled.function), plan.progs, 32 * meta.num_warps, meta.shared,
-             direct.scratch_bytes, len(params), 0 if descs is None else 2]
+    words = [int(compiled.function), plan.progs, 32 * meta.num_warps, meta.shared, launch.scratch_bytes,
+             len(params), 0 if descs is None else 2]
     for kind, value in params:
         words += (kind, value)
     return words + (descs or [])
@@ -105,15 +147,15 @@ def _params(types: list[str], template: tuple, geometry: tuple | None = None) ->
         if ty.startswith("tensordesc"):
             if geometry is None or value not in _DESCS:
                 return None
-            slot = _DESCS.index(value)
+            slot = value.value
             shape, strides, _ = geometry[slot]
             params += [(P_DESC, slot), *((P_I32, v) for v in shape), *((P_I64, v) for v in strides)]
             continue
         if ty.startswith("*"):
             if value is None:
                 params.append((P_NULL, 0))
-            elif isinstance(value, _Slot) and value.kind in (P_A, P_B, P_C, P_BIAS):
-                params.append((value.kind, 0))
+            elif isinstance(value, _Slot) and value.kind in _POINTERS:
+                params.append((value.kind, value.value))
             else:
                 return None
         elif ty in _INTS and type(value) is int:
@@ -127,24 +169,25 @@ def _params(types: list[str], template: tuple, geometry: tuple | None = None) ->
     return params
 
 
-def _descriptor_words(descriptors: tuple | None) -> list[int] | None:
+def _descriptor_words(descriptors: tuple | None, bases: list | None) -> list[int] | None:
     """The words of A's and B's host descriptors as triton's encoding passes them to
     cuTensorMapEncodeTiled (its driver's fill_tma_descriptor: dims and box innermost first, the row
-    stride in bytes, no interleave, 128-byte L2 promotion, zero fill): per descriptor its slot, the
-    driver's dtype code, swizzle, fill, dims (2), row stride in bytes, box (2). None where they are
-    not 2-D tiled descriptors of plain dtypes (fp4 padding, im2col)."""
+    stride in bytes, no interleave, 128-byte L2 promotion, zero fill): per descriptor its base (kind
+    and value: the call's operand or a buffer), the driver's dtype code, swizzle, fill, dims (2), row
+    stride in bytes, box (2). None where they are not 2-D tiled descriptors of plain dtypes (fp4
+    padding, im2col)."""
     try:
         from triton.backends.nvidia.driver import TMA_DTYPE_DEVICE_TO_HOST
     except ImportError:
         return None
-    if descriptors is None or len(descriptors) != 2:
+    if descriptors is None or bases is None or len(descriptors) != 2:
         return None
     words = []
-    for slot, ((shape, strides, _), meta) in enumerate(descriptors):
+    for base, ((shape, strides, _), meta) in zip(bases, descriptors, strict=True):
         if len(shape) != 2 or strides[1] != 1 or meta.get("fp4_padded") or meta.get("is_im2col") or \
                 len(meta["block_size"]) != 2:
             return None
         box = meta["block_size"]
-        words += [slot, TMA_DTYPE_DEVICE_TO_HOST[meta["elem_type"]], meta["swizzle"], 0, shape[1], shape[0],
-                  strides[0] * meta["elem_size"], box[1], box[0]]
+        words += [base.kind, base.value, TMA_DTYPE_DEVICE_TO_HOST[meta["elem_type"]], meta["swizzle"], 0,
+                  shape[1], shape[0], strides[0] * meta["elem_size"], box[1], box[0]]
     return words

@@ -2,14 +2,16 @@
 (`launch_prepared`): on pointers through launch.direct once the kernel is compiled, none of launch_gemm's
 per-call planning.
 
-A config with padded copies (aligned_copy) is prepared too: the GEMM's plan is made once on the padded
-buffers' shapes and strides (its host descriptors' encodings kept per buffer, which the pool keeps
-stable); each call takes its buffers from scratch, launches the copies and the GEMM, and gives the
-buffers back. launch_gemm did that per call from the tensors (launch.gemm._aligned, then the GEMM's plan
-by its key), and its Python around the three launches made eager calls of misaligned problems
-host-bound. The copies' plans are launch_gemm's own, found under the key `_aligned` stores them by: until
-they are there (a plan's first call) and where they are not (launch.gemm's cache dropped them),
-`launch_prepared` answers False and the caller takes launch_gemm.
+A config with padded copies (aligned_copy) or Stream-K is prepared too: the GEMM's plan is made once
+on the padded buffers' shapes and strides (its host descriptors' encodings kept per buffer, which the
+pool keeps stable); each call takes its buffers and its Stream-K workspace from scratch, launches the
+copies, the GEMM and the Stream-K reduce kernel where the plan has one, and gives its scratch back.
+launch_gemm did that per call from the tensors (launch.gemm._aligned, then the GEMM's plan by its
+key), and its Python around the three launches made eager calls of misaligned problems host-bound
+(a routed Stream-K call spent 208 us in Python inside BERT's step, docs/benchmarks/h200.md). The
+copies' plans are launch_gemm's own, found under the key `_aligned` stores them by: until they are
+there (a plan's first call) and where they are not (launch.gemm's cache dropped them), `launch_prepared`
+answers False and the caller takes launch_gemm.
 
 launch.gemm._launch is looked up on its module at each call: tests replace it to watch launches.
 """
@@ -33,11 +35,11 @@ def prepare_launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torc
     caller that keeps it (the call path's plan) and runs it with `launch_prepared` on tensors of the
     same facts, or on any tensors with the same data pointers (the plan holds every shape and stride:
     a weight can stand for its transpose, a bias vector for its broadcast view). None where a launch
-    needs more than the pointers and padded buffers: the Stream-K workspace, bf16 in the interpreter
-    (which launches fp32 copies), an empty output, a pointer that is not 16-byte aligned (the caller
-    then takes launch_gemm, whose plan key holds the alignment)."""
+    needs more than the pointers and scratch: bf16 in the interpreter (which launches fp32 copies), an
+    empty output, a pointer that is not 16-byte aligned (the caller then takes launch_gemm, whose plan
+    key holds the alignment)."""
     m, n = a.shape[0], b.shape[1]
-    if config.backend == "torch" or config.streamk or m == 0 or n == 0 or \
+    if config.backend == "torch" or m == 0 or n == 0 or \
             (a.dtype == torch.bfloat16 and not a.is_cuda) or _misaligned(a, b, c, bias, *(scales or ())):
         return None
     copies = None
@@ -73,37 +75,47 @@ def launch_prepared(plan: _Plan, a: torch.Tensor, b: torch.Tensor, c: torch.Tens
     sa, sb = (None, None) if scales is None else (scales[0].data_ptr(), scales[1].data_ptr())
     if (pa | pb | pc | pbias | (sa or 0) | (sb or 0)) & 15:
         return False
-    if plan.copies is not None:
-        return launch_padded(plan, a, b, c, bias, alpha, beta, scales, (pa, pb, pc, pbias, sa, sb))
+    if plan.copies is not None or plan.workspace is not None:
+        return launch_with_scratch(plan, a, b, c, bias, alpha, beta, scales, (pa, pb, pc, pbias, sa, sb))
     if plan.direct is not None and (index := a.get_device()) == gemm._current_device():
         stream = torch._C._cuda_getCurrentRawStream(index)
-        _launch_direct(plan, a, b, pa, pb, pc, pbias, alpha, beta, sa, sb, stream)
+        _launch_direct(plan, a, b, pa, pb, pc, pbias, alpha, beta, sa, sb, (), stream)
     else:
         _launch_views(plan, a, b, c, bias, alpha, beta, scales)
     return True
 
 
 def _launch_direct(plan: _Plan, a: torch.Tensor, b: torch.Tensor, pa: int, pb: int, pc: int, pbias: int,
-                   alpha: float, beta: float, sa: int | None, sb: int | None, stream: int) -> None:
+                   alpha: float, beta: float, sa: int | None, sb: int | None, workspace: tuple,
+                   stream: int) -> None:
     """The launch through the plan's direct launch, on pointers (a and b: the tensors at pa and pb, the
-    bases of their host descriptors, whose encodings are kept per pointer)."""
+    bases of their host descriptors, whose encodings are kept per pointer; workspace: the Stream-K
+    partials' and counters' pointers, () for none), then its reduce kernel's where it has one."""
     fast = plan.direct
     host = (None, None) if plan.descs is None else (*fast.descriptor(0, a, pa), *fast.descriptor(1, b, pb))
-    fast.launch(stream, (pa, pb, pc, pbias, *plan.ints, alpha, beta, *host, sa, sb, *plan.constexpr_args))
+    fast.launch(stream, (pa, pb, pc, pbias, *workspace, *plan.ints, alpha, beta, *host, sa, sb,
+                         *plan.constexpr_args))
+    then = plan.then
+    if then is not None:  # stream order: the partials are all in when it runs
+        then.direct.launch(stream, (workspace[0], pc, pbias, *then.ints, alpha, beta, sa, sb,
+                                    *then.constexpr_args))
 
 
 def _launch_views(plan: _Plan, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None,
-                  alpha: float, beta: float, scales: Scales = None) -> None:
+                  alpha: float, beta: float, scales: Scales = None, workspace: tuple = ()) -> None:
     """The launch through launch.gemm._launch (its first, on the interpreter, another device current, a
     triton whose launcher is unknown). The kernels read shapes and strides from the plan: a and b are
     tensors at the planned pointers (a linear's weight stands for its transpose)."""
     descs = plan.descs
     host = (None, None) if descs is None else (gemm._descriptor(a, *descs[0]), gemm._descriptor(b, *descs[1]))
-    floats = (alpha, beta, *host, *gemm._scale_args(scales))
-    gemm._launch(plan, (a, b, c, c if bias is None else bias), floats)
+    scale_args = gemm._scale_args(scales)
+    bias_or_c = c if bias is None else bias
+    gemm._launch(plan, (a, b, c, bias_or_c, *workspace), (alpha, beta, *host, *scale_args))
+    if plan.then is not None:
+        gemm._launch(plan.then, (workspace[0], c, bias_or_c), (alpha, beta, *scale_args))
 
 
-# --- padded copies ------------------------------------------------------------------------------------
+# --- scratch: padded copies, the Stream-K workspace -------------------------------------------------
 
 @dataclass(slots=True, eq=False)
 class PadCopy:
@@ -115,6 +127,7 @@ class PadCopy:
     shape: tuple[int, int]  # the source's (rows, cols)
     strides: tuple[int, int]
     lead: int  # the buffer's leading dim: cols rounded up to 16 bytes
+    itemsize: int  # bytes an element
     col: bool  # a column-major operand: the GEMM reads the buffer's transpose
     key: tuple  # launch.gemm._aligned's key of the copy's plan
     plan: _Plan | None = None
@@ -135,34 +148,37 @@ def _prepare_copies(a: torch.Tensor, b: torch.Tensor) -> tuple[tuple[PadCopy | N
         rows, cols = src.shape
         lead = aligned_leading_dim(cols, t.element_size())
         # (the pointer 16-byte aligned: launch_prepared runs no other)
-        copies.append(PadCopy(slot, (rows, cols), src.stride(), lead, col, gemm.copy_key(src, lead, True)))
+        copies.append(PadCopy(slot, (rows, cols), src.stride(), lead, t.element_size(), col,
+                              gemm.copy_key(src, lead, True)))
         view = torch.empty((rows, lead), dtype=t.dtype, device="meta")[:, :cols]
         operands.append(view.t() if col else view)
     return (copies[0], copies[1]), operands[0], operands[1]
 
 
-def launch_padded(plan: _Plan, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None,
-                  alpha: float, beta: float, scales: Scales, pointers: tuple) -> bool:
-    """launch_prepared of a plan with copies, its pointers checked (pointers: those of a, b, c, the bias
-    or c, the scales or None): the copies, then the GEMM on the buffers. False, nothing launched, where
-    a copy's plan is not made yet."""
-    copies = plan.copies
+def launch_with_scratch(plan: _Plan, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
+                        bias: torch.Tensor | None, alpha: float, beta: float, scales: Scales,
+                        pointers: tuple) -> bool:
+    """launch_prepared of a plan with padded copies or a Stream-K workspace, its pointers checked
+    (pointers: those of a, b, c, the bias or c, the scales or None): the copies, then the GEMM on the
+    buffers. False, nothing launched, where a copy's plan is not made yet."""
+    copies = plan.copies or (None, None)
     for copy in copies:
         if copy is not None and copy.plan is None:
             copy.plan = gemm._plans.get(copy.key)
             if copy.plan is None:
                 return False
     index = c.get_device()
-    fast = plan.direct is not None and index == gemm._current_device() and \
-        all(copy is None or copy.plan.direct is not None for copy in copies)
+    fast = all_direct(plan) and index == gemm._current_device()
     held, stream = [], scratch.current_stream(c.device)
     try:
+        workspace = () if plan.workspace is None else \
+            scratch.workspace(c.device, *plan.workspace, held, stream)
         if fast:
-            _padded_direct(plan, a, b, pointers, alpha, beta, held, stream,
-                           torch._C._cuda_getCurrentRawStream(index))
+            _scratch_direct(plan, a, b, pointers, workspace, alpha, beta, held, stream,
+                            torch._C._cuda_getCurrentRawStream(index))
         else:
             a, b = _copied(copies[0], a, held, stream), _copied(copies[1], b, held, stream)
-            _launch_views(plan, a, b, c, bias, alpha, beta, scales)
+            _launch_views(plan, a, b, c, bias, alpha, beta, scales, workspace)
     except BaseException:
         held = None  # a launch that failed part way: its scratch is dropped (launch/scratch.py)
         raise
@@ -172,10 +188,18 @@ def launch_padded(plan: _Plan, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor
     return True
 
 
-def _padded_direct(plan: _Plan, a: torch.Tensor, b: torch.Tensor, pointers: tuple, alpha: float, beta: float,
-                   held: list, stream: int | None, raw_stream: int) -> None:
+def all_direct(plan: _Plan) -> bool:
+    """Whether each launch of a prepared plan (its copies', its GEMM's, its reduce kernel's) has its
+    direct launch (made at its first launch where this triton's launcher allows it)."""
+    return plan.direct is not None and (plan.then is None or plan.then.direct is not None) and \
+        all(copy is None or (copy.plan is not None and copy.plan.direct is not None)
+            for copy in plan.copies or ())
+
+
+def _scratch_direct(plan: _Plan, a: torch.Tensor, b: torch.Tensor, pointers: tuple, workspace: tuple,
+                    alpha: float, beta: float, held: list, stream: int | None, raw_stream: int) -> None:
     """Every launch on pointers: no view is made."""
-    ca, cb = plan.copies
+    ca, cb = plan.copies or (None, None)
     pa, pb, pc, pbias, sa, sb = pointers
     if ca is not None:
         a = scratch.padded_buffer(0, ca.shape[0], ca.lead, a, held, stream)
@@ -183,7 +207,8 @@ def _padded_direct(plan: _Plan, a: torch.Tensor, b: torch.Tensor, pointers: tupl
     if cb is not None:
         b = scratch.padded_buffer(1, cb.shape[0], cb.lead, b, held, stream)
         pb = _copy_direct(cb, pb, b, raw_stream)
-    _launch_direct(plan, a, b, pa, pb, pc, pbias, alpha, beta, sa, sb, raw_stream)
+    workspace = tuple(t.data_ptr() for t in workspace)
+    _launch_direct(plan, a, b, pa, pb, pc, pbias, alpha, beta, sa, sb, workspace, raw_stream)
 
 
 def _copy_direct(copy: PadCopy, src: int, buf: torch.Tensor, raw_stream: int) -> int:

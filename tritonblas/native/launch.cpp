@@ -23,6 +23,9 @@ using EncodeTiled = int (*)(void* map, int dtype, unsigned rank, void* address, 
 constexpr int INTERLEAVE_NONE = 0;
 constexpr int L2_PROMOTION_128B = 2;
 
+// cuMemsetD8Async, the same way: Stream-K's tile counters zeroed on the call's stream.
+using MemsetAsync = int (*)(uint64_t address, unsigned char value, size_t count, void* stream);
+
 // CUtensorMap: 128 opaque bytes (aligned as triton's launcher keeps it).
 struct alignas(128) TensorMap {
   uint64_t words[16];
@@ -39,17 +42,22 @@ LaunchKernel launch_kernel() {
   return fn;
 }
 
+MemsetAsync memset_async() {
+  static const MemsetAsync fn = driver<MemsetAsync>("cuMemsetD8Async");
+  return fn;
+}
+
 EncodeTiled encode_tiled() {
   static const EncodeTiled fn = driver<EncodeTiled>("cuTensorMapEncodeTiled");
   return fn;
 }
 
-void encode(TensorMap& map, const Descriptor& d, uint64_t address) {
+void encode(TensorMap& map, const Descriptor& d, uint64_t base) {
   const EncodeTiled fn = encode_tiled();
   TORCH_CHECK(fn != nullptr, "tritonblas: the CUDA driver has no cuTensorMapEncodeTiled");
   const uint64_t strides[2] = {d.stride_bytes, d.dims[1] * d.stride_bytes};
   const uint32_t element_strides[2] = {1, 1};
-  const int status = fn(&map, d.dtype, 2, reinterpret_cast<void*>(address), d.dims, strides, d.box,
+  const int status = fn(&map, d.dtype, 2, reinterpret_cast<void*>(base), d.dims, strides, d.box,
                         element_strides, INTERLEAVE_NONE, d.swizzle, L2_PROMOTION_128B, d.fill);
   TORCH_CHECK(status == 0, "tritonblas: cuTensorMapEncodeTiled of a routed call's descriptor failed (CUDA "
               "error ", status, ")");
@@ -59,77 +67,105 @@ bool in_range(int64_t v, int64_t lo, int64_t hi) { return v >= lo && v <= hi; }
 
 uint64_t address(const at::Tensor& t) { return reinterpret_cast<uint64_t>(t.data_ptr()); }
 
-bool parse_descriptors(const std::vector<int64_t>& words, size_t at, int64_t count, Launch& launch) {
-  for (int64_t i = 0; i < count; ++i, at += DESC_WORDS) {
-    const int64_t* w = words.data() + at;
-    if (w[0] != i || !in_range(w[1], 0, 15) || !in_range(w[2], 0, 4) || !in_range(w[3], 0, 1)) return false;
-    for (int j : {4, 5, 6}) {
+// Reads a record word by word; `ok` turns false on a read past its end.
+struct Reader {
+  const std::vector<int64_t>& words;
+  size_t at = 0;
+  bool ok = true;
+  int64_t next() {
+    if (at >= words.size()) {
+      ok = false;
+      return 0;
+    }
+    return words[at++];
+  }
+};
+
+bool base_ok(int64_t kind, int64_t value, size_t buffers) {
+  return kind == P_A || kind == P_B || (kind == P_BUF && in_range(value, 0, static_cast<int64_t>(buffers) - 1));
+}
+
+bool parse_descriptors(Reader& r, int64_t count, size_t buffers, Kernel& kernel) {
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t w[DESC_WORDS];
+    for (int64_t& v : w) v = r.next();
+    if (!r.ok || !base_ok(w[0], w[1], buffers) || !in_range(w[2], 0, 15) || !in_range(w[3], 0, 4) ||
+        !in_range(w[4], 0, 1))
+      return false;
+    for (int j : {5, 6, 7}) {
       if (w[j] <= 0) return false;
     }
-    if (!in_range(w[7], 1, 256) || !in_range(w[8], 1, 256)) return false;
-    Descriptor d{static_cast<int>(w[0]), static_cast<int>(w[1]), static_cast<int>(w[2]), static_cast<int>(w[3]),
-                 {static_cast<uint64_t>(w[4]), static_cast<uint64_t>(w[5])}, static_cast<uint64_t>(w[6]),
-                 {static_cast<uint32_t>(w[7]), static_cast<uint32_t>(w[8])}};
-    launch.descriptors.push_back(d);
+    if (!in_range(w[8], 1, 256) || !in_range(w[9], 1, 256)) return false;
+    kernel.descriptors.push_back(Descriptor{w[0], w[1], static_cast<int>(w[2]), static_cast<int>(w[3]),
+                                            static_cast<int>(w[4]),
+                                            {static_cast<uint64_t>(w[5]), static_cast<uint64_t>(w[6])},
+                                            static_cast<uint64_t>(w[7]),
+                                            {static_cast<uint32_t>(w[8]), static_cast<uint32_t>(w[9])}});
   }
   return true;
 }
-}  // namespace
 
-std::shared_ptr<const Launch> parse_launch(const std::vector<int64_t>& words) {
-  if (words.size() < HEAD || words[0] != FORMAT || words[1] == 0) return nullptr;
-  const int64_t count = words[6], descs = words[7];
-  if (count < 0 || static_cast<size_t>(count) > MAX_PARAMS || (descs != 0 && descs != 2) ||
-      words.size() != static_cast<size_t>(HEAD + 2 * count + DESC_WORDS * descs))
-    return nullptr;
-  if (!in_range(words[2], 1, 0x7fffffff) || !in_range(words[3], 1, 1024) || !in_range(words[4], 0, 1 << 30) ||
-      words[5] < 0)
-    return nullptr;
-  auto launch = std::make_shared<Launch>();
-  launch->function = reinterpret_cast<void*>(words[1]);
-  launch->grid = static_cast<unsigned>(words[2]);
-  launch->threads = static_cast<unsigned>(words[3]);
-  launch->shared = static_cast<unsigned>(words[4]);
-  launch->scratch = words[5];
+bool parse_kernel(Reader& r, size_t buffers, Kernel& kernel) {
+  int64_t head[LAUNCH_HEAD];
+  for (int64_t& v : head) v = r.next();
+  const int64_t count = head[5], descs = head[6];
+  if (!r.ok || head[0] == 0 || !in_range(head[1], 1, 0x7fffffff) || !in_range(head[2], 1, 1024) ||
+      !in_range(head[3], 0, 1 << 30) || head[4] < 0 || count < 0 || static_cast<size_t>(count) > MAX_PARAMS ||
+      (descs != 0 && descs != 2))
+    return false;
+  kernel.function = reinterpret_cast<void*>(head[0]);
+  kernel.grid = static_cast<unsigned>(head[1]);
+  kernel.threads = static_cast<unsigned>(head[2]);
+  kernel.shared = static_cast<unsigned>(head[3]);
+  kernel.scratch = head[4];
   for (int64_t i = 0; i < count; ++i) {
-    const Param p{words[HEAD + 2 * i], words[HEAD + 2 * i + 1]};
-    if (!in_range(p.kind, P_A, P_DESC) || (p.kind == P_SCRATCH && launch->scratch == 0)) return nullptr;
-    if (p.kind == P_I32 && !in_range(p.value, INT32_MIN, INT32_MAX)) return nullptr;
-    if (p.kind == P_DESC && !in_range(p.value, 0, descs - 1)) return nullptr;
-    launch->params.push_back(p);
+    const Param p{r.next(), r.next()};
+    if (!r.ok || !in_range(p.kind, P_A, P_BUF) || (p.kind == P_SCRATCH && kernel.scratch == 0)) return false;
+    if (p.kind == P_I32 && !in_range(p.value, INT32_MIN, INT32_MAX)) return false;
+    if (p.kind == P_DESC && !in_range(p.value, 0, descs - 1)) return false;
+    if (p.kind == P_BUF && !in_range(p.value, 0, static_cast<int64_t>(buffers) - 1)) return false;
+    kernel.params.push_back(p);
   }
-  if (!parse_descriptors(words, HEAD + 2 * count, descs, *launch)) return nullptr;
-  return launch;
+  return parse_descriptors(r, descs, buffers, kernel);
 }
 
-std::optional<at::Tensor> launch_native(const Launch& launch, const at::Tensor& a, const at::Tensor& b,
-                                        const at::Tensor* bias, double alpha, double beta) {
-  const LaunchKernel launch_fn = launch_kernel();
-  if (launch_fn == nullptr || !a.is_cuda()) return std::nullopt;
-  const auto* cuda = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
-  // The key holds every tensor's device: a, b and the bias are on a's, which must be the current one
-  // (the stream and the loaded module are the current device's), as launch.prepared requires.
-  if (cuda->getDevice().index() != a.device().index()) return std::nullopt;
-  const uint64_t pa = address(a), pb = address(b), pbias = bias ? address(*bias) : 0;
-  if ((pa | pb | pbias) & 15) return std::nullopt;
-  at::Tensor out = at::empty({a.size(0), b.size(1)}, a.options());
+// The call's addresses: its operands, output, bias (or the output's) and buffers.
+struct Addresses {
+  uint64_t a, b, c, bias;
+  std::array<uint64_t, MAX_BUFFERS> buffers;
+  uint64_t of(int64_t kind, int64_t value) const {
+    switch (kind) {
+      case P_A: return a;
+      case P_B: return b;
+      case P_C: return c;
+      case P_BIAS: return bias;
+      default: return buffers[value];  // P_BUF (parse_launch checked the index)
+    }
+  }
+};
+
+void launch_kernel_on(const Kernel& kernel, const Addresses& addr, double alpha, double beta,
+                      const at::TensorOptions& bytes, void* stream) {
   at::Tensor scratch;
-  if (launch.scratch) scratch = at::empty({launch.scratch}, a.options().dtype(at::kByte));
-  const uint64_t pc = address(out);
+  if (kernel.scratch) scratch = at::empty({kernel.scratch}, bytes);
   TensorMap maps[2];
-  for (const Descriptor& d : launch.descriptors) encode(maps[d.slot], d, d.slot == 0 ? pa : pb);
+  for (size_t i = 0; i < kernel.descriptors.size(); ++i) {
+    const Descriptor& d = kernel.descriptors[i];
+    encode(maps[i], d, addr.of(d.base_kind, d.base_value));
+  }
   std::array<uint64_t, MAX_PARAMS> slots;
   std::array<void*, MAX_PARAMS> params;
-  const size_t count = launch.params.size();
+  const size_t count = kernel.params.size();
   for (size_t i = 0; i < count; ++i) {
-    const Param& p = launch.params[i];
+    const Param& p = kernel.params[i];
     uint64_t& slot = slots[i];
     slot = 0;
     switch (p.kind) {
-      case P_A: slot = pa; break;
-      case P_B: slot = pb; break;
-      case P_C: slot = pc; break;
-      case P_BIAS: slot = bias ? pbias : pc; break;
+      case P_A:
+      case P_B:
+      case P_C:
+      case P_BIAS:
+      case P_BUF: slot = addr.of(p.kind, p.value); break;
       case P_I64: slot = static_cast<uint64_t>(p.value); break;
       case P_SCRATCH: slot = address(scratch); break;
       case P_NULL: break;
@@ -149,11 +185,63 @@ std::optional<at::Tensor> launch_native(const Launch& launch, const at::Tensor& 
     }
     params[i] = &slot;
   }
-  const c10::Stream stream = cuda->getStream(a.device());
-  const int status = launch_fn(launch.function, launch.grid, 1, 1, launch.threads, 1, 1, launch.shared,
-                               reinterpret_cast<void*>(stream.native_handle()), params.data(), nullptr);
+  const int status = launch_kernel()(kernel.function, kernel.grid, 1, 1, kernel.threads, 1, 1, kernel.shared,
+                                     stream, params.data(), nullptr);
   TORCH_CHECK(status == 0, "tritonblas: cuLaunchKernel of a routed call's kernel failed (CUDA error ", status,
               ")");
+}
+}  // namespace
+
+std::shared_ptr<const Launch> parse_launch(const std::vector<int64_t>& words) {
+  Reader r{words};
+  const int64_t format = r.next(), buffers = r.next(), kernels = r.next();
+  if (!r.ok || format != FORMAT || !in_range(buffers, 0, MAX_BUFFERS) || !in_range(kernels, 1, MAX_LAUNCHES))
+    return nullptr;
+  auto launch = std::make_shared<Launch>();
+  for (int64_t i = 0; i < buffers; ++i) {
+    const int64_t bytes = r.next(), zeroed = r.next();
+    if (!r.ok || bytes <= 0 || !in_range(zeroed, 0, 1)) return nullptr;
+    launch->buffers.push_back(Buffer{bytes, zeroed == 1});
+  }
+  for (int64_t i = 0; i < kernels; ++i) {
+    Kernel kernel;
+    if (!parse_kernel(r, launch->buffers.size(), kernel)) return nullptr;
+    launch->kernels.push_back(std::move(kernel));
+  }
+  if (r.at != words.size()) return nullptr;
+  return launch;
+}
+
+std::optional<at::Tensor> launch_native(const Launch& launch, const at::Tensor& a, const at::Tensor& b,
+                                        const at::Tensor* bias, double alpha, double beta) {
+  if (launch_kernel() == nullptr || !a.is_cuda()) return std::nullopt;
+  const auto* cuda = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
+  // The key holds every tensor's device: a, b and the bias are on a's, which must be the current one
+  // (the stream and the loaded module are the current device's), as launch.prepared requires.
+  if (cuda->getDevice().index() != a.device().index()) return std::nullopt;
+  Addresses addr{address(a), address(b), 0, bias ? address(*bias) : 0, {}};
+  if ((addr.a | addr.b | addr.bias) & 15) return std::nullopt;
+  const MemsetAsync memset_fn = launch.buffers.empty() ? nullptr : memset_async();
+  if (!launch.buffers.empty() && memset_fn == nullptr) return std::nullopt;
+  at::Tensor out = at::empty({a.size(0), b.size(1)}, a.options());
+  addr.c = address(out);
+  if (!bias) addr.bias = addr.c;
+  void* stream = reinterpret_cast<void*>(cuda->getStream(a.device()).native_handle());
+  const at::TensorOptions bytes = a.options().dtype(at::kByte);
+  // Held until every launch is enqueued: torch's allocator then reuses them only for work after these
+  // on this stream (or, under graph capture, they are the graph's own).
+  std::array<at::Tensor, MAX_BUFFERS> held;
+  for (size_t i = 0; i < launch.buffers.size(); ++i) {
+    const Buffer& buffer = launch.buffers[i];
+    held[i] = at::empty({buffer.bytes}, bytes);
+    addr.buffers[i] = address(held[i]);
+    if (buffer.zeroed) {
+      const int status = memset_fn(addr.buffers[i], 0, static_cast<size_t>(buffer.bytes), stream);
+      TORCH_CHECK(status == 0, "tritonblas: cuMemsetD8Async of a routed call's counters failed (CUDA error ",
+                  status, ")");
+    }
+  }
+  for (const Kernel& kernel : launch.kernels) launch_kernel_on(kernel, addr, alpha, beta, bytes, stream);
   return out;
 }
 

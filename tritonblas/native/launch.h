@@ -1,11 +1,13 @@
-// A routed call's kernel launched from C++ (route.cpp): the launch record the Python side made of a
-// prepared direct launch (tritonblas/launch/native.py writes it), and its launch on a call's tensors.
+// A routed call's kernels launched from C++ (route.cpp): the launch record the Python side made of a
+// prepared launch (tritonblas/launch/native.py writes it), and its launch on a call's tensors.
 //
 // Why: a routed call whose kernel runs took the trip into Python, 55-73 us of host time a call inside a
 // model's step against torch's own 21 (docs/benchmarks/h200.md, forty-fifth session), so transparent
 // mode left every kernel that wins by less than that to torch in eager use. Here a key answered KERNEL
-// launches the compiled kernel as triton's launcher does (cuLaunchKernel on the current stream, the
-// kernel's non-constexpr arguments in order, then global and profile scratch), with no Python at all.
+// launches the compiled kernels as triton's launcher does (cuLaunchKernel on the current stream, each
+// kernel's non-constexpr arguments in order, then global and profile scratch), with no Python at all:
+// pad copies of misaligned operands, the GEMM, Stream-K's reduce kernel, their buffers from torch's
+// allocator.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -18,39 +20,57 @@
 
 namespace tritonblas_native {
 
-// Record layout (int64 words): FORMAT, function handle, grid (programs), threads a program, dynamic
-// shared memory bytes, global scratch bytes (0: none), the count of kernel parameters, the count of host
-// descriptors (0 or 2); a (kind, value) pair per parameter; DESC_WORDS per host descriptor. Kept in step
-// with tritonblas/launch/native.py.
-constexpr int64_t FORMAT = 1;
-constexpr int64_t HEAD = 8;
+// Record layout (int64 words): FORMAT, the count of buffers, the count of kernel launches; BUFFER_WORDS
+// per buffer (bytes, zeroed); per launch LAUNCH_HEAD words (function handle, grid (programs), threads a
+// program, dynamic shared memory bytes, global scratch bytes (0: none), the count of kernel parameters,
+// the count of host descriptors (0 or 2)), a (kind, value) pair per parameter, DESC_WORDS per host
+// descriptor. Kept in step with tritonblas/launch/native.py.
+constexpr int64_t FORMAT = 2;
+constexpr int64_t HEAD = 3;
+constexpr int64_t BUFFER_WORDS = 2;
+constexpr int64_t LAUNCH_HEAD = 7;
+constexpr int64_t DESC_WORDS = 10;
 constexpr size_t MAX_PARAMS = 96;
-constexpr int64_t DESC_WORDS = 9;
+constexpr int64_t MAX_BUFFERS = 4;
+constexpr int64_t MAX_LAUNCHES = 4;
 
 // What a kernel parameter takes: the call's tensors' addresses, a constant, the call's alpha / beta, a
-// host descriptor encoded for the call (value: its slot, 0 for A and 1 for B).
+// host descriptor encoded for the call (value: its index, 0 for A's and 1 for B's), a buffer's address
+// (value: its index).
 enum Kind : int64_t { P_A = 0, P_B = 1, P_C = 2, P_BIAS = 3, P_I32 = 4, P_I64 = 5, P_F32 = 6,
-                      P_ALPHA = 7, P_BETA = 8, P_NULL = 9, P_SCRATCH = 10, P_DESC = 11 };
+                      P_ALPHA = 7, P_BETA = 8, P_NULL = 9, P_SCRATCH = 10, P_DESC = 11, P_BUF = 12 };
 
 struct Param {
   int64_t kind;
-  int64_t value;  // I32 / I64: the integer; F32: the bits of a double; DESC: the slot
+  int64_t value;  // I32 / I64: the integer; F32: the bits of a double; DESC, BUF: the index
 };
 
 // A 2-D host descriptor as triton's driver encodes it (fill_tma_descriptor): dims and box innermost
-// first, the row stride in bytes; encoded per call on the address of A (slot 0) or B (slot 1).
+// first, the row stride in bytes; encoded per call on its base's address (kind P_A, P_B or P_BUF).
 struct Descriptor {
-  int slot, dtype, swizzle, fill;
+  int64_t base_kind, base_value;
+  int dtype, swizzle, fill;
   uint64_t dims[2], stride_bytes;
   uint32_t box[2];
 };
 
-struct Launch {
+struct Kernel {
   void* function;
   unsigned grid, threads, shared;
   int64_t scratch;
   std::vector<Param> params;
   std::vector<Descriptor> descriptors;
+};
+
+// Device memory the launches share, allocated per call on its stream (zeroed: Stream-K's tile counters).
+struct Buffer {
+  int64_t bytes;
+  bool zeroed;
+};
+
+struct Launch {
+  std::vector<Buffer> buffers;
+  std::vector<Kernel> kernels;  // launched in order on the call's stream
 };
 
 // The launch a record describes; nullptr for a malformed one (the key then keeps asking Python).
