@@ -355,11 +355,27 @@ def test_gpu_threads_mixed_shapes_and_streams_with_the_issue_problem():
     assert not wrong, f"{len(wrong)} of {len(results)} results wrong"
 
 
-def _scratch_ranges(launched) -> list[tuple[int, int]]:
-    """(start, end) of the scratch in recorded _launch tensors: pad copy buffers, Stream-K workspace."""
-    scratch = [t for tensors in launched for t in (tensors[1:] if len(tensors) == 2 else tensors[4:])]
+def _scratch_ranges(taken) -> list[tuple[int, int]]:
+    """(start, end) of the scratch calls took (pad copy buffers, Stream-K workspace): what
+    scratch.padded_buffer and scratch.workspace returned, watched by _watch_scratch."""
     return [(t.untyped_storage().data_ptr(), t.untyped_storage().data_ptr() + t.untyped_storage().nbytes())
-            for t in scratch]
+            for t in taken]
+
+
+def _watch_scratch(monkeypatch) -> list:
+    """The tensors scratch hands calls from now on, whichever launch path takes them (launch_gemm's or
+    a prepared launch's)."""
+    taken = []
+    for name in ("padded_buffer", "workspace"):
+        real = getattr(scratch, name)
+
+        def spy(*args, real=real, **kwargs):
+            got = real(*args, **kwargs)
+            taken.extend(got if isinstance(got, tuple) else (got,))
+            return got
+
+        monkeypatch.setattr(scratch, name, spy)
+    return taken
 
 
 def _pool_ranges() -> list[tuple[int, int]]:
@@ -375,15 +391,9 @@ def test_gpu_graph_replays_interleaved_with_eager_calls_own_their_scratch(monkey
     config = THREAD_PATHS["copy_tma_streamk"]
     gen = torch.Generator("cuda").manual_seed(0)
     g_a, g_b = _random_operands(THREAD_SHAPE, gen)
-    tritonblas.matmul(g_a, g_b, config=config)  # compiled (and its scratch kept) before the capture
-    launched = []
-    real = launch._launch
-
-    def spy(plan, tensors, floats):
-        launched.append(tensors)
-        real(plan, tensors, floats)
-
-    monkeypatch.setattr(launch, "_launch", spy)
+    for _ in range(2):  # compiled (and its scratch kept) before the capture, then its prepared launch
+        tritonblas.matmul(g_a, g_b, config=config)
+    launched = _watch_scratch(monkeypatch)
     kept = {key: [id(buf) for buf in free] for key, free in scratch.free_lists.items()}
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):

@@ -197,8 +197,8 @@ def _pick(monkeypatch, config) -> None:
 def test_routed_kernel_calls_launch_from_cpp(config, name, fn, shapes, dtype, kernels, monkeypatch):
     """After a key's first calls (planned, compiled, launched directly once), its routed calls are launched
     by the C++ kernel from the launch record, with no Python: right on new contents, bit for bit the
-    Python launch's output, under graph capture and replay, and back through Python where an operand's
-    address is not 16-byte aligned (the compiled kernel assumed it was)."""
+    Python launch's output, on another stream, under graph capture and replay, and back through Python
+    where an operand's address is not 16-byte aligned (the compiled kernel assumed it was)."""
     if not kernels:
         pytest.skip("the C++ kernels' launch")
     _pick(monkeypatch, RECORDED[config])
@@ -214,6 +214,11 @@ def test_routed_kernel_calls_launch_from_cpp(config, name, fn, shapes, dtype, ke
         later = [fn(*args) for _ in range(3)]
         assert len(asked) == python_calls <= 2, asked
         ours_fresh = fn(*fresh)
+        other = torch.cuda.Stream()
+        other.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(other):  # a stream of its own: its own kept buffers
+            ours_other = [fn(*fresh), fn(*args)]
+        torch.cuda.current_stream().wait_stream(other)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             y = fn(*args)
@@ -227,7 +232,8 @@ def test_routed_kernel_calls_launch_from_cpp(config, name, fn, shapes, dtype, ke
             t.copy_(src)
         ours_shifted = fn(*shifted)
         assert len(asked) == python_calls + 1
-    for out in later:
+    for out in later + ours_other[1:]:
         assert torch.equal(out, first[0])
+    assert torch.equal(ours_other[0], ours_fresh)
     for ours, tensors in ((ours_fresh, fresh), (y, args), (ours_shifted, shifted)):
         assert_close(ours, fn(*tensors), _ref(fn, *tensors), k=384)

@@ -1,11 +1,14 @@
 // A routed call's kernel launched from C++ (launch.h says why and what a record holds).
 #include "launch.h"
 
+#include "answers.h"
+
 #include <ATen/ops/empty.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <dlfcn.h>
 
 #include <array>
+#include <atomic>
 #include <cstring>
 
 namespace tritonblas_native {
@@ -190,7 +193,62 @@ void launch_kernel_on(const Kernel& kernel, const Addresses& addr, double alpha,
   TORCH_CHECK(status == 0, "tritonblas: cuLaunchKernel of a routed call's kernel failed (CUDA error ", status,
               ")");
 }
+
+// Buffers are kept between calls, as the Python side's scratch pool keeps them (launch/scratch.py): a
+// buffer allocated per call and freed once its launches were enqueued goes back to torch's allocator,
+// which may split its block for the step's other tensors, so that the next call's buffer of 60-100 MB
+// (a padded vocabulary) takes a fresh cudaMalloc. A call owns a set from take() until every launch is
+// enqueued, then gives it back: a later call on the same stream that takes it runs after those launches,
+// and sets are never shared across streams. A launch that throws drops its set (counters may be left
+// set part way). Under graph capture a call allocates its own (the graph's pool), zeroed in the graph.
+// Tile counters are zeroed once, when allocated: every Stream-K launch leaves them at zero.
+constexpr int64_t KEPT_BYTES_CAP = int64_t{1} << 31;  // all records' kept sets; past it, per call
+std::atomic<int64_t> kept_total{0};
+
+std::optional<BufferSet> take(const Launch& launch, int64_t device, int64_t stream) {
+  std::lock_guard<std::mutex> lock(launch.pool_mutex);
+  for (auto it = launch.pool.begin(); it != launch.pool.end(); ++it) {
+    if (it->device == device && it->stream == stream) {
+      BufferSet set = std::move(*it);
+      launch.pool.erase(it);
+      return set;
+    }
+  }
+  return std::nullopt;
+}
+
+void give(const Launch& launch, BufferSet&& set) {
+  std::lock_guard<std::mutex> lock(launch.pool_mutex);
+  launch.pool.push_back(std::move(set));
+}
+
+// A new set for a call: allocated, its counters zeroed on `stream`; whether it may be kept (the cap).
+bool allocate(const Launch& launch, BufferSet& set, const at::TensorOptions& bytes, void* stream,
+              bool keep) {
+  const MemsetAsync memset_fn = memset_async();
+  TORCH_CHECK(memset_fn != nullptr, "tritonblas: the CUDA driver has no cuMemsetD8Async");
+  int64_t total = 0;
+  for (size_t i = 0; i < launch.buffers.size(); ++i) {
+    const Buffer& buffer = launch.buffers[i];
+    set.tensors[i] = at::empty({buffer.bytes}, bytes);
+    total += buffer.bytes;
+    if (buffer.zeroed) {
+      const int status = memset_fn(address(set.tensors[i]), 0, static_cast<size_t>(buffer.bytes), stream);
+      TORCH_CHECK(status == 0, "tritonblas: cuMemsetD8Async of a routed call's counters failed (CUDA error ",
+                  status, ")");
+    }
+  }
+  if (!keep || kept_total.fetch_add(total) + total > KEPT_BYTES_CAP) {
+    if (keep) kept_total.fetch_sub(total);
+    return false;
+  }
+  std::lock_guard<std::mutex> lock(launch.pool_mutex);
+  launch.kept_bytes += total;
+  return true;
+}
 }  // namespace
+
+Launch::~Launch() { kept_total.fetch_sub(kept_bytes); }
 
 std::shared_ptr<const Launch> parse_launch(const std::vector<int64_t>& words) {
   Reader r{words};
@@ -221,27 +279,27 @@ std::optional<at::Tensor> launch_native(const Launch& launch, const at::Tensor& 
   if (cuda->getDevice().index() != a.device().index()) return std::nullopt;
   Addresses addr{address(a), address(b), 0, bias ? address(*bias) : 0, {}};
   if ((addr.a | addr.b | addr.bias) & 15) return std::nullopt;
-  const MemsetAsync memset_fn = launch.buffers.empty() ? nullptr : memset_async();
-  if (!launch.buffers.empty() && memset_fn == nullptr) return std::nullopt;
   at::Tensor out = at::empty({a.size(0), b.size(1)}, a.options());
   addr.c = address(out);
   if (!bias) addr.bias = addr.c;
-  void* stream = reinterpret_cast<void*>(cuda->getStream(a.device()).native_handle());
+  const c10::Stream stream = cuda->getStream(a.device());
+  void* raw = reinterpret_cast<void*>(stream.native_handle());
   const at::TensorOptions bytes = a.options().dtype(at::kByte);
-  // Held until every launch is enqueued: torch's allocator then reuses them only for work after these
-  // on this stream (or, under graph capture, they are the graph's own).
-  std::array<at::Tensor, MAX_BUFFERS> held;
-  for (size_t i = 0; i < launch.buffers.size(); ++i) {
-    const Buffer& buffer = launch.buffers[i];
-    held[i] = at::empty({buffer.bytes}, bytes);
-    addr.buffers[i] = address(held[i]);
-    if (buffer.zeroed) {
-      const int status = memset_fn(addr.buffers[i], 0, static_cast<size_t>(buffer.bytes), stream);
-      TORCH_CHECK(status == 0, "tritonblas: cuMemsetD8Async of a routed call's counters failed (CUDA error ",
-                  status, ")");
+  BufferSet set{a.device().index(), stream.id(), {}};
+  bool keep = false;
+  if (!launch.buffers.empty()) {
+    const bool pooled = !capturing(a);
+    std::optional<BufferSet> kept = pooled ? take(launch, set.device, set.stream) : std::nullopt;
+    if (kept) {
+      set = std::move(*kept);
+      keep = true;
+    } else {
+      keep = allocate(launch, set, bytes, raw, pooled);
     }
+    for (size_t i = 0; i < launch.buffers.size(); ++i) addr.buffers[i] = address(set.tensors[i]);
   }
-  for (const Kernel& kernel : launch.kernels) launch_kernel_on(kernel, addr, alpha, beta, bytes, stream);
+  for (const Kernel& kernel : launch.kernels) launch_kernel_on(kernel, addr, alpha, beta, bytes, raw);
+  if (keep) give(launch, std::move(set));  // every launch is enqueued: the next taker runs after them
   return out;
 }
 

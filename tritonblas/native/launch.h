@@ -13,8 +13,10 @@
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
 
+#include <array>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -68,9 +70,20 @@ struct Buffer {
   bool zeroed;
 };
 
+// One call's buffers, kept for later calls of the record on the same device and stream (launch.cpp).
+struct BufferSet {
+  int64_t device, stream;
+  std::array<at::Tensor, MAX_BUFFERS> tensors;
+};
+
 struct Launch {
   std::vector<Buffer> buffers;
   std::vector<Kernel> kernels;  // launched in order on the call's stream
+  // Buffer sets no call holds now (see launch.cpp: why they are kept, and how a call owns one).
+  mutable std::mutex pool_mutex;
+  mutable std::vector<BufferSet> pool;
+  mutable int64_t kept_bytes = 0;
+  ~Launch();
 };
 
 // The launch a record describes; nullptr for a malformed one (the key then keeps asking Python).
