@@ -92,11 +92,14 @@ NATIVE = call_path.ROUTED_NATIVE_EXTRA_US
     (90.0, True, True),
     (0.0, True, False),
     (10.0, True, True),  # torch faster by far: a recorded launch changes nothing there
+    (100 + NOT_DIRECT / 2, False, True),  # with scratch (copies, Stream-K): charged the trip still
+    (100 + NOT_DIRECT * 2, False, False),
 ])
 def test_a_routed_kernel_launched_from_cpp_pays_no_trip_into_python(torch_us, direct, leaves_eager_to_torch,
                                                                       monkeypatch):
     """A routed plan whose launch gets a record (launch/native.py) is launched by transparent mode's C++
-    kernels: its host cost above torch's is ROUTED_NATIVE_EXTRA_US, not the trip into Python."""
+    kernels: a direct one's host cost above torch's is ROUTED_NATIVE_EXTRA_US, not the trip into Python;
+    one with scratch is charged the trip (what it cost inside a model's step)."""
     from tritonblas.arch import device_for_arch
 
     launch = object()

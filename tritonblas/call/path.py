@@ -58,6 +58,11 @@ ROUTED_NOT_DIRECT_US = 100.0
 # A routed call whose launch has a record (launch/native.py) is launched by the C++ kernel after its first
 # call, with no Python: cuLaunchKernel in place of torch's cuBLAS call. What that costs above torch's own
 # op (H200, in a loop and in a model's step): docs/notes/kernel-levers.md, "Routed launches from C++".
+# A recorded launch with scratch (pad copies, Stream-K: several launches, kept buffers) is charged the
+# trip into Python still: it cost torch's op +2 us in a loop, but inside BERT's step at 4x256 letting
+# such picks run (their margins 145-150 us) added 0.14-0.2 ms of host a call over torch's, as the trip
+# into Python did, and the step ran 0.97x-0.99x against 1.02x-1.04x leaving them to torch
+# (docs/benchmarks/h200.md, forty-seventh session). Where they win by more, they run, launched from C++.
 ROUTED_NATIVE_EXTRA_US = 1.0
 # An explicit call that runs torch's op pays the lookup on top of it; one that launches a prepared kernel
 # directly costs less than torch's op alone. H200 host, loops of back-to-back calls (`tritonblas bench`'s
@@ -284,8 +289,8 @@ def eager_torch_reason(selection: dispatch.Selection, direct: bool, routed: bool
         than that, or beating torch's op by less, gains nothing (the call is host-bound, or the host's
         time is the whole difference where the host is the bottleneck);
       - routed: the trip into Python (ROUTED_EXTRA_US, and ROUTED_NOT_DIRECT_US more for a launch that
-        is not direct) as it costs inside a model's step; ROUTED_NATIVE_EXTRA_US for a launch the C++
-        kernels make from a record (`recorded`: launch/native.py, transparent mode's C++ kernels on).
+        is not direct) as it costs inside a model's step; ROUTED_NATIVE_EXTRA_US for a direct launch the
+        C++ kernels make from a record (`recorded`: launch/native.py, transparent mode's C++ kernels on).
         Where the host is the bottleneck (eager decode, a small training step) that time is the whole
         difference, and where the GPU is, the kernel's win shows: the kernel runs where it beats torch's
         op by more than that; where torch was not timed, where it is longer than the call's host time."""
@@ -306,7 +311,7 @@ def eager_torch_reason(selection: dispatch.Selection, direct: bool, routed: bool
 
 
 def _routed_torch_reason(kernel_us: float, torch_us: float, direct: bool, recorded: bool) -> str | None:
-    if recorded:
+    if recorded and direct:  # (a recorded launch with scratch: see ROUTED_NATIVE_EXTRA_US)
         extra_us = ROUTED_NATIVE_EXTRA_US
     else:
         extra_us = ROUTED_EXTRA_US + (0.0 if direct else ROUTED_NOT_DIRECT_US)
