@@ -10,11 +10,12 @@ the call's addresses with what triton's own encoding (its driver's fill_tma_desc
 cuTensorMapEncodeTiled.
 
 A record is the plan's launches in order (pad copies, the GEMM, Stream-K's reduce kernel) and the
-buffers they share, which the C++ side allocates per call from torch's allocator on the call's stream:
-padded operands, Stream-K's partials, and its tile counters, zeroed (the Python side pools them, and a
-pooled counter is left at zero by the launch before). Only what a record can say is written: arguments
-that are the call's addresses, a buffer's, the call's alpha and beta, constants of the plan, or 2-D host
-descriptors of an operand or a buffer, and no launch attribute (cooperative grid, PDL, cluster).
+buffers they share: padded operands, Stream-K's partials, and its tile counters, zeroed when allocated
+(every Stream-K launch leaves them at zero). The C++ side keeps them per device and stream, as
+launch/scratch.py keeps the Python side's (native/launch.cpp says how). Only what a record can say is
+written: arguments that are the call's addresses, a buffer's, the call's alpha and beta, constants of
+the plan, or 2-D host descriptors of an operand or a buffer, and no launch attribute (cooperative grid,
+PDL, cluster).
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ DESC_WORDS = 10
 # What a kernel parameter takes (launch.h's Kind).
 P_A, P_B, P_C, P_BIAS, P_I32, P_I64, P_F32, P_ALPHA, P_BETA, P_NULL, P_SCRATCH, P_DESC, P_BUF = range(13)
 MAX_PARAMS = 96  # launch.h's MAX_PARAMS
-MAX_BUFFERS = 4  # padded A and B, Stream-K's partials and counters
 
 
 class _Slot:

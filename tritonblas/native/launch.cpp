@@ -225,14 +225,14 @@ void give(const Launch& launch, BufferSet&& set) {
 // A new set for a call: allocated, its counters zeroed on `stream`; whether it may be kept (the cap).
 bool allocate(const Launch& launch, BufferSet& set, const at::TensorOptions& bytes, void* stream,
               bool keep) {
-  const MemsetAsync memset_fn = memset_async();
-  TORCH_CHECK(memset_fn != nullptr, "tritonblas: the CUDA driver has no cuMemsetD8Async");
   int64_t total = 0;
   for (size_t i = 0; i < launch.buffers.size(); ++i) {
     const Buffer& buffer = launch.buffers[i];
     set.tensors[i] = at::empty({buffer.bytes}, bytes);
     total += buffer.bytes;
     if (buffer.zeroed) {
+      const MemsetAsync memset_fn = memset_async();
+      TORCH_CHECK(memset_fn != nullptr, "tritonblas: the CUDA driver has no cuMemsetD8Async");
       const int status = memset_fn(address(set.tensors[i]), 0, static_cast<size_t>(buffer.bytes), stream);
       TORCH_CHECK(status == 0, "tritonblas: cuMemsetD8Async of a routed call's counters failed (CUDA error ",
                   status, ")");

@@ -64,7 +64,8 @@ struct Kernel {
   std::vector<Descriptor> descriptors;
 };
 
-// Device memory the launches share, allocated per call on its stream (zeroed: Stream-K's tile counters).
+// Device memory the launches share (zeroed when allocated: Stream-K's tile counters), kept per device and
+// stream between calls (launch.cpp).
 struct Buffer {
   int64_t bytes;
   bool zeroed;
