@@ -21,7 +21,7 @@ import tritonblas
 from tritonblas import native
 from tritonblas.launch import gemm as launch
 
-ROUNDS, CALLS = 7, 1000
+ROUNDS, CALLS, TRIES = 7, 1000, 3
 
 
 def _step(y: torch.Tensor, weight: torch.Tensor) -> None:
@@ -104,10 +104,24 @@ def _best_of_rounds(ours, theirs, mode: bool) -> tuple[float, float]:
     return best_ours, best_torch
 
 
+def _assert_costs_at_most(bound: float, ours, theirs, what: str, mode: bool = False) -> None:
+    """Ours over torch's within `bound`, timed up to TRIES times: a shared box now and then slows every
+    round of one measurement (12 repeats of the addmm case read 1.97-2.14x and once 2.67x against its 2.6
+    bound in CI), while a cost that really grew exceeds the bound every time."""
+    ratios = []
+    for _ in range(TRIES):
+        best_ours, best_torch = _best_of_rounds(ours, theirs, mode)
+        ratios.append(best_ours / best_torch)
+        if ratios[-1] <= bound:
+            return
+    raise AssertionError(f"{what}: ours over torch's {', '.join(f'{r:.2f}x' for r in ratios)} "
+                         f"in {TRIES} measurements, each above the bound {bound}x "
+                         f"(last: {best_ours:.2f} us against {best_torch:.2f} us)")
+
+
 @pytest.mark.parametrize("ours, theirs, bound, mode", CASES, ids=[c[0] for c in CASES])
 def test_host_cost_against_torchs_own_op(ours, theirs, bound, mode, stubbed):
-    best_ours, best_torch = _best_of_rounds(_ours()[ours], _torch()[theirs], mode)
-    assert best_ours <= bound * best_torch, f"{ours} {best_ours:.2f} us vs {theirs} {best_torch:.2f} us"
+    _assert_costs_at_most(bound, _ours()[ours], _torch()[theirs], f"{ours} against {theirs}", mode)
 
 
 def test_a_routed_call_that_torch_runs_costs_torchs_own(torch_picked, stubbed):
@@ -117,8 +131,7 @@ def test_a_routed_call_that_torch_runs_costs_torchs_own(torch_picked, stubbed):
     if not native.load():
         pytest.skip(f"no C++ kernels here: {native.why_not()}")
     a, b = torch.ones(1, 1), torch.ones(1, 1)
-    best_ours, best_torch = _best_of_rounds(lambda: torch.mm(a, b), lambda: torch.mm(a, b), mode=True)
-    assert best_ours <= 1.5 * best_torch, f"routed {best_ours:.2f} us vs torch.mm {best_torch:.2f} us"
+    _assert_costs_at_most(1.5, lambda: torch.mm(a, b), lambda: torch.mm(a, b), "routed torch.mm", mode=True)
 
 
 @pytest.mark.parametrize("why", ["torch picked", "kernel under capture only"])
@@ -130,9 +143,8 @@ def test_a_linear_needing_grad_that_torch_runs_costs_about_torchs(why, stubbed, 
     run read 1.34x, hence the bound)."""
     request.getfixturevalue("torch_picked" if why == "torch picked" else "capture_only")
     a, w, bias = torch.ones(1, 1), torch.ones(1, 1).requires_grad_(), torch.ones(1)
-    best_ours, best_torch = _best_of_rounds(lambda: _step(tritonblas.linear(a, w, bias), w),
-                                            lambda: _step(F.linear(a, w, bias), w), mode=False)
-    assert best_ours <= 1.6 * best_torch, f"linear step {best_ours:.2f} us vs F.linear's {best_torch:.2f} us"
+    _assert_costs_at_most(1.6, lambda: _step(tritonblas.linear(a, w, bias), w),
+                          lambda: _step(F.linear(a, w, bias), w), "linear step")
 
 
 # op: (our call, torch's, bound on ours over torch's), on 1x1 fp32 CPU tensors. CPU box, best of 7 rounds,
@@ -163,8 +175,7 @@ def test_an_explicit_call_that_torch_runs_costs_its_lookup_more(op, why, stubbed
     a, w, bias = torch.ones(1, 1), torch.ones(1, 1), torch.ones(1)
     ours, theirs, bound = TORCH_RUNS[op]
     ours(a, w, bias)  # (the first call of a capture-only plan runs the kernel)
-    best_ours, best_torch = _best_of_rounds(lambda: ours(a, w, bias), lambda: theirs(a, w, bias), mode=False)
-    assert best_ours <= bound * best_torch, f"{op} {best_ours:.2f} us vs torch's {best_torch:.2f} us"
+    _assert_costs_at_most(bound, lambda: ours(a, w, bias), lambda: theirs(a, w, bias), op)
 
 
 # The same calls answered by the C++ front, bounds on ours over torch's. CPU box, best of 7 rounds: matmul
@@ -186,5 +197,4 @@ def test_an_explicit_call_the_cpp_front_answers_costs_about_torchs_op(op, why, s
     ours, theirs, _ = TORCH_RUNS[op]
     for _ in range(3):  # planned (a capture-only plan's first call runs the kernel), then answered
         ours(a, w, bias)
-    best_ours, best_torch = _best_of_rounds(lambda: ours(a, w, bias), lambda: theirs(a, w, bias), mode=False)
-    assert best_ours <= FRONT_BOUNDS[op] * best_torch, f"{op} {best_ours:.2f} us vs {best_torch:.2f} us"
+    _assert_costs_at_most(FRONT_BOUNDS[op], lambda: ours(a, w, bias), lambda: theirs(a, w, bias), op)
