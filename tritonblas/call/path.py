@@ -59,10 +59,11 @@ ROUTED_NOT_DIRECT_US = 100.0
 # call, with no Python: cuLaunchKernel in place of torch's cuBLAS call. What that costs above torch's own
 # op (H200, in a loop and in a model's step): docs/notes/kernel-levers.md, "Routed launches from C++".
 # A recorded launch with scratch (pad copies, Stream-K: several launches, kept buffers) is charged the
-# trip into Python still: it cost torch's op +2 us in a loop, but inside BERT's step at 4x256 letting
-# such picks run (their margins 145-150 us) added 0.14-0.2 ms of host a call over torch's, as the trip
-# into Python did, and the step ran 0.97x-0.99x against 1.02x-1.04x leaving them to torch
-# (docs/benchmarks/h200.md, forty-seventh session). Where they win by more, they run, launched from C++.
+# trip into Python still: it cost torch's op +2 us in a loop, and inside BERT's host-bound step at 4x256
+# letting such picks run (their margins 145-150 us) read 0.97x-0.99x against 1.02x-1.04x leaving them to
+# torch, a difference within the spread of trees that make the same calls (kernel-levers, forty-seventh
+# and forty-eighth sessions): no gain shown there, so the charge stays. Where they win by more, they
+# run, launched from C++.
 ROUTED_NATIVE_EXTRA_US = 1.0
 # An explicit call that runs torch's op pays the lookup on top of it; one that launches a prepared kernel
 # directly costs less than torch's op alone. H200 host, loops of back-to-back calls (`tritonblas bench`'s
