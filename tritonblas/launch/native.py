@@ -26,6 +26,7 @@ from ..config import GemmConfig
 from . import direct
 from .gemm import _Plan
 from .prepared import all_direct
+from .scratch import workspace_elements
 
 FORMAT = 2
 HEAD = 3  # FORMAT, buffers, launches (launch.h's HEAD)
@@ -80,10 +81,10 @@ def launch_record(plan: _Plan, has_bias: bool) -> list[int] | None:
         operands.append(buf)
     workspace = ()
     if plan.workspace is not None:
-        floats, counters = plan.workspace
+        floats, counters = workspace_elements(*plan.workspace)
         first = len(buffers) // BUFFER_WORDS
         workspace = (_Slot(P_BUF, first), _Slot(P_BUF, first + 1))
-        buffers += (4 * max(floats, 1), 0, 4 * max(counters, 1), 1)  # (as scratch.workspace sizes them)
+        buffers += (4 * floats, 0, 4 * counters, 1)  # fp32 partials; int32 counters, zeroed
     bias = _BIAS if has_bias else _C
     host = (None, None) if plan.descs is None else _DESCS
     # launch.prepared._launch_direct's argument lists, the call's values as placeholders

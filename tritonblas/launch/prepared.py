@@ -160,7 +160,8 @@ def launch_with_scratch(plan: _Plan, a: torch.Tensor, b: torch.Tensor, c: torch.
                         pointers: tuple) -> bool:
     """launch_prepared of a plan with padded copies or a Stream-K workspace, its pointers checked
     (pointers: those of a, b, c, the bias or c, the scales or None): the copies, then the GEMM on the
-    buffers. False, nothing launched, where a copy's plan is not made yet."""
+    buffers, then its reduce kernel where it has one. False, nothing launched, where a copy's plan is not
+    made yet."""
     copies = plan.copies or (None, None)
     for copy in copies:
         if copy is not None and copy.plan is None:

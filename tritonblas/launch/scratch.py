@@ -141,8 +141,14 @@ def _cuda_stream(index: int) -> int | None:
     return torch._C._cuda_getCurrentRawStream(index)
 
 
+def workspace_elements(partial_floats: int, counters: int) -> tuple[int, int]:
+    """The elements of a Stream-K launch's partials (fp32) and tile counters (int32) as workspace() and
+    the C++ side's records (launch/native.py) allocate them: at least one each, so each has an address."""
+    return max(partial_floats, 1), max(counters, 1)
+
+
 def workspace(device: torch.device, partial_floats: int, counters: int, held: list | None = None,
-               stream: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+              stream: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Stream-K scratch (partials, tile counters) for one launch, held by the call that owns `held` (on
     its `stream`, None while captured) until it gives it back. A kept pair too small is grown, never
     shrunk. Without `held` (tests, probes): the pair the next such launch on the current stream takes."""
@@ -151,16 +157,15 @@ def workspace(device: torch.device, partial_floats: int, counters: int, held: li
     key = ("streamk", device, stream)
     free, pair = take(key) if stream is not None else (None, None)
     ws, cnt = pair if pair is not None else (None, None)
-    if ws is None or ws.numel() < partial_floats:
-        ws = max(partial_floats, 1)
+    floats, ints = workspace_elements(partial_floats, counters)
+    if ws is None or ws.numel() < floats:
         if stream is not None:
-            count_new(key, free, 4 * ws)
-        ws = torch.empty(ws, dtype=torch.float32, device=device)
-    if cnt is None or cnt.numel() < counters:
-        cnt = max(counters, 1)
+            count_new(key, free, 4 * floats)
+        ws = torch.empty(floats, dtype=torch.float32, device=device)
+    if cnt is None or cnt.numel() < ints:
         if stream is not None:
-            count_new(key, free, 4 * cnt)
-        cnt = torch.zeros(cnt, dtype=torch.int32, device=device)
+            count_new(key, free, 4 * ints)
+        cnt = torch.zeros(ints, dtype=torch.int32, device=device)
     if stream is not None:
         held.append((free, (ws, cnt)))
     return ws, cnt

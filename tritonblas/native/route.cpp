@@ -153,7 +153,9 @@ at::Tensor mm(const at::Tensor& a, const at::Tensor& b) {
                            .findSchemaOrThrow("tritonblas_native::routed_mm", "")
                            .typed<Routed(const at::Tensor&, const at::Tensor&)>();
   auto [outs, answer, record] = routed.redispatch(c10::DispatchKeySet(K), a, b);
-  if (keyed) remember_routed(key, answer, record);
+  // A key answered KERNEL comes here only for a call its launch declined (an address not 16-byte
+  // aligned, another device current): the launch stays, and with it its kept buffers.
+  if (keyed && !entry.launch) remember_routed(key, answer, record);
   return outs.empty() ? own_mm<K>(a, b) : outs[0];
 }
 
@@ -175,7 +177,7 @@ at::Tensor addmm(const at::Tensor& bias, const at::Tensor& a, const at::Tensor& 
           .typed<Routed(const at::Tensor&, const at::Tensor&, const at::Tensor&, const c10::Scalar&,
                         const c10::Scalar&)>();
   auto [outs, answer, record] = routed.redispatch(c10::DispatchKeySet(K), bias, a, b, beta, alpha);
-  if (keyed) remember_routed(key, answer, record);
+  if (keyed && !entry.launch) remember_routed(key, answer, record);  // (as in mm)
   return outs.empty() ? own_addmm<K>(bias, a, b, beta, alpha) : outs[0];
 }
 
