@@ -15,6 +15,7 @@ __version__ = "0.1.0"
 _WHERE = {
     "GemmConfig": "config", "config_supports": "config", "DeviceInfo": "arch", "Problem": "problem",
     "matmul": "call.ops", "addmm": "call.ops", "linear": "call.ops", "scaled_mm": "call.scaled",
+    "grouped_mm": "grouped.op",
     "select": "selection.dispatch", "Selection": "selection.dispatch",
     "enable": "transparent", "disable": "transparent",
     "warmup": "warm",

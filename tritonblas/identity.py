@@ -28,6 +28,10 @@ import torch
 TIMING_PROTOCOL = "do_bench-median-l2flush-v2-small-replayed"
 _PACKAGE = Path(__file__).parent
 _KERNEL_DIR = _PACKAGE / "kernels"
+# Kernels of other op families, hashed apart (grouped_kernel_hash): a change to the grouped GEMM's kernel
+# leaves the dense GEMMs' tuned winners fresh, and the reverse is caught by hashing common.py in both.
+GROUPED_KERNELS: tuple[str, ...] = ("grouped.py", "common.py")
+_OWN_FAMILY = frozenset(GROUPED_KERNELS) - {"common.py"}
 
 # The host code that decides what the kernels compute and how they are launched (constexprs, grid,
 # workspace, Stream-K split and fix-up plan, padded copies, 64-bit offsets), per module of tritonblas:
@@ -130,7 +134,8 @@ def _code_hash(kernels: dict[str, str], planning: dict[str, str], names: dict[st
 
 def sources() -> tuple[dict[str, str], dict[str, str]]:
     """(kernels/*.py by file name, PLANNING's modules by file name): what kernel_hash hashes."""
-    kernels = {path.name: path.read_text() for path in _KERNEL_DIR.glob("*.py")}
+    kernels = {path.name: path.read_text() for path in _KERNEL_DIR.glob("*.py")
+               if path.name not in _OWN_FAMILY}
     return kernels, {module: (_PACKAGE / module).read_text() for module in PLANNING}
 
 
@@ -152,6 +157,14 @@ def kernel_hash() -> str:
     digest = code_hash(kernels, planning)
     write_json_atomically(path, {"sources": raw, "kernel_hash": digest})
     return digest
+
+
+@functools.lru_cache(maxsize=1)
+def grouped_kernel_hash() -> str:
+    """The grouped GEMM's code hash: its kernel and the building blocks it calls (no planning code: its
+    host plan, tritonblas/grouped/launch.py, passes shapes and strides only)."""
+    kernels = {name: (_KERNEL_DIR / name).read_text() for name in GROUPED_KERNELS}
+    return code_hash(kernels, {}, {})
 
 
 def _memo_path() -> Path:

@@ -1,0 +1,168 @@
+"""The grouped GEMM's launch, described once: `plan` turns tensors and a config into a frozen
+`GroupedLaunch` (kernel, grid, the arguments in the kernel's signature order); `launch` runs it.
+
+Nothing here reads `offs`' values: the grid is an upper bound of the tiles (every group wastes less than
+one tile row), and the kernel finds each group's tiles on the device, so a call captures in a CUDA graph
+and replays right when the counts change.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+
+from ..arith import cdiv
+from ..config import GemmConfig
+from ..launch.gemm import INT32_OFFSETS, offset_reach
+from .forms import GroupedShape
+
+# The kernel's parameters, in its signature order (kernels/grouped.py).
+POINTERS = ("a_ptr", "b_ptr", "c_ptr", "bias_ptr", "offs_ptr", "a_desc", "b_desc")
+INTEGERS = ("E", "M", "N", "K", "NUM_PROGS",
+            "stride_ag", "stride_am", "stride_ak", "stride_bg", "stride_bk", "stride_bn",
+            "stride_cg", "stride_cm", "stride_cn", "stride_biasg", "stride_biasn")
+
+
+@dataclass(frozen=True)
+class GroupedLaunch:
+    """Everything one launch needs: `args` pairs each kernel parameter with its value, in order."""
+
+    grid: int
+    args: tuple[tuple[str, object], ...]
+    num_warps: int
+    num_stages: int
+
+    @property
+    def constexprs(self) -> dict:
+        return {name: value for name, value in self.args if name.isupper() and name not in INTEGERS}
+
+
+@functools.cache
+def kernel():
+    from ..kernels.grouped import grouped_gemm_kernel
+
+    return grouped_gemm_kernel
+
+
+def _strides3(t: torch.Tensor | None) -> tuple[int, int, int]:
+    """(group stride, stride of dim -2, stride of dim -1); a 2-D operand's group stride is 0."""
+    if t is None:
+        return 0, 0, 0
+    return (t.stride(0) if t.dim() == 3 else 0), t.stride(-2), t.stride(-1)
+
+
+def is_col_major(t: torch.Tensor) -> bool:
+    """Column-major in its last two dims (as launch.gemm decides for a 2-D operand)."""
+    return t.stride(-1) != 1 and t.stride(-2) == 1
+
+
+def _pow2_divisor(x: int) -> int:
+    div = 16
+    while div > 1 and x % div:
+        div //= 2
+    return div
+
+
+def _vector_divisor(t: torch.Tensor, col: bool, wraps_contiguous_axis: bool, extent: int | None) -> int:
+    """The kernel's A_DIV/B_DIV: a power of two dividing the leading stride, the group stride and, where
+    the contiguous axis is the one the K loop wraps, that axis' size (`extent`; None: a cut dimension of
+    unknown size, so no hint)."""
+    group, rows, cols = _strides3(t)
+    div = _pow2_divisor(cols if col else rows)
+    if t.dim() == 3:
+        div = min(div, _pow2_divisor(group))
+    if wraps_contiguous_axis:
+        div = 1 if extent is None else min(div, _pow2_divisor(extent))
+    return div
+
+
+def _tma_ready(t: torch.Tensor) -> bool:
+    """A 3-D descriptor fits: unit stride on the contiguous axis, base and other strides 16-byte aligned."""
+    size = t.element_size()
+    col = is_col_major(t)
+    if (t.stride(-2) if col else t.stride(-1)) != 1 or t.data_ptr() % 16:
+        return False
+    others = [t.stride(-1) if col else t.stride(-2)] + ([t.stride(0)] if t.dim() == 3 else [])
+    return all(s > 0 and (s * size) % 16 == 0 for s in others)
+
+
+def _descriptor(t: torch.Tensor, rows_block: int, cols_block: int):
+    """A 3-D TMA descriptor (group, rows, columns in storage order) of an operand; a 2-D one is one group."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    col = is_col_major(t)
+    group, s_rows, s_cols = _strides3(t)
+    rows, cols = t.shape[-2], t.shape[-1]
+    if col:
+        shape, strides, block = [cols, rows], [s_cols, 1], [cols_block, rows_block]
+    else:
+        shape, strides, block = [rows, cols], [s_rows, 1], [rows_block, cols_block]
+    groups = t.shape[0] if t.dim() == 3 else 1
+    group = group if t.dim() == 3 else shape[0] * strides[0]
+    return TensorDescriptor(t, [groups, *shape], [group, *strides], [1, *block])
+
+
+def use_tma(config: GemmConfig, shape: GroupedShape, a: torch.Tensor, b: torch.Tensor) -> bool:
+    """TMA where asked and it fits: not over a cut K (a box would read the next group's K), not where
+    groups start anywhere along an operand's contiguous axis (a box's start there must be 16-byte
+    aligned), no empty dimension, both operands aligned."""
+    cut_contiguous = (shape.jagged == 1 and is_col_major(a)) or (shape.jagged == 2 and not is_col_major(b))
+    return (config.tma and shape.jagged != 3 and not cut_contiguous and min(shape.m, shape.n, shape.k) > 0
+            and _tma_ready(a) and _tma_ready(b))
+
+
+def grid_bound(shape: GroupedShape, block_m: int, block_n: int) -> int:
+    """An upper bound of the output tiles whatever the group sizes (each cut group and the tail waste
+    less than one tile along the cut dimension)."""
+    tm, tn, e = cdiv(shape.m, block_m), cdiv(shape.n, block_n), shape.groups
+    return {0: e * tm * tn, 1: (tm + e + 1) * tn, 2: tm * (tn + e + 1), 3: e * tm * tn}[shape.jagged]
+
+
+def needs_int64(a, b, c, bias) -> bool:
+    """Offsets inside one group (group bases are formed in 64 bits in the kernel) reach 2**31."""
+    views = [t[0] if t.dim() == 3 else t for t in (a, b, c, bias) if t is not None and t.numel()]
+    return max((offset_reach(v) for v in views), default=0) >= INT32_OFFSETS
+
+
+def plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None,
+         offs: torch.Tensor | None, shape: GroupedShape, config: GemmConfig, sm_count: int,
+         precision: str) -> GroupedLaunch:
+    """The launch of `config` on these tensors; c is the output (written whole, the tail as zeros)."""
+    if a.dtype == torch.bfloat16 and not a.is_cuda:
+        # Triton's interpreter computes tl.dot on bf16 wrongly (numpy has no bf16), as launch.gemm says:
+        # it gets the exact fp32 copies (same layout); the kernel still accumulates in fp32, stores bf16.
+        a, b = a.float(), b.float()
+    bm, bn, bk = config.block_m, config.block_n, config.block_k
+    jag = shape.jagged
+    tma = use_tma(config, shape, a, b)
+    a_col, b_col = is_col_major(a), is_col_major(b)
+    sag, sam, sak = _strides3(a)
+    sbg, sbk, sbn = _strides3(b)
+    scg, scm, scn = _strides3(c)
+    sbiasg, sbiasn = (0, 0) if bias is None else (
+        (0, bias.stride(0)) if bias.dim() == 1 else tuple(bias.stride()))
+    progs = max(1, min(config.grid or sm_count, grid_bound(shape, bm, bn)))
+    args = (
+        ("a_ptr", a), ("b_ptr", b), ("c_ptr", c), ("bias_ptr", bias), ("offs_ptr", offs),
+        ("a_desc", _descriptor(a, bm, bk) if tma else None),
+        ("b_desc", _descriptor(b, bk, bn) if tma else None),
+        ("E", shape.groups), ("M", shape.m), ("N", shape.n), ("K", shape.k), ("NUM_PROGS", progs),
+        ("stride_ag", sag), ("stride_am", sam), ("stride_ak", sak),
+        ("stride_bg", sbg), ("stride_bk", sbk), ("stride_bn", sbn),
+        ("stride_cg", scg), ("stride_cm", scm), ("stride_cn", scn),
+        ("stride_biasg", sbiasg), ("stride_biasn", sbiasn),
+        ("BLOCK_M", bm), ("BLOCK_N", bn), ("BLOCK_K", bk), ("GROUP_M", config.group_m),
+        ("JAGGED", jag), ("TAIL", int(jag in (1, 2))), ("HAS_BIAS", bias is not None),
+        ("PRECISION", precision), ("USE_TMA", tma), ("A_COL", a_col), ("B_COL", b_col),
+        ("A_DIV", _vector_divisor(a, a_col, a_col, None if jag == 1 else shape.m)),
+        ("B_DIV", _vector_divisor(b, b_col, not b_col, None if jag == 2 else shape.n)),
+        ("EVEN_K", jag != 3 and shape.k % bk == 0), ("INT64", needs_int64(a, b, c, bias)),
+    )
+    return GroupedLaunch(grid=progs, args=args, num_warps=config.num_warps, num_stages=config.num_stages)
+
+
+def launch(spec: GroupedLaunch) -> None:
+    kernel()[(spec.grid,)](*(value for _, value in spec.args), num_warps=spec.num_warps,
+                          num_stages=spec.num_stages)

@@ -1,0 +1,141 @@
+"""Which config a grouped GEMM runs: a tuned winner for its key (the shipped table), else the nearest
+tuned key of the same groups, N, K, dtype and layout, else the heuristic; and the one feasibility
+predicate, `grouped_supports`.
+
+The key buckets the rows per group (a power of two): the kernel reads `offs` on the device, so the host
+knows only the total rows and the groups, and calls whose counts differ share one plan.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..arch import TMA_ARCHS, DeviceInfo
+from ..config import GemmConfig
+from .forms import DTYPE_NAMES, GroupedShape
+
+DTYPE_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
+
+
+@dataclass(frozen=True)
+class GroupedKey:
+    """The dispatch key of a grouped GEMM (tuned winners are stored under it)."""
+
+    form: str
+    groups: int
+    n: int
+    k: int
+    rows: int  # rows per group, bucketed to a power of two (the 3d3d and 2d2d forms: each group's m)
+    dtype: str
+    layout: str  # A and B in storage order: "n" row-major, "t" column-major, as the shapes format says
+
+    def text(self) -> str:
+        return f"{self.form} E={self.groups} rows/group~{self.rows} N={self.n} K={self.k} {self.dtype} {self.layout}"
+
+
+def rows_bucket(shape: GroupedShape) -> int:
+    rows = shape.m / max(shape.groups, 1) if shape.form == "2d3d" else shape.m
+    return 1 << max(0, math.ceil(math.log2(max(rows, 1))))
+
+
+def key_of(shape: GroupedShape, dtype, a_col: bool, b_col: bool) -> GroupedKey:
+    name = DTYPE_NAMES.get(dtype, str(dtype))
+    return GroupedKey(form=shape.form, groups=shape.groups, n=shape.n, k=shape.k, rows=rows_bucket(shape),
+                      dtype=name, layout=("t" if a_col else "n") + ("t" if b_col else "n"))
+
+
+def smem_estimate(config: GemmConfig, dtype: str) -> int:
+    """Operand buffers per pipeline stage plus the epilogue's tile (a bound triton stays under on sm_90)."""
+    size = DTYPE_BYTES[dtype]
+    operands = config.num_stages * (config.block_m + config.block_n) * config.block_k * size
+    return operands + config.block_m * config.block_n * 4 // 2
+
+
+def grouped_supports(config: GemmConfig, key: GroupedKey, device: DeviceInfo) -> tuple[bool, str]:
+    """Whether `config` can run grouped GEMMs of `key` on `device`, and if not, why."""
+    if config.is_vendor:
+        return True, ""
+    unsupported = [name for name in ("streamk", "aligned_copy", "reduce_kernel", "flatten", "host_descriptors")
+                   if getattr(config, name)]
+    if unsupported:
+        return False, f"the grouped kernel has no {', '.join(unsupported)}"
+    if config.tma and device.arch not in TMA_ARCHS:
+        return False, f"TMA needs one of {', '.join(TMA_ARCHS)}, the device is {device.arch}"
+    if key.dtype == "fp32" and config.block_k > 64:
+        return False, "fp32 tiles of block_k > 64 spill"
+    if device.arch != "interpreter" and smem_estimate(config, key.dtype) > device.smem_per_block:
+        return False, f"needs ~{smem_estimate(config, key.dtype)} B of shared memory, {device.smem_per_block} B available"
+    return True, ""
+
+
+def heuristic(key: GroupedKey, device: DeviceInfo) -> GemmConfig:
+    """A config for a key nobody tuned: tiles as tall as the groups' rows (decode: 16-row tiles that read
+    each active expert's weights once), TMA on archs that have it."""
+    tma = device.arch in TMA_ARCHS
+    if device.arch == "interpreter":  # small tiles: the interpreter's time grows with the tile
+        return GemmConfig(block_m=16, block_n=32, block_k=32, num_warps=4, num_stages=1)
+    bk = 32 if key.dtype == "fp32" else 64
+    if key.rows <= 16:
+        config = GemmConfig(block_m=16, block_n=64, block_k=2 * bk, num_warps=4, num_stages=4, tma=tma)
+    elif key.rows <= 64:
+        config = GemmConfig(block_m=64, block_n=128, block_k=bk, num_warps=4, num_stages=4, tma=tma)
+    else:
+        config = GemmConfig(block_m=128, block_n=256 if key.n >= 2048 else 128, block_k=bk, num_warps=8,
+                            num_stages=3, tma=tma)
+    while not grouped_supports(config, key, device)[0] and config.num_stages > 2:
+        config = config.model_copy(update={"num_stages": config.num_stages - 1})
+    return config
+
+
+SHIPPED = Path(__file__).resolve().parent.parent / "configs"
+
+
+@functools.cache
+def shipped_table(arch: str) -> dict[GroupedKey, GemmConfig]:
+    """configs/grouped-<arch>.json: tuned winners by key ({} where none ship)."""
+    path = SHIPPED / f"grouped-{arch}.json"
+    if not path.is_file():
+        return {}
+    doc = json.loads(path.read_text())
+    return {GroupedKey(**row["key"]): GemmConfig.model_validate(row["config"]) for row in doc["winners"]}
+
+
+@dataclass(frozen=True)
+class GroupedSelection:
+    config: GemmConfig
+    source: str  # "shipped", "neighbor", "heuristic", "user"
+    key: GroupedKey
+
+    @property
+    def backend(self) -> str:
+        return self.config.backend
+
+
+def _distance(a: GroupedKey, b: GroupedKey) -> float | None:
+    if (a.form, a.groups, a.n, a.k, a.dtype, a.layout) != (b.form, b.groups, b.n, b.k, b.dtype, b.layout):
+        return None
+    return abs(math.log2(a.rows) - math.log2(b.rows))
+
+
+@functools.lru_cache(maxsize=4096)
+def select(key: GroupedKey, device: DeviceInfo, backend: str | None = None) -> GroupedSelection:
+    """The config a grouped GEMM of `key` runs on `device` (backend "triton" rules torch out)."""
+    table = shipped_table(device.arch)
+    ok = [(k, c) for k, c in table.items()
+          if grouped_supports(c, key, device)[0] and not (backend == "triton" and c.is_vendor)]
+    exact = [c for k, c in ok if k == key]
+    if exact:
+        return GroupedSelection(exact[0], "shipped", key)
+    near = [(d, c) for k, c in ok if (d := _distance(key, k)) is not None and d <= 1]
+    if near:
+        return GroupedSelection(min(near, key=lambda dc: dc[0])[1], "neighbor", key)
+    return GroupedSelection(heuristic(key, device), "heuristic", key)
+
+
+def clear_cache() -> None:
+    select.cache_clear()
+    shipped_table.cache_clear()

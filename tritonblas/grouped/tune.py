@@ -1,0 +1,147 @@
+"""Tuning grouped GEMMs: the problems of a shapes file's `op: grouped` entries, their candidate configs,
+timing against torch's own grouped GEMM on the same operands (calls interleaved), the float64 check, and
+the table of winners (configs/grouped-<arch>.json) that dispatch reads.
+
+Each candidate is timed on balanced counts and on Zipf-skewed ones (a few experts take most rows), and
+ranked by the slower of the two relative to torch's op: a winner must not fall apart when routing skews.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from ..arch import TMA_ARCHS, DeviceInfo
+from ..config import GemmConfig
+from .forms import GroupedShape, check_args
+from .select import GroupedKey, grouped_supports, heuristic, key_of
+
+GROUP_SIZES = ("balanced", "zipf")
+
+
+@dataclass(frozen=True)
+class GroupedEntry:
+    """One `op: grouped` entry of a shapes file: E experts, m rows in all, each expert's weight (N, K)."""
+
+    groups: int
+    m: int
+    n: int
+    k: int
+    dtype: str = "bf16"
+    layout: str = "nt"
+    group_sizes: str = "balanced"
+
+    def text(self) -> str:
+        return f"E={self.groups} {self.m}x{self.n}x{self.k} {self.dtype} {self.layout} {self.group_sizes}"
+
+
+def group_sizes(m: int, groups: int, kind: str, seed: int = 0) -> list[int]:
+    """How m rows split over the groups: "balanced" (as even as can be; fewer rows than groups land on
+    evenly spaced groups) or "zipf" (weights 1/rank^1.2 over the groups in a random order)."""
+    if kind not in GROUP_SIZES:
+        raise ValueError(f"group_sizes must be one of {', '.join(GROUP_SIZES)}, got {kind!r}")
+    if kind == "balanced":
+        sizes = [0] * groups
+        for i in range(m):
+            sizes[(i * groups // m) if m < groups else i % groups] += 1
+        return sizes
+    rng = random.Random(seed)
+    weights = [1 / (r + 1) ** 1.2 for r in range(groups)]
+    rng.shuffle(weights)
+    total = sum(weights)
+    sizes = [int(m * w / total) for w in weights]
+    for i in sorted(range(groups), key=lambda i: -weights[i])[: m - sum(sizes)]:
+        sizes[i] += 1
+    return sizes
+
+
+_TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def operands(entry: GroupedEntry, device: str, seed: int = 0):
+    """(x (m, K), w^T as (E, K, N) views of (E, N, K) row-major weights ("nt"), offs) of an entry."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    dtype = _TORCH_DTYPES[entry.dtype]
+    x = torch.randn(entry.m, entry.k, generator=gen).to(device=device, dtype=dtype)
+    if entry.layout == "nt":
+        w = torch.randn(entry.groups, entry.n, entry.k, generator=gen).to(device=device, dtype=dtype) \
+            .transpose(1, 2)
+    else:
+        w = torch.randn(entry.groups, entry.k, entry.n, generator=gen).to(device=device, dtype=dtype)
+    x, w = x / math.sqrt(entry.k), w
+    sizes = group_sizes(entry.m, entry.groups, entry.group_sizes, seed)
+    offs = torch.tensor(sizes, dtype=torch.int64).cumsum(0).to(device=device, dtype=torch.int32)
+    return x, w, offs
+
+
+def candidates(key: GroupedKey, device: DeviceInfo) -> list[GemmConfig]:
+    """The configs worth timing for a key, the heuristic's first; each one grouped_supports accepts."""
+    tma = device.arch in TMA_ARCHS
+    if key.rows <= 16:
+        grid = [(bm, bn, bk, 4, s) for bm in (16, 32, 64) for bn in (32, 64, 128) for bk in (128, 256)
+                for s in (3, 4, 5)]
+    else:
+        grid = [(bm, bn, bk, w, s) for bm in (64, 128) for bn in (128, 256) for bk in (64, 128)
+                for w in (4, 8) for s in (3, 4)]
+    configs = [heuristic(key, device)]
+    for bm, bn, bk, w, s in grid:
+        if w == 4 and bm * bn > 128 * 128:
+            continue
+        config = GemmConfig(block_m=bm, block_n=bn, block_k=bk, num_warps=w, num_stages=s, tma=tma)
+        if config not in configs and grouped_supports(config, key, device)[0]:
+            configs.append(config)
+    return configs
+
+
+def reference_error(out: torch.Tensor, x, w, offs) -> float:
+    """Relative Frobenius error of `out` against the float64 loop of the groups (a sample of rows)."""
+    ends = offs.tolist()
+    starts = [0, *ends[:-1]]
+    errs, norms = 0.0, 0.0
+    for g, (s, e) in enumerate(zip(starts, ends, strict=True)):
+        if e > s and g % max(1, len(ends) // 16) == 0:
+            ref = x[s:e].double() @ w[g].double()
+            errs += (out[s:e].double() - ref).norm().item() ** 2
+            norms += ref.norm().item() ** 2
+    return math.sqrt(errs / max(norms, 1e-300))
+
+
+@dataclass
+class TunedRow:
+    entry: str
+    config: dict
+    us_balanced: float
+    us_zipf: float
+    torch_us_balanced: float
+    torch_us_zipf: float
+    error: float
+    torch_error: float
+
+    @property
+    def ratio(self) -> float:
+        """torch's time over ours, the worse of the two count draws."""
+        return min(self.torch_us_balanced / self.us_balanced, self.torch_us_zipf / self.us_zipf)
+
+
+def shape_of(x, w, offs) -> GroupedShape:
+    return check_args(x, w, offs, None, None, read_offs=False)
+
+
+def write_table(path: Path, arch: str, winners: dict[GroupedKey, GemmConfig], meta: dict) -> None:
+    """The winners as a deterministic file (sorted keys and rows): what dispatch reads."""
+    rows = [{"key": asdict(k), "config": winners[k].model_dump()} for k in sorted(winners, key=asdict_sort)]
+    doc = {"arch": arch, **meta, "winners": rows}
+    path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+
+
+def asdict_sort(key: GroupedKey) -> tuple:
+    return (key.form, key.groups, key.n, key.k, key.rows, key.dtype, key.layout)
+
+
+__all__ = ["GROUP_SIZES", "GroupedEntry", "TunedRow", "candidates", "group_sizes", "key_of", "operands",
+           "reference_error", "shape_of", "write_table"]

@@ -1,0 +1,160 @@
+"""Grouped GEMM (mixture-of-experts layers): one persistent launch over every group's output tiles.
+
+The groups' sizes live on the device (`offs`, torch._grouped_mm's int32 group ends), so the host never
+reads them: each program walks the groups in order, counting their tiles, and runs the tiles whose global
+index is its own modulo the grid (triton's tutorial 08 schedules the same way). Groups of no rows have no
+tiles, so a decode step reads only the active experts' weights. Each tile is a dense tile of its group:
+the K loop and the one epilogue are common.py's.
+
+JAGGED says which dimension `offs` cuts: 0 none (3-D x 3-D, batched), 1 the rows of a 2-D A (the MoE
+forward, 2-D x 3-D), 2 the columns of a 2-D B (3-D x 2-D), 3 K (2-D x 2-D, the weight gradient).
+"""
+
+import triton
+import triton.language as tl
+
+from .common import epilogue, k_loop_ptr, tile_coords
+
+
+@triton.jit
+def group_span(offs_ptr, g, E, total, JAGGED: tl.constexpr):
+    """(start, size) of group g along the jagged dimension; g == E is the tail past the last group end
+    (written as zeros: torch leaves it unspecified). Ends are clamped into [previous end, total], so
+    decreasing or too large offsets never reach outside the operands."""
+    start = 0
+    end = total
+    if JAGGED > 0:
+        if g > 0:
+            start = tl.load(offs_ptr + g - 1)
+        if g < E:
+            end = tl.load(offs_ptr + g)
+        start = tl.minimum(tl.maximum(start, 0), total)
+        end = tl.minimum(tl.maximum(end, start), total)
+    return start, end - start
+
+
+@triton.jit
+def k_loop_desc(
+    acc, a_desc, b_desc,
+    ga, gb, row_a, col_b, iters,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    A_COL: tl.constexpr, B_COL: tl.constexpr, PRECISION: tl.constexpr,
+):
+    """acc += A @ B over `iters` K blocks through 3-D TMA descriptors (group, rows, columns in storage
+    order): a group's B boxes are zero-filled past its own K and N, never read from the next expert."""
+    for i in range(iters):
+        off_k = i * BLOCK_K
+        if A_COL:
+            a = a_desc.load([ga, off_k, row_a]).reshape(BLOCK_K, BLOCK_M).T
+        else:
+            a = a_desc.load([ga, row_a, off_k]).reshape(BLOCK_M, BLOCK_K)
+        if B_COL:
+            b = b_desc.load([gb, col_b, off_k]).reshape(BLOCK_N, BLOCK_K).T
+        else:
+            b = b_desc.load([gb, off_k, col_b]).reshape(BLOCK_K, BLOCK_N)
+        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+    return acc
+
+
+@triton.jit
+def grouped_gemm_kernel(
+    a_ptr, b_ptr, c_ptr, bias_ptr, offs_ptr, a_desc, b_desc,
+    E, M, N, K, NUM_PROGS,
+    stride_ag, stride_am, stride_ak,
+    stride_bg, stride_bk, stride_bn,
+    stride_cg, stride_cm, stride_cn,
+    stride_biasg, stride_biasn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    JAGGED: tl.constexpr, TAIL: tl.constexpr, HAS_BIAS: tl.constexpr,
+    PRECISION: tl.constexpr, USE_TMA: tl.constexpr, A_COL: tl.constexpr, B_COL: tl.constexpr,
+    A_DIV: tl.constexpr, B_DIV: tl.constexpr, EVEN_K: tl.constexpr, INT64: tl.constexpr,
+):
+    """M, N, K: each group's sizes, the jagged one the operand's whole extent. TAIL: the rows (columns)
+    past the last group end get zero tiles. Strides `_g` step from one group to the next (0 for a 2-D
+    operand); a jagged group starts `start` elements along its jagged dimension."""
+    total = M
+    if JAGGED == 2:
+        total = N
+    elif JAGGED == 3:
+        total = K
+    tile = tl.program_id(0)
+    seen = 0  # the tiles of the groups before g
+    for g in range(0, E + TAIL):
+        start, size = group_span(offs_ptr=offs_ptr, g=g, E=E, total=total, JAGGED=JAGGED)
+        m_g = M
+        n_g = N
+        k_g = K
+        if JAGGED == 1:
+            m_g = size
+        elif JAGGED == 2:
+            n_g = size
+        elif JAGGED == 3:
+            k_g = size
+        beta = 1.0
+        if g == E:  # the tail: no product, no bias
+            k_g = 0
+            beta = 0.0
+        tiles = tl.cdiv(m_g, BLOCK_M) * tl.cdiv(n_g, BLOCK_N)
+        # The group's bases in 64 bits: E x N x K weights pass 2**31 elements (DeepSeek-V3: 7.5e9).
+        gw = tl.minimum(g, E - 1).to(tl.int64)
+        start_w = start.to(tl.int64)
+        a_base = a_ptr + gw * stride_ag
+        b_base = b_ptr + gw * stride_bg
+        c_base = c_ptr + gw * stride_cg
+        bias_base = bias_ptr
+        if HAS_BIAS:
+            bias_base += gw * stride_biasg
+        if JAGGED == 1:
+            a_base += start_w * stride_am
+            c_base += start_w * stride_cm
+        elif JAGGED == 2:
+            b_base += start_w * stride_bn
+            c_base += start_w * stride_cn
+            if HAS_BIAS:
+                bias_base += start_w * stride_biasn
+        elif JAGGED == 3:
+            a_base += start_w * stride_ak
+            b_base += start_w * stride_bk
+        while tile < seen + tiles:
+            pid_m, pid_n = tile_coords(
+                tile_id=tile - seen, M=m_g, N=n_g, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, GROUP_M=GROUP_M,
+            )
+            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            iters = tl.cdiv(k_g, BLOCK_K)
+            if USE_TMA:
+                row_a = pid_m * BLOCK_M
+                col_b = pid_n * BLOCK_N
+                ga = g
+                gb = g
+                if JAGGED == 1:  # a 2-D A is one group of the descriptor; its rows start the group
+                    row_a += start
+                    ga = 0
+                elif JAGGED == 2:
+                    col_b += start
+                    gb = 0
+                acc = k_loop_desc(
+                    acc=acc, a_desc=a_desc, b_desc=b_desc,
+                    ga=ga, gb=gb,
+                    row_a=row_a, col_b=col_b, iters=iters,
+                    BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
+                    A_COL=A_COL, B_COL=B_COL, PRECISION=PRECISION,
+                )
+            else:
+                acc = k_loop_ptr(
+                    acc=acc, a_ptr=a_base, b_ptr=b_base,
+                    M=m_g, N=n_g, K=k_g,
+                    stride_am=stride_am, stride_ak=stride_ak, stride_bk=stride_bk, stride_bn=stride_bn,
+                    pid_m=pid_m, pid_n=pid_n, iter_start=0, iter_end=iters,
+                    BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
+                    EVEN_K=EVEN_K, PRECISION=PRECISION, FAST_ACC=False, A_COL=A_COL, B_COL=B_COL,
+                    A_DIV=A_DIV, B_DIV=B_DIV, INT64=INT64,
+                )
+            epilogue(
+                acc=acc, c_ptr=c_base, bias_ptr=bias_base, a_scale_ptr=None, b_scale_ptr=None,
+                M=m_g, N=n_g,
+                stride_cm=stride_cm, stride_cn=stride_cn, stride_biasm=0, stride_biasn=stride_biasn,
+                alpha=1.0, beta=beta, pid_m=pid_m, pid_n=pid_n,
+                BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HAS_BIAS=HAS_BIAS, A_SCALE=0, B_SCALE=0, INT64=INT64,
+            )
+            tile += NUM_PROGS
+        seen += tiles
