@@ -159,6 +159,7 @@ def plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor |
         ("A_DIV", _vector_divisor(a, a_col, a_col, None if jag == 1 else shape.m)),
         ("B_DIV", _vector_divisor(b, b_col, not b_col, None if jag == 2 else shape.n)),
         ("EVEN_K", jag != 3 and shape.k % bk == 0), ("INT64", needs_int64(a, b, c, bias)),
+        ("E_PAD", max(2, 1 << shape.groups.bit_length())),  # > E: the groups and the tail
     )
     return GroupedLaunch(grid=progs, args=args, num_warps=config.num_warps, num_stages=config.num_stages)
 
