@@ -42,7 +42,7 @@ MIN_TIMED = 8
 # 0.02, to absorb the noise of timings in separate rounds; the final match now interleaves single calls
 # (reads the same call on both sides within 0.4% on 1024x1024x512 and 4096^3), and with 0.02, 26 of the 66
 # kernel winners of the tuning run of 2026-11-30 had lost their own match by up to 2% and read
-# 0.976-0.992x in the bench (h200-classes-retune-a.json): the faster side wins now.
+# 0.976-0.992x in the bench (016dd08:docs/benchmarks/h200-classes-retune-a.json): the faster side wins now.
 VENDOR_MARGIN = 0.0
 # Rounds of the final match between the fastest kernel and torch.mm (see _rematch).
 REMATCH_ROUNDS = 3
