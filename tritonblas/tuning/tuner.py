@@ -4,8 +4,8 @@ Skip the problem when the database already holds a fresh winner (unless forced);
 space (`tuning.space`); let the benchmark (`tuning.protocol`) compile and verify them in parallel
 (`prepare`), then time the kernels in the heuristic's order under the budget, telling the benchmark the
 cutoff past which a candidate is a clear loser, and torch.mm (a candidate on GPUs) after them; time the
-torch.mm baseline in the same run; record all rows and the winner
-in one go, so an interrupted problem leaves nothing half-written and finished problems stay committed.
+torch.mm baseline in the same run; store the rows and then the winner, two transactions once the problem is
+done: an interrupted problem (Ctrl-C is taken between candidates) stores nothing, finished ones stay.
 
 The benchmark is injectable: any `Benchmark` (or a plain `(config, problem, device) -> BenchResult`
 callable) runs the whole flow, so tests drive it on CPU with fake timings. Many problems, on one device
