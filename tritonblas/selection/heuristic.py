@@ -154,8 +154,9 @@ def tile_efficiency(config: GemmConfig, dtype: str) -> float:
         # 0.86-0.89 of 128x256's on compute-bound shapes (the sweep's ratio, so no bonus), and at 5 stages
         # won 512x1024x32768, 1536x1536x12288 and 512x6144x4096. Fitted to the tuning run of 2026-11-30
         # (016dd08:docs/benchmarks/h200-tune3-measurements.json): with this table the heuristic's pick among
-        # each problem's measured configs is 0.972 of the best (0.954 with a 4-stage bonus only), and
-        # 0.950 on the previous kernel's run (tune2, 0.932); 016dd08:scripts/heuristic_vs_sweep.py --min-us 0.
+        # each problem's measured configs is 0.972 of the best (0.954 with a 4-stage bonus only), and 0.950 on
+        # the previous kernel's run (h200-tune2-measurements.json there, 0.932);
+        # 016dd08:scripts/heuristic_vs_sweep.py --min-us 0.
         eff *= _STAGE_BONUS.get(config.num_stages - (bm * bn == 128 * 128), 1.0)
     if config.tma and config.flatten and bm * bn >= 128 * 128:
         # 4096^3 128x256: 0.99x torch.mm vs 0.94x for the plain loop; on 64x64 tiles (512x1024x32768)
@@ -237,10 +238,11 @@ def estimate(config: GemmConfig, problem: Problem, device: DeviceInfo) -> Estima
 # data-parallel tile ran 0.35 us an iteration), and its fp32 partial's store and arrival (every program
 # writes at once, then fences: 3.1 us for 64 KB, 5.1 for 128 KB). Charged, the heuristic's pick among each
 # problem's measured configs improved on three tuning runs' rows (016dd08:scripts/heuristic_vs_sweep.py
-# --min-us 0: tune9 0.923 -> 0.930, tune8 0.930 -> 0.934, tune7 0.906 -> 0.912; 0.930-0.931 on tune9 for
-# either constant from 0 to 3 us), and its own pick changed on 10 of tune9's 152 problems, measured
-# before and after on 8: 7 faster (64x1024x512 6.4 -> 3.7 us, 2176x2176x4096 75.9 -> 70.7,
-# 513x8191x2048 113.8 -> 110.0), one 3.6% slower (1024x10240x8192 fp16 250.6 -> 259.6).
+# --min-us 0 on 016dd08:docs/benchmarks/h200-tune{9,8,7}-measurements.json: 0.923 -> 0.930, 0.930 -> 0.934,
+# 0.906 -> 0.912; 0.930-0.931 on the first for either constant from 0 to 3 us), and its own pick changed on 10
+# of that run's 152 problems, measured before and after on 8: 7 faster (64x1024x512 6.4 -> 3.7 us,
+# 2176x2176x4096 75.9 -> 70.7, 513x8191x2048 113.8 -> 110.0), one 3.6% slower (1024x10240x8192 fp16 250.6 ->
+# 259.6).
 _SPLIT_FILL_US = 1.5
 _STORE_US_PER_64KB = 2.0
 
@@ -262,7 +264,8 @@ def streaming_efficiency(config: GemmConfig, problem: Problem) -> float:
     # Counted up to 5 stages (7 of the 44 tuned winners of 2026-11-30 use 5; none more): on memory-bound
     # problems a cap at 4 tied 4 and 5 stages and ranked the 4-stage config first, the tuner's seed,
     # where the 5-stage one won the exhaustive search (127x4096x4096 P 64x64x128, 16x4096x14336
-    # P 16x64x256: 016dd08:scripts/tune_quality.py). Pick quality on the tune3 rows 0.973 (0.972 capped at 4).
+    # P 16x64x256: 016dd08:scripts/tune_quality.py). Pick quality on h200-tune3's rows 0.973
+    # (0.972 capped at 4).
     in_flight = (min(config.num_stages, 5) - 1) * row_bytes * config.block_k
     return min(1.0, in_flight / _IN_FLIGHT_BYTES) ** 0.45
 
