@@ -23,9 +23,9 @@ PACKAGES = ("tritonblas", "tuning_db")
 _ORDINALS = ("first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|"
              r"\w+teenth|twentieth|thirtieth|fortieth|fiftieth")
 _TENS = "twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety"
-# Development rounds numbered: "session 12", "stop 42", file and branch names such as h200-s47-x or
-# probes-s45, "the twelfth session", and compound ordinals ("forty-seventh"), which only a count of
-# rounds of work reaches in this repository.
+# Development rounds numbered: a session or stop and its number, file and branch names carrying a
+# round's number after a hyphen, an ordinal before "session" or "stop", and compound ordinals, which only
+# a count of rounds of work reaches in this repository (the unit tests below spell out samples).
 ROUND_PATTERNS = (
     re.compile(r"\bsessions? \d+", re.I),
     re.compile(r"\bstops? \d+\b", re.I),
