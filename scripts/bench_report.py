@@ -1,6 +1,6 @@
 """A markdown table (and optionally the PNG bar chart) from a `tritonblas bench --json` file.
 
-Usage: python scripts/bench_report.py docs/benchmarks/h200-s37-t36-a.json [--png out.png]
+Usage: python scripts/bench_report.py docs/benchmarks/h200-suite-dispatch.json [--png out.png]
        python scripts/bench_report.py a.json b.json --by-file scripts/shapes.yaml scripts/classes/*.yaml
 Columns: TFLOP/s ours and torch.mm, ratio, the eager loop's ratio (host time included; "-" in files written
 before the bench timed it), and our fraction of the roofline

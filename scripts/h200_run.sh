@@ -2,7 +2,7 @@
 # The H200 runs behind docs/benchmarks/h200.md, each a device-tool call of under 10 minutes, results under
 # $OUT. Written for nvidia-h200-x2 (two GPUs: `--devices 0,1`, two benches side by side, one per GPU,
 # each timing ours and torch.mm in one process); on one GPU set DEVICES=0.
-#   here:       bash ../shared/device/prepare-wheels.sh platformdirs      (once; carry [".whl"])
+#   here:       wheels of the dependencies the GPU host lacks (platformdirs) in .whl/, carried with the tree
 #   on the GPU: bash scripts/h200_run.sh MODE, MODE one of
 #     check     the GPU test suite, the correctness smoke (gpu_smoke.py), host overhead (dispatch_overhead.py)
 #     tune-all  the suite, every scripts/classes/*.yaml and scripts/mlp_shapes.yaml, torch.mm a candidate,
@@ -54,7 +54,7 @@ case "${1:-}" in
     timeout 90 python3 scripts/gpu_smoke.py 2>&1 | tail -5
     TRITONBLAS_DB=/tmp/none.sqlite timeout 120 python3 scripts/dispatch_overhead.py --json "$OUT/overhead.json" \
       2>&1 | grep -v Warning | tail -9 | tee "$OUT/overhead.txt" ;;
-  tune-all)  # issue 17: one tuning run for the suite, every class file and the MLP block's GEMMs
+  tune-all)  # one tuning run for the suite, every class file and the MLP block's GEMMs
     # (scripts/mlp_shapes.yaml; ~150 problems: more than one call at BUDGET=6 on two GPUs). The first
     # call starts from an empty DB; RESUME=1 goes on with
     # /tmp/tune.sqlite (while the machine stays warm) or with SEED_DB (an earlier call's $OUT/tune.sqlite
@@ -69,7 +69,7 @@ case "${1:-}" in
     python3 -m tritonblas db export --db /tmp/tune.sqlite --arch "${ARCH:-sm_90}" -o "$OUT/sm_90.json"
     copy_db /tmp/tune.sqlite "$OUT/tune.sqlite"
     python3 -m tritonblas db check "${all[@]}" --file "$OUT/sm_90.json" 2>&1 | tail -3 ;;
-  models)  # issue 34: record (scripts/model_shapes.yaml, TRITONBLAS_RECORD), tune, ship, run
+  models)  # record (scripts/model_shapes.yaml, TRITONBLAS_RECORD), tune, ship, run
     TRITONBLAS_TEST_GPU=1 timeout 150 python3 -m pytest -p no:cacheprovider -q tests/test_gpu_transparent.py \
       2>&1 | tail -3
     if [ -z "${RESUME:-}" ] || [ ! -f /tmp/tune.sqlite ]; then
@@ -84,7 +84,7 @@ case "${1:-}" in
     cp "$OUT/sm_90.json" configs/sm_90.json  # (this copy of the tree) the models run with it
     timeout "${BENCH_TIMEOUT:-240}" python3 scripts/model_bench.py --quick --reps "${REPS:-7}" \
       --settle "${SETTLE:-2}" --json "$OUT/models.json" 2>&1 | grep -v Warning | tail -28 ;;
-  classes)  # issue 17: the suite and every class file through dispatch with the shipped file and an empty
+  classes)  # the suite and every class file through dispatch with the shipped file and an empty
     # user DB, half the files on each GPU (BACKEND=triton|torch restricts our side; one JSON per GPU)
     files=(${CLASS_FILES:-scripts/shapes.yaml scripts/classes/*.yaml}); half=$(( (${#files[@]} + 1) / 2 ))
     args() { for f in "$@"; do printf -- '--shapes\n%s\n' "$f"; done; }
@@ -111,11 +111,11 @@ case "${1:-}" in
       DEVICES=$FIRST bash "$0" mlp > /dev/null 2>&1; tail -8 "$OUT/mlp.txt" ) &
     CLASS_FILES="${CLASS_FILES:-scripts/shapes.yaml scripts/classes/*.yaml}" DEVICES=$LAST bash "$0" classes
     wait ;;
-  mlp)  # issue 17: the Llama MLP block forward + backward, ours vs F.linear, eager and compiled
+  mlp)  # the Llama MLP block forward + backward, ours vs F.linear, eager and compiled
     CUDA_VISIBLE_DEVICES=$FIRST TRITONBLAS_DB=/tmp/none.sqlite timeout 540 python3 scripts/mlp_step.py \
       ${MLP_ARGS:-} ${BACKEND:+--backend "$BACKEND"} --json "$OUT/mlp${BACKEND:+_$BACKEND}.json" 2>&1 \
       | tee "$OUT/mlp${BACKEND:+_$BACKEND}.txt" ;;
-  graph)  # issues 15 and 16: graph-replay tables per class file (BACKEND=dispatch: what dispatch runs)
+  graph)  # graph-replay tables per class file (BACKEND=dispatch: what dispatch runs)
     for f in ${GRAPH_CLASSES:-small skinny misaligned}; do
       rotate=0; [ "$f" = skinny ] && rotate=256  # skinny's target: no call finds its operands in L2
       CUDA_VISIBLE_DEVICES=$FIRST timeout 280 python3 scripts/graph_probe.py --shapes "scripts/classes/$f.yaml" \
@@ -123,7 +123,7 @@ case "${1:-}" in
         | grep -v Warning | tee "/tmp/graph-$f.txt"
       { echo "== graph-$f"; cat "/tmp/graph-$f.txt"; } >> "$OUT/tables.txt"
     done ;;
-  fp8)  # issue 36: one tuning run of the fp8 class (every candidate checked against fp64 first), its two
+  fp8)  # one tuning run of the fp8 class (every candidate checked against fp64 first), its two
     # benches, then the scaled_mm GPU tests
     empty_db /tmp/fp8.sqlite
     timeout "${TUNE_TIMEOUT:-240}" python3 -m tritonblas tune --shapes scripts/classes/fp8.yaml --db /tmp/fp8.sqlite \
@@ -137,7 +137,7 @@ case "${1:-}" in
     done
     TRITONBLAS_TEST_GPU=1 timeout "${TEST_TIMEOUT:-240}" python3 -m pytest -p no:cacheprovider -n 8 \
       tests/test_gpu_scaled.py > "$OUT/gpu_scaled.txt" 2>&1; tail -4 "$OUT/gpu_scaled.txt" ;;
-  warmup)  # issue 18: the first call of a shape in a fresh process, cold and after tritonblas.warmup;
+  warmup)  # the first call of a shape in a fresh process, cold and after tritonblas.warmup;
     # bytecode compiled first, as `pip install` does (the wheels above are unpacked with --no-compile)
     # (and triton's: the device image has no .pyc for it, 44 modules compiled from source in every
     # process, 0.15 s; PYTHONPYCACHEPREFIX keeps ours beside, its folder stays untouched)

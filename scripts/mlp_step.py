@@ -167,7 +167,7 @@ def run(args: argparse.Namespace) -> dict:
             del got, theirs
             ours_ms, torch_ms = timer([steps["ours"], steps["torch"]], device, args.rep_ms, args.reps)
             # 3 GEMMs of 2*m*d*f FLOPs forward, twice that backward (dX and dW); it counted twice this
-            # before 2026-11-30's eighth session (1275 TFLOP/s on an H200 read above the chip's peak).
+            # before commit 25030e6, 2026-11-30 (1275 TFLOP/s on an H200 read above the chip's peak).
             flops = 3 * (3 * 2 * m * d * f)
             rows.append({"m": m, "d": d, "f": f, "mode": mode, "ours_ms": ours_ms, "torch_ms": torch_ms,
                          "ratio": torch_ms / ours_ms, "ours_tflops": flops / (ours_ms * 1e9),

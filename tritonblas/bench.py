@@ -111,9 +111,9 @@ def bench_problem(problem: Problem, info: DeviceInfo, bench) -> BenchRow:
 
 # Rounds of ours-then-torch (the interpreter's wall clock needs one). One round each, ours first, read
 # the same cuBLAS kernel on both sides (rows where dispatch chose torch.mm) at 0.83x-1.25x, 1.047x
-# geomean over the 28 above 0.1 ms (docs/benchmarks/h200.md, 2026-11-30): the second of two long runs of
-# large GEMMs ran slower. On a GPU the benchmark interleaves single calls (GpuBenchmark.head_to_head), so
-# a drift of the clock between two timing runs reaches both sides alike.
+# geomean over the 28 above 0.1 ms (016dd08:docs/benchmarks/h200.md, 2026-11-30): the second of two long
+# runs of large GEMMs ran slower. On a GPU the benchmark interleaves single calls
+# (GpuBenchmark.head_to_head), so a drift of the clock between two timing runs reaches both sides alike.
 BENCH_ROUNDS = 3
 
 

@@ -12,8 +12,9 @@ from tuning_db.vocabulary import BiasKind, DType, Layout, Scales
 from .arith import gemm_flops
 
 DTYPE_BYTES: dict[str, int] = {"fp16": 2, "bf16": 2, "fp32": 4, "e4m3": 1, "e5m2": 1, "int8": 1}
-# Problem.small: operands and work below which a problem's kernel takes a few microseconds on the H200
-# (512^3 3.6 us, 1024x1024x512 4.8, 128x128x8192 8.2 in graph replay: h200-graph-small-tune10.json).
+# Problem.small: operands and work below which a problem's kernel takes a few microseconds on the H200 (512^3
+# 3.6 us, 1024x1024x512 4.8, 128x128x8192 8.2 in graph replay:
+# 016dd08:docs/benchmarks/h200-graph-small-tune10.json).
 SMALL_OPERAND_BYTES = 8 << 20
 SMALL_FLOPS = 2**31
 

@@ -50,20 +50,20 @@ KERNEL_HOST_US = 10.0
 # routed kernel calls a step added 0.36 ms of host (60 us a call), and GPT-2's eager decode at batch 1,
 # one routed call a token (its logits GEMM, 11 us faster than torch's), ran 0.938x-0.942x where torch
 # against itself read 1.008x (80 us a token); the Python side alone timed 55-73 us a call in those steps
-# against 19-26 in a loop (docs/benchmarks/h200.md, forty-fifth session). A launch that is not a prepared
+# against 19-26 in a loop (H200, 2026-12-02, commit 185762a). A launch that is not a prepared
 # direct one (Stream-K: launch_gemm plans each call) took ~100 us more there (208 against 73 us).
 TORCH_CALL_HOST_US = 21.0
 ROUTED_EXTRA_US = 65.0
 ROUTED_NOT_DIRECT_US = 100.0
 # A routed call whose launch has a record (launch/native.py) is launched by the C++ kernel after its first
 # call, with no Python: cuLaunchKernel in place of torch's cuBLAS call. What that costs above torch's own
-# op (H200, in a loop and in a model's step): docs/notes/kernel-levers.md, "Routed launches from C++".
-# A recorded launch with scratch (pad copies, Stream-K: several launches, kept buffers) is charged the
-# trip into Python still: it cost torch's op +2 us in a loop, and inside BERT's host-bound step at 4x256
-# letting such picks run (their margins 145-150 us) read 0.97x-0.99x against 1.02x-1.04x leaving them to
-# torch, a difference within the spread of trees that make the same calls (kernel-levers, forty-seventh
-# and forty-eighth sessions): no gain shown there, so the charge stays. Where they win by more, they
-# run, launched from C++.
+# op (H200, in a loop and in a model's step): docs/notes/kernel-levers.md, "Routed launches from C++". A
+# recorded launch with scratch (pad copies, Stream-K: several launches, kept buffers) is charged the trip into
+# Python still: it cost torch's op +2 us in a loop, and inside BERT's host-bound step at 4x256 letting such
+# picks run (their margins 145-150 us) read 0.97x-0.99x against 1.02x-1.04x leaving them to torch, a
+# difference within the spread of trees that make the same calls (kernel-levers, "Routed launches from C++";
+# commit 03cda6d, 2026-12-03): no gain shown there, so the charge stays. Where they win by more, they run,
+# launched from C++.
 ROUTED_NATIVE_EXTRA_US = 1.0
 # An explicit call that runs torch's op pays the lookup on top of it; one that launches a prepared kernel
 # directly costs less than torch's op alone. H200 host, loops of back-to-back calls (`tritonblas bench`'s

@@ -2,8 +2,8 @@
 kernels launch it from (tritonblas/native/launch.h reads them; the layout is kept in step with it).
 
 Why: a routed call whose kernel runs otherwise takes the trip into Python, 55-73 us of host time a call
-inside a model's step against torch's own op's 21, 208 us for a Stream-K launch (docs/benchmarks/h200.md,
-forty-fifth session). With a record, the C++ kernel launches the compiled kernels itself, as triton's
+inside a model's step against torch's own op's 21, 208 us for a Stream-K launch (H200, 2026-12-02,
+commit 185762a). With a record, the C++ kernel launches the compiled kernels itself, as triton's
 launcher does: cuLaunchKernel on the current stream with each kernel's non-constexpr arguments in
 signature order, then global and profile scratch. Host descriptors are encoded per call in C++ from
 the call's addresses with what triton's own encoding (its driver's fill_tma_descriptor) passes

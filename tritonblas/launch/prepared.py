@@ -8,7 +8,7 @@ pool keeps stable); each call takes its buffers and its Stream-K workspace from 
 copies, the GEMM and the Stream-K reduce kernel where the plan has one, and gives its scratch back.
 launch_gemm did that per call from the tensors (launch.gemm._aligned, then the GEMM's plan by its
 key), and its Python around the three launches made eager calls of misaligned problems host-bound
-(a routed Stream-K call spent 208 us in Python inside BERT's step, docs/benchmarks/h200.md). The
+(a routed Stream-K call spent 208 us in Python inside BERT's step, H200, 2026-12-02). The
 copies' plans are launch_gemm's own, found under the key `_aligned` stores them by: until they are
 there (a plan's first call) and where they are not (launch.gemm's cache dropped them), `launch_prepared`
 answers False and the caller takes launch_gemm.

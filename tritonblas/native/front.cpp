@@ -8,7 +8,7 @@
 // map, dropped together by forget()).
 //
 // Why: an explicit call that dispatch gives to torch cost its Python lookup on top of torch's op
-// (+2.2 us on the CPU box, +7 us on the H200's host: docs/benchmarks/h200.md, "Host time per call").
+// (+2.2 us on the CPU box, +7 us on the H200's host; commit d0a137e, 2026-12-02).
 //
 // None (the Python path) is also the answer for anything a key cannot hold or torch's binding would
 // treat otherwise: a tensor subclass other than Parameter (its __torch_function__), an active torch

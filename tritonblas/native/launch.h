@@ -2,7 +2,7 @@
 // prepared launch (tritonblas/launch/native.py writes it), and its launch on a call's tensors.
 //
 // Why: a routed call whose kernel runs took the trip into Python, 55-73 us of host time a call inside a
-// model's step against torch's own 21 (docs/benchmarks/h200.md, forty-fifth session), so transparent
+// model's step against torch's own 21 (H200, 2026-12-02, commit 185762a), so transparent
 // mode left every kernel that wins by less than that to torch in eager use. Here a key answered KERNEL
 // launches the compiled kernels as triton's launcher does (cuLaunchKernel on the current stream, each
 // kernel's non-constexpr arguments in order, then global and profile scratch), with no Python at all:

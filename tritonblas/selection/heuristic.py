@@ -93,7 +93,7 @@ class Estimate:
 
 
 # The share of that rate the kernels reach where it is below their 16-bit share: on the fp8 class's
-# compute-bound problems (every dim >= 512, H200, 2026-12-02, docs/benchmarks/h200-s38-fp8-t36-triton.json)
+# compute-bound problems (every dim >= 512, H200, 2026-12-02, docs/benchmarks/h200-fp8-kernels.json)
 # the best tuned Triton configs ran 834-1013 TFLOP/s (0.58-0.70 of 1450) where torch._scaled_mm ran
 # 1257-1366. Applied to the kernels' estimates only, not to the roofline: so vendor_preferred leaves
 # compute-bound fp8 problems to torch._scaled_mm, and the memory-bound ones (decode, where the kernels
@@ -153,9 +153,10 @@ def tile_efficiency(config: GemmConfig, dtype: str) -> float:
         # bf16 with 64x64x128 took 22.7 us at 4 stages vs 27.2 us at 3; 128x128x64 at 4 stages ran
         # 0.86-0.89 of 128x256's on compute-bound shapes (the sweep's ratio, so no bonus), and at 5 stages
         # won 512x1024x32768, 1536x1536x12288 and 512x6144x4096. Fitted to the tuning run of 2026-11-30
-        # (docs/benchmarks/h200-tune3-measurements.json): with this table the heuristic's pick among
-        # each problem's measured configs is 0.972 of the best (0.954 with a 4-stage bonus only), and
-        # 0.950 on the previous kernel's run (tune2, 0.932); 016dd08:scripts/heuristic_vs_sweep.py --min-us 0.
+        # (016dd08:docs/benchmarks/h200-tune3-measurements.json): with this table the heuristic's pick among
+        # each problem's measured configs is 0.972 of the best (0.954 with a 4-stage bonus only), and 0.950 on
+        # the previous kernel's run (h200-tune2-measurements.json there, 0.932);
+        # 016dd08:scripts/heuristic_vs_sweep.py --min-us 0.
         eff *= _STAGE_BONUS.get(config.num_stages - (bm * bn == 128 * 128), 1.0)
     if config.tma and config.flatten and bm * bn >= 128 * 128:
         # 4096^3 128x256: 0.99x torch.mm vs 0.94x for the plain loop; on 64x64 tiles (512x1024x32768)
@@ -237,10 +238,11 @@ def estimate(config: GemmConfig, problem: Problem, device: DeviceInfo) -> Estima
 # data-parallel tile ran 0.35 us an iteration), and its fp32 partial's store and arrival (every program
 # writes at once, then fences: 3.1 us for 64 KB, 5.1 for 128 KB). Charged, the heuristic's pick among each
 # problem's measured configs improved on three tuning runs' rows (016dd08:scripts/heuristic_vs_sweep.py
-# --min-us 0: tune9 0.923 -> 0.930, tune8 0.930 -> 0.934, tune7 0.906 -> 0.912; 0.930-0.931 on tune9 for
-# either constant from 0 to 3 us), and its own pick changed on 10 of tune9's 152 problems, measured
-# before and after on 8: 7 faster (64x1024x512 6.4 -> 3.7 us, 2176x2176x4096 75.9 -> 70.7,
-# 513x8191x2048 113.8 -> 110.0), one 3.6% slower (1024x10240x8192 fp16 250.6 -> 259.6).
+# --min-us 0 on 016dd08:docs/benchmarks/h200-tune{9,8,7}-measurements.json: 0.923 -> 0.930, 0.930 -> 0.934,
+# 0.906 -> 0.912; 0.930-0.931 on the first for either constant from 0 to 3 us), and its own pick changed on 10
+# of that run's 152 problems, measured before and after on 8: 7 faster (64x1024x512 6.4 -> 3.7 us,
+# 2176x2176x4096 75.9 -> 70.7, 513x8191x2048 113.8 -> 110.0), one 3.6% slower (1024x10240x8192 fp16 250.6 ->
+# 259.6).
 _SPLIT_FILL_US = 1.5
 _STORE_US_PER_64KB = 2.0
 
@@ -262,7 +264,8 @@ def streaming_efficiency(config: GemmConfig, problem: Problem) -> float:
     # Counted up to 5 stages (7 of the 44 tuned winners of 2026-11-30 use 5; none more): on memory-bound
     # problems a cap at 4 tied 4 and 5 stages and ranked the 4-stage config first, the tuner's seed,
     # where the 5-stage one won the exhaustive search (127x4096x4096 P 64x64x128, 16x4096x14336
-    # P 16x64x256: 016dd08:scripts/tune_quality.py). Pick quality on the tune3 rows 0.973 (0.972 capped at 4).
+    # P 16x64x256: 016dd08:scripts/tune_quality.py). Pick quality on h200-tune3's rows 0.973
+    # (0.972 capped at 4).
     in_flight = (min(config.num_stages, 5) - 1) * row_bytes * config.block_k
     return min(1.0, in_flight / _IN_FLIGHT_BYTES) ** 0.45
 
@@ -368,19 +371,19 @@ def choose(problem: Problem, device: DeviceInfo, enable_streamk: bool | None = N
 
 
 # When the vendor GEMM (torch.mm: cuBLAS) beats the kernels on a shape nobody tuned, by one ratio: the
-# roofline time over the model's time for its best kernel (the efficiency the model itself expects).
-# Where the model expects its best kernel under 0.85 of the roofline (ragged or odd sizes, few tiles,
-# long K, small problems) cuBLAS's per-shape kernels won; above it the kernels held their own. Fit on
-# the 44 problems of the tuning run of 2026-11-30 (configs/sm_90.json's torch_ms against the measured
-# time of the heuristic's pick in docs/benchmarks/h200-tune4-measurements.json): the rule picks the
-# faster of the two on 40 of 44 (vendor predicted on 22, right on 20: on 1920x1920x8192 the kernel was
-# 1-3% faster; kernels predicted on 22, right on 20: on 16x6144x4096 torch.mm was 3% faster). On the
-# heuristic-alone bench of the same shapes (h200-bench-heuristic.json) 38 of 44, the misses kernels at
-# 0.94-0.99x torch.mm (1024x10240x8192 the worst); on the untuned shapes, not used for the fit
-# (h200-bench-untuned-heuristic.json), 5 of 8, the misses kernels at 0.97-0.99x. Conservative: only
-# archs with a fitted threshold (never the interpreter), 16-bit operands (the fit has no fp32 row), and
-# not on skinny problems (M or N <= 32: memory-bound decode, where the kernels' pick ran at 1.02x
-# (16x4096x14336) and 1.09x (32x4096x4096) torch.mm, and at 0.98x on 16x6144x4096, tuned 1.04x).
+# roofline time over the model's time for its best kernel (the efficiency the model itself expects). Where the
+# model expects its best kernel under 0.85 of the roofline (ragged or odd sizes, few tiles, long K, small
+# problems) cuBLAS's per-shape kernels won; above it the kernels held their own. Fit on the 44 problems of the
+# tuning run of 2026-11-30 (configs/sm_90.json's torch_ms against the measured time of the heuristic's pick in
+# 016dd08:docs/benchmarks/h200-tune4-measurements.json): the rule picks the faster of the two on 40 of 44
+# (vendor predicted on 22, right on 20: on 1920x1920x8192 the kernel was 1-3% faster; kernels predicted on 22,
+# right on 20: on 16x6144x4096 torch.mm was 3% faster). On the heuristic-alone bench of the same shapes
+# (016dd08:docs/benchmarks/h200-bench-heuristic.json) 38 of 44, the misses kernels at 0.94-0.99x torch.mm
+# (1024x10240x8192 the worst); on the untuned shapes, not used for the fit
+# (016dd08:docs/benchmarks/h200-bench-untuned-heuristic.json), 5 of 8, the misses kernels at 0.97-0.99x.
+# Conservative: only archs with a fitted threshold (never the interpreter), 16-bit operands (the fit has no
+# fp32 row), and not on skinny problems (M or N <= 32: memory-bound decode, where the kernels' pick ran at
+# 1.02x (16x4096x14336) and 1.09x (32x4096x4096) torch.mm, and at 0.98x on 16x6144x4096, tuned 1.04x).
 _VENDOR_BELOW_EFFICIENCY = {"sm_90": 0.85}
 _VENDOR_MIN_MN = 33
 # Nor where a leading dim of A, B or C is not 16 bytes (a vocabulary of 30522 or 50257, a ragged size)

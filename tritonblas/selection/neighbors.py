@@ -29,7 +29,7 @@ LAYOUT_PENALTY = 0.5
 VENDOR_NEIGHBOR_DISTANCE = 1.0
 # Nor across rows that are 16 bytes and rows that are not (problem.rows_aligned): cuBLAS's speed differs
 # by 2x-7x between them, so its win at 8192x4096x28672 says nothing of 8192x4096x32001 (torch.mm 15.1 ms,
-# the kernels' 32001x4096x8192 3.0 ms; h200-s45-vocab.json).
+# the kernels' 32001x4096x8192 3.0 ms; h200-untuned-vocab-dispatch.json).
 
 
 def distance(a: Problem, key) -> tuple[float, str]:

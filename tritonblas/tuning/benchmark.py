@@ -322,10 +322,10 @@ def call_order(rep: int, count: int) -> list[int]:
 
 
 def interleaved_ms(fns: list, rep_ms: float, warmup_ms: float) -> list[list[float]]:
-    """Per function, the ms of each of its calls, timed as triton.testing.do_bench times one (the L2
-    flushed before every call, CUDA events around it) but with the functions' calls interleaved in one
-    loop (call_order). Timed in separate do_bench runs, the same cuBLAS call on both sides read
-    0.93x-1.07x on large GEMMs (h200-classes-rematch-a.json, 2026-11-30): the clock drifted between
+    """Per function, the ms of each of its calls, timed as triton.testing.do_bench times one (the L2 flushed
+    before every call, CUDA events around it) but with the functions' calls interleaved in one loop
+    (call_order). Timed in separate do_bench runs, the same cuBLAS call on both sides read 0.93x-1.07x on
+    large GEMMs (016dd08:docs/benchmarks/h200-classes-rematch-a.json, 2026-11-30): the clock drifted between
     runs. Each function gets about the repetitions do_bench would give it for `rep_ms`."""
     import triton
 

@@ -30,22 +30,22 @@ def _with(cfg: GemmConfig, **changes) -> GemmConfig:
 
 def _neighbours(cfg: GemmConfig) -> Iterable[GemmConfig]:
     """One lever moved at a time, in the order their moves won: of the 44 winners of the tuning run of
-    2026-11-30 (docs/benchmarks/h200-tune3-measurements.json), 28 were a seed and 16 a seed's
-    neighbour, 12 of those of the first seed; by lever: stages 9, group 2, tma 2, warp specialization
-    2, block_k 1. So: stages +-1, tma, flatten, group, halved/doubled blocks, the other warp count, an
-    aligned copy of misaligned operands. Not warp specialization: on 8 warps triton 3.6 compiles the
-    same sm_90 code with or without it, so its two "wins" were draws between one kernel timed twice, and
-    267 of the 3837 kernels timed in the tenth tuning run were such twins; on 4 warps, where it takes
+    2026-11-30 (016dd08:docs/benchmarks/h200-tune3-measurements.json), 28 were a seed and 16 a seed's
+    neighbour, 12 of those of the first seed; by lever: stages 9, group 2, tma 2, warp specialization 2,
+    block_k 1. So: stages +-1, tma, flatten, group, halved/doubled blocks, the other warp count, an aligned
+    copy of misaligned operands. Not warp specialization: on 8 warps triton 3.6 compiles the same sm_90 code
+    with or without it, so its two "wins" were draws between one kernel timed twice, and 267 of the 3837
+    kernels timed in the tuning run of commit e414319 (2026-12-01) were such twins; on 4 warps, where it takes
     effect, it gave wrong results (kernel-levers row 37)."""
     for s in (cfg.num_stages + 1, cfg.num_stages - 1):
         if 1 <= s <= 8:
             yield _with(cfg, num_stages=s)
     # TMA with host-built descriptors first: 1.1-2.3 us less a small kernel
-    # (016dd08:scripts/tma_desc_probe.py), 1.0-6.6 us less a Stream-K one, whose every program builds
-    # its own (graph replay, H200, the same config device- -> host-built: 512x512x32768 36.2 -> 34.8,
-    # h200-hdesc-ab11.txt; branch next/overlap's configs 1792x1792x8192 93.3 -> 86.7, 2176x2176x4096
-    # 73.5 -> 70.8, h200-kernel-ab-overlap.txt).
-    # Offered on TMA seeds only before, the tenth tuning run timed none on the streamk class.
+    # (016dd08:scripts/tma_desc_probe.py), 1.0-6.6 us less a Stream-K one, whose every program builds its own
+    # (graph replay, H200, the same config device- -> host-built: 512x512x32768 36.2 -> 34.8,
+    # 016dd08:docs/benchmarks/h200-hdesc-ab11.txt; branch next/overlap's configs 1792x1792x8192 93.3 -> 86.7,
+    # 2176x2176x4096 73.5 -> 70.8, 016dd08:docs/benchmarks/h200-kernel-ab-overlap.txt). Offered on TMA seeds
+    # only before commit 22376dd (2026-12-01): a tuning run timed none on the streamk class.
     if cfg.tma:
         yield _with(cfg, host_descriptors=not cfg.host_descriptors)
         yield _with(cfg, tma=False, host_descriptors=False)

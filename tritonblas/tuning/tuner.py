@@ -4,8 +4,8 @@ Skip the problem when the database already holds a fresh winner (unless forced);
 space (`tuning.space`); let the benchmark (`tuning.protocol`) compile and verify them in parallel
 (`prepare`), then time the kernels in the heuristic's order under the budget, telling the benchmark the
 cutoff past which a candidate is a clear loser, and torch.mm (a candidate on GPUs) after them; time the
-torch.mm baseline in the same run; record all rows and the winner
-in one go, so an interrupted problem leaves nothing half-written and finished problems stay committed.
+torch.mm baseline in the same run; store the rows and then the winner, two transactions once the problem is
+done: an interrupted problem (Ctrl-C is taken between candidates) stores nothing, finished ones stay.
 
 The benchmark is injectable: any `Benchmark` (or a plain `(config, problem, device) -> BenchResult`
 callable) runs the whole flow, so tests drive it on CPU with fake timings. Many problems, on one device
@@ -42,7 +42,7 @@ MIN_TIMED = 8
 # 0.02, to absorb the noise of timings in separate rounds; the final match now interleaves single calls
 # (reads the same call on both sides within 0.4% on 1024x1024x512 and 4096^3), and with 0.02, 26 of the 66
 # kernel winners of the tuning run of 2026-11-30 had lost their own match by up to 2% and read
-# 0.976-0.992x in the bench (h200-classes-retune-a.json): the faster side wins now.
+# 0.976-0.992x in the bench (016dd08:docs/benchmarks/h200-classes-retune-a.json): the faster side wins now.
 VENDOR_MARGIN = 0.0
 # Rounds of the final match between the fastest kernel and torch.mm (see _rematch).
 REMATCH_ROUNDS = 3
