@@ -65,15 +65,13 @@ _TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.fl
 
 def operands(entry: GroupedEntry, device: str, seed: int = 0):
     """(x (m, K), w^T as (E, K, N) views of (E, N, K) row-major weights ("nt"), offs) of an entry."""
-    gen = torch.Generator(device="cpu").manual_seed(seed)
+    gen = torch.Generator(device=device).manual_seed(seed)  # (drawn where they live: 7.5e9 weights)
     dtype = _TORCH_DTYPES[entry.dtype]
-    x = torch.randn(entry.m, entry.k, generator=gen).to(device=device, dtype=dtype)
+    x = torch.randn(entry.m, entry.k, generator=gen, device=device, dtype=dtype) / math.sqrt(entry.k)
     if entry.layout == "nt":
-        w = torch.randn(entry.groups, entry.n, entry.k, generator=gen).to(device=device, dtype=dtype) \
-            .transpose(1, 2)
+        w = torch.randn(entry.groups, entry.n, entry.k, generator=gen, device=device, dtype=dtype).transpose(1, 2)
     else:
-        w = torch.randn(entry.groups, entry.k, entry.n, generator=gen).to(device=device, dtype=dtype)
-    x, w = x / math.sqrt(entry.k), w
+        w = torch.randn(entry.groups, entry.k, entry.n, generator=gen, device=device, dtype=dtype)
     sizes = group_sizes(entry.m, entry.groups, entry.group_sizes, seed)
     offs = torch.tensor(sizes, dtype=torch.int64).cumsum(0).to(device=device, dtype=torch.int32)
     return x, w, offs
