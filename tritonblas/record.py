@@ -94,7 +94,7 @@ def current() -> Path | None:
     return _state.env_path
 
 
-def note(problem: Problem) -> None:
+def note(problem) -> None:  # noqa: ANN001 (a Problem, or a grouped GEMM's GroupedEntry)
     """Add `problem` to the file being recorded into, if it is new there."""
     path = current()
     if path is None or path in _state.refused or problem in _state.seen.get(path, ()):
@@ -115,21 +115,29 @@ def note(problem: Problem) -> None:
                      stacklevel=4)
             return
         seen |= in_file
+    if not isinstance(problem, Problem):
+        log.get().info("recorded grouped GEMM %s to %s", problem.text(), path)
+        return
     scales = f" scales={problem.scales}" if problem.quantized else ""
     log.get().info("recorded %dx%dx%d %s layout=%s bias=%s%s to %s", problem.m, problem.n, problem.k,
                    problem.dtypes_text(), problem.layout, problem.bias, scales, path)
 
 
-def _add(path: Path, problem: Problem) -> set[Problem]:
+def note_grouped(entry) -> None:  # noqa: ANN001 (a tritonblas.grouped.tune.GroupedEntry)
+    """Add a grouped GEMM (an `op: grouped` entry) to the file being recorded into, if it is new there."""
+    note(entry)
+
+
+def _add(path: Path, problem) -> set:  # noqa: ANN001 (a Problem or a GroupedEntry)
     """Under the file's lock: read its problems, add `problem`, replace the file; what it holds now."""
     import fcntl
 
-    from .shapes import load_problems
+    from .shapes import load_grouped, load_problems
 
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_name(path.name + ".lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the lock file is closed
-        problems = set(load_problems(path)) if path.exists() else set()
+        problems = set(load_problems(path)) | set(load_grouped(path)) if path.exists() else set()
         if problem not in problems:
             problems.add(problem)
             _write(path, problems)
@@ -145,9 +153,17 @@ def _entry(p: Problem) -> str:
             f"bias: {p.bias}{quantized}}}\n")
 
 
-def _write(path: Path, problems: set[Problem]) -> None:
-    order = sorted(problems, key=lambda p: (p.dtype, p.b, p.out, p.scales, p.layout, p.bias, p.m, p.n, p.k))
-    lines = [_HEADER, "shapes:\n", *map(_entry, order)]
+def _grouped_entry(e) -> str:  # noqa: ANN001 (a GroupedEntry)
+    return (f"  - {{op: grouped, groups: {e.groups}, m: {e.m}, n: {e.n}, k: {e.k}, dtypes: [{e.dtype}], "
+            f"layout: {e.layout}, group_sizes: {e.group_sizes}}}\n")
+
+
+def _write(path: Path, problems: set) -> None:
+    dense = [p for p in problems if isinstance(p, Problem)]
+    grouped = sorted((p for p in problems if not isinstance(p, Problem)),
+                     key=lambda e: (e.dtype, e.layout, e.groups, e.n, e.k, e.m, e.group_sizes))
+    order = sorted(dense, key=lambda p: (p.dtype, p.b, p.out, p.scales, p.layout, p.bias, p.m, p.n, p.k))
+    lines = [_HEADER, "shapes:\n", *map(_entry, order), *map(_grouped_entry, grouped)]
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as f:

@@ -6,7 +6,11 @@
       - {m: [1, 16, 128], n: 4096, k: 4096, dtypes: [fp16], layout: nt, bias: row}
       - {m: 4096, n: 4096, k: 4096, dtypes: [e4m3], layout: nt, scales: row, out_dtype: bf16}
 
-A list in m, n or k expands to the grid of all combinations. Quantized problems (scaled_mm) have
+A list in m, n or k expands to the grid of all combinations. `op: grouped` entries are grouped GEMMs
+(mixture-of-experts layers, tritonblas.grouped_mm's 2-D x 3-D form): `groups` experts, m rows in all,
+each expert's weight (n, k) (layout nt: stored (E, N, K) as nn.Linear does), `group_sizes` (balanced or
+zipf) the row counts a tuning run draws; they take no bias or scales, and `load_problems` leaves them
+out (`load_grouped` reads them). Quantized problems (scaled_mm) have
 dtypes e4m3, e5m2 or int8 and `scales` (tensor | row | row_a | row_b), optionally `b_dtype` (B's dtype
 where it differs from A's: e4m3 with e5m2) and `out_dtype` (default: A's dtype for fp8, bf16 for int8,
 as scaled_mm's); plain dtypes take no scales; `scales`, `b_dtype` and `out_dtype` may also be given at
@@ -21,7 +25,9 @@ import math
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tuning_db.schemas import MAX_DIM
 from tuning_db.textfile import read_bounded_text
@@ -87,11 +93,25 @@ class ShapeEntry(BaseModel):
     scales: Scales | None = None  # None: the file's (top-level) scales, else "none"
     b_dtype: DType | None = None
     out_dtype: DType | None = None
+    op: Literal["gemm", "grouped"] = "gemm"
+    groups: int | None = Field(default=None, ge=1, le=4096)
+    group_sizes: Literal["balanced", "zipf"] | None = None
 
     @field_validator("m", "n", "k", mode="before")
     @classmethod
     def _dims(cls, v: object) -> object:
         return _check_dim(v)
+
+    @model_validator(mode="after")
+    def _grouped_fields(self) -> ShapeEntry:
+        if self.op == "grouped":
+            if self.groups is None:
+                raise ValueError("op grouped needs groups (the experts)")
+            if self.bias != "none" or self.scales not in (None, "none") or self.b_dtype or self.out_dtype:
+                raise ValueError("op grouped takes no bias, scales, b_dtype or out_dtype")
+        elif self.groups is not None or self.group_sizes is not None:
+            raise ValueError("groups and group_sizes are for op: grouped entries")
+        return self
 
     @field_validator("dtypes", mode="before")
     @classmethod
@@ -129,6 +149,9 @@ class ShapeSpec(BaseModel):
     scales: Scales = "none"
     b_dtype: DType | None = None
     out_dtype: DType | None = None
+    op: str = "gemm"
+    groups: int | None = None
+    group_sizes: str | None = None
     source: str = ""  # "file.yaml entry 3", for messages
 
     def out_for(self, dtype: str) -> str | None:
@@ -139,6 +162,8 @@ class ShapeSpec(BaseModel):
         return default_quant_out(dtype)
 
     def problems(self) -> list[Problem]:
+        if self.op == "grouped":
+            return []
         return [Problem(m, n, k, dt, self.layout, self.bias, self.out_for(dt), self.b_dtype, self.scales)
                 for dt, m, n, k in itertools.product(self.dtypes, self.ms, self.ns, self.ks)]
 
@@ -260,9 +285,11 @@ def load_shapes(path: str | Path, dtypes: list[str] | None = None) -> list[Shape
         spec = ShapeSpec(ms=_as_tuple(entry.m), ns=_as_tuple(entry.n), ks=_as_tuple(entry.k),
                          dtypes=tuple(dict.fromkeys(chosen)), layout=entry.layout, bias=entry.bias,
                          scales=entry.scales or parsed.scales, b_dtype=entry.b_dtype or parsed.b_dtype,
-                         out_dtype=entry.out_dtype or parsed.out_dtype, source=f"{path} entry {i + 1}")
+                         out_dtype=entry.out_dtype or parsed.out_dtype, source=f"{path} entry {i + 1}",
+                         op=entry.op, groups=entry.groups, group_sizes=entry.group_sizes)
         for dtype in spec.dtypes:
-            bad = _mismatch(spec, dtype)
+            bad = _mismatch(spec, dtype) if spec.op == "gemm" else (
+                None if dtype in FLOAT_DTYPES else ("dtypes", f"op grouped takes {', '.join(FLOAT_DTYPES)}"))
             if bad is not None:
                 line = _line_of(root, ("shapes", i))
                 raise ShapesError(f"{path}{'' if line is None else f':{line}'}: shapes entry {i + 1}: "
@@ -274,3 +301,14 @@ def load_shapes(path: str | Path, dtypes: list[str] | None = None) -> list[Shape
 def load_problems(path: str | Path, dtypes: list[str] | None = None) -> list[Problem]:
     """Every problem of a shapes file in file order, each once (a shape listed twice is tuned once)."""
     return list(dict.fromkeys(p for spec in load_shapes(path, dtypes) for p in spec.problems()))
+
+
+def load_grouped(path: str | Path, dtypes: list[str] | None = None) -> list:
+    """Every `op: grouped` entry of a shapes file as tritonblas.grouped.tune.GroupedEntry, each once."""
+    from .grouped.tune import GroupedEntry
+
+    entries = [GroupedEntry(groups=spec.groups, m=m, n=n, k=k, dtype=dt, layout=spec.layout,
+                            group_sizes=spec.group_sizes or "balanced")
+               for spec in load_shapes(path, dtypes) if spec.op == "grouped"
+               for dt, m, n, k in itertools.product(spec.dtypes, spec.ms, spec.ns, spec.ks)]
+    return list(dict.fromkeys(entries))

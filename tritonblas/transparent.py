@@ -136,9 +136,15 @@ def _register(want_native: bool) -> None:
             own = _torch_kernel("aten::_scaled_mm", key)
             if own is not None:  # (torch before 2.9: no get_kernel, so _scaled_mm is left alone)
                 lib.impl("_scaled_mm", _scaled_kernel(own), key, with_keyset=True)
+            own = _torch_kernel("aten::_grouped_mm", key)
+            if own is not None:  # (a torch without the op: tritonblas.grouped_mm still works)
+                from .grouped.route import grouped_kernel
+
+                lib.impl("_grouped_mm", grouped_kernel(own), key, with_keyset=True)
     _library = (lib,) if answers is None else (lib, answers)
     _native = answers is not None
-    log.get().info("transparent mode on (%s kernels): torch's mm, addmm, linear and _scaled_mm on %s go "
+    log.get().info("transparent mode on (%s kernels): torch's mm, addmm, linear, _scaled_mm and _grouped_mm on "
+                   "%s go "
                    "through dispatch", "C++" if _native else "Python",
                    "CUDA and (interpreter) CPU tensors" if interpreter_enabled() else "CUDA tensors")
 

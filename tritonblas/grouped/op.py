@@ -9,14 +9,44 @@ inputs' layout.
 
 from __future__ import annotations
 
+import threading
+
 import torch
 
+from .. import record
 from ..device import tensor_device_info
 from . import launch as grouped_launch
-from .forms import GroupedShape, check_args, output_strides
+from .forms import DTYPE_NAMES, GroupedShape, check_args, output_strides
 from .select import GroupedSelection, key_of, select
 
 BACKENDS = (None, "triton", "torch")
+_local = threading.local()
+
+
+class torch_own:
+    """A block whose torch._grouped_mm calls run torch's own kernel even while transparent mode routes
+    the op (grouped/route.py): the vendor candidate, and backend="torch"."""
+
+    def __enter__(self) -> None:
+        _local.depth = getattr(_local, "depth", 0) + 1
+
+    def __exit__(self, *exc: object) -> None:
+        _local.depth -= 1
+
+
+def routing_off() -> bool:
+    return getattr(_local, "depth", 0) > 0
+
+
+def note_call(mat_a: torch.Tensor, mat_b: torch.Tensor, shape: GroupedShape) -> None:
+    """Record a MoE forward (the 2d3d form, what a shapes file's `op: grouped` entry is) being recorded."""
+    if shape.form != "2d3d" or record.current() is None:
+        return
+    from .tune import GroupedEntry
+
+    layout = ("t" if grouped_launch.is_col_major(mat_a) else "n") + ("t" if grouped_launch.is_col_major(mat_b) else "n")
+    record.note_grouped(GroupedEntry(groups=shape.groups, m=shape.m, n=shape.n, k=shape.k,
+                                     dtype=DTYPE_NAMES[mat_a.dtype], layout=layout))
 
 
 def grouped_mm(mat_a: torch.Tensor, mat_b: torch.Tensor, *, offs: torch.Tensor | None = None,
@@ -31,6 +61,7 @@ def grouped_mm(mat_a: torch.Tensor, mat_b: torch.Tensor, *, offs: torch.Tensor |
         raise ValueError(f"grouped_mm: backend must be None, 'triton' or 'torch', got {backend!r}")
     compiling = torch.compiler.is_compiling()
     shape = check_args(mat_a, mat_b, offs, bias, out_dtype, read_offs=not compiling)
+    note_call(mat_a, mat_b, shape)
     needs_grad = torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (mat_a, mat_b, bias))
     if needs_grad or compiling:
@@ -69,7 +100,8 @@ def vendor(mat_a, mat_b, offs, bias, out_dtype: torch.dtype, shape: GroupedShape
     """torch's own grouped GEMM where it takes the call (bf16, 16-byte strides), else the groups one
     by one with torch.mm (reads offs on the host); the bias added after, torch's op has none."""
     try:
-        out = torch._grouped_mm(mat_a, mat_b, offs=offs, out_dtype=out_dtype if out_dtype != mat_a.dtype else None)
+        with torch_own():
+            out = torch._grouped_mm(mat_a, mat_b, offs=offs, out_dtype=out_dtype if out_dtype != mat_a.dtype else None)
     except (RuntimeError, AttributeError, TypeError):
         out = _loop(mat_a, mat_b, offs, shape).to(out_dtype)
     out = _zero_tail(out.to(out_dtype), offs, shape)
