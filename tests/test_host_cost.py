@@ -104,17 +104,20 @@ def _best_of_rounds(ours, theirs, mode: bool) -> tuple[float, float]:
     return best_ours, best_torch
 
 
-def _assert_costs_at_most(bound: float, ours, theirs, what: str, mode: bool = False) -> None:
-    """Ours over torch's within `bound`, timed up to TRIES times: a shared box now and then slows every
-    round of one measurement (12 repeats of the addmm case read 1.97-2.14x and once 2.67x against its 2.6
-    bound in CI), while a cost that really grew exceeds the bound every time."""
+def _assert_costs_at_most(bound: float, ours, theirs, what: str, mode: bool = False,
+                          extra_us: float = 0.0) -> None:
+    """Ours over torch's within `bound` (ours at most bound x torch's + `extra_us`), timed up to TRIES
+    times: a shared box now and then slows every round of one measurement (12 repeats of the addmm case
+    read 1.97-2.14x and once 2.67x against its 2.6 bound in CI), while a cost that really grew exceeds
+    the bound every time."""
     ratios = []
     for _ in range(TRIES):
         best_ours, best_torch = _best_of_rounds(ours, theirs, mode)
-        ratios.append(best_ours / best_torch)
+        ratios.append((best_ours - extra_us) / best_torch)
         if ratios[-1] <= bound:
             return
-    raise AssertionError(f"{what}: ours over torch's {', '.join(f'{r:.2f}x' for r in ratios)} "
+    less = f" less {extra_us} us" if extra_us else ""
+    raise AssertionError(f"{what}: ours{less} over torch's {', '.join(f'{r:.2f}x' for r in ratios)} "
                          f"in {TRIES} measurements, each above the bound {bound}x "
                          f"(last: {best_ours:.2f} us against {best_torch:.2f} us)")
 
@@ -198,3 +201,43 @@ def test_an_explicit_call_the_cpp_front_answers_costs_about_torchs_op(op, why, s
     for _ in range(3):  # planned (a capture-only plan's first call runs the kernel), then answered
         ours(a, w, bias)
     _assert_costs_at_most(FRONT_BOUNDS[op], lambda: ours(a, w, bias), lambda: theirs(a, w, bias), op)
+
+
+# scaled_mm (issue 51 item 2): an explicit or routed call costs torch._scaled_mm's host time + 2 us at
+# most, whichever backend runs; on this box 1.1x of it + 2 us (a loaded 2-core box). torch's CPU op
+# itself dequantizes and multiplies in fp32 (12.7-14.3 us a call at 1x16x16, its aten::mm routed too
+# while the mode is on), so these bound what the library adds to it; best of 5 rounds (CPU box): the C++
+# front 13.2 us and the C++ route 14.4 against 13.2-14.3, an explicit kernel call 10.1; through the
+# Python kernels (enable(native=False)) a routed torch pick took 33.9.
+SCALED_EXTRA_US, SCALED_BOUND = 2.0, 1.1
+
+
+def _fp8_call():
+    a = torch.ones(1, 16).to(torch.float8_e4m3fn)
+    b = torch.ones(16, 16).to(torch.float8_e4m3fn).t()
+    return a, b, torch.ones(()), torch.ones(())
+
+
+# (routed, why): a routed kernel pick is not among them: its launch has no C++ record (a record holds no
+# scales), so it takes the trip into Python.
+SCALED_CASES = [(False, "torch picked"), (False, "kernel under capture only"), (False, "kernel"),
+                (True, "torch picked"), (True, "kernel under capture only")]
+
+
+@pytest.mark.parametrize("routed, why", SCALED_CASES,
+                         ids=[f"{'routed' if r else 'explicit'}, {why}" for r, why in SCALED_CASES])
+def test_a_scaled_mm_call_costs_about_torchs_op(routed, why, stubbed, request):
+    """tritonblas.scaled_mm (its torch picks answered by the C++ front) and a routed torch._scaled_mm
+    (answered by transparent mode's C++ kernel) against torch._scaled_mm itself."""
+    if not native.load() or native.front() is None:
+        pytest.skip(f"no C++ side here: {native.why_not()}")
+    if why != "kernel":
+        request.getfixturevalue("torch_picked" if why == "torch picked" else "capture_only")
+    native.forget()
+    a, b, scale_a, scale_b = _fp8_call()
+    ours = (lambda: torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16)) if routed else \
+        (lambda: tritonblas.scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16))
+    _assert_costs_at_most(SCALED_BOUND, ours, lambda: torch._scaled_mm(a, b, scale_a, scale_b,
+                                                                       out_dtype=torch.bfloat16),
+                          f"{'routed' if routed else 'explicit'} scaled_mm, {why}", mode=routed,
+                          extra_us=SCALED_EXTRA_US)

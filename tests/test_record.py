@@ -139,17 +139,32 @@ def test_a_with_block_gives_back_the_recording_before_it(tmp_path):
 # Issue 34 item 5: a file gets every problem that runs while it is recorded, whether it was planned
 # before recording started (a warm-up, another file) or not. The ways a problem reaches dispatch, each
 # run with transparent mode on (its routed calls need it; explicit ops run the same either way).
+E4M3, ONE = torch.float8_e4m3fn, torch.ones(())
+
+
+def _fp8_operands(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fp8 operands of a scaled route for a (m, 8) @ (8, 8) call: (m, 16) and (16, 16), b column-major
+    (torch._scaled_mm's layout; it wants K and N multiples of 16)."""
+    return a.repeat(1, 2).to(E4M3), b.repeat(2, 2).t().contiguous().to(E4M3).t()
+
+
 ROUTES = {
     "explicit matmul": lambda a, b: tritonblas.matmul(a, b),
     "explicit linear": lambda a, b: tritonblas.linear(a, b.t(), b[0]),
     "routed mm": lambda a, b: torch.mm(a, b),
     "routed linear": lambda a, b: F.linear(a, b.t(), b[0]),
+    "explicit scaled_mm": lambda a, b: tritonblas.scaled_mm(*_fp8_operands(a, b), ONE, ONE,
+                                                            out_dtype=torch.bfloat16),
+    "routed _scaled_mm": lambda a, b: torch._scaled_mm(*_fp8_operands(a, b), ONE, ONE,
+                                                       out_dtype=torch.bfloat16),
 }
 EXPECTED = {  # what each route records for a (m, 8) @ (8, 8) fp16 call
     "explicit matmul": lambda m: Problem(m, 8, 8, "fp16"),
     "explicit linear": lambda m: Problem(m, 8, 8, "fp16", "nn", "row"),
     "routed mm": lambda m: Problem(m, 8, 8, "fp16"),
     "routed linear": lambda m: Problem(m, 8, 8, "fp16", "nn", "row"),
+    "explicit scaled_mm": lambda m: Problem(m, 16, 16, "e4m3", "nt", "none", "bf16", scales="tensor"),
+    "routed _scaled_mm": lambda m: Problem(m, 16, 16, "e4m3", "nt", "none", "bf16", scales="tensor"),
 }
 
 
@@ -183,11 +198,12 @@ def test_a_problem_planned_before_recording_is_recorded(route, tmp_path):
 
 @pytest.mark.parametrize("route", ROUTES)
 def test_each_file_of_a_sequence_gets_all_it_saw(route, tmp_path):
-    """A first model, then a second in the same process: the second file gets the problems both share."""
+    """A first model, then a second in the same process: the second file gets the problems both share,
+    each met once while it is recorded."""
     paths = [tmp_path / f"model{i}.yaml" for i in range(3)]
     for i, path in enumerate(paths):
         with tritonblas.enable(record=path):
-            _run(route, 56, 64 + i)
+            _run(route, 56, 64 + i, times=1)
     for i, path in enumerate(paths):
         assert sorted(load_problems(path), key=repr) == sorted([EXPECTED[route](56), EXPECTED[route](64 + i)],
                                                                key=repr), path.name
@@ -204,7 +220,23 @@ def test_a_problem_known_to_the_file_is_not_written_again_on_a_hit(tmp_path, mon
     assert load_problems(path) == [Problem(72, 8, 8, "fp16")]
 
 
-@pytest.mark.parametrize("route", ["explicit matmul", "routed mm"])
+@pytest.mark.parametrize("pick", ["kernels", "torch"])
+@pytest.mark.parametrize("route", ROUTES)
+def test_a_problem_called_once_is_recorded(route, pick, tmp_path, request):
+    """A problem a run meets once is in the file (the tuner sees it), whether a kernel or torch's op
+    runs it: noted when it is planned, before the call answers."""
+    if pick == "torch":
+        request.getfixturevalue("torch_picked")
+    path = tmp_path / "once.yaml"
+    with tritonblas.enable(record=path):
+        _run(route, 104, times=1)
+    expected = EXPECTED[route](104)
+    # (torch's CPU _scaled_mm multiplies fp32 copies with aten::mm, which the mode routes on the CPU
+    # under the interpreter: that problem is recorded too here, never on CUDA)
+    assert [p for p in load_problems(path) if p.quantized == expected.quantized] == [expected]
+
+
+@pytest.mark.parametrize("route", ["explicit matmul", "routed mm", "explicit scaled_mm", "routed _scaled_mm"])
 def test_threads_recording_the_same_problems_write_each_once(route, tmp_path, monkeypatch):
     import threading
 

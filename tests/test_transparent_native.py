@@ -188,3 +188,86 @@ def test_a_failed_install_leaves_the_python_kernels(monkeypatch, asked):
     monkeypatch.undo()
     with tritonblas.enable():  # the same process installs them later
         assert transparent.is_native()
+
+
+# --- torch._scaled_mm (issue 51 item 2) ---------------------------------------------------------------------
+@pytest.fixture
+def asked_scaled(monkeypatch):
+    """The torch._scaled_mm calls that reached the Python side (transparent._routed_scaled)."""
+    seen = []
+    real = transparent._routed_scaled
+    monkeypatch.setattr(transparent, "_routed_scaled", lambda *args: (seen.append(1), real(*args))[1])
+    return seen
+
+
+def _fp8_call(rows: bool, bias_dtype=None):
+    """torch._scaled_mm's operands (a row-major, b column-major, K and N multiples of 16) and scales."""
+    a = _t(12, 32, dtype=torch.float32).to(torch.float8_e4m3fn)
+    b = _t(16, 32, seed=1, dtype=torch.float32).to(torch.float8_e4m3fn).t()
+    scales = (torch.rand(12, 1) + 0.5, torch.rand(1, 16) + 0.5) if rows else \
+        (torch.tensor(0.7), torch.tensor(1.3))
+    bias = None if bias_dtype is None else _t(16, seed=2, dtype=bias_dtype)
+    return a, b, *scales, bias
+
+
+@pytest.mark.parametrize("rows, bias_dtype, out_dtype", [(False, None, torch.bfloat16),
+                                                         (True, torch.float16, torch.float16),
+                                                         (False, None, torch.float32)])
+def test_a_scaled_mm_torch_pick_is_answered_in_cpp(rows, bias_dtype, out_dtype, torch_picked, asked_scaled,
+                                                   monkeypatch):
+    """From its second call a routed torch._scaled_mm that dispatch gives to torch runs torch's kernel in
+    C++, with torch's own result; use_fast_accum and out_dtype are other keys."""
+    launches = record_launches(monkeypatch)
+    a, b, scale_a, scale_b, bias = _fp8_call(rows, bias_dtype)
+    want = torch._scaled_mm(a, b, scale_a, scale_b, bias=bias, out_dtype=out_dtype)
+    with tritonblas.enable():
+        for _ in range(3):
+            got = torch._scaled_mm(a, b, scale_a, scale_b, bias=bias, out_dtype=out_dtype)
+        assert len(asked_scaled) == 1 and torch.equal(got, want)
+        assert native.ops().remembered() >= 1 and not launches
+        for _ in range(2):
+            torch._scaled_mm(a, b, scale_a, scale_b, bias=bias, out_dtype=out_dtype, use_fast_accum=True)
+            torch._scaled_mm(a, b, scale_a, scale_b, bias=bias)
+    assert len(asked_scaled) == 3
+
+
+def test_a_scaled_mm_kernel_pick_asks_every_call(asked_scaled, monkeypatch):
+    """A kernel's launch record holds no scales: a key whose kernel runs goes to the Python side each call
+    (and a call with a scale of the result, torch's alone, is never keyed)."""
+    from tritonblas.launch import gemm as launch
+
+    monkeypatch.setattr(launch, "_launch", lambda *args: None)
+    a, b, scale_a, scale_b, _ = _fp8_call(False)
+    with tritonblas.enable():
+        for _ in range(2):
+            torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16)
+            torch._scaled_mm(a, b, scale_a, scale_b, scale_result=torch.ones(()),
+                             out_dtype=torch.float8_e4m3fn)
+    assert len(asked_scaled) == 4 and native.ops().remembered() == 0
+
+
+def test_a_scaled_mm_torch_answer_is_dropped_for_a_new_recording(torch_picked, asked_scaled, tmp_path):
+    a, b, scale_a, scale_b, _ = _fp8_call(True)
+    with tritonblas.enable(record=tmp_path / "one.yaml"):
+        torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16)
+        torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16)
+    with tritonblas.enable(record=tmp_path / "two.yaml"):
+        torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16)
+    assert len(asked_scaled) == 2
+    for name in ("one.yaml", "two.yaml"):
+        assert "{m: 12, n: 16, k: 32, dtypes: [e4m3], layout: nt, bias: none, scales: row" in \
+            (tmp_path / name).read_text(), name
+
+
+def test_scaled_mm_calls_torch_refuses_raise_torchs_error_every_time(torch_picked, asked_scaled):
+    """A call scaled_mm's checks refuse is answered "torch" (torch's kernel has the last word): from C++
+    later, with torch's own error each time."""
+    a, b, _, scale_b, _ = _fp8_call(False)
+    with pytest.raises((RuntimeError, ValueError)) as direct:
+        torch._scaled_mm(a, b, torch.ones(3, 1), scale_b, out_dtype=torch.bfloat16)
+    with tritonblas.enable():
+        for _ in range(2):
+            with pytest.raises((RuntimeError, ValueError)) as routed:
+                torch._scaled_mm(a, b, torch.ones(3, 1), scale_b, out_dtype=torch.bfloat16)
+            assert type(routed.value) is type(direct.value) and str(routed.value) == str(direct.value)
+    assert len(asked_scaled) == 1

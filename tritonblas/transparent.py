@@ -15,14 +15,15 @@ does). Everything else falls through to torch unchanged: other dtypes, mixed dty
 bmm/baddbmm (batched), CPU tensors without the interpreter.
 
 Mechanism: kernels for aten::mm and aten::addmm (and aten::_scaled_mm) registered at the CUDA dispatch
-key (CPU too under the interpreter), dropped again by `disable()`. mm and addmm get C++ kernels
+key (CPU too under the interpreter), dropped again by `disable()`. All three get C++ kernels
 (tritonblas/native: built with the host's C++ compiler on the first enable(), then cached): a call whose
 key was answered "torch" before (dispatch's torch pick, or a call not routed) runs torch's own kernel
 with no Python at all; every other call asks `_native_answers` here, which plans and runs it. Where
-nothing builds (no compiler), Python kernels (`_kernels`) do the same at 3-4 us more per call; so does
-`enable(native=False)`. The answers are dropped (tritonblas.native.forget) with dispatch's selections and
-when recording moves to another file, so that every problem's next call is planned and recorded again; they
-outlive disable(), so that a with-block around each forward pays the trip into Python once per problem.
+nothing builds (no compiler), Python kernels (`_kernels`, `_scaled_kernel`) do the same at 3-4 us more
+per call; so does `enable(native=False)`. The answers are dropped (tritonblas.native.forget) with
+dispatch's selections and when recording moves to another file, so that every problem's next call is
+planned and recorded again; they outlive disable(), so that a with-block around each forward pays the
+trip into Python once per problem.
 These are the kernels torch runs below autograd, so
   - autograd keeps torch's own derivative formulas, and the mm calls of the backward come here too;
   - the mode is global (every thread; a TorchFunctionMode is per thread) and costs nothing for other
@@ -108,7 +109,7 @@ def disable() -> None:
 
 
 def is_native() -> bool:
-    """Whether the C++ kernels route torch's mm and addmm now (else the Python ones, or none)."""
+    """Whether the C++ kernels route torch's mm, addmm and _scaled_mm now (else the Python ones, or none)."""
     return _native
 
 
@@ -133,7 +134,7 @@ def _register(want_native: bool) -> None:
                 mm, addmm = _kernels(_torch_kernel("aten::mm", key), _torch_kernel("aten::addmm", key))
                 lib.impl("mm", mm, key, with_keyset=True)
                 lib.impl("addmm", addmm, key, with_keyset=True)
-            own = _torch_kernel("aten::_scaled_mm", key)
+            own = None if answers is not None else _torch_kernel("aten::_scaled_mm", key)
             if own is not None:  # (torch before 2.9: no get_kernel, so _scaled_mm is left alone)
                 lib.impl("_scaled_mm", _scaled_kernel(own), key, with_keyset=True)
             own = _torch_kernel("aten::_grouped_mm", key)
@@ -154,10 +155,11 @@ def _install_native(keys: tuple[str, ...]):
     those); None, with a warning, where installing them failed (the Python kernels then go in)."""
     answers = torch.library.Library("tritonblas_native", "IMPL")
     try:
-        routed_mm, routed_addmm = _native_answers()
+        routed_mm, routed_addmm, routed_scaled_mm = _native_answers()
         for key in keys:
             answers.impl("routed_mm", routed_mm, key)
             answers.impl("routed_addmm", routed_addmm, key)
+            answers.impl("routed_scaled_mm", routed_scaled_mm, key)
         native.ops().install("CPU" in keys)
         native.set_routing(True)
     except RuntimeError as exc:
@@ -245,7 +247,11 @@ def _native_answers() -> tuple:
         out, plan = _routed_addmm(bias, a, b, beta, alpha)
         return ([] if out is None else [out]), *_later(plan, a)
 
-    return routed_mm, routed_addmm
+    def routed_scaled_mm(a, b, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum):
+        out, plan = _routed_scaled(a, b, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum)
+        return ([] if out is None else [out]), _later(plan, a)[0]  # (never KERNEL: no record holds scales)
+
+    return routed_mm, routed_addmm, routed_scaled_mm
 
 
 def _routed_mm(a, b) -> tuple:
@@ -353,25 +359,36 @@ _QUANT = (torch.float8_e4m3fn, torch.float8_e5m2)  # what torch._scaled_mm takes
 
 
 def _scaled_kernel(torch_scaled):
-    """Our aten::_scaled_mm kernel over torch's own: fp8 operands with float32 scales of a mode scaled_mm
-    has (one value, or one per row of a / column of b) and no scale_result run through dispatch (the
-    public op's plan: a kernel, or torch's own kernel where dispatch picks torch); anything else, and
-    anything scaled_mm's checks refuse, goes to torch's kernel, which accepts it or raises its own error."""
-    from .call.run import run_scaled
-    from .call.scaled import plan_scaled
-
+    """Our aten::_scaled_mm kernel over torch's own (the Python kernels'; the C++ kernel asks
+    _routed_scaled through routed_scaled_mm)."""
     def scaled_mm(keyset, a, b, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None,
                   use_fast_accum=False):
-        if scale_result is None and a.dtype in _QUANT and b.dtype in _QUANT and a.dim() == b.dim() == 2:
-            try:
-                plan = plan_scaled(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum)
-            except (TypeError, ValueError, RuntimeError):  # torch's kernel has the last word on validity
-                plan = None
-            if plan is not None and not torch_runs(plan):
-                return run_scaled(plan, a, b, scale_a, scale_b, bias, None)
-        elif _debug():
-            _left_to_torch("_scaled_mm", a, b, bias)
+        out, _ = _routed_scaled(a, b, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum)
+        if out is not None:
+            return out
         return torch_scaled.call_boxed(keyset, a, b, scale_a, scale_b, bias=bias, scale_result=scale_result,
                                        out_dtype=out_dtype, use_fast_accum=use_fast_accum)
 
     return scaled_mm
+
+
+def _routed_scaled(a, b, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum) -> tuple:
+    """An aten::_scaled_mm call through dispatch, as _routed_mm: fp8 operands with float32 scales of a
+    mode scaled_mm has (one value, or one per row of a / column of b) and no scale_result run the public
+    op's plan (a kernel, or torch's own kernel where dispatch picks torch); anything else, and anything
+    scaled_mm's checks refuse, goes to torch's kernel (plan None), which accepts it or raises its own
+    error."""
+    from .call.run import run_scaled
+    from .call.scaled import plan_scaled
+
+    plan = None
+    if scale_result is None and a.dtype in _QUANT and b.dtype in _QUANT and a.dim() == b.dim() == 2:
+        try:
+            plan = plan_scaled(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum)
+        except (TypeError, ValueError, RuntimeError):  # torch's kernel has the last word on validity
+            return None, None
+        if not torch_runs(plan):
+            return run_scaled(plan, a, b, scale_a, scale_b, bias, None), plan
+    elif _debug():
+        _left_to_torch("_scaled_mm", a, b, bias)
+    return None, plan

@@ -78,8 +78,10 @@ def native_record(plan: Plan) -> list[int] | None:
     """The launch record (launch/native.py) of a routed plan whose kernel runs, for transparent mode's C++
     kernels to launch later calls of its key themselves; None where Python must go on deciding per call:
     no prepared launch launched directly yet, fp32 (the tf32 flag is read per call), a kernel for one
-    kind of call only (eager_vendor, capture_vendor), the launch seam replaced (tests)."""
-    if plan.launch is None or plan.fp32 or plan.capture_vendor or not _ready(plan):
+    kind of call only (eager_vendor, capture_vendor), the launch seam replaced (tests), a scaled_mm plan
+    (a record holds no scales)."""
+    if plan.launch is None or plan.fp32 or plan.capture_vendor or type(plan) is ScaledPlan or \
+            not _ready(plan):
         return None
     return launch_record(plan.launch, plan.has_bias)
 

@@ -23,9 +23,10 @@ using Key = std::array<int64_t, KEY_LEN>;
 // win); for routed calls also KERNEL (the kernel, launched from C++: launch.h).
 enum Answer : int64_t { ASK = 0, TORCH = 1, EAGER_TORCH = 2, KERNEL = 3 };
 
-// Op codes (Key[0]): transparent mode's aten kernels, then the explicit ops (tritonblas.matmul, ...).
+// Op codes (Key[0]): transparent mode's aten kernels, then the explicit ops (tritonblas.matmul, ...), then
+// transparent mode's aten::_scaled_mm.
 enum Op : int64_t { ROUTED_MM = 0, ROUTED_ADDMM = 1, ROUTED_ADDMM0 = 2, MATMUL = 3, ADDMM = 4, ADDMM0 = 5,
-                    LINEAR = 6, SCALED_MM = 7 };
+                    LINEAR = 6, SCALED_MM = 7, ROUTED_SCALED_MM = 8 };
 
 int64_t known(const Key& key);
 void remember(const Key& key, int64_t answer);
@@ -49,6 +50,15 @@ inline bool put(Key& key, int index, const at::Tensor& t, int64_t max_dim = 2) {
 
 // Marks slot `index` as holding no tensor (dim -2: a 0-dim tensor has dim 0).
 inline void absent(Key& key, int index) { key[2 + index * SLOT + 3] = -2; }
+
+// What a scaled_mm call adds to its key (the explicit op's and the routed aten::_scaled_mm's alike: a, b,
+// the bias and out= in slots 0-3): the output dtype as given (`out_dtype`, -1 for None) and the
+// accumulation in key[1], the two scales in slots 4-5.
+inline bool put_scales(Key& key, int64_t out_dtype, bool fast_accum, const at::Tensor& scale_a,
+                       const at::Tensor& scale_b) {
+  key[1] = (out_dtype + 1) * 2 + (fast_accum ? 1 : 0);
+  return put(key, 4, scale_a) && put(key, 5, scale_b);
+}
 
 // Whether the current CUDA stream of `t`'s device is being captured into a graph (false off CUDA).
 bool capturing(const at::Tensor& t);

@@ -91,9 +91,8 @@ bool out_of(PyObject* obj, const at::Tensor*& out) {
 }
 
 // The key of a scaled_mm call, args (a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum, out):
-// the output dtype as given (None: -1) and the accumulation in key[1], the bias and out= in slots 2-3,
-// both scales in 4-5. False where none can be made, and where a tensor needs grad (the Python path's
-// result raises on backward).
+// key_of's, then put_scales' (answers.h). False where none can be made, and where a tensor needs grad
+// (the Python path's result raises on backward).
 bool scaled_key(Key& key, PyObject* const* args, const at::Tensor*& out) {
   if (!plain(args[0]) || !plain(args[1]) || !plain(args[2]) || !plain(args[3]) ||
       (args[4] != Py_None && !plain(args[4])) || (args[5] != Py_None && !THPDtype_Check(args[5])) ||
@@ -108,8 +107,7 @@ bool scaled_key(Key& key, PyObject* const* args, const at::Tensor*& out) {
       (c10::GradMode::is_enabled() && (scale_a.requires_grad() || scale_b.requires_grad()))) {
     return false;
   }
-  key[1] = (dtype + 1) * 2 + (args[6] == Py_True);
-  return put(key, 4, scale_a) && put(key, 5, scale_b);
+  return put_scales(key, dtype, args[6] == Py_True, scale_a, scale_b);
 }
 
 // The GIL released while torch's op runs, as torch's bindings do.

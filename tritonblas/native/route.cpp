@@ -1,25 +1,28 @@
-// Transparent mode's aten::mm and aten::addmm kernels, in C++ (tritonblas/native/__init__.py builds and
-// loads this file; tritonblas/transparent.py installs it).
+// Transparent mode's aten::mm, aten::addmm and aten::_scaled_mm kernels, in C++ (tritonblas/native/__init__.py
+// builds and loads this file; tritonblas/transparent.py installs it).
 //
 // Why C++: a Python kernel under the dispatcher costs 3-4 us a call before it does anything, and most
 // GEMMs of a model are calls dispatch gives to torch's own kernel. Here a call whose key (op, shapes,
 // strides, dtypes, devices) was answered "torch" before runs torch's kernel directly (at::cuda::mm, no
 // second trip through the dispatcher); every other call goes to the Python side through the op
-// tritonblas_native::routed_mm / routed_addmm, which plans it and answers its output (or none: torch's
-// kernel runs) and what holds for later calls of the key: ASK (ask again), TORCH (torch's kernel for
-// good) or EAGER_TORCH (torch's kernel unless the stream is being captured into a CUDA graph, where the
-// kernels win), or KERNEL with a launch record (launch.h: the kernel launched from here, no Python). The
+// tritonblas_native::routed_mm / routed_addmm / routed_scaled_mm, which plans it and answers its output
+// (or none: torch's kernel runs) and what holds for later calls of the key: ASK (ask again), TORCH
+// (torch's kernel for good) or EAGER_TORCH (torch's kernel unless the stream is being captured into a
+// CUDA graph, where the kernels win), or KERNEL with a launch record (launch.h: the kernel launched from
+// here, no Python; mm and addmm only). The
 // answers are dropped by forget() only (the Python side calls it whenever dispatch's
 // selections or the recording file change): they outlive uninstall(), so a `with tritonblas.enable():`
 // around every forward does not send each GEMM of each forward through Python again. The answers are
 // shared with the explicit ops' front (front.cpp), each op under its own code (answers.h).
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/_scaled_mm_cpu_dispatch.h>
 #include <ATen/ops/addmm_cpu_dispatch.h>
 #include <ATen/ops/mm_cpu_dispatch.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 #ifdef TRITONBLAS_CUDA
+#include <ATen/ops/_scaled_mm_cuda_dispatch.h>
 #include <ATen/ops/addmm_cuda_dispatch.h>
 #include <ATen/ops/mm_cuda_dispatch.h>
 #endif
@@ -181,6 +184,51 @@ at::Tensor addmm(const at::Tensor& bias, const at::Tensor& a, const at::Tensor& 
   return outs.empty() ? own_addmm<K>(bias, a, b, beta, alpha) : outs[0];
 }
 
+using Optional = std::optional<at::Tensor>;
+using RoutedScaled = std::tuple<std::vector<at::Tensor>, int64_t>;
+
+template <c10::DispatchKey K>
+at::Tensor own_scaled_mm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a,
+                         const at::Tensor& scale_b, const Optional& bias, const Optional& scale_result,
+                         std::optional<at::ScalarType> out_dtype, bool fast_accum) {
+#ifdef TRITONBLAS_CUDA
+  if constexpr (K == c10::DispatchKey::CUDA) {
+    return at::cuda::_scaled_mm(a, b, scale_a, scale_b, bias, scale_result, out_dtype, fast_accum);
+  }
+#endif
+  return at::cpu::_scaled_mm(a, b, scale_a, scale_b, bias, scale_result, out_dtype, fast_accum);
+}
+
+// aten::_scaled_mm: keyed as the explicit scaled_mm (answers.h's put_scales), no out= (slot 3). A call
+// with a scale of the result is never keyed (torch's alone: the Python side says so per call). Its answers
+// are TORCH or EAGER_TORCH only: a kernel's launch record (launch.h) holds no scales, so a key whose
+// kernel runs asks the Python side each call.
+template <c10::DispatchKey K>
+at::Tensor scaled_mm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a, const at::Tensor& scale_b,
+                     const Optional& bias, const Optional& scale_result, std::optional<at::ScalarType> out_dtype,
+                     bool fast_accum) {
+  Key key{};
+  key[0] = ROUTED_SCALED_MM;
+  absent(key, 3);
+  if (!bias) absent(key, 2);
+  const int64_t dtype = out_dtype ? static_cast<int64_t>(*out_dtype) : -1;
+  const bool keyed = !scale_result && put(key, 0, a) && put(key, 1, b) && (!bias || put(key, 2, *bias)) &&
+                     put_scales(key, dtype, fast_accum, scale_a, scale_b);
+  if (torch_answer(find(keyed, key).answer, a)) {
+    return own_scaled_mm<K>(a, b, scale_a, scale_b, bias, scale_result, out_dtype, fast_accum);
+  }
+  static auto routed = c10::Dispatcher::singleton()
+                           .findSchemaOrThrow("tritonblas_native::routed_scaled_mm", "")
+                           .typed<RoutedScaled(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                               const at::Tensor&, const Optional&, const Optional&,
+                                               std::optional<at::ScalarType>, bool)>();
+  auto [outs, answer] = routed.redispatch(c10::DispatchKeySet(K), a, b, scale_a, scale_b, bias, scale_result,
+                                          out_dtype, fast_accum);
+  if (keyed) remember(key, answer);
+  return outs.empty() ? own_scaled_mm<K>(a, b, scale_a, scale_b, bias, scale_result, out_dtype, fast_accum)
+                      : outs[0];
+}
+
 // torch warns that aten's own kernels are overridden: that is the point.
 struct Quiet : c10::WarningHandler {
   void process(const c10::Warning&) override {}
@@ -195,10 +243,12 @@ void install(bool cpu) {
 #ifdef TRITONBLAS_CUDA
   lib->impl("mm", torch::dispatch(c10::DispatchKey::CUDA, TORCH_FN(mm<c10::DispatchKey::CUDA>)));
   lib->impl("addmm", torch::dispatch(c10::DispatchKey::CUDA, TORCH_FN(addmm<c10::DispatchKey::CUDA>)));
+  lib->impl("_scaled_mm", torch::dispatch(c10::DispatchKey::CUDA, TORCH_FN(scaled_mm<c10::DispatchKey::CUDA>)));
 #endif
   if (cpu) {
     lib->impl("mm", torch::dispatch(c10::DispatchKey::CPU, TORCH_FN(mm<c10::DispatchKey::CPU>)));
     lib->impl("addmm", torch::dispatch(c10::DispatchKey::CPU, TORCH_FN(addmm<c10::DispatchKey::CPU>)));
+    lib->impl("_scaled_mm", torch::dispatch(c10::DispatchKey::CPU, TORCH_FN(scaled_mm<c10::DispatchKey::CPU>)));
   }
   installed = std::move(lib);
 }
@@ -247,6 +297,8 @@ TORCH_LIBRARY(tritonblas_native, m) {
   // record (launch.h; empty for other answers).
   m.def("routed_mm(Tensor a, Tensor b) -> (Tensor[], int, int[])");
   m.def("routed_addmm(Tensor self, Tensor a, Tensor b, Scalar beta, Scalar alpha) -> (Tensor[], int, int[])");
+  m.def("routed_scaled_mm(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor? bias, Tensor? scale_result, "
+        "ScalarType? out_dtype, bool use_fast_accum) -> (Tensor[], int)");
   m.def("install(bool cpu) -> ()", install);
   m.def("uninstall() -> ()", uninstall);
   m.def("forget() -> ()", forget);
