@@ -81,8 +81,8 @@ def candidates(key: GroupedKey, device: DeviceInfo) -> list[GemmConfig]:
     """The configs worth timing for a key, the heuristic's first; each one grouped_supports accepts."""
     tma = device.arch in TMA_ARCHS
     if key.rows <= 16:
-        grid = [(bm, bn, bk, 4, s) for bm in (16, 32, 64) for bn in (32, 64, 128) for bk in (128, 256)
-                for s in (3, 4, 5)]
+        grid = [(bm, bn, bk, 4, s) for bm in (16, 32, 64) for bn in (64, 128) for bk in (128, 256)
+                for s in (3, 4)]
     else:
         grid = [(bm, bn, bk, w, s) for bm in (64, 128) for bn in (128, 256) for bk in (64, 128)
                 for w in (4, 8) for s in (3, 4)]
