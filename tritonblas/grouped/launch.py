@@ -78,39 +78,44 @@ def _vector_divisor(t: torch.Tensor, col: bool, wraps_contiguous_axis: bool, ext
     return div
 
 
-def _tma_ready(t: torch.Tensor) -> bool:
-    """A 3-D descriptor fits: unit stride on the contiguous axis, base and other strides 16-byte aligned."""
+def _tma_geometry(t: torch.Tensor, rows_block: int, cols_block: int) -> tuple | None:
+    """(shape, strides, box) of a 2-D TMA descriptor over an operand's storage, every group's rows one
+    after another; None where none fits: no unit stride, a base or leading stride not 16-byte aligned,
+    groups not back to back."""
     size = t.element_size()
     col = is_col_major(t)
-    if (t.stride(-2) if col else t.stride(-1)) != 1 or t.data_ptr() % 16:
-        return False
-    others = [t.stride(-1) if col else t.stride(-2)] + ([t.stride(0)] if t.dim() == 3 else [])
-    return all(s > 0 and (s * size) % 16 == 0 for s in others)
+    group, s_rows, s_cols = _strides3(t)
+    lead, unit = (s_cols, s_rows) if col else (s_rows, s_cols)
+    rows, cols = (t.shape[-1], t.shape[-2]) if col else (t.shape[-2], t.shape[-1])
+    if unit != 1 or t.data_ptr() % 16 or lead <= 0 or (lead * size) % 16:
+        return None
+    if t.dim() == 3 and t.shape[0] > 1 and group != rows * lead:
+        return None
+    groups = t.shape[0] if t.dim() == 3 else 1
+    box = [cols_block, rows_block] if col else [rows_block, cols_block]
+    return [groups * rows, cols], [lead, 1], box
 
 
-def _descriptor(t: torch.Tensor, rows_block: int, cols_block: int):
-    """A 3-D TMA descriptor (group, rows, columns in storage order) of an operand; a 2-D one is one group."""
+def geometries(config: GemmConfig, shape: GroupedShape, a: torch.Tensor, b: torch.Tensor) -> tuple | None:
+    """The TMA descriptors' (shape, strides, box) of A and B where the config asks for TMA and it fits:
+    not over a cut K, nor where groups start anywhere along an operand's contiguous axis (a box's start
+    there must be 16-byte aligned), nor where a box past K would cross into the next group's rows (a
+    3-D operand whose K is its rows, unless K is a whole number of blocks); no empty dimension."""
+    bm, bn, bk = config.block_m, config.block_n, config.block_k
+    a_col, b_col = is_col_major(a), is_col_major(b)
+    even_k = shape.k % bk == 0
+    if (not config.tma or shape.jagged == 3 or min(shape.m, shape.n, shape.k) == 0
+            or (shape.jagged == 1 and a_col) or (shape.jagged == 2 and not b_col)
+            or (a.dim() == 3 and a_col and not even_k) or (b.dim() == 3 and not b_col and not even_k)):
+        return None
+    geometry_a, geometry_b = _tma_geometry(a, bm, bk), _tma_geometry(b, bk, bn)
+    return None if geometry_a is None or geometry_b is None else (geometry_a, geometry_b)
+
+
+def _descriptor(base: torch.Tensor, shape: list, strides: list, block: list):
     from triton.tools.tensor_descriptor import TensorDescriptor
 
-    col = is_col_major(t)
-    group, s_rows, s_cols = _strides3(t)
-    rows, cols = t.shape[-2], t.shape[-1]
-    if col:
-        shape, strides, block = [cols, rows], [s_cols, 1], [cols_block, rows_block]
-    else:
-        shape, strides, block = [rows, cols], [s_rows, 1], [rows_block, cols_block]
-    groups = t.shape[0] if t.dim() == 3 else 1
-    group = group if t.dim() == 3 else shape[0] * strides[0]
-    return TensorDescriptor(t, [groups, *shape], [group, *strides], [1, *block])
-
-
-def use_tma(config: GemmConfig, shape: GroupedShape, a: torch.Tensor, b: torch.Tensor) -> bool:
-    """TMA where asked and it fits: not over a cut K (a box would read the next group's K), not where
-    groups start anywhere along an operand's contiguous axis (a box's start there must be 16-byte
-    aligned), no empty dimension, both operands aligned."""
-    cut_contiguous = (shape.jagged == 1 and is_col_major(a)) or (shape.jagged == 2 and not is_col_major(b))
-    return (config.tma and shape.jagged != 3 and not cut_contiguous and min(shape.m, shape.n, shape.k) > 0
-            and _tma_ready(a) and _tma_ready(b))
+    return TensorDescriptor(base, shape, strides, block)
 
 
 def grid_bound(shape: GroupedShape, block_m: int, block_n: int) -> int:
@@ -136,7 +141,8 @@ def plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor |
         a, b = a.float(), b.float()
     bm, bn, bk = config.block_m, config.block_n, config.block_k
     jag = shape.jagged
-    tma = use_tma(config, shape, a, b)
+    descs = geometries(config, shape, a, b)
+    tma = descs is not None
     a_col, b_col = is_col_major(a), is_col_major(b)
     sag, sam, sak = _strides3(a)
     sbg, sbk, sbn = _strides3(b)
@@ -146,8 +152,8 @@ def plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor |
     progs = max(1, min(config.grid or sm_count, grid_bound(shape, bm, bn)))
     args = (
         ("a_ptr", a), ("b_ptr", b), ("c_ptr", c), ("bias_ptr", bias), ("offs_ptr", offs),
-        ("a_desc", _descriptor(a, bm, bk) if tma else None),
-        ("b_desc", _descriptor(b, bk, bn) if tma else None),
+        ("a_desc", _descriptor(a, *descs[0]) if tma else None),
+        ("b_desc", _descriptor(b, *descs[1]) if tma else None),
         ("E", shape.groups), ("M", shape.m), ("N", shape.n), ("K", shape.k), ("NUM_PROGS", progs),
         ("stride_ag", sag), ("stride_am", sam), ("stride_ak", sak),
         ("stride_bg", sbg), ("stride_bk", sbk), ("stride_bn", sbn),
@@ -164,6 +170,71 @@ def plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor |
     return GroupedLaunch(grid=progs, args=args, num_warps=config.num_warps, num_stages=config.num_stages)
 
 
-def launch(spec: GroupedLaunch) -> None:
-    kernel()[(spec.grid,)](*(value for _, value in spec.args), num_warps=spec.num_warps,
-                          num_stages=spec.num_stages)
+def launch(spec: GroupedLaunch):
+    """Launch through triton's `kernel[grid](...)` (compiling on first use); the compiled kernel, or
+    None where there is none (the interpreter)."""
+    return kernel()[(spec.grid,)](*(value for _, value in spec.args), num_warps=spec.num_warps,
+                                 num_stages=spec.num_stages)
+
+
+# --- the hot path: one prepared launch per call signature ---------------------------------------------
+
+@dataclass
+class Prepared:
+    """A signature's launch after its first: triton's C launcher called with the pointers as integers
+    and the host descriptors' encodings kept per address (launch/direct.py), no Python per argument."""
+
+    direct: object  # launch.direct.DirectLaunch
+    tma: bool
+    ints: tuple
+    constexprs: tuple
+
+
+_prepared: dict[tuple, Prepared | None] = {}
+MAX_PREPARED = 4096  # signatures kept (a model has tens; a shape sweep past this starts over)
+
+
+def _signature(a, b, c, bias, offs, config: GemmConfig, precision: str) -> tuple:
+    """Every fact a plan depends on (pointers only through their 16-byte alignment)."""
+    return (config, precision, a.shape, a.stride(), a.dtype, b.shape, b.stride(), c.shape, c.stride(), c.dtype,
+            a.device, a.data_ptr() % 16 == 0, b.data_ptr() % 16 == 0,
+            None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.data_ptr() % 16 == 0),
+            None if offs is None else (offs.shape, offs.data_ptr() % 16 == 0))
+
+
+def run(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None,
+        offs: torch.Tensor | None, shape: GroupedShape, config: GemmConfig, sm_count: int,
+        precision: str) -> None:
+    """c = the grouped product: a signature's first call plans and launches through triton (compiling),
+    later ones launch directly (CUDA; triton versions launch.direct knows)."""
+    key = _signature(a, b, c, bias, offs, config, precision) if a.is_cuda else None
+    prepared = _prepared.get(key) if key is not None else None
+    if prepared is not None:
+        pa, pb, pc = a.data_ptr(), b.data_ptr(), c.data_ptr()
+        direct = prepared.direct
+        host = (*direct.descriptor(0, a, pa), *direct.descriptor(1, b, pb)) if prepared.tma else (None, None)
+        args = (pa, pb, pc, pc if bias is None else bias.data_ptr(), pc if offs is None else offs.data_ptr(),
+                *host, *prepared.ints, *prepared.constexprs)
+        direct.launch(torch._C._cuda_getCurrentRawStream(a.device.index), args)
+        return
+    # (no bias / no offs: c's pointer stands in, never read, so the compiled kernel takes a pointer there)
+    spec = plan(a, b, c, bias if bias is not None else None, offs, shape, config, sm_count, precision)
+    spec = GroupedLaunch(grid=spec.grid, num_warps=spec.num_warps, num_stages=spec.num_stages,
+                         args=tuple((n, c if v is None and n in ("bias_ptr", "offs_ptr") else v)
+                                    for n, v in spec.args))
+    compiled = launch(spec)
+    if key is not None and compiled is not None and len(_prepared) < MAX_PREPARED:
+        _prepared[key] = _prepare(compiled, spec, a, b, shape, config)
+
+
+def _prepare(compiled, spec: GroupedLaunch, a, b, shape: GroupedShape, config: GemmConfig) -> Prepared | None:
+    from ..launch import direct
+
+    descs = geometries(config, shape, a, b)
+    made = direct.make(compiled, spec.grid, descs, _descriptor)
+    if made is None:
+        return None
+    values = dict(spec.args)
+    first_constexpr = [n for n, _ in spec.args].index("BLOCK_M")
+    return Prepared(direct=made, tma=descs is not None, ints=tuple(values[n] for n in INTEGERS),
+                    constexprs=tuple(v for _, v in spec.args[first_constexpr:]))

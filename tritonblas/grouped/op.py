@@ -57,16 +57,40 @@ def grouped_mm(mat_a: torch.Tensor, mat_b: torch.Tensor, *, offs: torch.Tensor |
     `offs` over the columns of mat_b. `bias`: one row per group, (E, N), or (N,) for 3-D x 2-D.
     backend: None (dispatch decides), "triton" (the kernels) or "torch" (torch._grouped_mm where the
     running torch takes the call, else a loop of torch.mm)."""
-    if backend not in BACKENDS:
-        raise ValueError(f"grouped_mm: backend must be None, 'triton' or 'torch', got {backend!r}")
-    compiling = torch.compiler.is_compiling()
-    shape = check_args(mat_a, mat_b, offs, bias, out_dtype, read_offs=not compiling)
+    key = _call_key(mat_a, mat_b, offs, bias, out_dtype, backend)
+    known = _calls.get(key) if key is not None else None
+    if known is None:
+        if backend not in BACKENDS:
+            raise ValueError(f"grouped_mm: backend must be None, 'triton' or 'torch', got {backend!r}")
+        shape = check_args(mat_a, mat_b, offs, bias, out_dtype, read_offs=not torch.compiler.is_compiling())
+        known = (shape, None if backend == "torch" else selection_for(mat_a, mat_b, shape, backend))
+        if key is not None and len(_calls) < MAX_CALLS:
+            _calls[key] = known
+    shape, selection = known
     note_call(mat_a, mat_b, shape)
-    needs_grad = torch.is_grad_enabled() and any(
-        t is not None and t.requires_grad for t in (mat_a, mat_b, bias))
-    if needs_grad or compiling:
+    if torch.compiler.is_compiling() or (torch.is_grad_enabled() and (
+            mat_a.requires_grad or mat_b.requires_grad or (bias is not None and bias.requires_grad))):
         return grouped_mm_op(mat_a, mat_b, offs, bias, out_dtype, backend)
-    return product(mat_a, mat_b, offs, bias, out_dtype or mat_a.dtype, shape, backend)
+    return product(mat_a, mat_b, offs, bias, out_dtype or mat_a.dtype, shape, backend, selection=selection)
+
+
+# The checks and the selection of a call signature, kept: a decode step calls the same few signatures
+# again and again, and the host time of a call counts there as much as its kernel's.
+_calls: dict[tuple, tuple] = {}
+MAX_CALLS = 4096
+
+
+def _call_key(mat_a, mat_b, offs, bias, out_dtype, backend) -> tuple | None:
+    """The facts the checks and the selection read, for CUDA calls (CPU offs' values are checked per
+    call); None: not kept."""
+    try:
+        if not mat_a.is_cuda or type(mat_a) is not torch.Tensor or type(mat_b) is not torch.Tensor:
+            return None
+        return (mat_a.shape, mat_a.stride(), mat_a.dtype, mat_a.device, mat_b.shape, mat_b.stride(), mat_b.dtype,
+                mat_b.device, None if offs is None else (offs.shape, offs.dtype, offs.device),
+                None if bias is None else (bias.shape, bias.dtype, bias.device), out_dtype, backend)
+    except (AttributeError, TypeError):
+        return None
 
 
 def selection_for(mat_a: torch.Tensor, mat_b: torch.Tensor, shape: GroupedShape,
@@ -77,22 +101,26 @@ def selection_for(mat_a: torch.Tensor, mat_b: torch.Tensor, shape: GroupedShape,
 
 
 def product(mat_a, mat_b, offs, bias, out_dtype: torch.dtype, shape: GroupedShape, backend: str | None,
-            like: torch.Tensor | None = None) -> torch.Tensor:
+            like: torch.Tensor | None = None, selection: GroupedSelection | None = None) -> torch.Tensor:
     """The grouped product into a new tensor (`like`'s layout where given), by the selected backend."""
+    if backend != "torch" and selection is None:
+        selection = selection_for(mat_a, mat_b, shape, backend)
+    if backend == "torch" or selection.backend == "torch":
+        result = vendor(mat_a, mat_b, offs, bias, out_dtype, shape)
+        if like is None or result.stride() == output_strides(shape, like):
+            return result
+        return torch.empty_strided(shape.out_shape, output_strides(shape, like), dtype=out_dtype,
+                                   device=mat_a.device).copy_(result)
     out = torch.empty_strided(shape.out_shape, output_strides(shape, like), dtype=out_dtype,
                               device=mat_a.device)
     if out.numel() == 0:
         return out
-    if backend == "torch" or (backend is None and selection_for(mat_a, mat_b, shape, backend).backend == "torch"):
-        return out.copy_(vendor(mat_a, mat_b, offs, bias, out_dtype, shape))
     if shape.groups == 0:  # no group: the whole output is the tail past the (absent) group ends
         return out.zero_()
-    config = selection_for(mat_a, mat_b, shape, backend).config
     # fp32 honours torch's tf32 flag, as the dense kernels and torch.mm do
     precision = "ieee" if mat_a.dtype == torch.float32 and not torch.backends.cuda.matmul.allow_tf32 else "tf32"
-    spec = grouped_launch.plan(mat_a, mat_b, out, bias, offs, shape, config,
-                               tensor_device_info(mat_a).sm_count, precision)
-    grouped_launch.launch(spec)
+    grouped_launch.run(mat_a, mat_b, out, bias, offs, shape, selection.config,
+                       tensor_device_info(mat_a).sm_count, precision)
     return out
 
 

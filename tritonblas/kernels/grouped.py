@@ -51,24 +51,29 @@ def pick(values, gi, g):
 
 
 @triton.jit
-def k_loop_desc(
+def k_loop_rows(
     acc, a_desc, b_desc,
-    ga, gb, row_a, col_b, iters,
+    a_row0, b_row0, pid_m, pid_n, iters,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     A_COL: tl.constexpr, B_COL: tl.constexpr, PRECISION: tl.constexpr,
 ):
-    """acc += A @ B over `iters` K blocks through 3-D TMA descriptors (group, rows, columns in storage
-    order): a group's B boxes are zero-filled past its own K and N, never read from the next expert."""
+    """acc += A @ B through 2-D TMA descriptors over the operands' storage, every group's rows one after
+    another: a group's operand starts at row a_row0 / b_row0. A box that runs past a group's M (N) reads
+    the next group's rows, whose products land in rows (columns) the masked store drops; one that runs
+    past K is zero-filled (K is the descriptor's inner extent, or, across groups, a whole number of
+    blocks: the host's condition)."""
+    off_m = pid_m * BLOCK_M
+    off_n = pid_n * BLOCK_N
     for i in range(iters):
         off_k = i * BLOCK_K
         if A_COL:
-            a = a_desc.load([ga, off_k, row_a]).reshape(BLOCK_K, BLOCK_M).T
+            a = a_desc.load([a_row0 + off_k, off_m]).T
         else:
-            a = a_desc.load([ga, row_a, off_k]).reshape(BLOCK_M, BLOCK_K)
+            a = a_desc.load([a_row0 + off_m, off_k])
         if B_COL:
-            b = b_desc.load([gb, col_b, off_k]).reshape(BLOCK_N, BLOCK_K).T
+            b = b_desc.load([b_row0 + off_n, off_k]).T
         else:
-            b = b_desc.load([gb, off_k, col_b]).reshape(BLOCK_K, BLOCK_N)
+            b = b_desc.load([b_row0 + off_k, off_n])
         acc = tl.dot(a, b, acc, input_precision=PRECISION)
     return acc
 
@@ -142,20 +147,23 @@ def grouped_gemm_kernel(
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         iters = tl.cdiv(k_g, BLOCK_K)
         if USE_TMA:
-            row_a = pid_m * BLOCK_M
-            col_b = pid_n * BLOCK_N
-            ga = g
-            gb = g
-            if JAGGED == 1:  # a 2-D A is one group of the descriptor; its rows start the group
-                row_a += start
-                ga = 0
-            elif JAGGED == 2:
-                col_b += start
-                gb = 0
-            acc = k_loop_desc(
+            # Each operand's first row of group g in its descriptor: a 2-D operand cut along its rows
+            # starts at `start`, a 3-D one at g times its rows (storage order) per group.
+            if JAGGED == 1:
+                a_row0 = start
+            elif A_COL:
+                a_row0 = g * K
+            else:
+                a_row0 = g * M
+            if JAGGED == 2:
+                b_row0 = start
+            elif B_COL:
+                b_row0 = g * N
+            else:
+                b_row0 = g * K
+            acc = k_loop_rows(
                 acc=acc, a_desc=a_desc, b_desc=b_desc,
-                ga=ga, gb=gb,
-                row_a=row_a, col_b=col_b, iters=iters,
+                a_row0=a_row0, b_row0=b_row0, pid_m=pid_m, pid_n=pid_n, iters=iters,
                 BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
                 A_COL=A_COL, B_COL=B_COL, PRECISION=PRECISION,
             )
