@@ -11,17 +11,18 @@ from __future__ import annotations
 import typer
 
 from . import bench, db, explain, tune, warmup
-from .common import SIZE_ARGS, Group, command, configure_console, version_option
+from .common import HELP_NAMES, SIZE_ARGS, Group, command, configure_console, version_option
 
 app = typer.Typer(name="tritonblas", cls=Group, no_args_is_help=True, add_completion=False,
-                  rich_markup_mode="markdown")
+                  rich_markup_mode="markdown", context_settings=HELP_NAMES)
 command(app, "tune")(tune.tune)
 command(app, "bench")(bench.bench)
 command(app, "explain", context_settings=SIZE_ARGS)(explain.explain)
 command(app, "warmup")(warmup.warmup)
 app.add_typer(db.app, name="db")
 
-tune_app = typer.Typer(name="tritonblas-tune", add_completion=False, rich_markup_mode="markdown")
+tune_app = typer.Typer(name="tritonblas-tune", add_completion=False, rich_markup_mode="markdown",
+                       context_settings=HELP_NAMES)
 command(tune_app, "tune", prog="tritonblas-tune")(tune.tune)
 
 

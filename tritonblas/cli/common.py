@@ -83,9 +83,15 @@ class Command(_OneLineUsageErrors, typer.core.TyperCommand):
     """A command, with one-line usage errors when it is the program (`tritonblas-tune`)."""
 
 
+# `-h` as well as `--help`, on every group and command (given to each: a command run as the program,
+# tritonblas-tune, has no group to inherit it from).
+HELP_NAMES = {"help_option_names": ["-h", "--help"]}
+
+
 def command(app: typer.Typer, name: str, *, prog: str | None = None, **settings) -> Callable:
     """Register the decorated function as command `name` of `app`, its docstring as the help. `prog`:
     the program its examples name, where that is not `tritonblas <name>` (tritonblas-tune)."""
+    settings = {"context_settings": {**HELP_NAMES, **settings.pop("context_settings", {})}, **settings}
     def register(fn: Callable) -> Callable:
         text = inspect.getdoc(fn) or ""
         if prog is not None:
@@ -97,11 +103,13 @@ def command(app: typer.Typer, name: str, *, prog: str | None = None, **settings)
 
 
 def configure_console() -> None:
-    """Output that goes to a file or pipe (CI logs, `| tee`) has no terminal width; rich would assume 80
-    columns and fold tables into unreadable cells, so give it room unless COLUMNS says otherwise."""
+    """The width tables are fitted to (tables.fitted), read when a command starts, not when this module
+    was imported: COLUMNS where set; else the terminal's; output that goes to a file or pipe (CI logs,
+    `| tee`) has no terminal width, and rich would assume 80 columns, so it gets PIPE_WIDTH."""
+    columns = os.environ.get("COLUMNS", "").strip()
     for c in (console, err_console):
-        if not c.is_terminal and "COLUMNS" not in os.environ:
-            c.width = PIPE_WIDTH
+        c.width = int(columns) if columns.isdigit() and int(columns) > 0 else \
+            None if c.is_terminal else PIPE_WIDTH
 
 
 def fail(message: str, code: int = USAGE_ERROR) -> NoReturn:
@@ -293,41 +301,78 @@ def check_output(path: Path | None, option: str) -> None:
         fail(f"error: {option} {path}: {parent} is not writable")
 
 
+def check_arch(arch: str | None) -> str | None:
+    """--arch of every command: one of the known archs (tritonblas.arch.ARCHS, the interpreter's
+    included), else exit 2 with the list. A typo must not read as "nothing tuned for it"."""
+    from ..arch import ARCHS
+
+    if arch is not None and arch not in ARCHS:
+        fail(f"error: --arch: unknown arch {arch!r}; known: {', '.join(ARCHS)}")
+    return arch
+
+
+def db_location(url: str | None, *, create: bool = False, default_may_be_missing: bool = False) -> str:
+    """--db of every command, checked before anything is opened or written: the database URL (None:
+    $TRITONBLAS_DB, else the default file). Exit 2, naming where it came from, for a malformed URL, a
+    directory, or a file that does not exist, unless `create` (tune, db import) or, with
+    `default_may_be_missing`, --db did not name it (dispatch then reads no database). Creating, the
+    file's folder must exist: a typo in a path must not leave a new database in a new folder behind.
+    Only the default location's folder is created."""
+    from tuning_db.engine import ENV_VAR, default_url, normalize_url, sqlite_path
+
+    given = url or os.environ.get(ENV_VAR, "").strip()
+    source = "--db" if url else f"${ENV_VAR}" if given else "default database"
+    try:
+        full = normalize_url(given) if given else default_url()
+    except ValueError as e:
+        detail = str(e).removeprefix("db: ")
+        if not detail.startswith("not a database"):  # what SQLAlchemy could not parse, in its words
+            detail = f"not a database URL or path: {given!r} ({detail})"
+        fail(f"error: {source}: {detail}")
+    path = sqlite_path(full)
+    if path is None or path.is_file():
+        return full
+    if path.is_dir():
+        fail(f"error: {source} {path} is a directory; give a database file")
+    if not create:
+        if url or not default_may_be_missing:
+            fail(f"error: {source}: no tuning database at {path} (tritonblas-tune creates one; --db or "
+                 f"${ENV_VAR} chooses another)")
+        return full
+    if given and not path.parent.is_dir():
+        what = "does not exist" if not path.parent.exists() else "is not a directory"
+        fail(f"error: {source} {path}: folder {path.parent} {what} (only the default location's folder "
+             "is created)")
+    return full
+
+
 def open_db(url: str | None, *, create: bool = False):
-    """The tuning database at `url` (default: $TRITONBLAS_DB or the user cache file), migrated. Only
-    commands that write (tune, db import) create one: a typo in --db must not leave an empty file
-    behind. A database that cannot be opened (not a database, locked, newer) exits 1, a malformed URL 2."""
+    """The tuning database at `url` (db_location), migrated. Only commands that write (tune, db import)
+    create one. A database that cannot be used (not a database, locked, newer) exits 1."""
     from tuning_db import TuningDB, TuningDBError
 
+    full = db_location(url, create=create)
     try:
-        return TuningDB(url, create=create)
+        return TuningDB(full, create=create)
     except TuningDBError as e:
         fail(f"error: {e}", code=1)
-    except ValueError as e:  # a malformed URL
-        fail(f"error: --db: {e}")
 
 
 def check_db(url: str | None) -> str:
     """For commands that only read through dispatch (explain, bench, warmup): the database they will
     read, described for reports. Dispatch skips a database it cannot use with a warning; a command
-    says so at once instead: a --db that does not exist (exit 2) or is not a usable tuning database
-    (exit 1) is an error. Without --db a missing default file is fine (nothing tuned yet)."""
-    from tuning_db import TuningDB, TuningDBError, default_url, normalize_url
+    says so at once instead (db_location's exits 2; not a usable tuning database: exit 1). A missing
+    default file is fine (nothing tuned yet)."""
+    from tuning_db import TuningDB, TuningDBError
     from tuning_db.engine import describe, sqlite_path
 
-    try:
-        full = normalize_url(url) if url else default_url()
-    except ValueError as e:
-        fail(f"error: --db: {e}")
+    full = db_location(url, default_may_be_missing=True)
     path = sqlite_path(full)
-    if path is not None and not path.exists():
-        if url:
-            fail(f"error: --db: no database at {path}")
-        return describe(full)
-    try:
-        TuningDB(full, create=False, migrate=False).close()  # what dispatch does: a reader, no writes
-    except TuningDBError as e:
-        fail(f"error: --db: {e}", code=1)
+    if path is None or path.exists():
+        try:
+            TuningDB(full, create=False, migrate=False).close()  # what dispatch does: a reader, no writes
+        except TuningDBError as e:
+            fail(f"error: {e}", code=1)
     return describe(full)
 
 

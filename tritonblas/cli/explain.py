@@ -25,6 +25,7 @@ from .common import (
     SizeK,
     SizeM,
     SizeN,
+    check_arch,
     check_db,
     console,
     fail,
@@ -49,7 +50,7 @@ def _local_device() -> DeviceInfo | None:
 def _explain_device(arch: str | None, sms: int | None) -> DeviceInfo:
     """--arch explains for a GPU that is not here (the GPU here when it is of that arch, for its SM
     count); otherwise the GPU (or the interpreter) we run on."""
-    from ..arch import ARCHS, device_for_arch
+    from ..arch import device_for_arch
 
     if arch is None:
         if sms is not None:
@@ -59,8 +60,7 @@ def _explain_device(arch: str | None, sms: int | None) -> DeviceInfo:
             fail("error: no CUDA or ROCm GPU here to explain for; pass the target with --arch, e.g. "
                  "--arch sm_90 (or set TRITON_INTERPRET=1 for the interpreter)")
         return here
-    if arch not in ARCHS:
-        fail(f"error: --arch: unknown arch {arch!r}; known: {', '.join(ARCHS)}")
+    check_arch(arch)
     here = None if common.interpreter_mode() or common.gpu_count() == 0 else _local_device()
     if here is not None and here.arch == arch and sms is None:
         return here
