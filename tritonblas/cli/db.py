@@ -43,6 +43,7 @@ from .common import (
     problems_from,
     say,
 )
+from .tables import Col, fitted
 
 app = typer.Typer(name="db", no_args_is_help=True, add_completion=False, rich_markup_mode="markdown",
                   context_settings=HELP_NAMES)
@@ -148,14 +149,21 @@ def import_cmd(file: Path = typer.Option(..., "--file", help=FILE_HELP),
 
 
 def _winner_table(winners, title: str) -> Table:
-    table = Table(title=title)
-    for col in ("problem", "device", "config", "ms", "speedup", "source", "host", "created", "state"):
-        table.add_column(col, justify="right" if col in ("ms", "speedup") else "left")
-    for w in winners:
-        table.add_row(w.key.describe(), w.key.device_name, w.config.short(), f"{w.median_ms:.4f}",
-                      num(w.speedup, ".2f", "x"), w.source, w.host, w.created_at.strftime("%Y-%m-%d %H:%M"),
-                      _state(w))
-    return table
+    """At 80 columns the host, device, creation time, source and speedup leave, in that order."""
+    cols = [Col("problem"), Col("device", drop=4), Col("config"), Col("ms", right=True),
+            Col("speedup", right=True, drop=1), Col("source", drop=2), Col("host", drop=5),
+            Col("created", drop=3), Col("state")]
+    return fitted(console, cols, ([w.key.describe(), w.key.device_name, w.config.short(),
+                                   f"{w.median_ms:.4f}", num(w.speedup, ".2f", "x"), w.source, w.host,
+                                   w.created_at.strftime("%Y-%m-%d %H:%M"), _state(w)] for w in winners),
+                  title=title)
+
+
+# At 80 columns the quartiles, note, error and rate leave, in that order.
+_MEASUREMENT_COLS = [Col("config"), Col("status"), Col("median ms", right=True),
+                     Col("p20", right=True, drop=4), Col("p80", right=True, drop=5),
+                     Col("TFLOP/s", right=True, drop=1), Col("rel err", right=True, drop=2),
+                     Col("note", drop=3)]
 
 
 def _state(w) -> str:
@@ -228,12 +236,9 @@ def show_cmd(m: str = SizeM, n: str = SizeN, k: str = SizeK, dtype: str = DtypeO
         console.print(_winner_table(winners, p.short()))
         for key in dict.fromkeys(w.key for w in winners):
             rows = guard(db.measurements, key)
-            table = Table(title=f"{len(rows)} fresh measurements on {key.device_name}")
-            for col in ("config", "status", "median ms", "p20", "p80", "TFLOP/s", "rel err", "note"):
-                table.add_column(col)
-            for r in rows:
-                table.add_row(r.config.short(), r.status, *[num(v) for v in (
-                    r.median_ms, r.p20_ms, r.p80_ms, r.tflops, r.rel_error)], r.note)
+            table = fitted(console, _MEASUREMENT_COLS, ([r.config.short(), r.status, *[num(v) for v in (
+                r.median_ms, r.p20_ms, r.p80_ms, r.tflops, r.rel_error)], r.note] for r in rows),
+                title=f"{len(rows)} fresh measurements on {key.device_name}")
             console.print(table)
 
 

@@ -32,6 +32,7 @@ from .common import (
     parse_size,
     problem_of_args,
 )
+from .tables import Col, fitted
 
 
 def _local_device() -> DeviceInfo | None:
@@ -206,12 +207,12 @@ def _source_detail(sel, where: str) -> str:
 
 def _ranking_table(ranked, selected, total: int) -> Table:
     """The cost model term by term (times in us; compute includes the Stream-K fix-up)."""
-    table = Table(title=f"heuristic ranking: top {len(ranked)} of {total} feasible configs (* = selected)",
+    cols = [Col("#", right=True), Col("config"), Col("us", right=True), Col("compute", right=True, drop=1),
+            Col("memory", right=True, drop=2), Col("waves", right=True, drop=3), Col("eff", right=True),
+            Col("waste", right=True)]
+    return fitted(console, cols, ([f"{'*' if e.config == selected else ''}{i}", e.config.short(),
+                                   f"{e.total_us:.1f}", f"{e.compute_us:.1f}", f"{e.memory_us:.1f}",
+                                   f"{e.waves:.2f}", f"{e.efficiency:.2f}", f"{e.edge_waste:.0%}"]
+                                  for i, e in enumerate(ranked, 1)),
+                  title=f"heuristic ranking: top {len(ranked)} of {total} feasible configs (* = selected)",
                   box=box.SIMPLE_HEAD, title_justify="left", padding=(0, 1), pad_edge=False)
-    for col in ("#", "config", "us", "compute", "memory", "waves", "eff", "waste"):
-        table.add_column(col, justify="left" if col == "config" else "right", no_wrap=True)
-    for i, e in enumerate(ranked, 1):
-        mark = "*" if e.config == selected else ""
-        table.add_row(f"{mark}{i}", e.config.short(), f"{e.total_us:.1f}", f"{e.compute_us:.1f}",
-                      f"{e.memory_us:.1f}", f"{e.waves:.2f}", f"{e.efficiency:.2f}", f"{e.edge_waste:.0%}")
-    return table

@@ -45,6 +45,7 @@ from .common import (
     shapes_label,
     version_option,
 )
+from .tables import Col, fitted
 
 
 def winner_text(row: TuneRow) -> str:
@@ -52,17 +53,15 @@ def winner_text(row: TuneRow) -> str:
 
 
 def summary_table(rows: list[TuneRow]) -> Table:
-    table = Table(title=f"{len(rows)} problems")
+    """The run's outcome, one row per problem; at 80 columns device, previous source and time leave."""
     versus = f"vs {torch_side([r.problem for r in rows])}"
-    for col in ("problem", "status", "winner", "TFLOP/s", versus, "previous", "device", "time"):
-        table.add_column(col, justify="right" if col in ("TFLOP/s", versus, "time") else "left",
-                         no_wrap=col in ("problem", "winner"))
-    for r in rows:
-        status = r.status if r.ok else f"[red]{r.status}[/red]"
-        table.add_row(r.problem.short(), status, winner_text(r), num(r.tflops, ".1f"),
-                      num(r.speedup, ".2f") + ("x" if r.speedup else ""), r.previous or "-", r.device,
-                      f"{r.elapsed_s:.1f}s")
-    return table
+    cols = [Col("problem"), Col("status"), Col("winner"), Col("TFLOP/s", right=True), Col(versus, right=True),
+            Col("previous", drop=2), Col("device", drop=3), Col("time", right=True, drop=1)]
+    return fitted(console, cols, ([r.problem.short(), r.status if r.ok else f"[red]{r.status}[/red]",
+                                   winner_text(r), num(r.tflops, ".1f"),
+                                   num(r.speedup, ".2f") + ("x" if r.speedup else ""), r.previous or "-",
+                                   r.device, f"{r.elapsed_s:.1f}s"] for r in rows),
+                  title=f"{len(rows)} problems")
 
 
 class _Display:
