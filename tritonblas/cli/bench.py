@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.table import Table
 
-from ..bench import BenchRow, fallback_count, geomean, run_bench, torch_side, write_json, write_plot
 from .common import (
     CREATES_FOLDERS,
     DB_HELP,
@@ -28,9 +28,14 @@ from .common import (
 )
 from .tables import Col, fitted
 
+if TYPE_CHECKING:  # tritonblas.bench (and torch) load when the command runs: `tritonblas db` needs neither
+    from ..bench import BenchRow
+
 
 def bench_table(rows: list[BenchRow], title: str) -> Table:
     """Both sides per problem and the geomeans; at 80 columns the times, source and config leave."""
+    from ..bench import fallback_count, geomean, torch_side
+
     cols = [Col("problem"), Col("ours TFLOP/s", right=True), Col("torch TFLOP/s", right=True),
             Col("ratio", right=True), Col("ours ms", right=True, drop=5), Col("torch ms", right=True, drop=6),
             Col("loop ratio", right=True, drop=1), Col("source", drop=3), Col("config", drop=4)]
@@ -85,6 +90,8 @@ def bench(shapes: list[Path] = typer.Option(..., "--shapes", help=SHAPES_HELP),
     tritonblas bench --shapes scripts/classes/fp8.yaml        # scaled_mm against torch._scaled_mm
     ```
     """
+    from ..bench import run_bench, torch_side, write_json, write_plot
+
     problems = problems_from(shapes, dtypes)
     parse_device(device)
     check_output(json_out, "--json")

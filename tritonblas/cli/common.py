@@ -14,7 +14,7 @@ import inspect
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import typer
 import typer.core
@@ -22,8 +22,8 @@ from rich.console import Console
 
 from tuning_db.vocabulary import SCALES
 
-from ..problem import Problem
-from ..shapes import DTYPES, ShapesError, load_problems
+if TYPE_CHECKING:
+    from ..problem import Problem
 
 USAGE_ERROR = 2
 PIPE_WIDTH = 160
@@ -201,6 +201,8 @@ def parse_dtypes(dtypes: str | None) -> list[str] | None:
 
 
 def check_dtype(dtype: str) -> str:
+    from ..shapes import DTYPES
+
     if dtype not in DTYPES:
         fail(f"error: unknown dtype {dtype!r}; valid dtypes: {', '.join(DTYPES)}")
     return dtype
@@ -209,6 +211,8 @@ def check_dtype(dtype: str) -> str:
 def problems_from(shapes: Path | Sequence[Path], dtypes: str | None) -> list[Problem]:
     """Every problem of one shapes file or of several (`--shapes a.yaml --shapes b.yaml`), in file order,
     each once: a problem in two files is tuned, benchmarked or checked once."""
+    from ..shapes import ShapesError, load_problems
+
     chosen = parse_dtypes(dtypes)
     paths = [shapes] if isinstance(shapes, (str, Path)) else list(shapes)
     try:

@@ -63,6 +63,8 @@ def db_group() -> None:
     tritonblas db check --shapes shapes.yaml --file configs/sm_90.json
     ```
     """
+    # Binds tuning_db to GemmConfig, its feasibility check and the running identity; nothing of torch.
+    from .. import config  # noqa: F401
 
 
 class Policy(str, enum.Enum):
