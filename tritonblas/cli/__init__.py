@@ -11,10 +11,10 @@ from __future__ import annotations
 import typer
 
 from . import bench, db, explain, tune, warmup
-from .common import HELP_NAMES, SIZE_ARGS, Group, command, configure_console, version_option
+from .common import EXIT_CODES_HELP, HELP_NAMES, SIZE_ARGS, Group, command, configure_console, version_option
 
 app = typer.Typer(name="tritonblas", cls=Group, no_args_is_help=True, add_completion=False,
-                  rich_markup_mode="markdown", context_settings=HELP_NAMES)
+                  rich_markup_mode="markdown", context_settings=HELP_NAMES, epilog=EXIT_CODES_HELP)
 command(app, "tune")(tune.tune)
 command(app, "bench")(bench.bench)
 command(app, "explain", context_settings=SIZE_ARGS)(explain.explain)

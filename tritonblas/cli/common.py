@@ -1,10 +1,11 @@
 """What every command shares: the console, how help is attached, option types and checks, and exits.
 
 Help: every command's help is its function's docstring (typer renders it as markdown), ending in an
-**Examples** block; `command()` registers it. User mistakes (bad dtype, bad shapes file, an output that
-cannot be written, no GPU) end in one clear line on stderr and exit code 2, the code argument errors
-get from typer; failures of the work itself (a database error, a wrong result) exit 1. Nothing is
-written before the arguments are checked.
+**Examples** block; `command()` registers it (docs/cli.md's reference is written from it by
+scripts/cli_reference.py). Errors are one line on stderr starting with `error:`; EXIT_CODES says which
+code each kind gets. Options every command shares are checked by one function each (`--arch`:
+check_arch, `--db`: db_location), so they read the same everywhere. Nothing is written before the
+arguments are checked.
 """
 
 from __future__ import annotations
@@ -26,6 +27,17 @@ if TYPE_CHECKING:
     from ..problem import Problem
 
 USAGE_ERROR = 2
+# What each exit code means, for every command (`tritonblas --help` and docs/cli.md show it).
+EXIT_CODES = {
+    0: "success",
+    1: "the work failed: a problem without a verified winner, a wrong result, `db check` finding gaps, a "
+       "database that cannot be used (not a tuning database, locked, of a newer tritonblas)",
+    USAGE_ERROR: "a usage error, before anything runs or is written: a bad option or argument (an unknown "
+                 "--arch or dtype, a bad shapes file, a --db that does not exist or whose folder does not), "
+                 "an output that cannot be written, no GPU",
+    130: "interrupted (Ctrl-C); tune keeps the finished problems' winners",
+}
+EXIT_CODES_HELP = "**Exit codes**: " + "; ".join(f"{code} {text}" for code, text in EXIT_CODES.items()) + "."
 PIPE_WIDTH = 160
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)
