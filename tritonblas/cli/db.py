@@ -33,6 +33,7 @@ from .common import (
     check_arch,
     check_output,
     command,
+    configure_console,
     console,
     fail,
     guard,
@@ -65,6 +66,8 @@ def db_group() -> None:
     """
     # Binds tuning_db to GemmConfig, its feasibility check and the running identity; nothing of torch.
     from .. import config  # noqa: F401
+
+    configure_console()  # (also where `db` is the program, as tritonblas.cli.db.app)
 
 
 class Policy(str, enum.Enum):
@@ -127,7 +130,8 @@ def import_cmd(file: Path = typer.Option(..., "--file", help=FILE_HELP),
                db_url: str = DbOption) -> None:
     """Validate a config file, then import all of it in one transaction (nothing if any entry is bad).
 
-    The database is created if it does not exist.
+    The database is created if it does not exist, in a folder that exists (the default location's
+    folder is created).
 
     **Examples**
 
