@@ -104,6 +104,7 @@ def command(app: typer.Typer, name: str, *, prog: str | None = None, **settings)
     """Register the decorated function as command `name` of `app`, its docstring as the help. `prog`:
     the program its examples name, where that is not `tritonblas <name>` (tritonblas-tune)."""
     settings = {"context_settings": {**HELP_NAMES, **settings.pop("context_settings", {})}, **settings}
+
     def register(fn: Callable) -> Callable:
         text = inspect.getdoc(fn) or ""
         if prog is not None:
