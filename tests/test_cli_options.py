@@ -1,6 +1,7 @@
-"""What every command shares, checked one way (cli.common): `--arch` and `--db` give the same words and
-exit codes everywhere, a `--db` in a folder that does not exist is refused before anything is written,
-`-h` is `--help`, tables stay readable at 80 columns, and the `db` commands load no torch."""
+"""What every command shares, checked one way (cli.targets, cli.tables): `--arch` and `--db` give the
+same words and exit codes everywhere, a `--db` in a folder that does not exist is refused before
+anything is written, `-h` is `--help`, tables stay readable at 80 columns, and the `db` commands load
+no torch."""
 
 from __future__ import annotations
 

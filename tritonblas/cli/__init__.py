@@ -3,9 +3,9 @@
 One module per command, each thin over the library: tuning is `tritonblas.tuning` (a run over GPUs and
 shards: `tuning.run`), benchmarking `tritonblas.bench`, selection `tritonblas.selection.dispatch`, warm-up
 `tritonblas.warmup`, the database `tuning_db`. `common` holds what they share: how help is attached
-(each command's docstring, with examples), option types and checks, and the one-line exits; `tables`
-fits tables to the console; `progress` is tune's live display. A command imports what it runs when it
-runs, so the `db` commands load no torch.
+(each command's docstring, with examples), option types and checks, and the one-line exits; `targets`
+checks `--arch` and `--db`; `tables` fits tables to the console; `progress` is tune's live display. A
+command imports what it runs when it runs, so the `db` commands load no torch.
 """
 
 from __future__ import annotations

@@ -15,7 +15,6 @@ from .common import (
     DTYPES_HELP,
     SHAPES_HELP,
     BackendChoice,
-    check_db,
     check_output,
     console,
     err_console,
@@ -27,6 +26,7 @@ from .common import (
     say,
 )
 from .tables import Col, fitted
+from .targets import check_db
 
 if TYPE_CHECKING:  # tritonblas.bench (and torch) load when the command runs: `tritonblas db` needs neither
     from ..bench import BenchRow

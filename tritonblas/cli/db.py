@@ -30,7 +30,6 @@ from .common import (
     SizeK,
     SizeM,
     SizeN,
-    check_arch,
     check_output,
     command,
     configure_console,
@@ -38,13 +37,13 @@ from .common import (
     fail,
     guard,
     num,
-    open_db,
     parse_size,
     problem_of_args,
     problems_from,
     say,
 )
 from .tables import Col, fitted
+from .targets import check_arch, open_db
 
 app = typer.Typer(name="db", no_args_is_help=True, add_completion=False, rich_markup_mode="markdown",
                   context_settings=HELP_NAMES)

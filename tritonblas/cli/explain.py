@@ -25,14 +25,13 @@ from .common import (
     SizeK,
     SizeM,
     SizeN,
-    check_arch,
-    check_db,
     console,
     fail,
     parse_size,
     problem_of_args,
 )
 from .tables import Col, fitted
+from .targets import check_arch, check_db
 
 
 def _local_device() -> DeviceInfo | None:

@@ -23,7 +23,6 @@ from .common import (
     fail,
     interpreter_mode,
     num,
-    open_db,
     parse_devices,
     problems_from,
     say,
@@ -31,6 +30,7 @@ from .common import (
     version_option,
 )
 from .tables import Col, fitted
+from .targets import open_db
 
 if TYPE_CHECKING:  # the tuner (and torch) load when the command runs: `tritonblas db` needs neither
     from ..problem import Problem
