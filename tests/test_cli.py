@@ -178,7 +178,7 @@ def test_export_to_a_directory_is_refused(tmp_path):
 
 def test_bench_with_missing_db_file(tmp_path):
     result = runner.invoke(app, ["bench", "--shapes", TINY, "--db", str(tmp_path / "nope.sqlite")])
-    assert result.exit_code == 2 and "no database at" in result.stderr
+    assert result.exit_code == 2 and "error: --db: no tuning database at" in result.stderr
 
 
 def test_explain_for_an_arch_without_gpu(no_gpu, tmp_path):

@@ -114,7 +114,7 @@ def test_stats_and_prune(tuned):
 def test_check_a_db_lists_missing_and_stale_problems(tuned, shapes):
     out = run("check", "--shapes", shapes, "--db", tuned, "--arch", "sm_90", code=1)
     assert "missing: 32x64x32 fp16 nn on sm_90: only stale winners (triton" in out
-    assert "16x64x32" not in out and "1 of 2 problems have no fresh winner" in out
+    assert "16x64x32" not in out and "1 of 2 problems have no winner that serves for sm_90" in out
     out = run("check", "--shapes", shapes, "--db", tuned, "--arch", "sm_90", "--dtypes", "fp16,bf16", code=1)
     assert "3 of 4 problems" in out
     out = run("check", "--shapes", shapes, "--db", tuned, "--arch", "gfx942", code=1)
@@ -128,7 +128,8 @@ def test_check_a_file_against_its_own_arch_and_the_running_code(tmp_path, shapes
             db.upsert_winner(winner(key(m, 64, 32, device_name="NVIDIA H100"), env=CURRENT))
     run("export", "--db", db_path, "-o", tmp_path / "sm_90.json")
     out = run("check", "--shapes", shapes, "--file", tmp_path / "sm_90.json")
-    assert "all 2 problems have a fresh winner for sm_90" in out
+    running = CURRENT.triton_version
+    assert f"all 2 problems have a fresh winner (of the running triton {running}) for sm_90" in out
     run("check", "--shapes", shapes, "--file", tmp_path / "sm_90.json", "--arch", "gfx942", code=2)
     data = json.loads((tmp_path / "sm_90.json").read_text())
     data["header"]["kernel_hash"] = "0ld"  # tuned for other kernel sources: every entry is stale
@@ -152,7 +153,8 @@ def tuned_under_36(tmp_path, monkeypatch) -> tuple[Path, Path]:
     return db_path, tmp_path / "sm_90.json"
 
 
-COUNTED = "2 winners, 2 tuned under triton 3.6.0 (another version than the running 3.9.0)"
+OTHER = "2 tuned under triton 3.6.0 (another version than the running 3.9.0)"
+COUNTED = f"holds 2 winners for sm_90 that serve (2 problems); {OTHER}"
 
 
 @pytest.mark.parametrize("source", ["--file", "--db"])
@@ -160,6 +162,7 @@ def test_check_passes_on_another_triton_versions_winners_and_counts_them(tuned_u
     where = tuned_under_36[1] if source == "--file" else tuned_under_36[0]
     out = run("check", "--shapes", shapes, source, where)
     assert COUNTED in out and "all 2 problems have a winner for sm_90" in out
+    assert "0 a fresh winner (of the running triton 3.9.0), 2 only one of another triton version" in out
     out = run("check", "--shapes", shapes, source, where, "--strict", code=1)
     assert out.count("only winners of another triton version (3.6.0); --strict wants") == 2
     assert COUNTED in out and "2 of 2 problems have no fresh winner" in out
@@ -179,7 +182,7 @@ def test_import_list_and_stats_name_another_triton_versions_winners(tuned_under_
     db = tmp_path / "new.sqlite"
     out = run("import", "--file", tuned_under_36[1], "--db", db)
     assert "imported 2 of 2 entries" in out and "stale" not in out
-    assert f"{COUNTED[len('2 winners, '):]}: they serve until a tuning run" in out
+    assert f"{OTHER}: they serve until a tuning run" in out
     out = run("list", "--db", db)
     assert out.count("triton 3.6.0") == 2 and "stale" not in out and "fresh" not in out
     assert "2 winners" in run("list", "--db", db, "--fresh")
@@ -214,7 +217,7 @@ def test_corrupt_or_missing_database_is_one_clear_line(tmp_path):
         assert f"error: {corrupt}: not an SQLite database" in out and "Traceback" not in out
     assert corrupt.read_bytes() == b"definitely not sqlite" * 10
     missing = tmp_path / "typo.sqlite"
-    assert f"{missing}: no tuning database here" in run("list", "--db", missing, code=1)
+    assert f"error: --db: no tuning database at {missing}" in run("list", "--db", missing, code=2)
     assert not missing.exists()
 
 

@@ -1,6 +1,6 @@
 """What each program in scripts/ does, checked on a CPU (issue 35).
 
-scripts/ holds only programs that the README, the docs or CI run (at most 10; shapes files beside
+scripts/ holds only programs that the README, the docs or CI run (at most 11; shapes files beside
 them). For each: `--help` exits 0 without a GPU, it reaches only public names of tritonblas/tuning_db
 that exist, and what it does that a CPU can do is run:
 - bench_report.py: the table and the per-file summary of a small bench JSON written by tritonblas.bench;
@@ -9,7 +9,8 @@ that exist, and what it does that a CPU can do is run:
 - graph_probe.py: its roofline limit, problem specs and operands (the timing needs a GPU);
 - gpu_smoke.py: says it needs a GPU and exits non-zero;
 - smem_sweep.py: `--summary` of the committed shared-memory records;
-- mlp_step.py: tests/test_mlp_step.py runs its whole flow.
+- mlp_step.py: tests/test_mlp_step.py runs its whole flow;
+- cli_reference.py: tests/test_cli_reference.py regenerates docs/cli.md's reference with it.
 
 The subprocesses start together in a thread pool (about 10 s on 2 cores); under pytest-xdist each
 runs on demand.
@@ -42,7 +43,7 @@ PYTHON = [p for p in PROGRAMS if p.suffix == ".py"]
 H200_RUN = SCRIPTS / "h200_run.sh"
 # Commands with a --help: not ci-postgres.sh, which .ci/run sources (it starts a PostgreSQL server).
 COMMANDS = [*PYTHON, H200_RUN]
-MAX_PROGRAMS = 10
+MAX_PROGRAMS = 11
 PACKAGES = ("tritonblas", "tuning_db")
 TINY = ROOT / "tests" / "data" / "tiny.yaml"
 

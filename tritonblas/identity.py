@@ -22,8 +22,6 @@ import threading
 from importlib import metadata
 from pathlib import Path
 
-import torch
-
 # Bump when the way candidates are timed changes (warm-up, repetitions, L2 flush, statistic).
 TIMING_PROTOCOL = "do_bench-median-l2flush-v2-small-replayed"
 _PACKAGE = Path(__file__).parent
@@ -192,5 +190,15 @@ def triton_version() -> str:
         return "unknown"
 
 
+@functools.lru_cache(maxsize=1)
 def torch_version() -> str:
-    return torch.__version__.split("+")[0]
+    """torch's version without its build suffix (2.13.0+cpu: 2.13.0), read from its metadata as
+    triton's is: commands that only read the tuning database (`tritonblas db stats`) need the running
+    identity but not the 2 s of importing torch."""
+    try:
+        version = metadata.version("torch")
+    except metadata.PackageNotFoundError:  # a torch built in place, without an installed distribution
+        import torch
+
+        version = torch.__version__
+    return version.split("+")[0]

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.table import Table
 
-from ..bench import BenchRow, fallback_count, geomean, run_bench, torch_side, write_json, write_plot
 from .common import (
     CREATES_FOLDERS,
     DB_HELP,
@@ -15,7 +15,6 @@ from .common import (
     DTYPES_HELP,
     SHAPES_HELP,
     BackendChoice,
-    check_db,
     check_output,
     console,
     err_console,
@@ -26,25 +25,31 @@ from .common import (
     problems_from,
     say,
 )
+from .tables import Col, fitted
+from .targets import check_db
+
+if TYPE_CHECKING:  # tritonblas.bench (and torch) load when the command runs: `tritonblas db` needs neither
+    from ..bench import BenchRow
 
 
 def bench_table(rows: list[BenchRow], title: str) -> Table:
-    table = Table(title=title)
-    for col in ("problem", "ours TFLOP/s", "torch TFLOP/s", "ratio", "ours ms", "torch ms", "loop ratio",
-                "source", "config"):
-        table.add_column(col, justify="left" if col in ("problem", "source", "config") else "right")
-    for r in rows:
-        ratio = num(r.speedup, ".2f", "x") if r.status == "ok" else f"[red]{r.status}[/red]"
-        table.add_row(r.problem.short(), num(r.tflops, ".1f"), num(r.torch_tflops, ".1f"), ratio,
-                      num(r.ms, ".4f"), num(r.torch_ms, ".4f"), num(r.loop_speedup, ".2f", "x"),
-                      r.source or "-", "-" if r.config is None else r.config.short())
+    """Both sides per problem and the geomeans; at 80 columns the times, source and config leave."""
+    from ..bench import fallback_count, geomean, torch_side
+
+    cols = [Col("problem"), Col("ours TFLOP/s", right=True), Col("torch TFLOP/s", right=True),
+            Col("ratio", right=True), Col("ours ms", right=True, drop=5), Col("torch ms", right=True, drop=6),
+            Col("loop ratio", right=True, drop=1), Col("source", drop=3), Col("config", drop=4)]
+    cells = ([r.problem.short(), num(r.tflops, ".1f"), num(r.torch_tflops, ".1f"),
+              num(r.speedup, ".2f", "x") if r.status == "ok" else f"[red]{r.status}[/red]",
+              num(r.ms, ".4f"), num(r.torch_ms, ".4f"), num(r.loop_speedup, ".2f", "x"), r.source or "-",
+              "-" if r.config is None else r.config.short()] for r in rows)
     gm = geomean([r.speedup for r in rows if r.speedup])
     loop = geomean([r.loop_speedup for r in rows if r.loop_speedup])
     side = torch_side([r.problem for r in rows])
-    table.caption = (f"geomean speedup over {side}: {num(gm, '.3f', 'x')} (each call alone, L2 flushed); "
-                     f"{num(loop, '.3f', 'x')} in an eager loop of back-to-back calls (host time "
-                     f"included); run-time fallbacks (configs triton refused): {fallback_count(rows)}")
-    return table
+    return fitted(console, cols, cells, title=title, caption=(
+        f"geomean speedup over {side}: {num(gm, '.3f', 'x')} (each call alone, L2 flushed); "
+        f"{num(loop, '.3f', 'x')} in an eager loop of back-to-back calls (host time included); run-time "
+        f"fallbacks (configs triton refused): {fallback_count(rows)}"))
 
 
 def require_matplotlib() -> None:
@@ -85,6 +90,8 @@ def bench(shapes: list[Path] = typer.Option(..., "--shapes", help=SHAPES_HELP),
     tritonblas bench --shapes scripts/classes/fp8.yaml        # scaled_mm against torch._scaled_mm
     ```
     """
+    from ..bench import run_bench, torch_side, write_json, write_plot
+
     problems = problems_from(shapes, dtypes)
     parse_device(device)
     check_output(json_out, "--json")

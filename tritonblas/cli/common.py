@@ -1,10 +1,10 @@
 """What every command shares: the console, how help is attached, option types and checks, and exits.
 
 Help: every command's help is its function's docstring (typer renders it as markdown), ending in an
-**Examples** block; `command()` registers it. User mistakes (bad dtype, bad shapes file, an output that
-cannot be written, no GPU) end in one clear line on stderr and exit code 2, the code argument errors
-get from typer; failures of the work itself (a database error, a wrong result) exit 1. Nothing is
-written before the arguments are checked.
+**Examples** block; `command()` registers it (docs/cli.md's reference is written from it by
+scripts/cli_reference.py). Errors are one line on stderr starting with `error:`; EXIT_CODES says which
+code each kind gets. `--arch` and `--db` are checked in `targets`, one function each, so they read the
+same in every command. Nothing is written before the arguments are checked.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import inspect
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import typer
 import typer.core
@@ -22,10 +22,21 @@ from rich.console import Console
 
 from tuning_db.vocabulary import SCALES
 
-from ..problem import Problem
-from ..shapes import DTYPES, ShapesError, load_problems
+if TYPE_CHECKING:
+    from ..problem import Problem
 
 USAGE_ERROR = 2
+# What each exit code means, for every command (`tritonblas --help` and docs/cli.md show it).
+EXIT_CODES = {
+    0: "success",
+    1: "the work failed: a problem without a verified winner, a wrong result, `db check` finding gaps, a "
+       "database that cannot be used (not a tuning database, locked, of a newer tritonblas)",
+    USAGE_ERROR: "a usage error, before anything runs or is written: a bad option or argument (an unknown "
+                 "--arch or dtype, a bad shapes file, a --db that does not exist or whose folder does not), "
+                 "an output that cannot be written, no GPU",
+    130: "interrupted (Ctrl-C); tune keeps the finished problems' winners",
+}
+EXIT_CODES_HELP = "**Exit codes**: " + "; ".join(f"{code} {text}" for code, text in EXIT_CODES.items()) + "."
 PIPE_WIDTH = 160
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)
@@ -83,9 +94,16 @@ class Command(_OneLineUsageErrors, typer.core.TyperCommand):
     """A command, with one-line usage errors when it is the program (`tritonblas-tune`)."""
 
 
+# `-h` as well as `--help`, on every group and command (given to each: a command run as the program,
+# tritonblas-tune, has no group to inherit it from).
+HELP_NAMES = {"help_option_names": ["-h", "--help"]}
+
+
 def command(app: typer.Typer, name: str, *, prog: str | None = None, **settings) -> Callable:
     """Register the decorated function as command `name` of `app`, its docstring as the help. `prog`:
     the program its examples name, where that is not `tritonblas <name>` (tritonblas-tune)."""
+    settings = {"context_settings": {**HELP_NAMES, **settings.pop("context_settings", {})}, **settings}
+
     def register(fn: Callable) -> Callable:
         text = inspect.getdoc(fn) or ""
         if prog is not None:
@@ -97,11 +115,13 @@ def command(app: typer.Typer, name: str, *, prog: str | None = None, **settings)
 
 
 def configure_console() -> None:
-    """Output that goes to a file or pipe (CI logs, `| tee`) has no terminal width; rich would assume 80
-    columns and fold tables into unreadable cells, so give it room unless COLUMNS says otherwise."""
+    """The width tables are fitted to (tables.fitted), read when a command starts, not when this module
+    was imported: COLUMNS where set; else the terminal's; output that goes to a file or pipe (CI logs,
+    `| tee`) has no terminal width, and rich would assume 80 columns, so it gets PIPE_WIDTH."""
+    columns = os.environ.get("COLUMNS", "").strip()
     for c in (console, err_console):
-        if not c.is_terminal and "COLUMNS" not in os.environ:
-            c.width = PIPE_WIDTH
+        c.width = int(columns) if columns.isdigit() and int(columns) > 0 else \
+            None if c.is_terminal else PIPE_WIDTH
 
 
 def fail(message: str, code: int = USAGE_ERROR) -> NoReturn:
@@ -193,6 +213,8 @@ def parse_dtypes(dtypes: str | None) -> list[str] | None:
 
 
 def check_dtype(dtype: str) -> str:
+    from ..shapes import DTYPES
+
     if dtype not in DTYPES:
         fail(f"error: unknown dtype {dtype!r}; valid dtypes: {', '.join(DTYPES)}")
     return dtype
@@ -201,6 +223,8 @@ def check_dtype(dtype: str) -> str:
 def problems_from(shapes: Path | Sequence[Path], dtypes: str | None) -> list[Problem]:
     """Every problem of one shapes file or of several (`--shapes a.yaml --shapes b.yaml`), in file order,
     each once: a problem in two files is tuned, benchmarked or checked once."""
+    from ..shapes import ShapesError, load_problems
+
     chosen = parse_dtypes(dtypes)
     paths = [shapes] if isinstance(shapes, (str, Path)) else list(shapes)
     try:
@@ -291,44 +315,6 @@ def check_output(path: Path | None, option: str) -> None:
         fail(f"error: {option} {path}: {parent} is not a directory")
     if not os.access(parent, os.W_OK | os.X_OK):
         fail(f"error: {option} {path}: {parent} is not writable")
-
-
-def open_db(url: str | None, *, create: bool = False):
-    """The tuning database at `url` (default: $TRITONBLAS_DB or the user cache file), migrated. Only
-    commands that write (tune, db import) create one: a typo in --db must not leave an empty file
-    behind. A database that cannot be opened (not a database, locked, newer) exits 1, a malformed URL 2."""
-    from tuning_db import TuningDB, TuningDBError
-
-    try:
-        return TuningDB(url, create=create)
-    except TuningDBError as e:
-        fail(f"error: {e}", code=1)
-    except ValueError as e:  # a malformed URL
-        fail(f"error: --db: {e}")
-
-
-def check_db(url: str | None) -> str:
-    """For commands that only read through dispatch (explain, bench, warmup): the database they will
-    read, described for reports. Dispatch skips a database it cannot use with a warning; a command
-    says so at once instead: a --db that does not exist (exit 2) or is not a usable tuning database
-    (exit 1) is an error. Without --db a missing default file is fine (nothing tuned yet)."""
-    from tuning_db import TuningDB, TuningDBError, default_url, normalize_url
-    from tuning_db.engine import describe, sqlite_path
-
-    try:
-        full = normalize_url(url) if url else default_url()
-    except ValueError as e:
-        fail(f"error: --db: {e}")
-    path = sqlite_path(full)
-    if path is not None and not path.exists():
-        if url:
-            fail(f"error: --db: no database at {path}")
-        return describe(full)
-    try:
-        TuningDB(full, create=False, migrate=False).close()  # what dispatch does: a reader, no writes
-    except TuningDBError as e:
-        fail(f"error: --db: {e}", code=1)
-    return describe(full)
 
 
 def guard(fn: Callable, *args, **kwargs):

@@ -16,6 +16,7 @@ from .common import (
     CREATES_FOLDERS,
     DB_HELP,
     DTYPES_HELP,
+    HELP_NAMES,
     SIZE_ARGS,
     BDtypeOption,
     BiasChoice,
@@ -31,18 +32,21 @@ from .common import (
     SizeN,
     check_output,
     command,
+    configure_console,
     console,
     fail,
     guard,
     num,
-    open_db,
     parse_size,
     problem_of_args,
     problems_from,
     say,
 )
+from .tables import Col, fitted
+from .targets import check_arch, open_db
 
-app = typer.Typer(name="db", no_args_is_help=True, add_completion=False, rich_markup_mode="markdown")
+app = typer.Typer(name="db", no_args_is_help=True, add_completion=False, rich_markup_mode="markdown",
+                  context_settings=HELP_NAMES)
 DbOption = typer.Option(None, "--db", help=DB_HELP)
 FILE_HELP = "Config file written by `tritonblas db export` (e.g. configs/sm_90.json)."
 
@@ -59,6 +63,10 @@ def db_group() -> None:
     tritonblas db check --shapes shapes.yaml --file configs/sm_90.json
     ```
     """
+    # Binds tuning_db to GemmConfig, its feasibility check and the running identity; nothing of torch.
+    from .. import config  # noqa: F401
+
+    configure_console()  # (also where `db` is the program, as tritonblas.cli.db.app)
 
 
 class Policy(str, enum.Enum):
@@ -68,7 +76,8 @@ class Policy(str, enum.Enum):
 
 
 def _single_arch(db, arch: str | None) -> str:
-    if arch is not None:
+    """--arch, or the only arch the database holds winners for."""
+    if check_arch(arch) is not None:
         return arch
     archs = sorted(guard(db.stats)["winners_by_arch"])
     if len(archs) != 1:
@@ -103,6 +112,7 @@ def export_cmd(output: Path = typer.Option(..., "-o", "--output", help="File to 
     from tuning_db.exchange import export_file
     from tuning_db.schemas import version_key
 
+    check_arch(arch)
     check_output(output, "-o")
     with open_db(db_url) as db:
         cfg = guard(export_file, db, output, _single_arch(db, arch), device_name=device_name,
@@ -119,7 +129,8 @@ def import_cmd(file: Path = typer.Option(..., "--file", help=FILE_HELP),
                db_url: str = DbOption) -> None:
     """Validate a config file, then import all of it in one transaction (nothing if any entry is bad).
 
-    The database is created if it does not exist.
+    The database is created if it does not exist, in a folder that exists (the default location's
+    folder is created).
 
     **Examples**
 
@@ -143,14 +154,21 @@ def import_cmd(file: Path = typer.Option(..., "--file", help=FILE_HELP),
 
 
 def _winner_table(winners, title: str) -> Table:
-    table = Table(title=title)
-    for col in ("problem", "device", "config", "ms", "speedup", "source", "host", "created", "state"):
-        table.add_column(col, justify="right" if col in ("ms", "speedup") else "left")
-    for w in winners:
-        table.add_row(w.key.describe(), w.key.device_name, w.config.short(), f"{w.median_ms:.4f}",
-                      num(w.speedup, ".2f", "x"), w.source, w.host, w.created_at.strftime("%Y-%m-%d %H:%M"),
-                      _state(w))
-    return table
+    """At 80 columns the host, device, creation time, source and speedup leave, in that order."""
+    cols = [Col("problem"), Col("device", drop=4), Col("config"), Col("ms", right=True),
+            Col("speedup", right=True, drop=1), Col("source", drop=2), Col("host", drop=5),
+            Col("created", drop=3), Col("state")]
+    return fitted(console, cols, ([w.key.describe(), w.key.device_name, w.config.short(),
+                                   f"{w.median_ms:.4f}", num(w.speedup, ".2f", "x"), w.source, w.host,
+                                   w.created_at.strftime("%Y-%m-%d %H:%M"), _state(w)] for w in winners),
+                  title=title)
+
+
+# At 80 columns the quartiles, note, error and rate leave, in that order.
+_MEASUREMENT_COLS = [Col("config"), Col("status"), Col("median ms", right=True),
+                     Col("p20", right=True, drop=4), Col("p80", right=True, drop=5),
+                     Col("TFLOP/s", right=True, drop=1), Col("rel err", right=True, drop=2),
+                     Col("note", drop=3)]
 
 
 def _state(w) -> str:
@@ -183,11 +201,12 @@ def list_cmd(arch: str = typer.Option(None, "--arch", help="Only this arch."),
     """
     if stale and fresh:
         fail("error: --stale and --fresh exclude each other")
+    check_arch(arch)
     with open_db(db_url) as db:
         winners = guard(db.winners, arch, include_stale=not fresh)
     winners = [w for w in winners if w.stale or not stale]
     if not winners:
-        say("no winners")
+        say("no winners" + (f" for {arch}" if arch else ""))
         return
     console.print(_winner_table(winners, f"{len(winners)} winners"))
 
@@ -212,20 +231,19 @@ def show_cmd(m: str = SizeM, n: str = SizeN, k: str = SizeK, dtype: str = DtypeO
 
     p = problem_of_args(parse_size(m, "M"), parse_size(n, "N"), parse_size(k, "K"), dtype, layout, bias,
                         scales, out_dtype, b_dtype)
+    check_arch(arch)
     with open_db(db_url) as db:
         shape = GemmShape.from_problem(p).shape_key()
         winners = [w for w in guard(db.winners, arch) if w.key.shape_key() == shape]
         if not winners:
-            fail(f"no winner stored for {p.short()}", code=1)
+            fail(f"error: no winner stored for {p.short()}" + (f" on {arch}" if arch else "") + f" in "
+                 f"{db.where}", code=1)
         console.print(_winner_table(winners, p.short()))
         for key in dict.fromkeys(w.key for w in winners):
             rows = guard(db.measurements, key)
-            table = Table(title=f"{len(rows)} fresh measurements on {key.device_name}")
-            for col in ("config", "status", "median ms", "p20", "p80", "TFLOP/s", "rel err", "note"):
-                table.add_column(col)
-            for r in rows:
-                table.add_row(r.config.short(), r.status, *[num(v) for v in (
-                    r.median_ms, r.p20_ms, r.p80_ms, r.tflops, r.rel_error)], r.note)
+            table = fitted(console, _MEASUREMENT_COLS, ([r.config.short(), r.status, *[num(v) for v in (
+                r.median_ms, r.p20_ms, r.p80_ms, r.tflops, r.rel_error)], r.note] for r in rows),
+                title=f"{len(rows)} fresh measurements on {key.device_name}")
             console.print(table)
 
 
@@ -305,11 +323,11 @@ def check_cmd(shapes: list[Path] = typer.Option(..., "--shapes", help="shapes.ya
     tritonblas db check --shapes shapes.yaml --db tune.sqlite --arch sm_90 --strict
     ```
     """
-    from tuning_db.coverage import coverage_gaps, describe_other_triton, other_triton_counts
     from tuning_db.exchange import load_config_file
 
     if file is not None and db_url is not None:
         fail("error: give --db or --file, not both")
+    check_arch(arch)
     problems = problems_from(shapes, dtypes)
     if file is not None:
         cfg = guard(load_config_file, file)
@@ -321,15 +339,35 @@ def check_cmd(shapes: list[Path] = typer.Option(..., "--shapes", help="shapes.ya
             arch = _single_arch(db, arch)
             winners, source = guard(db.winners, arch), db.where
     winners = [w for w in winners if w.key.arch == arch]
-    other = describe_other_triton(other_triton_counts(winners), _running_triton())
-    if other:  # counted whether or not the check passes
-        say(f"{sum(not w.stale for w in winners)} winners, {other}: they serve; --strict does not count them")
+    _check_report(problems, arch, winners, strict, source)
+
+
+def _check_report(problems, arch: str, winners, strict: bool, source: str) -> None:
+    """db check's output. What the source holds (all its winners of the arch, problems beyond the
+    shapes files' included) is said apart from what the checked problems have, so that counting the
+    source's winners of another triton version never reads as the checked problems relying on them."""
+    from tuning_db.coverage import coverage_gaps, describe_other_triton, other_triton_counts
+
+    running = _running_triton()
+    serving = [w for w in winners if not w.stale]
+    other = describe_other_triton(other_triton_counts(serving), running)
+    if other:  # said whether or not the check passes
+        held = len({w.key.shape_key() for w in serving})
+        say(f"{source} holds {len(serving)} winners for {arch} that serve ({held} problems); {other}: "
+            "they serve where the running version has none; --strict does not count them")
     gaps = coverage_gaps(problems, arch, winners, strict)
-    # "fresh": of the running triton version; "winner" where some problems rely on another version's.
-    borrows = not strict and len(coverage_gaps(problems, arch, winners, True)) > len(gaps)
-    kind = "winner" if borrows else "fresh winner"
+    fresh_gaps = gaps if strict else coverage_gaps(problems, arch, winners, True)
+    borrowed = len(fresh_gaps) - len(gaps)  # problems whose only serving winners are another version's
+    fresh = f"fresh winner (of the running triton {running})"
+    where = f"for {arch} in {source}"
     if gaps:
         for g in gaps:
             say(f"missing: {g.problem.short()} on {arch}: {g.reason}")
-        fail(f"{len(gaps)} of {len(problems)} problems have no {kind} in {source}", code=1)
-    say(f"all {len(problems)} problems have a {kind} for {arch} in {source}")
+        more = f"; {borrowed} more have only another triton version's" if borrowed else ""
+        fail(f"{len(gaps)} of {len(problems)} problems have no {fresh if strict else 'winner that serves'} "
+             f"{where}{more}", code=1)
+    if borrowed:
+        say(f"all {len(problems)} problems have a winner {where}: {len(problems) - borrowed} a {fresh}, "
+            f"{borrowed} only one of another triton version")
+    else:
+        say(f"all {len(problems)} problems have a {fresh} {where}")

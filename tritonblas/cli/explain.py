@@ -25,12 +25,13 @@ from .common import (
     SizeK,
     SizeM,
     SizeN,
-    check_db,
     console,
     fail,
     parse_size,
     problem_of_args,
 )
+from .tables import Col, fitted
+from .targets import check_arch, check_db
 
 
 def _local_device() -> DeviceInfo | None:
@@ -49,7 +50,7 @@ def _local_device() -> DeviceInfo | None:
 def _explain_device(arch: str | None, sms: int | None) -> DeviceInfo:
     """--arch explains for a GPU that is not here (the GPU here when it is of that arch, for its SM
     count); otherwise the GPU (or the interpreter) we run on."""
-    from ..arch import ARCHS, device_for_arch
+    from ..arch import device_for_arch
 
     if arch is None:
         if sms is not None:
@@ -59,8 +60,7 @@ def _explain_device(arch: str | None, sms: int | None) -> DeviceInfo:
             fail("error: no CUDA or ROCm GPU here to explain for; pass the target with --arch, e.g. "
                  "--arch sm_90 (or set TRITON_INTERPRET=1 for the interpreter)")
         return here
-    if arch not in ARCHS:
-        fail(f"error: --arch: unknown arch {arch!r}; known: {', '.join(ARCHS)}")
+    check_arch(arch)
     here = None if common.interpreter_mode() or common.gpu_count() == 0 else _local_device()
     if here is not None and here.arch == arch and sms is None:
         return here
@@ -206,12 +206,12 @@ def _source_detail(sel, where: str) -> str:
 
 def _ranking_table(ranked, selected, total: int) -> Table:
     """The cost model term by term (times in us; compute includes the Stream-K fix-up)."""
-    table = Table(title=f"heuristic ranking: top {len(ranked)} of {total} feasible configs (* = selected)",
+    cols = [Col("#", right=True), Col("config"), Col("us", right=True), Col("compute", right=True, drop=1),
+            Col("memory", right=True, drop=2), Col("waves", right=True, drop=3), Col("eff", right=True),
+            Col("waste", right=True)]
+    return fitted(console, cols, ([f"{'*' if e.config == selected else ''}{i}", e.config.short(),
+                                   f"{e.total_us:.1f}", f"{e.compute_us:.1f}", f"{e.memory_us:.1f}",
+                                   f"{e.waves:.2f}", f"{e.efficiency:.2f}", f"{e.edge_waste:.0%}"]
+                                  for i, e in enumerate(ranked, 1)),
+                  title=f"heuristic ranking: top {len(ranked)} of {total} feasible configs (* = selected)",
                   box=box.SIMPLE_HEAD, title_justify="left", padding=(0, 1), pad_edge=False)
-    for col in ("#", "config", "us", "compute", "memory", "waves", "eff", "waste"):
-        table.add_column(col, justify="left" if col == "config" else "right", no_wrap=True)
-    for i, e in enumerate(ranked, 1):
-        mark = "*" if e.config == selected else ""
-        table.add_row(f"{mark}{i}", e.config.short(), f"{e.total_us:.1f}", f"{e.compute_us:.1f}",
-                      f"{e.memory_us:.1f}", f"{e.waves:.2f}", f"{e.efficiency:.2f}", f"{e.edge_waste:.0%}")
-    return table

@@ -6,26 +6,11 @@ Thin over `tuning.run.run_tuning` (one device here, several through worker proce
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
-from rich.console import RenderableType
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    ProgressColumn,
-    SpinnerColumn,
-    Task,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 from rich.table import Table
-from rich.text import Text
 
-from ..bench import torch_side
-from ..problem import Problem, vendor_name
-from ..tuning.run import Event, Interrupted, TuneRow, run_tuning
 from .common import (
     CREATES_FOLDERS,
     DB_HELP,
@@ -38,13 +23,18 @@ from .common import (
     fail,
     interpreter_mode,
     num,
-    open_db,
     parse_devices,
     problems_from,
     say,
     shapes_label,
     version_option,
 )
+from .tables import Col, fitted
+from .targets import open_db
+
+if TYPE_CHECKING:  # the tuner (and torch) load when the command runs: `tritonblas db` needs neither
+    from ..problem import Problem
+    from ..tuning.run import TuneRow
 
 
 def winner_text(row: TuneRow) -> str:
@@ -52,76 +42,17 @@ def winner_text(row: TuneRow) -> str:
 
 
 def summary_table(rows: list[TuneRow]) -> Table:
-    table = Table(title=f"{len(rows)} problems")
+    """The run's outcome, one row per problem; at 80 columns device, previous source and time leave."""
+    from ..bench import torch_side
+
     versus = f"vs {torch_side([r.problem for r in rows])}"
-    for col in ("problem", "status", "winner", "TFLOP/s", versus, "previous", "device", "time"):
-        table.add_column(col, justify="right" if col in ("TFLOP/s", versus, "time") else "left",
-                         no_wrap=col in ("problem", "winner"))
-    for r in rows:
-        status = r.status if r.ok else f"[red]{r.status}[/red]"
-        table.add_row(r.problem.short(), status, winner_text(r), num(r.tflops, ".1f"),
-                      num(r.speedup, ".2f") + ("x" if r.speedup else ""), r.previous or "-", r.device,
-                      f"{r.elapsed_s:.1f}s")
-    return table
-
-
-class _Display:
-    """Overall bar with ETA, one live line per device with the problem it is on, a log line per result."""
-
-    def __init__(self, progress: Progress, problems: list[Problem]) -> None:
-        self.progress = progress
-        self.overall = progress.add_task("tuning", total=len(problems))
-        self.lines: dict[str, int] = {}
-        self.problems = problems
-
-    def __call__(self, ev: Event) -> None:
-        if ev.device not in self.lines and ev.kind != "exit":
-            self.lines[ev.device] = self.progress.add_task("", total=None, device=True)
-        line = self.lines.get(ev.device)
-        if ev.kind == "start" and line is not None:
-            label = self.problems[ev.index].short()
-            self.progress.reset(line, description=f"  {ev.device}: {label}", total=None)
-        elif ev.kind == "done" and ev.row is not None:
-            self.progress.advance(self.overall)
-            if line is not None:
-                self.progress.update(line, description=f"  {ev.device}: idle")
-            self.progress.console.print(_log_line(ev.row), markup=False, highlight=False)
-        elif ev.kind == "exit" and line is not None:
-            note = f" ({ev.message})" if ev.message else ""
-            self.progress.update(line, description=f"  {ev.device}: done{note}", total=1, completed=1)
-
-    def finish(self) -> None:
-        """Only the overall bar stays on screen once every problem is done."""
-        for line in self.lines.values():
-            self.progress.remove_task(line)
-        self.lines.clear()
-
-
-def _log_line(r: TuneRow) -> str:
-    head = f"{r.status:9} {r.problem.short():28} [{r.device}]"
-    if not r.ok:
-        return f"{head} {r.reason}"
-    speed = f", {r.speedup:.2f}x {vendor_name(r.problem)}" if r.speedup else ""
-    return f"{head} {winner_text(r)} {num(r.tflops, '.1f')} TFLOP/s{speed}"
-
-
-class _OverallOnly(ProgressColumn):
-    """A column shown on the overall bar only: a device line has no count or ETA of its own."""
-
-    def __init__(self, inner: ProgressColumn) -> None:
-        super().__init__()
-        self.inner = inner
-
-    def render(self, task: Task) -> RenderableType:
-        return Text("") if task.fields.get("device") else self.inner.render(task)
-
-
-def _progress() -> Progress:
-    bar = [_OverallOnly(c) for c in (BarColumn(), MofNCompleteColumn())]
-    eta = [_OverallOnly(c) for c in (TextColumn("ETA"), TimeRemainingColumn())]
-    # Elapsed on every line: the whole run on the bar, the current problem on a device line.
-    return Progress(SpinnerColumn(), TextColumn("{task.description}"), *bar, TimeElapsedColumn(), *eta,
-                    console=console, transient=False)
+    cols = [Col("problem"), Col("status"), Col("winner"), Col("TFLOP/s", right=True), Col(versus, right=True),
+            Col("previous", drop=2), Col("device", drop=3), Col("time", right=True, drop=1)]
+    return fitted(console, cols, ([r.problem.short(), r.status if r.ok else f"[red]{r.status}[/red]",
+                                   winner_text(r), num(r.tflops, ".1f"),
+                                   num(r.speedup, ".2f") + ("x" if r.speedup else ""), r.previous or "-",
+                                   r.device, f"{r.elapsed_s:.1f}s"] for r in rows),
+                  title=f"{len(rows)} problems")
 
 
 def _export(db_url: str, pattern: Path, device: int) -> None:
@@ -200,6 +131,9 @@ def tune(shapes: list[Path] = typer.Option(..., "--shapes", help=SHAPES_HELP),
     TRITON_INTERPRET=1 tritonblas tune --shapes tiny.yaml --db /tmp/t.sqlite  # CPU dry run
     ```
     """
+    from ..tuning.run import Interrupted
+    from .progress import run_with_progress
+
     configure_console()
     problems, part = _shard(problems_from(shapes, dtypes), shard)
     device_ids = parse_devices(devices)
@@ -211,7 +145,7 @@ def tune(shapes: list[Path] = typer.Option(..., "--shapes", help=SHAPES_HELP),
         f"device(s) into {opened.where}"
         + (" (Triton interpreter: timings are meaningless)" if interpreter_mode() else ""))
     try:
-        rows = _run_with_progress(problems, device_ids, url, options)
+        rows = run_with_progress(problems, device_ids, url, options)
     except Interrupted as stop:
         console.print(summary_table(stop.rows))
         fail(interrupted_line(stop.rows, len(problems)), code=130)
@@ -221,18 +155,6 @@ def tune(shapes: list[Path] = typer.Option(..., "--shapes", help=SHAPES_HELP),
         _export(url, export, device_ids[0])
     if bad:
         fail(f"{bad} of {len(rows)} problems have no verified winner", code=1)
-
-
-def _run_with_progress(problems: list[Problem], device_ids: list[int], url: str, options: dict
-                       ) -> list[TuneRow]:
-    progress = _progress()
-    display = _Display(progress, problems)
-    with progress:
-        try:
-            return run_tuning(problems, device_ids, url, interpreter=interpreter_mode(), options=options,
-                              on_event=display)
-        finally:
-            display.finish()
 
 
 def interrupted_line(rows: list[TuneRow], total: int) -> str:

@@ -11,13 +11,13 @@ from .common import (
     DEVICE_HELP,
     DTYPES_HELP,
     SHAPES_HELP,
-    check_db,
     err_console,
     fail,
     parse_device,
     parse_dtypes,
     say,
 )
+from .targets import check_db
 
 
 def warmup(shapes: list[Path] = typer.Option(None, "--shapes", help=SHAPES_HELP),
