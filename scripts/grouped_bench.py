@@ -107,8 +107,7 @@ def _run(x, w, offs, config, shape):
     from tritonblas.grouped import launch as gl
 
     out = torch.empty(shape.out_shape, dtype=x.dtype, device=x.device)
-    spec = gl.plan(x, w, out, None, offs, shape, config, tensor_device_info(x).sm_count, "tf32")
-    gl.launch(spec)
+    gl.run(x, w, out, None, offs, shape, config, tensor_device_info(x).sm_count, "tf32")
     return out
 
 
