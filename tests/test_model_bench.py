@@ -35,7 +35,14 @@ def test_quick_fills_only_what_was_not_given(mb):
     args = mb.parse_args(["--quick", "--reps", "5"])
     assert (args.reps, args.warmup, args.new_tokens, args.train_seq) == (5, 1, 16, 256)
     full = mb.parse_args([])
-    assert (full.reps, full.new_tokens, full.decode_batches, full.models) == (10, 64, [1, 8], list(mb.MODELS))
+    assert (full.reps, full.new_tokens, full.decode_batches) == (10, 64, [1, 8])
+    assert full.models == mb.GROUPS["dense"]
+
+
+def test_models_takes_groups(mb):
+    assert mb.GROUPS == {"dense": ["llama", "qwen", "gpt2", "bert"], "moe": ["mixtral", "qwen3moe"]}
+    assert mb.parse_args(["--models", "moe"]).models == ["mixtral", "qwen3moe"]
+    assert mb.parse_args(["--models", "gpt2", "moe", "mixtral"]).models == ["gpt2", "mixtral", "qwen3moe"]
 
 
 @pytest.mark.parametrize("argv", [["--reps", "0"], ["--decode-batches", "1", "0"], ["--warmup", "-1"]])
@@ -288,7 +295,7 @@ def test_surplus_lists_what_one_side_launches_more_often(mb):
 
 
 def _profile(extra: list[dict]) -> dict:
-    ops = {"aten::mm": 4, "aten::copy_": 1}
+    ops = {"aten::mm": 4, "aten::_grouped_mm": 2, "aten::copy_": 1}
     return {"kernels": {"torch": {"launches": 10, "us": 100.0, "gemm_us": 60.0},
                         "ours": {"launches": 13, "us": 130.0, "gemm_us": 45.0}},
             "host_ops": {"torch": ops, "ours": {**ops, "aten::copy_": 4}}, "ours_extra": extra,
@@ -301,7 +308,7 @@ def test_profile_table(mb):
     doc = _doc({"model": "llama", "params": 1e9, "rows": [], "logits_error": {"torch": 0.0, "ours": 0.0},
                 "profile": _profile(extra)})
     text = mb.table(doc)
-    assert "| llama | 10 | 100 | 60 | 13 | 130 | 45 | 3 | 4 / 4 | 1 / 4 |" in text
+    assert "| llama | 10 | 100 | 60 | 13 | 130 | 45 | 3 | 4 / 4 | 2 / 2 | 1 / 4 |" in text
     assert f"| llama | `{'k' * 87}...` | copy | 3 | 0 | 1236.0 | 0.0 |" in text
     doc["models"][0]["profile"] = {"error": "RuntimeError: CUPTI unavailable"}
     assert "| llama | failed: RuntimeError: CUPTI unavailable |" in mb.table(doc)
@@ -316,7 +323,10 @@ FULL_SIZE = {  # model: (vocab, hidden, KV heads or None)
     "qwen": (151936, 3584, 4),
     "gpt2": (50257, 1280, None),
     "bert": (30522, 1024, None),
+    "mixtral": (32000, 4096, 8),
+    "qwen3moe": (151936, 2048, 4),
 }
+EXPERTS = {"mixtral": (8, 2, 14336), "qwen3moe": (128, 8, 768)}  # model: (experts, top-k, expert width)
 
 
 @pytest.mark.parametrize("name", list(FULL_SIZE))
@@ -329,6 +339,9 @@ def test_configs_at_full_size(mb, name):
         assert config.num_key_value_heads == kv_heads
     if name == "gpt2":
         assert config.n_layer == 2
+    if name in EXPERTS:
+        width = getattr(config, "moe_intermediate_size", config.intermediate_size)
+        assert (config.num_experts, config.num_experts_per_tok, width) == EXPERTS[name]
 
 
 def _tiny_bench(mb, name: str, argv: list[str]):

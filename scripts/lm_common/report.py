@@ -52,8 +52,8 @@ def profile_table(models: list[dict]) -> str:
              "kernels and GEMM kernels (the part a faster GEMM can shorten)",
              "", "| model | torch launches | torch us | torch GEMM us | ours launches | ours us | "
              "ours GEMM us | extra copy/elementwise launches | aten::mm torch / ours | "
-             "aten::copy_ torch / ours |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "aten::_grouped_mm torch / ours | aten::copy_ torch / ours |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for m in models:
         if "error" in m["profile"]:
             lines.append(f"| {m['model']} | failed: {m['profile']['error']} |")
@@ -63,8 +63,8 @@ def profile_table(models: list[dict]) -> str:
                      f"{k['torch']['gemm_us']:.0f} | {k['ours']['launches']} | {k['ours']['us']:.0f} | "
                      f"{k['ours']['gemm_us']:.0f} | "
                      f"{p['ours_extra_copy_or_elementwise_launches']} | "
-                     f"{ops['torch']['aten::mm']} / {ops['ours']['aten::mm']} | "
-                     f"{ops['torch']['aten::copy_']} / {ops['ours']['aten::copy_']} |")
+                     + " | ".join(f"{ops['torch'].get(op, 0)} / {ops['ours'].get(op, 0)}"
+                                  for op in ("aten::mm", "aten::_grouped_mm", "aten::copy_")) + " |")
     lines += ["", "Kernels ours launches more often than torch's step (most extra time first)", "",
               "| model | kernel | kind | ours n | torch n | ours us | torch us |",
               "|---|---|---|---|---|---|---|"]
