@@ -277,12 +277,16 @@ class Bench:
         return row
 
     def logits_errors(self, ids) -> dict:
-        """Each side's prefill logits against `ids`' float32 logits (computed before the cast)."""
-        out = {}
+        """Each side's prefill logits against `ids`' float32 logits (computed before the cast); a side that
+        fails (torch._grouped_mm in a dtype it lacks, say) is recorded as error_<side>, its error None."""
+        out: dict[str, Any] = {}
         with self.torch.no_grad():
             for name, mode in sides(self.args.native_kernels, self.args.control):
-                with mode():
-                    out[name] = rel_error(self.model(ids).logits, self.ref_logits)
+                try:
+                    with mode():
+                        out[name] = rel_error(self.model(ids).logits, self.ref_logits)
+                except Exception as exc:  # recorded: the parts still run
+                    out[name], out[f"error_{name}"] = None, _why(exc)
         return out
 
 

@@ -175,6 +175,31 @@ def test_rows_and_table(mb):
     assert "vs torch again (--control" in mb.table({**doc, "control": True})
 
 
+def test_a_side_whose_logits_fail_is_recorded(mb):
+    """torch._grouped_mm's CUDA fast path takes bf16 only: one side's prefill may fail where the other
+    runs, which the logits table says, and the parts still run."""
+    from types import SimpleNamespace
+
+    from tritonblas.transparent import is_enabled
+
+    class Model(torch.nn.Module):
+        def forward(self, input_ids):
+            if is_enabled():
+                raise RuntimeError("no kernel for this dtype\nthe rest of the message")
+            return SimpleNamespace(logits=input_ids.float() * 2)
+
+    args = mb.parse_args(["--device", "cpu"])
+    args.native_kernels = False
+    bench = mb.Bench(args, "llama", Model(), SimpleNamespace(vocab_size=5), torch.device("cpu"))
+    ids = torch.tensor([[1, 2, 3]])
+    bench.ref_logits = ids.float() * 2.5
+    errors = bench.logits_errors(ids)
+    assert errors == {"torch": pytest.approx(0.2), "ours": None,
+                      "error_ours": "RuntimeError: no kernel for this dtype"}
+    text = mb.table(_doc({"model": "llama", "params": 2e6, "rows": [], "logits_error": errors}))
+    assert "| llama | 2.0M | 2.000e-01 | failed: RuntimeError: no kernel for this dtype |" in text
+
+
 def test_token_agreement_against_torchs_eager_decode(mb):
     ref, prompt = torch.tensor([[1, 2, 3, 4]]), torch.tensor([[7, 8]])
     rows = [_row(batch=1, _prompt=prompt, _results={"torch": ref, "ours": torch.tensor([[1, 2, 0, 4]])}),
@@ -360,7 +385,7 @@ def test_decode_rows_of_a_batch_share_their_prompt(mb):
     assert bench.prompt(1).shape == (1, 5)
 
 
-@pytest.mark.parametrize("name", ["llama", "gpt2"])
+@pytest.mark.parametrize("name", ["llama", "gpt2", "qwen3moe"])
 @pytest.mark.parametrize("graph", [None, "emulated"])
 def test_static_cache_steps_decode_as_the_dynamic_cache(mb, name, graph):
     """The graph decoder (static cache, 4-D mask) gives the eager decode's tokens and logits: its step run

@@ -40,7 +40,9 @@ def table(doc: dict) -> str:
     lines += ["", "| model | params | logits error torch (bf16 vs fp32) | ours |", "|---|---|---|---|"]
     for m in doc["models"]:
         e = m["logits_error"]
-        lines.append(f"| {m['model']} | {m['params'] / 1e6:.1f}M | {e['torch']:.3e} | {e['ours']:.3e} |")
+        cells = [f"failed: {e[f'error_{side}']}" if e.get(side) is None else f"{e[side]:.3e}"
+                 for side in ("torch", "ours")]
+        lines.append(f"| {m['model']} | {m['params'] / 1e6:.1f}M | {' | '.join(cells)} |")
     lines = "\n".join(lines).replace("(bf16 vs", f"({doc['dtype']} vs")
     profiled = [m for m in doc["models"] if "profile" in m]
     return lines + ("\n\n" + profile_table(profiled) if profiled else "")
