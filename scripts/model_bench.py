@@ -60,8 +60,11 @@ from lm_common import (
     GraphDecoder,
     build_config,
     build_model,
+    config_facts,
     max_positions,
+    prefill_outputs,
     reference_experts,
+    rel_error,
 )
 from lm_common.profile import compare
 from lm_common.report import format_row, table
@@ -138,16 +141,6 @@ def sides(native: bool, control: bool = False
 
     ours = contextlib.nullcontext if control else functools.partial(tritonblas.enable, native=native)
     return ("torch", contextlib.nullcontext), ("ours", ours)
-
-
-def rel_error(x, ref) -> float:
-    """Relative Frobenius error, accumulated in float64."""
-    import torch
-
-    ref = ref.float()
-    diff = torch.linalg.vector_norm(x.float() - ref, dtype=torch.float64).item()
-    scale = torch.linalg.vector_norm(ref, dtype=torch.float64).item()
-    return diff / scale if scale > 0 else diff
 
 
 class Bench:
@@ -277,14 +270,19 @@ class Bench:
         return row
 
     def logits_errors(self, ids) -> dict:
-        """Each side's prefill logits against `ids`' float32 logits (computed before the cast); a side that
-        fails (torch._grouped_mm in a dtype it lacks, say) is recorded as error_<side>, its error None."""
+        """Each side's prefill logits against `ids`' float32 logits (computed before the cast), and a mixture
+        of experts' share of (layer, token) expert choices equal to float32's (experts_as_fp32_<side>); a
+        side that fails (torch._grouped_mm in a dtype it lacks, say) is recorded as error_<side>."""
         out: dict[str, Any] = {}
         with self.torch.no_grad():
             for name, mode in sides(self.args.native_kernels, self.args.control):
                 try:
                     with mode():
-                        out[name] = rel_error(self.model(ids).logits, self.ref_logits)
+                        logits, picks = prefill_outputs(self.name, self.model, ids)
+                    out[name] = rel_error(logits, self.ref_logits)
+                    if picks is not None:
+                        same = (picks == self.ref_picks).all(-1)
+                        out[f"experts_as_fp32_{name}"] = same.float().mean().item()
                 except Exception as exc:  # recorded: the parts still run
                     out[name], out[f"error_{name}"] = None, _why(exc)
         return out
@@ -302,14 +300,14 @@ def bench_model(args: argparse.Namespace, name: str, device) -> dict:
     torch.manual_seed(args.seed)
     model = build_model(name, config, device)
     doc = {"model": name, "layers": args.layers,
-           "params": sum(p.numel() for p in model.parameters()), "config": _config_facts(config)}
+           "params": sum(p.numel() for p in model.parameters()), "config": config_facts(config)}
     bench = Bench(args, name, model, config, device)
     ids = bench.ids(args.prefill_batch, min(args.prefill_seq, max_positions(config)))
-    with torch.no_grad(), reference_experts(name, model):
-        bench.ref_logits = model(ids).logits.float()  # the float32 model, run by torch
+    with torch.no_grad(), reference_experts(name, model):  # the float32 model, run by torch
+        bench.ref_logits, bench.ref_picks = prefill_outputs(name, model, ids)
     model.to(getattr(torch, DTYPE_NAMES[args.dtype]))
     doc["logits_error"] = bench.logits_errors(ids)
-    del bench.ref_logits
+    del bench.ref_logits, bench.ref_picks
     rows = []
     for part in args.parts:
         if part.startswith("decode") and MODELS[name].kind != "causal":
@@ -334,12 +332,6 @@ def bench_model(args: argparse.Namespace, name: str, device) -> dict:
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return doc
-
-
-def _config_facts(config) -> dict:
-    keys = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "vocab_size",
-            "n_embd", "n_head", "num_experts", "num_experts_per_tok", "moe_intermediate_size")
-    return {k: getattr(config, k) for k in keys if isinstance(getattr(config, k, None), int)}
 
 
 def _token_agreement(rows: list[dict]) -> None:

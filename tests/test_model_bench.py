@@ -168,7 +168,9 @@ def test_rows_and_table(mb):
     assert mb.format_row(timed) in text and mb.format_row(failed) in text
     off = _row(part="decode-graph", ours_tokens_as_torch_eager=0.0, torch_tokens_as_torch_eager=0.0)
     assert mb.format_row(off).endswith("| tokens as torch eager: 0.00; torch's own: 0.00 |")
-    assert "| llama | 1500.0M | 1.230e-02 | 1.250e-02 |" in text
+    assert "| llama | 1500.0M | 1.230e-02 | 1.250e-02 | - |" in text
+    doc["models"][0]["logits_error"].update(experts_as_fp32_torch=0.9375, experts_as_fp32_ours=0.96875)
+    assert "| llama | 1500.0M | 1.230e-02 | 1.250e-02 | 0.938 / 0.969 |" in mb.table(doc)
     assert "logits error torch (bf16 vs fp32)" in text and "vs transparent mode" in text
     spread = _row(torch_ms=10.0, ours_ms=8.0, speedup=1.25, speedup_middle_half=[1.2, 1.31])
     assert mb.format_row(spread).endswith("| 1.250x | rounds 1.200-1.310x |")
@@ -197,7 +199,7 @@ def test_a_side_whose_logits_fail_is_recorded(mb):
     assert errors == {"torch": pytest.approx(0.2), "ours": None,
                       "error_ours": "RuntimeError: no kernel for this dtype"}
     text = mb.table(_doc({"model": "llama", "params": 2e6, "rows": [], "logits_error": errors}))
-    assert "| llama | 2.0M | 2.000e-01 | failed: RuntimeError: no kernel for this dtype |" in text
+    assert "| llama | 2.0M | 2.000e-01 | failed: RuntimeError: no kernel for this dtype | - |" in text
 
 
 def test_token_agreement_against_torchs_eager_decode(mb):

@@ -100,6 +100,39 @@ def reference_experts(name: str, model) -> Iterator[None]:
         model.set_experts_implementation("grouped_mm")
 
 
+def prefill_outputs(name: str, model, ids) -> tuple[Any, Any]:
+    """(logits, expert choices) of a forward over `ids`; the choices (a mixture of experts' alone, else
+    None): each layer's top-k experts per token, sorted, (layers, tokens, k). A random router's top-k is
+    near a tie for many tokens, so the dtype alone moves some tokens to other experts, which changes their
+    logits far more than rounding does: the choices tell that apart from a GEMM's error."""
+    if not MODELS[name].experts:
+        return model(ids).logits, None
+    import torch
+
+    out = model(ids, output_router_logits=True)
+    k = model.config.num_experts_per_tok
+    # softmax is monotonic: the top-k of the router's logits are the top-k of its probabilities
+    return out.logits, torch.stack([r.float().topk(k, dim=-1).indices.sort(-1).values
+                                    for r in out.router_logits])
+
+
+def rel_error(x, ref) -> float:
+    """Relative Frobenius error, accumulated in float64."""
+    import torch
+
+    ref = ref.float()
+    diff = torch.linalg.vector_norm(x.float() - ref, dtype=torch.float64).item()
+    scale = torch.linalg.vector_norm(ref, dtype=torch.float64).item()
+    return diff / scale if scale > 0 else diff
+
+
+def config_facts(config) -> dict:
+    """The config's sizes, for the JSON."""
+    keys = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "vocab_size",
+            "n_embd", "n_head", "num_experts", "num_experts_per_tok", "moe_intermediate_size")
+    return {k: getattr(config, k) for k in keys if isinstance(getattr(config, k, None), int)}
+
+
 def max_positions(config) -> int:
     return getattr(config, "max_position_embeddings", None) or config.n_positions
 

@@ -37,12 +37,17 @@ def table(doc: dict) -> str:
              "|---|---|---|---|---|---|---|"]
     for m in doc["models"]:
         lines.extend(format_row(r) for r in m["rows"])
-    lines += ["", "| model | params | logits error torch (bf16 vs fp32) | ours |", "|---|---|---|---|"]
+    # a mixture of experts: the share of (layer, token) expert choices equal to float32's, which tells a
+    # token moved to another expert (a large logits error from the dtype alone) from a GEMM's error
+    lines += ["", "| model | params | logits error torch (bf16 vs fp32) | ours | experts as fp32's torch / "
+              "ours |", "|---|---|---|---|---|"]
     for m in doc["models"]:
         e = m["logits_error"]
         cells = [f"failed: {e[f'error_{side}']}" if e.get(side) is None else f"{e[side]:.3e}"
                  for side in ("torch", "ours")]
-        lines.append(f"| {m['model']} | {m['params'] / 1e6:.1f}M | {' | '.join(cells)} |")
+        experts = " / ".join(_ms(e, f"experts_as_fp32_{side}", ".3f") for side in ("torch", "ours"))
+        lines.append(f"| {m['model']} | {m['params'] / 1e6:.1f}M | {' | '.join(cells)} | "
+                     f"{'-' if experts == '- / -' else experts} |")
     lines = "\n".join(lines).replace("(bf16 vs", f"({doc['dtype']} vs")
     profiled = [m for m in doc["models"] if "profile" in m]
     return lines + ("\n\n" + profile_table(profiled) if profiled else "")
