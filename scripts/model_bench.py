@@ -30,8 +30,10 @@ moves both calls of a round alike. --control times torch against itself, the pro
                    in a CUDA graph and replayed; a side that cannot be captured is recorded, not fatal
                    (--device cpu: the graph emulated, lm_common.replay, a check of capture and replay)
 Logits error: relative Frobenius error of the prefill logits (full sequence) against the same model in
-float32 run by torch (a mixture of experts' experts as transformers' per-expert loop), for each side;
-decode rows give the share of tokens equal to torch's eager decode of the same prompt. --profile: one
+float32 run by torch (a mixture of experts' experts as transformers' per-expert loop), for each side, and
+a mixture of experts' share of (layer, token) expert choices equal to float32's (a random router's near-ties
+move tokens to other experts in bf16: a logits error no GEMM caused); decode rows give the share of tokens
+equal to torch's eager decode of the same prompt. --profile: one
 training step of each side under torch.profiler, the kernels ours launches more often than torch's step (by
 name, kind, counts and device us; copies and elementwise kernels are what issue 34 item 1 rules out) and
 the host's aten::mm / aten::_grouped_mm / aten::copy_ calls.
