@@ -21,23 +21,18 @@ import time
 from pathlib import Path
 
 import torch
-import yaml
-
 from tritonblas.device import tensor_device_info
 from tritonblas.grouped import tune
 from tritonblas.grouped.op import grouped_mm
 from tritonblas.grouped.select import key_of, select
 from tritonblas.identity import grouped_kernel_hash, triton_version
+from tritonblas.shapes import load_grouped
 
 HBM_BYTES_PER_S = 4.8e12
 
 
 def read_entries(path: Path) -> list[tune.GroupedEntry]:
-    doc = yaml.safe_load(path.read_text())
-    dtypes = doc.get("dtypes", ["bf16"])
-    return [tune.GroupedEntry(groups=s["groups"], m=s["m"], n=s["n"], k=s["k"], dtype=d,
-                              layout=s.get("layout", "nt"), group_sizes=s.get("group_sizes", "balanced"))
-            for s in doc["shapes"] if s.get("op") == "grouped" for d in dtypes]
+    return load_grouped(path)
 
 
 def timed_us(fn, reps: int) -> float:
@@ -118,12 +113,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tune", type=Path, help="write the winners table here (configs/grouped-<arch>.json)")
     parser.add_argument("--quick", action="store_true", help="the first 6 candidates only")
     args = parser.parse_args(argv)
+    entries = read_entries(args.shapes)
+    print(f"{len(entries)} grouped entries in {args.shapes}", flush=True)
     if not torch.cuda.is_available():
         print("grouped_bench: needs a CUDA GPU", file=sys.stderr)
         return 2
     results, winners = [], {}
     started = time.time()
-    for entry in read_entries(args.shapes):
+    for entry in entries:
         r = run_entry(entry, args.tune is not None, args.quick)
         results.append(r)
         # torch's op wins a key where the best kernel is slower than it on either count draw

@@ -7,6 +7,11 @@ an optional extra, imported only when a model is built), a few layers each so ev
     qwen   Qwen2-7B-style:   hidden 3584, intermediate 18944, 28 heads (4 KV), vocab 151936 (q/k/v biases)
     gpt2   GPT-2-large-style: hidden 1280, 20 heads, vocab 50257 (misaligned; Conv1D is addmm)
     bert   BERT-large-style masked LM: hidden 1024, intermediate 4096, 16 heads, vocab 30522
+  and mixtures of experts (--models moe), their experts run by transformers' experts_implementation=
+  "grouped_mm", so each expert GEMM is one torch._grouped_mm (aten::_grouped_mm), forward and backward:
+    mixtral   Mixtral-8x7B-style: hidden 4096, 8 experts of 14336 (top 2), 32 heads (8 KV), vocab 32000
+    qwen3moe  Qwen3-MoE-30B-A3B-style: hidden 2048, 128 experts of 768 (top 8), 32 heads (4 KV) of 128,
+              vocab 151936
 
 Parts, each timed for torch and for transparent mode (tritonblas.enable()) in one process, the two sides
 interleaved (torch, ours, ours, torch, ...; median wall time of each, the GPU synchronized around every
@@ -25,12 +30,16 @@ moves both calls of a round alike. --control times torch against itself, the pro
                    in a CUDA graph and replayed; a side that cannot be captured is recorded, not fatal
                    (--device cpu: the graph emulated, lm_common.replay, a check of capture and replay)
 Logits error: relative Frobenius error of the prefill logits (full sequence) against the same model in
-float32 run by torch, for each side; decode rows give the share of tokens equal to torch's eager decode
-of the same prompt. --profile: one training step of each side under torch.profiler, the kernels ours
-launches more often than torch's step (by name, kind, counts and device us; copies and elementwise kernels
-are what issue 34 item 1 rules out) and the host's aten::mm / aten::copy_ calls.
+float32 run by torch (a mixture of experts' experts as transformers' per-expert loop), for each side, and
+a mixture of experts' share of (layer, token) expert choices equal to float32's (a random router's near-ties
+move tokens to other experts in bf16: a logits error no GEMM caused); decode rows give the share of tokens
+equal to torch's eager decode of the same prompt. --profile: one
+training step of each side under torch.profiler, the kernels ours launches more often than torch's step (by
+name, kind, counts and device us; copies and elementwise kernels are what issue 34 item 1 rules out) and
+the host's aten::mm / aten::_grouped_mm / aten::copy_ calls.
 
-    python scripts/model_bench.py --json model_bench.json              # all models and parts, bf16, H200
+    python scripts/model_bench.py --json model_bench.json              # the dense models, all parts, bf16
+    python scripts/model_bench.py --models moe --quick                 # the mixtures of experts
     python scripts/model_bench.py --models llama gpt2 --parts train --quick --profile
     TRITON_INTERPRET=1 python scripts/model_bench.py --device cpu --tiny --quick --dtype fp32  # CPU smoke
 """
@@ -46,7 +55,19 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
-from lm_common import MODELS, EagerDecoder, GraphDecoder, build_config, build_model, max_positions
+from lm_common import (
+    GROUPS,
+    MODELS,
+    EagerDecoder,
+    GraphDecoder,
+    build_config,
+    build_model,
+    config_facts,
+    max_positions,
+    prefill_outputs,
+    reference_experts,
+    rel_error,
+)
 from lm_common.profile import compare
 from lm_common.report import format_row, table
 from lm_common.timing import Side, interleaved, paired_speedup
@@ -59,7 +80,9 @@ QUICK = {"reps": 3, "warmup": 1, "new_tokens": 16, "train_seq": 256, "prefill_se
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    p.add_argument("--models", nargs="+", choices=tuple(MODELS), default=list(MODELS))
+    p.add_argument("--models", nargs="+", choices=(*MODELS, *GROUPS), default=["dense"],
+                   help="models or groups: dense (default: " + ", ".join(GROUPS["dense"]) + "), moe ("
+                   + ", ".join(GROUPS["moe"]) + ")")
     p.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
     p.add_argument("--layers", type=int, default=2, help="transformer layers per model (default 2)")
     p.add_argument("--dtype", choices=DTYPES, default="bf16")
@@ -93,6 +116,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, help="write the results to this JSON file")
     args = p.parse_args(argv)
+    args.models = list(dict.fromkeys(m for name in args.models for m in GROUPS.get(name, [name])))
     if args.quick:  # what the command line left at its default
         for key, value in QUICK.items():
             if getattr(args, key) == p.get_default(key):
@@ -119,16 +143,6 @@ def sides(native: bool, control: bool = False
 
     ours = contextlib.nullcontext if control else functools.partial(tritonblas.enable, native=native)
     return ("torch", contextlib.nullcontext), ("ours", ours)
-
-
-def rel_error(x, ref) -> float:
-    """Relative Frobenius error, accumulated in float64."""
-    import torch
-
-    ref = ref.float()
-    diff = torch.linalg.vector_norm(x.float() - ref, dtype=torch.float64).item()
-    scale = torch.linalg.vector_norm(ref, dtype=torch.float64).item()
-    return diff / scale if scale > 0 else diff
 
 
 class Bench:
@@ -258,12 +272,21 @@ class Bench:
         return row
 
     def logits_errors(self, ids) -> dict:
-        """Each side's prefill logits against `ids`' float32 logits (computed before the cast)."""
-        out = {}
+        """Each side's prefill logits against `ids`' float32 logits (computed before the cast), and a mixture
+        of experts' share of (layer, token) expert choices equal to float32's (experts_as_fp32_<side>); a
+        side that fails (torch._grouped_mm in a dtype it lacks, say) is recorded as error_<side>."""
+        out: dict[str, Any] = {}
         with self.torch.no_grad():
             for name, mode in sides(self.args.native_kernels, self.args.control):
-                with mode():
-                    out[name] = rel_error(self.model(ids).logits, self.ref_logits)
+                try:
+                    with mode():
+                        logits, picks = prefill_outputs(self.name, self.model, ids)
+                    out[name] = rel_error(logits, self.ref_logits)
+                    if picks is not None:
+                        same = (picks == self.ref_picks).all(-1)
+                        out[f"experts_as_fp32_{name}"] = same.float().mean().item()
+                except Exception as exc:  # recorded: the parts still run
+                    out[name], out[f"error_{name}"] = None, _why(exc)
         return out
 
 
@@ -279,14 +302,14 @@ def bench_model(args: argparse.Namespace, name: str, device) -> dict:
     torch.manual_seed(args.seed)
     model = build_model(name, config, device)
     doc = {"model": name, "layers": args.layers,
-           "params": sum(p.numel() for p in model.parameters()), "config": _config_facts(config)}
+           "params": sum(p.numel() for p in model.parameters()), "config": config_facts(config)}
     bench = Bench(args, name, model, config, device)
     ids = bench.ids(args.prefill_batch, min(args.prefill_seq, max_positions(config)))
-    with torch.no_grad():
-        bench.ref_logits = model(ids).logits.float()  # the float32 model, run by torch
+    with torch.no_grad(), reference_experts(name, model):  # the float32 model, run by torch
+        bench.ref_logits, bench.ref_picks = prefill_outputs(name, model, ids)
     model.to(getattr(torch, DTYPE_NAMES[args.dtype]))
     doc["logits_error"] = bench.logits_errors(ids)
-    del bench.ref_logits
+    del bench.ref_logits, bench.ref_picks
     rows = []
     for part in args.parts:
         if part.startswith("decode") and MODELS[name].kind != "causal":
@@ -311,12 +334,6 @@ def bench_model(args: argparse.Namespace, name: str, device) -> dict:
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return doc
-
-
-def _config_facts(config) -> dict:
-    keys = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "vocab_size",
-            "n_embd", "n_head")
-    return {k: getattr(config, k) for k in keys if isinstance(getattr(config, k, None), int)}
 
 
 def _token_agreement(rows: list[dict]) -> None:

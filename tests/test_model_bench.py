@@ -35,7 +35,14 @@ def test_quick_fills_only_what_was_not_given(mb):
     args = mb.parse_args(["--quick", "--reps", "5"])
     assert (args.reps, args.warmup, args.new_tokens, args.train_seq) == (5, 1, 16, 256)
     full = mb.parse_args([])
-    assert (full.reps, full.new_tokens, full.decode_batches, full.models) == (10, 64, [1, 8], list(mb.MODELS))
+    assert (full.reps, full.new_tokens, full.decode_batches) == (10, 64, [1, 8])
+    assert full.models == mb.GROUPS["dense"]
+
+
+def test_models_takes_groups(mb):
+    assert mb.GROUPS == {"dense": ["llama", "qwen", "gpt2", "bert"], "moe": ["mixtral", "qwen3moe"]}
+    assert mb.parse_args(["--models", "moe"]).models == ["mixtral", "qwen3moe"]
+    assert mb.parse_args(["--models", "gpt2", "moe", "mixtral"]).models == ["gpt2", "mixtral", "qwen3moe"]
 
 
 @pytest.mark.parametrize("argv", [["--reps", "0"], ["--decode-batches", "1", "0"], ["--warmup", "-1"]])
@@ -161,11 +168,38 @@ def test_rows_and_table(mb):
     assert mb.format_row(timed) in text and mb.format_row(failed) in text
     off = _row(part="decode-graph", ours_tokens_as_torch_eager=0.0, torch_tokens_as_torch_eager=0.0)
     assert mb.format_row(off).endswith("| tokens as torch eager: 0.00; torch's own: 0.00 |")
-    assert "| llama | 1500.0M | 1.230e-02 | 1.250e-02 |" in text
+    assert "| llama | 1500.0M | 1.230e-02 | 1.250e-02 | - |" in text
+    doc["models"][0]["logits_error"].update(experts_as_fp32_torch=0.9375, experts_as_fp32_ours=0.96875)
+    assert "| llama | 1500.0M | 1.230e-02 | 1.250e-02 | 0.938 / 0.969 |" in mb.table(doc)
     assert "logits error torch (bf16 vs fp32)" in text and "vs transparent mode" in text
     spread = _row(torch_ms=10.0, ours_ms=8.0, speedup=1.25, speedup_middle_half=[1.2, 1.31])
     assert mb.format_row(spread).endswith("| 1.250x | rounds 1.200-1.310x |")
     assert "vs torch again (--control" in mb.table({**doc, "control": True})
+
+
+def test_a_side_whose_logits_fail_is_recorded(mb):
+    """torch._grouped_mm's CUDA fast path takes bf16 only: one side's prefill may fail where the other
+    runs, which the logits table says, and the parts still run."""
+    from types import SimpleNamespace
+
+    from tritonblas.transparent import is_enabled
+
+    class Model(torch.nn.Module):
+        def forward(self, input_ids):
+            if is_enabled():
+                raise RuntimeError("no kernel for this dtype\nthe rest of the message")
+            return SimpleNamespace(logits=input_ids.float() * 2)
+
+    args = mb.parse_args(["--device", "cpu"])
+    args.native_kernels = False
+    bench = mb.Bench(args, "llama", Model(), SimpleNamespace(vocab_size=5), torch.device("cpu"))
+    ids = torch.tensor([[1, 2, 3]])
+    bench.ref_logits = ids.float() * 2.5
+    errors = bench.logits_errors(ids)
+    assert errors == {"torch": pytest.approx(0.2), "ours": None,
+                      "error_ours": "RuntimeError: no kernel for this dtype"}
+    text = mb.table(_doc({"model": "llama", "params": 2e6, "rows": [], "logits_error": errors}))
+    assert "| llama | 2.0M | 2.000e-01 | failed: RuntimeError: no kernel for this dtype | - |" in text
 
 
 def test_token_agreement_against_torchs_eager_decode(mb):
@@ -288,7 +322,7 @@ def test_surplus_lists_what_one_side_launches_more_often(mb):
 
 
 def _profile(extra: list[dict]) -> dict:
-    ops = {"aten::mm": 4, "aten::copy_": 1}
+    ops = {"aten::mm": 4, "aten::_grouped_mm": 2, "aten::copy_": 1}
     return {"kernels": {"torch": {"launches": 10, "us": 100.0, "gemm_us": 60.0},
                         "ours": {"launches": 13, "us": 130.0, "gemm_us": 45.0}},
             "host_ops": {"torch": ops, "ours": {**ops, "aten::copy_": 4}}, "ours_extra": extra,
@@ -301,7 +335,7 @@ def test_profile_table(mb):
     doc = _doc({"model": "llama", "params": 1e9, "rows": [], "logits_error": {"torch": 0.0, "ours": 0.0},
                 "profile": _profile(extra)})
     text = mb.table(doc)
-    assert "| llama | 10 | 100 | 60 | 13 | 130 | 45 | 3 | 4 / 4 | 1 / 4 |" in text
+    assert "| llama | 10 | 100 | 60 | 13 | 130 | 45 | 3 | 4 / 4 | 2 / 2 | 1 / 4 |" in text
     assert f"| llama | `{'k' * 87}...` | copy | 3 | 0 | 1236.0 | 0.0 |" in text
     doc["models"][0]["profile"] = {"error": "RuntimeError: CUPTI unavailable"}
     assert "| llama | failed: RuntimeError: CUPTI unavailable |" in mb.table(doc)
@@ -316,7 +350,10 @@ FULL_SIZE = {  # model: (vocab, hidden, KV heads or None)
     "qwen": (151936, 3584, 4),
     "gpt2": (50257, 1280, None),
     "bert": (30522, 1024, None),
+    "mixtral": (32000, 4096, 8),
+    "qwen3moe": (151936, 2048, 4),
 }
+EXPERTS = {"mixtral": (8, 2, 14336), "qwen3moe": (128, 8, 768)}  # model: (experts, top-k, expert width)
 
 
 @pytest.mark.parametrize("name", list(FULL_SIZE))
@@ -329,6 +366,9 @@ def test_configs_at_full_size(mb, name):
         assert config.num_key_value_heads == kv_heads
     if name == "gpt2":
         assert config.n_layer == 2
+    if name in EXPERTS:
+        width = getattr(config, "moe_intermediate_size", config.intermediate_size)
+        assert (config.num_experts, config.num_experts_per_tok, width) == EXPERTS[name]
 
 
 def _tiny_bench(mb, name: str, argv: list[str]):
@@ -347,7 +387,7 @@ def test_decode_rows_of_a_batch_share_their_prompt(mb):
     assert bench.prompt(1).shape == (1, 5)
 
 
-@pytest.mark.parametrize("name", ["llama", "gpt2"])
+@pytest.mark.parametrize("name", ["llama", "gpt2", "qwen3moe"])
 @pytest.mark.parametrize("graph", [None, "emulated"])
 def test_static_cache_steps_decode_as_the_dynamic_cache(mb, name, graph):
     """The graph decoder (static cache, 4-D mask) gives the eager decode's tokens and logits: its step run

@@ -11,6 +11,9 @@ that exist, and what it does that a CPU can do is run:
 - smem_sweep.py: `--summary` of the committed shared-memory records;
 - mlp_step.py: tests/test_mlp_step.py runs its whole flow;
 - cli_reference.py: tests/test_cli_reference.py regenerates docs/cli.md's reference with it.
+- model_bench.py: tests/test_model_bench.py for the dense models; here, with transformers installed, a whole
+  run of the toy mixtures of experts (their expert GEMMs torch._grouped_mm) through transparent mode.
+- grouped_bench.py: its shapes file's entries, and without a GPU it says so and exits non-zero.
 
 The subprocesses start together in a thread pool (about 10 s on 2 cores); under pytest-xdist each
 runs on demand.
@@ -43,7 +46,7 @@ PYTHON = [p for p in PROGRAMS if p.suffix == ".py"]
 H200_RUN = SCRIPTS / "h200_run.sh"
 # Commands with a --help: not ci-postgres.sh, which .ci/run sources (it starts a PostgreSQL server).
 COMMANDS = [*PYTHON, H200_RUN]
-MAX_PROGRAMS = 11
+MAX_PROGRAMS = 12
 PACKAGES = ("tritonblas", "tuning_db")
 TINY = ROOT / "tests" / "data" / "tiny.yaml"
 
@@ -52,6 +55,7 @@ RUNS = {
     "dispatch_overhead": [str(SCRIPTS / "dispatch_overhead.py"), "--m", "4", "--n", "32", "--k", "32",
                           "--dtype", "fp16", "--calls", "3", "--trials", "1"],
     "gpu_smoke": [str(SCRIPTS / "gpu_smoke.py")],
+    "grouped_bench": [str(SCRIPTS / "grouped_bench.py"), "--shapes", str(SCRIPTS / "classes" / "grouped.yaml")],
     "smem_summary": [str(SCRIPTS / "smem_sweep.py"), "--summary"],
 }
 
@@ -291,6 +295,11 @@ def test_gpu_smoke_says_it_needs_a_gpu(runner):
     assert proc.returncode != 0 and "runs on a GPU; none is available" in proc.stderr, _output(proc)
 
 
+def test_grouped_bench_reads_its_shapes_and_says_it_needs_a_gpu(runner):
+    proc = _run(runner, "grouped_bench")
+    assert proc.returncode == 2 and "needs a CUDA GPU" in proc.stderr, _output(proc)
+
+
 def test_smem_sweep_summary_of_the_committed_records(runner):
     proc = _run(runner, "smem_summary")
     assert proc.returncode == 0, _output(proc)
@@ -322,6 +331,48 @@ def test_graph_probe_operands_follow_layout_and_bias():
     assert a.shape == (16, 64) and a.is_contiguous()
     assert b.shape == (64, 48) and b.t().is_contiguous()  # "t": B is stored (N, K)
     assert bias.shape == (48,) and out.shape == (16, 48)
+
+
+# --- model_bench.py: the mixtures of experts at toy size, every part, both sides (ours in the interpreter)
+
+MOE_LAYERS, MOE_EXPERTS = 2, {"mixtral": (4, 2), "qwen3moe": (16, 4)}  # model: (experts, top-k) at --tiny
+# aten::_grouped_mm calls of one profiled training step: two forward and backward passes, each layer's
+# experts two grouped GEMMs forward and four backward (the input's and the weight's gradient of each)
+MOE_GROUPED_PER_STEP = 2 * MOE_LAYERS * (2 + 4)
+
+
+def test_model_bench_runs_the_mixtures_of_experts(env, tmp_path):
+    pytest.importorskip("transformers")
+    out = tmp_path / "moe.json"
+    argv = [str(SCRIPTS / "model_bench.py"), "--device", "cpu", "--tiny", "--models", "moe", "--dtype",
+            "fp32", "--layers", str(MOE_LAYERS), "--reps", "1", "--warmup", "0", "--train-batch", "2",
+            "--train-seq", "8", "--prefill-seq", "8", "--prompt-len", "4", "--new-tokens", "2",
+            "--decode-batches", "1", "2", "--profile", "--json", str(out)]
+    proc = subprocess.run([sys.executable, *argv], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=900, check=False)
+    assert proc.returncode == 0, _output(proc)
+    models = json.loads(out.read_text())["models"]
+    assert [m["model"] for m in models] == list(MOE_EXPERTS)
+    for m in models:
+        assert (m["config"]["num_experts"], m["config"]["num_experts_per_tok"]) == MOE_EXPERTS[m["model"]]
+        rows = [(r["part"], r["batch"]) for r in m["rows"]]
+        assert rows == [("train", 2), ("prefill", 1), ("decode", 1), ("decode", 2), ("decode-graph", 1),
+                        ("decode-graph", 2)], m["rows"]
+        for r in m["rows"]:
+            assert r["torch_ms"] > 0 and r["ours_ms"] > 0 and not any(k.startswith("error") for k in r), r
+            if r["part"] != "train" and r["part"] != "prefill":  # both decoders, both sides: the same tokens
+                assert r["torch_tokens_as_torch_eager"] == r["ours_tokens_as_torch_eager"] == 1.0, r
+        # fp32 against the fp32 reference (its experts as the per-expert loop): rounding only, every token
+        # routed to the reference's experts
+        errors = m["logits_error"]
+        assert errors["torch"] < 1e-5 and errors["ours"] < 1e-5, errors
+        assert errors["experts_as_fp32_torch"] == errors["experts_as_fp32_ours"] == 1.0, errors
+        ops = m["profile"]["host_ops"]
+        # the experts run as grouped GEMMs; a routed one adds no aten::_grouped_mm of its own
+        assert ops["torch"]["aten::_grouped_mm"] == MOE_GROUPED_PER_STEP, ops
+        assert ops["ours"]["aten::_grouped_mm"] == MOE_GROUPED_PER_STEP, ops
+    assert "| mixtral | train | b2 s8 |" in proc.stdout
+    assert "| qwen3moe | decode-graph | b2 p4+2 |" in proc.stdout
 
 
 # --- every script reaches only public names that exist

@@ -3,6 +3,8 @@ transformers imported only when a model is built) and the greedy decoders it tim
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -13,6 +15,7 @@ class ModelSpec:
     config_class: str  # a transformers config class
     fields: dict  # the full-size model's config
     tiny: dict  # --tiny: the same architecture at toy size (CPU smoke)
+    experts: bool = False  # a mixture of experts, built with experts_implementation="grouped_mm"
 
 
 _NO_DROPOUT = {"attention_dropout": 0.0}
@@ -34,7 +37,27 @@ MODELS = {
         hidden_size=1024, intermediate_size=4096, num_attention_heads=16, vocab_size=30522,
         max_position_embeddings=512, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0),
         dict(hidden_size=48, intermediate_size=100, num_attention_heads=4, vocab_size=251)),
+    # Mixtral-8x7B-style: 8 experts of 14336, top 2 (expert GEMMs of ~512 rows each per 2048 tokens)
+    "mixtral": ModelSpec("causal", "MixtralConfig", dict(
+        hidden_size=4096, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8,
+        num_local_experts=8, num_experts_per_tok=2, vocab_size=32000, max_position_embeddings=32768,
+        tie_word_embeddings=False, **_NO_DROPOUT),
+        dict(hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2,
+             num_local_experts=4, vocab_size=259), experts=True),
+    # Qwen3-MoE-30B-A3B-style, fine-grained: 128 experts of 768, top 8 (~128 rows each per 2048 tokens,
+    # a few at decode)
+    "qwen3moe": ModelSpec("causal", "Qwen3MoeConfig", dict(
+        hidden_size=2048, moe_intermediate_size=768, num_attention_heads=32, num_key_value_heads=4,
+        head_dim=128, num_experts=128, num_experts_per_tok=8, norm_topk_prob=True, vocab_size=151936,
+        max_position_embeddings=40960, tie_word_embeddings=False, **_NO_DROPOUT),
+        dict(hidden_size=64, moe_intermediate_size=32, num_attention_heads=4, num_key_value_heads=2,
+             head_dim=16, num_experts=16, num_experts_per_tok=4, vocab_size=263), experts=True),
 }
+# --models takes these names for groups of models
+GROUPS = {"dense": [n for n, s in MODELS.items() if not s.experts],
+          "moe": [n for n, s in MODELS.items() if s.experts]}
+
+
 def build_config(name: str, layers: int, tiny: bool):
     """The model's transformers config (transformers imported here: an optional extra)."""
     try:
@@ -48,15 +71,66 @@ def build_config(name: str, layers: int, tiny: bool):
 
 
 def build_model(name: str, config, device):
-    """Random weights (the model's own init), float32, sdpa attention, on `device`."""
+    """Random weights (the model's own init), float32, sdpa attention, on `device`; a mixture of experts
+    runs its experts through torch._grouped_mm (experts_implementation="grouped_mm"), the op transparent
+    mode routes."""
     import torch
     import transformers
 
     auto = transformers.AutoModelForCausalLM if MODELS[name].kind == "causal" else \
         transformers.AutoModelForMaskedLM
+    experts = {"experts_implementation": "grouped_mm"} if MODELS[name].experts else {}
     with torch.device(device):
-        model = auto.from_config(config, attn_implementation="sdpa")
+        model = auto.from_config(config, attn_implementation="sdpa", **experts)
     return model.float().eval()
+
+
+@contextlib.contextmanager
+def reference_experts(name: str, model) -> Iterator[None]:
+    """The float32 reference logits' experts: transformers' loop of per-expert linears ("eager"), the same
+    math in any dtype on any device, where torch._grouped_mm's fast path takes bf16 only; grouped_mm
+    again after."""
+    if not MODELS[name].experts:
+        yield
+        return
+    model.set_experts_implementation("eager")
+    try:
+        yield
+    finally:
+        model.set_experts_implementation("grouped_mm")
+
+
+def prefill_outputs(name: str, model, ids) -> tuple[Any, Any]:
+    """(logits, expert choices) of a forward over `ids`; the choices (a mixture of experts' alone, else
+    None): each layer's top-k experts per token, sorted, (layers, tokens, k). A random router's top-k is
+    near a tie for many tokens, so the dtype alone moves some tokens to other experts, which changes their
+    logits far more than rounding does: the choices tell that apart from a GEMM's error."""
+    if not MODELS[name].experts:
+        return model(ids).logits, None
+    import torch
+
+    out = model(ids, output_router_logits=True)
+    k = model.config.num_experts_per_tok
+    # softmax is monotonic: the top-k of the router's logits are the top-k of its probabilities
+    return out.logits, torch.stack([r.float().topk(k, dim=-1).indices.sort(-1).values
+                                    for r in out.router_logits])
+
+
+def rel_error(x, ref) -> float:
+    """Relative Frobenius error, accumulated in float64."""
+    import torch
+
+    ref = ref.float()
+    diff = torch.linalg.vector_norm(x.float() - ref, dtype=torch.float64).item()
+    scale = torch.linalg.vector_norm(ref, dtype=torch.float64).item()
+    return diff / scale if scale > 0 else diff
+
+
+def config_facts(config) -> dict:
+    """The config's sizes, for the JSON."""
+    keys = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "vocab_size",
+            "n_embd", "n_head", "num_experts", "num_experts_per_tok", "moe_intermediate_size")
+    return {k: getattr(config, k) for k in keys if isinstance(getattr(config, k, None), int)}
 
 
 def max_positions(config) -> int:

@@ -9,9 +9,11 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
-# Host-side ops counted too: a routed GEMM should add no aten::mm of its own, a gradient in its
-# parameter's layout no copy (AccumulateGrad copies one whose strides differ).
-HOST_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::copy_", "aten::clone", "aten::contiguous")
+# Host-side ops counted too: a routed GEMM should add no aten::mm (a mixture of experts' grouped one no
+# aten::_grouped_mm) of its own, a gradient in its parameter's layout no copy (AccumulateGrad copies one
+# whose strides differ).
+HOST_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::_grouped_mm", "aten::copy_", "aten::clone",
+            "aten::contiguous")
 _KINDS = (("copy", re.compile(r"copy|memcpy|transpose", re.I)),
           ("elementwise", re.compile(r"elementwise|vectorized", re.I)),
           ("memset", re.compile(r"memset", re.I)),

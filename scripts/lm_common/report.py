@@ -37,10 +37,17 @@ def table(doc: dict) -> str:
              "|---|---|---|---|---|---|---|"]
     for m in doc["models"]:
         lines.extend(format_row(r) for r in m["rows"])
-    lines += ["", "| model | params | logits error torch (bf16 vs fp32) | ours |", "|---|---|---|---|"]
+    # a mixture of experts: the share of (layer, token) expert choices equal to float32's, which tells a
+    # token moved to another expert (a large logits error from the dtype alone) from a GEMM's error
+    lines += ["", "| model | params | logits error torch (bf16 vs fp32) | ours | experts as fp32's torch / "
+              "ours |", "|---|---|---|---|---|"]
     for m in doc["models"]:
         e = m["logits_error"]
-        lines.append(f"| {m['model']} | {m['params'] / 1e6:.1f}M | {e['torch']:.3e} | {e['ours']:.3e} |")
+        cells = [f"failed: {e[f'error_{side}']}" if e.get(side) is None else f"{e[side]:.3e}"
+                 for side in ("torch", "ours")]
+        experts = " / ".join(_ms(e, f"experts_as_fp32_{side}", ".3f") for side in ("torch", "ours"))
+        lines.append(f"| {m['model']} | {m['params'] / 1e6:.1f}M | {' | '.join(cells)} | "
+                     f"{'-' if experts == '- / -' else experts} |")
     lines = "\n".join(lines).replace("(bf16 vs", f"({doc['dtype']} vs")
     profiled = [m for m in doc["models"] if "profile" in m]
     return lines + ("\n\n" + profile_table(profiled) if profiled else "")
@@ -52,8 +59,8 @@ def profile_table(models: list[dict]) -> str:
              "kernels and GEMM kernels (the part a faster GEMM can shorten)",
              "", "| model | torch launches | torch us | torch GEMM us | ours launches | ours us | "
              "ours GEMM us | extra copy/elementwise launches | aten::mm torch / ours | "
-             "aten::copy_ torch / ours |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "aten::_grouped_mm torch / ours | aten::copy_ torch / ours |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for m in models:
         if "error" in m["profile"]:
             lines.append(f"| {m['model']} | failed: {m['profile']['error']} |")
@@ -63,8 +70,8 @@ def profile_table(models: list[dict]) -> str:
                      f"{k['torch']['gemm_us']:.0f} | {k['ours']['launches']} | {k['ours']['us']:.0f} | "
                      f"{k['ours']['gemm_us']:.0f} | "
                      f"{p['ours_extra_copy_or_elementwise_launches']} | "
-                     f"{ops['torch']['aten::mm']} / {ops['ours']['aten::mm']} | "
-                     f"{ops['torch']['aten::copy_']} / {ops['ours']['aten::copy_']} |")
+                     + " | ".join(f"{ops['torch'].get(op, 0)} / {ops['ours'].get(op, 0)}"
+                                  for op in ("aten::mm", "aten::_grouped_mm", "aten::copy_")) + " |")
     lines += ["", "Kernels ours launches more often than torch's step (most extra time first)", "",
               "| model | kernel | kind | ours n | torch n | ours us | torch us |",
               "|---|---|---|---|---|---|---|"]
