@@ -13,7 +13,7 @@ import threading
 
 import torch
 
-from .. import record
+from .. import caches, record
 from ..device import tensor_device_info
 from . import launch as grouped_launch
 from .forms import DTYPE_NAMES, GroupedShape, check_args, output_strides
@@ -60,12 +60,13 @@ def grouped_mm(mat_a: torch.Tensor, mat_b: torch.Tensor, *, offs: torch.Tensor |
     key = _call_key(mat_a, mat_b, offs, bias, out_dtype, backend)
     known = _calls.get(key) if key is not None else None
     if known is None:
+        read_at = caches.generation()
         if backend not in BACKENDS:
             raise ValueError(f"grouped_mm: backend must be None, 'triton' or 'torch', got {backend!r}")
         shape = check_args(mat_a, mat_b, offs, bias, out_dtype, read_offs=not torch.compiler.is_compiling())
         known = (shape, None if backend == "torch" else selection_for(mat_a, mat_b, shape, backend))
-        if key is not None and len(_calls) < MAX_CALLS:
-            _calls[key] = known
+        if key is not None:
+            caches.store(read_at, _calls, key, known)
     shape, selection = known
     note_call(mat_a, mat_b, shape)
     if torch.compiler.is_compiling() or (torch.is_grad_enabled() and (
@@ -75,9 +76,9 @@ def grouped_mm(mat_a: torch.Tensor, mat_b: torch.Tensor, *, offs: torch.Tensor |
 
 
 # The checks and the selection of a call signature, kept: a decode step calls the same few signatures
-# again and again, and the host time of a call counts there as much as its kernel's.
-_calls: dict[tuple, tuple] = {}
-MAX_CALLS = 4096
+# again and again, and the host time of a call counts there as much as its kernel's. Dropped with
+# dispatch's selections (tritonblas.dispatch.clear_cache()).
+_calls: dict[tuple, tuple] = caches.new()
 
 
 def _call_key(mat_a, mat_b, offs, bias, out_dtype, backend) -> tuple | None:
@@ -126,13 +127,15 @@ def product(mat_a, mat_b, offs, bias, out_dtype: torch.dtype, shape: GroupedShap
 
 def vendor(mat_a, mat_b, offs, bias, out_dtype: torch.dtype, shape: GroupedShape) -> torch.Tensor:
     """torch's own grouped GEMM where it takes the call (bf16, 16-byte strides), else the groups one
-    by one with torch.mm (reads offs on the host); the bias added after, torch's op has none."""
+    by one with torch.mm (reads offs on the host, the tail zero); the bias added after, torch's op has
+    none. Rows (columns) past the last group end are what torch's op leaves there: zeroing them cost
+    a copy of the output (Qwen3-MoE's down projection through dispatch ran at 0.42x torch's op)."""
     try:
         with torch_own():
             out = torch._grouped_mm(mat_a, mat_b, offs=offs, out_dtype=out_dtype if out_dtype != mat_a.dtype else None)
     except (RuntimeError, AttributeError, TypeError):
-        out = _loop(mat_a, mat_b, offs, shape).to(out_dtype)
-    out = _zero_tail(out.to(out_dtype), offs, shape)
+        out = _loop(mat_a, mat_b, offs, shape)
+    out = out.to(out_dtype)
     if bias is not None:
         out = out + _bias_rows(bias, offs, shape).to(out_dtype)
     return out
@@ -161,15 +164,6 @@ def _group_index(offs: torch.Tensor, extent: int) -> tuple[torch.Tensor, torch.T
     idx = torch.searchsorted(offs, pos, right=True)
     inside = idx < offs.shape[0]
     return idx.clamp(max=max(offs.shape[0] - 1, 0)), inside
-
-
-def _zero_tail(out: torch.Tensor, offs, shape: GroupedShape) -> torch.Tensor:
-    """torch leaves the rows (columns) past the last group end unspecified; ours are zeros."""
-    if shape.form == "2d3d":
-        return out * _group_index(offs, shape.m)[1][:, None]
-    if shape.form == "3d2d":
-        return out * _group_index(offs, shape.n)[1][None, :]
-    return out
 
 
 def _bias_rows(bias: torch.Tensor, offs, shape: GroupedShape) -> torch.Tensor:

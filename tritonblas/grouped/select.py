@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import caches
 from ..arch import TMA_ARCHS, DeviceInfo
 from ..config import GemmConfig
 from .forms import DTYPE_NAMES, GroupedShape
@@ -72,9 +73,23 @@ def grouped_supports(config: GemmConfig, key: GroupedKey, device: DeviceInfo) ->
     return True, ""
 
 
+def vendor_preferred(key: GroupedKey, device: DeviceInfo) -> bool:
+    """Whether torch's grouped GEMM runs a key nobody tuned better, as measured on the H200 (2026-12-03,
+    scripts/grouped_bench.py): our kernels win decode (a few rows a group: 1.3x-1.7x) and fine-grained
+    experts with a long K (128-256 experts, K >= 2048: 1.0x-1.2x), and lose to CUTLASS on a few large
+    groups (Mixtral's 1024 rows a group: 0.86x-0.92x), on a short K (768: 0.87x) and on the weight
+    gradient (2d2d: the pointer path, no TMA over a cut K). torch's op takes bf16 on CUDA only."""
+    if device.arch in ("interpreter",) or key.dtype != "bf16":
+        return False
+    if key.form == "2d2d":
+        return True
+    return key.rows > 64 and (key.groups < 64 or key.k < 2048)
+
+
 def heuristic(key: GroupedKey, device: DeviceInfo) -> GemmConfig:
-    """A config for a key nobody tuned: tiles as tall as the groups' rows (decode: 16-row tiles that read
-    each active expert's weights once), TMA on archs that have it."""
+    """A config for a key nobody tuned: torch's op where it is expected to win (vendor_preferred), else
+    tiles as tall as the groups' rows (decode: 16-row tiles that read each active expert's weights
+    once), TMA on archs that have it."""
     tma = device.arch in TMA_ARCHS
     if device.arch == "interpreter":  # small tiles: the interpreter's time grows with the tile
         return GemmConfig(block_m=16, block_n=32, block_k=32, num_warps=4, num_stages=1)
@@ -133,9 +148,17 @@ def select(key: GroupedKey, device: DeviceInfo, backend: str | None = None) -> G
     near = [(d, c) for k, c in ok if (d := _distance(key, k)) is not None and d <= 1]
     if near:
         return GroupedSelection(min(near, key=lambda dc: dc[0])[1], "neighbor", key)
+    if backend != "triton" and vendor_preferred(key, device):
+        return GroupedSelection(GemmConfig.vendor(), "heuristic", key)
     return GroupedSelection(heuristic(key, device), "heuristic", key)
 
 
+_CLEARS = (select.cache_clear, shipped_table.cache_clear)
+
+
 def clear_cache() -> None:
-    select.cache_clear()
-    shipped_table.cache_clear()
+    for clear in _CLEARS:
+        clear()
+
+
+caches.also_clear(clear_cache)  # dropped with dispatch's selections (tritonblas.dispatch.clear_cache())
