@@ -12,8 +12,11 @@ from tritonblas.grouped import select as grouped_select
 
 def _with_config(monkeypatch, config) -> None:
     """Run `config` whatever dispatch would pick."""
-    monkeypatch.setattr(grouped_select, "select", lambda key, device, backend=None:
-                        grouped_select.GroupedSelection(config, "test", key))
+    monkeypatch.setattr(
+        grouped_select,
+        "select",
+        lambda key, device, backend=None: grouped_select.GroupedSelection(config, "test", key),
+    )
     import tritonblas.grouped.op as op
     from tritonblas import caches
 
@@ -64,7 +67,7 @@ def test_backends(backend, device):
     a, b, offs, bias = operands(case, device)
     out = tritonblas.grouped_mm(a, b, offs=offs, bias=bias, backend=backend)
     if backend == "torch":  # rows past the last group end: what torch's op leaves there
-        out[int(offs[-1]):] = 0
+        out[int(offs[-1]) :] = 0
     assert_close(out, a, b, offs, bias)
 
 
@@ -81,7 +84,9 @@ def test_no_groups(device):
     assert out.shape == (8, 12) and (out == 0).all()
 
 
-GRAD_CASES = [c for c in CASES if c.dtype == "fp32"] + [Case("2d3d", 3, 20, 16, 24, (5, 0, 12), "nt", bias=True)]
+GRAD_CASES = [c for c in CASES if c.dtype == "fp32"] + [
+    Case("2d3d", 3, 20, 16, 24, (5, 0, 12), "nt", bias=True)
+]
 
 
 @pytest.mark.parametrize("case", GRAD_CASES, ids=lambda c: c.id)
@@ -90,13 +95,17 @@ def test_gradients(case: Case, device):
     autograd of the reference, and each gradient in its input's layout."""
     torch.manual_seed(1)
     a, b, offs, bias = operands(case, device)
-    leaves = [t.detach().requires_grad_() for t in (a, b)] + \
-        ([bias.detach().requires_grad_()] if bias is not None else [])
+    leaves = [t.detach().requires_grad_() for t in (a, b)] + (
+        [bias.detach().requires_grad_()] if bias is not None else []
+    )
     ref_leaves = [t.detach().double().requires_grad_() for t in leaves]
-    weight = torch.randn(loop(a, b, offs, bias, torch.float64, torch.float64).shape, device=device,
-                         dtype=torch.float64)
+    weight = torch.randn(
+        loop(a, b, offs, bias, torch.float64, torch.float64).shape, device=device, dtype=torch.float64
+    )
     for _ in range(2):  # accumulating
-        out = tritonblas.grouped_mm(leaves[0], leaves[1], offs=offs, bias=leaves[2] if bias is not None else None)
+        out = tritonblas.grouped_mm(
+            leaves[0], leaves[1], offs=offs, bias=leaves[2] if bias is not None else None
+        )
         (out.double() * weight).sum().backward()
     ref = _reference_with_grad(ref_leaves, offs, bias is not None)
     (2 * ref * weight).sum().backward()
@@ -128,7 +137,11 @@ def _reference_with_grad(leaves, offs, has_bias):
     if form in ("3d3d", "2d2d"):
         return torch.stack(parts)
     cat = torch.cat(parts, dim=0 if form == "2d3d" else 1)
-    tail = (a.shape[0] - cat.shape[0], b.shape[-1]) if form == "2d3d" else (a.shape[1], b.shape[1] - cat.shape[1])
+    tail = (
+        (a.shape[0] - cat.shape[0], b.shape[-1])
+        if form == "2d3d"
+        else (a.shape[1], b.shape[1] - cat.shape[1])
+    )
     pad = torch.zeros(tail, dtype=cat.dtype, device=cat.device)
     return torch.cat([cat, pad], dim=0 if form == "2d3d" else 1)
 
@@ -155,7 +168,12 @@ def _bad(device):
         ("dtype", dict(mat_a=a, mat_b=b.double(), offs=offs), TypeError, "mat_b"),
         ("int operands", dict(mat_a=a.int(), mat_b=b, offs=offs), TypeError, "mat_a"),
         ("1-D", dict(mat_a=a[0], mat_b=b, offs=offs), ValueError, "mat_a"),
-        ("bias shape", dict(mat_a=a, mat_b=b, offs=offs, bias=torch.zeros(8, device=device)), ValueError, "bias"),
+        (
+            "bias shape",
+            dict(mat_a=a, mat_b=b, offs=offs, bias=torch.zeros(8, device=device)),
+            ValueError,
+            "bias",
+        ),
         ("out_dtype", dict(mat_a=a, mat_b=b, offs=offs, out_dtype=torch.int8), TypeError, "out_dtype"),
         ("3d3d offs", dict(mat_a=a[None].expand(3, 20, 16), mat_b=b, offs=offs), ValueError, "offs"),
         ("backend", dict(mat_a=a, mat_b=b, offs=offs, backend="cublas"), ValueError, "backend"),

@@ -55,7 +55,8 @@ RUNS = {
     "dispatch_overhead": [str(SCRIPTS / "dispatch_overhead.py"), "--m", "4", "--n", "32", "--k", "32",
                           "--dtype", "fp16", "--calls", "3", "--trials", "1"],
     "gpu_smoke": [str(SCRIPTS / "gpu_smoke.py")],
-    "grouped_bench": [str(SCRIPTS / "grouped_bench.py"), "--shapes", str(SCRIPTS / "classes" / "grouped.yaml")],
+    "grouped_bench": [str(SCRIPTS / "grouped_bench.py"),
+                      "--shapes", str(SCRIPTS / "classes" / "grouped.yaml")],
     "smem_summary": [str(SCRIPTS / "smem_sweep.py"), "--summary"],
 }
 

@@ -23,10 +23,9 @@ from __future__ import annotations
 import itertools
 import math
 from pathlib import Path
-
-import yaml
 from typing import Literal
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tuning_db.schemas import MAX_DIM

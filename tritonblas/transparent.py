@@ -144,9 +144,8 @@ def _register(want_native: bool) -> None:
                 lib.impl("_grouped_mm", grouped_kernel(own), key, with_keyset=True)
     _library = (lib,) if answers is None else (lib, answers)
     _native = answers is not None
-    log.get().info("transparent mode on (%s kernels): torch's mm, addmm, linear, _scaled_mm and _grouped_mm on "
-                   "%s go "
-                   "through dispatch", "C++" if _native else "Python",
+    log.get().info("transparent mode on (%s kernels): torch's mm, addmm, linear, _scaled_mm and "
+                   "_grouped_mm on %s go through dispatch", "C++" if _native else "Python",
                    "CUDA and (interpreter) CPU tensors" if interpreter_enabled() else "CUDA tensors")
 
 

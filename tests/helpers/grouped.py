@@ -33,8 +33,9 @@ class Case:
     @property
     def id(self) -> str:
         cut = "-".join(map(str, self.sizes)) if self.sizes else "x"
-        return f"{self.form}-E{self.groups}-{self.m}x{self.n}x{self.k}-{cut}-{self.layout}-{self.dtype}" + \
-            ("-bias" if self.bias else "")
+        return f"{self.form}-E{self.groups}-{self.m}x{self.n}x{self.k}-{cut}-{self.layout}-{self.dtype}" + (
+            "-bias" if self.bias else ""
+        )
 
 
 CASES = [

@@ -52,7 +52,9 @@ def check_args(mat_a, mat_b, offs, bias, out_dtype, read_offs: bool = True) -> G
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"grouped_mm: {name} must be a torch.Tensor, got {type(t).__name__}")
         if t.dim() not in (2, 3):
-            raise ValueError(f"grouped_mm: {name} must be 2-D or 3-D, got {t.dim()}-D of shape {tuple(t.shape)}")
+            raise ValueError(
+                f"grouped_mm: {name} must be 2-D or 3-D, got {t.dim()}-D of shape {tuple(t.shape)}"
+            )
         if t.dtype not in FLOAT_DTYPES:
             raise TypeError(f"grouped_mm: {name} must be float16, bfloat16 or float32, got {t.dtype}")
     if mat_b.dtype != mat_a.dtype:
@@ -60,8 +62,10 @@ def check_args(mat_a, mat_b, offs, bias, out_dtype, read_offs: bool = True) -> G
     if mat_b.device != mat_a.device:
         raise ValueError(f"grouped_mm: mat_b is on {mat_b.device}, mat_a on {mat_a.device}")
     if out_dtype is not None and out_dtype not in FLOAT_DTYPES:
-        raise TypeError(f"grouped_mm: out_dtype must be None, torch.float16, torch.bfloat16 or torch.float32, "
-                        f"got {out_dtype!r}")
+        raise TypeError(
+            f"grouped_mm: out_dtype must be None, torch.float16, torch.bfloat16 or torch.float32, "
+            f"got {out_dtype!r}"
+        )
     shape = _shape(mat_a, mat_b, offs)
     _check_offs(offs, shape, mat_a.device, read_offs)
     _check_bias(bias, shape, mat_a)
@@ -72,15 +76,21 @@ def _shape(mat_a: torch.Tensor, mat_b: torch.Tensor, offs) -> GroupedShape:
     form = form_of(mat_a, mat_b)
     if form == "3d3d":
         if offs is not None:
-            raise ValueError("grouped_mm: offs must be None when mat_a and mat_b are both 3-D (batched groups)")
+            raise ValueError(
+                "grouped_mm: offs must be None when mat_a and mat_b are both 3-D (batched groups)"
+            )
         if mat_a.shape[0] != mat_b.shape[0]:
             raise ValueError(f"grouped_mm: mat_a has {mat_a.shape[0]} groups, mat_b {mat_b.shape[0]}")
     elif offs is None:
-        raise ValueError(f"grouped_mm: offs (the int32 group ends) is needed when an operand is 2-D "
-                         f"(mat_a {mat_a.dim()}-D, mat_b {mat_b.dim()}-D)")
+        raise ValueError(
+            f"grouped_mm: offs (the int32 group ends) is needed when an operand is 2-D "
+            f"(mat_a {mat_a.dim()}-D, mat_b {mat_b.dim()}-D)"
+        )
     if mat_a.shape[-1] != mat_b.shape[-2]:
-        raise ValueError(f"grouped_mm: mat_a's last dimension ({mat_a.shape[-1]}) must equal mat_b's "
-                         f"second to last ({mat_b.shape[-2]}), the contraction (K)")
+        raise ValueError(
+            f"grouped_mm: mat_a's last dimension ({mat_a.shape[-1]}) must equal mat_b's "
+            f"second to last ({mat_b.shape[-2]}), the contraction (K)"
+        )
     groups = mat_a.shape[0] if mat_a.dim() == 3 else mat_b.shape[0] if mat_b.dim() == 3 else _length(offs)
     m, k, n = mat_a.shape[-2], mat_a.shape[-1], mat_b.shape[-1]
     out_shape = {"2d3d": (m, n), "3d3d": (groups, m, n), "2d2d": (groups, m, n), "3d2d": (m, n)}[form]
@@ -109,12 +119,16 @@ def _check_offs(offs, shape: GroupedShape, device: torch.device, read_values: bo
         raise ValueError(f"grouped_mm: offs is on {offs.device}, the operands on {device}")
     if offs.shape[0] != shape.groups:
         owner = "mat_b's first dimension" if shape.form == "2d3d" else "mat_a's first dimension"
-        raise ValueError(f"grouped_mm: offs has {offs.shape[0]} group ends, {owner} has {shape.groups} groups")
+        raise ValueError(
+            f"grouped_mm: offs has {offs.shape[0]} group ends, {owner} has {shape.groups} groups"
+        )
     if shape.form == "2d2d" and shape.groups == 0:
         raise ValueError("grouped_mm: offs must hold at least one group end when mat_a and mat_b are 2-D")
-    if read_values and offs.device.type == "cpu" and offs.numel():  # readable without a device sync; CUDA offs are clamped
+    if (
+        read_values and offs.device.type == "cpu" and offs.numel()
+    ):  # readable without a device sync; CUDA offs are clamped
         values = offs.tolist()
-        if any(b < a for a, b in zip(values, values[1:])) or values[0] < 0:
+        if any(b < a for a, b in zip(values, values[1:], strict=False)) or values[0] < 0:
             raise ValueError(f"grouped_mm: offs must be non-decreasing and non-negative, got {values[:8]}...")
         if values[-1] > cut_extent(shape):
             raise ValueError(f"grouped_mm: offs ends at {values[-1]}, past the {cut_extent(shape)} it cuts")
@@ -127,7 +141,9 @@ def _check_bias(bias, shape: GroupedShape, mat_a: torch.Tensor) -> None:
         raise TypeError(f"grouped_mm: bias must be a torch.Tensor, got {type(bias).__name__}")
     want = (shape.n,) if shape.form == "3d2d" else (shape.groups, shape.n)
     if tuple(bias.shape) != want:
-        raise ValueError(f"grouped_mm: bias must have shape {want} (one row per group), got {tuple(bias.shape)}")
+        raise ValueError(
+            f"grouped_mm: bias must have shape {want} (one row per group), got {tuple(bias.shape)}"
+        )
     if bias.dtype not in FLOAT_DTYPES:
         raise TypeError(f"grouped_mm: bias must be float16, bfloat16 or float32, got {bias.dtype}")
     if bias.device != mat_a.device:

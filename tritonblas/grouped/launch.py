@@ -20,9 +20,24 @@ from .forms import GroupedShape
 
 # The kernel's parameters, in its signature order (kernels/grouped.py).
 POINTERS = ("a_ptr", "b_ptr", "c_ptr", "bias_ptr", "offs_ptr", "a_desc", "b_desc")
-INTEGERS = ("E", "M", "N", "K", "NUM_PROGS",
-            "stride_ag", "stride_am", "stride_ak", "stride_bg", "stride_bk", "stride_bn",
-            "stride_cg", "stride_cm", "stride_cn", "stride_biasg", "stride_biasn")
+INTEGERS = (
+    "E",
+    "M",
+    "N",
+    "K",
+    "NUM_PROGS",
+    "stride_ag",
+    "stride_am",
+    "stride_ak",
+    "stride_bg",
+    "stride_bk",
+    "stride_bn",
+    "stride_cg",
+    "stride_cm",
+    "stride_cn",
+    "stride_biasg",
+    "stride_biasn",
+)
 
 
 @dataclass(frozen=True)
@@ -104,9 +119,15 @@ def geometries(config: GemmConfig, shape: GroupedShape, a: torch.Tensor, b: torc
     bm, bn, bk = config.block_m, config.block_n, config.block_k
     a_col, b_col = is_col_major(a), is_col_major(b)
     even_k = shape.k % bk == 0
-    if (not config.tma or shape.jagged == 3 or min(shape.m, shape.n, shape.k) == 0
-            or (shape.jagged == 1 and a_col) or (shape.jagged == 2 and not b_col)
-            or (a.dim() == 3 and a_col and not even_k) or (b.dim() == 3 and not b_col and not even_k)):
+    if (
+        not config.tma
+        or shape.jagged == 3
+        or min(shape.m, shape.n, shape.k) == 0
+        or (shape.jagged == 1 and a_col)
+        or (shape.jagged == 2 and not b_col)
+        or (a.dim() == 3 and a_col and not even_k)
+        or (b.dim() == 3 and not b_col and not even_k)
+    ):
         return None
     geometry_a, geometry_b = _tma_geometry(a, bm, bk), _tma_geometry(b, bk, bn)
     return None if geometry_a is None or geometry_b is None else (geometry_a, geometry_b)
@@ -131,9 +152,17 @@ def needs_int64(a, b, c, bias) -> bool:
     return max((offset_reach(v) for v in views), default=0) >= INT32_OFFSETS
 
 
-def plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None,
-         offs: torch.Tensor | None, shape: GroupedShape, config: GemmConfig, sm_count: int,
-         precision: str) -> GroupedLaunch:
+def plan(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    c: torch.Tensor,
+    bias: torch.Tensor | None,
+    offs: torch.Tensor | None,
+    shape: GroupedShape,
+    config: GemmConfig,
+    sm_count: int,
+    precision: str,
+) -> GroupedLaunch:
     """The launch of `config` on these tensors; c is the output (written whole, the tail as zeros)."""
     if a.dtype == torch.bfloat16 and not a.is_cuda:
         # Triton's interpreter computes tl.dot on bf16 wrongly (numpy has no bf16), as launch.gemm says:
@@ -147,24 +176,49 @@ def plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor |
     sag, sam, sak = _strides3(a)
     sbg, sbk, sbn = _strides3(b)
     scg, scm, scn = _strides3(c)
-    sbiasg, sbiasn = (0, 0) if bias is None else (
-        (0, bias.stride(0)) if bias.dim() == 1 else tuple(bias.stride()))
+    sbiasg, sbiasn = (
+        (0, 0) if bias is None else ((0, bias.stride(0)) if bias.dim() == 1 else tuple(bias.stride()))
+    )
     progs = max(1, min(config.grid or sm_count, grid_bound(shape, bm, bn)))
     args = (
-        ("a_ptr", a), ("b_ptr", b), ("c_ptr", c), ("bias_ptr", bias), ("offs_ptr", offs),
+        ("a_ptr", a),
+        ("b_ptr", b),
+        ("c_ptr", c),
+        ("bias_ptr", bias),
+        ("offs_ptr", offs),
         ("a_desc", _descriptor(a, *descs[0]) if tma else None),
         ("b_desc", _descriptor(b, *descs[1]) if tma else None),
-        ("E", shape.groups), ("M", shape.m), ("N", shape.n), ("K", shape.k), ("NUM_PROGS", progs),
-        ("stride_ag", sag), ("stride_am", sam), ("stride_ak", sak),
-        ("stride_bg", sbg), ("stride_bk", sbk), ("stride_bn", sbn),
-        ("stride_cg", scg), ("stride_cm", scm), ("stride_cn", scn),
-        ("stride_biasg", sbiasg), ("stride_biasn", sbiasn),
-        ("BLOCK_M", bm), ("BLOCK_N", bn), ("BLOCK_K", bk), ("GROUP_M", config.group_m),
-        ("JAGGED", jag), ("TAIL", int(jag in (1, 2))), ("HAS_BIAS", bias is not None),
-        ("PRECISION", precision), ("USE_TMA", tma), ("A_COL", a_col), ("B_COL", b_col),
+        ("E", shape.groups),
+        ("M", shape.m),
+        ("N", shape.n),
+        ("K", shape.k),
+        ("NUM_PROGS", progs),
+        ("stride_ag", sag),
+        ("stride_am", sam),
+        ("stride_ak", sak),
+        ("stride_bg", sbg),
+        ("stride_bk", sbk),
+        ("stride_bn", sbn),
+        ("stride_cg", scg),
+        ("stride_cm", scm),
+        ("stride_cn", scn),
+        ("stride_biasg", sbiasg),
+        ("stride_biasn", sbiasn),
+        ("BLOCK_M", bm),
+        ("BLOCK_N", bn),
+        ("BLOCK_K", bk),
+        ("GROUP_M", config.group_m),
+        ("JAGGED", jag),
+        ("TAIL", int(jag in (1, 2))),
+        ("HAS_BIAS", bias is not None),
+        ("PRECISION", precision),
+        ("USE_TMA", tma),
+        ("A_COL", a_col),
+        ("B_COL", b_col),
         ("A_DIV", _vector_divisor(a, a_col, a_col, None if jag == 1 else shape.m)),
         ("B_DIV", _vector_divisor(b, b_col, not b_col, None if jag == 2 else shape.n)),
-        ("EVEN_K", jag != 3 and shape.k % bk == 0), ("INT64", needs_int64(a, b, c, bias)),
+        ("EVEN_K", jag != 3 and shape.k % bk == 0),
+        ("INT64", needs_int64(a, b, c, bias)),
         ("E_PAD", max(2, 1 << shape.groups.bit_length())),  # > E: the groups and the tail
     )
     return GroupedLaunch(grid=progs, args=args, num_warps=config.num_warps, num_stages=config.num_stages)
@@ -173,11 +227,13 @@ def plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor |
 def launch(spec: GroupedLaunch):
     """Launch through triton's `kernel[grid](...)` (compiling on first use); the compiled kernel, or
     None where there is none (the interpreter)."""
-    return kernel()[(spec.grid,)](*(value for _, value in spec.args), num_warps=spec.num_warps,
-                                 num_stages=spec.num_stages)
+    return kernel()[(spec.grid,)](
+        *(value for _, value in spec.args), num_warps=spec.num_warps, num_stages=spec.num_stages
+    )
 
 
 # --- the hot path: one prepared launch per call signature ---------------------------------------------
+
 
 @dataclass
 class Prepared:
@@ -196,15 +252,36 @@ MAX_PREPARED = 4096  # signatures kept (a model has tens; a shape sweep past thi
 
 def _signature(a, b, c, bias, offs, config: GemmConfig, precision: str) -> tuple:
     """Every fact a plan depends on (pointers only through their 16-byte alignment)."""
-    return (config, precision, a.shape, a.stride(), a.dtype, b.shape, b.stride(), c.shape, c.stride(), c.dtype,
-            a.device, a.data_ptr() % 16 == 0, b.data_ptr() % 16 == 0,
-            None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.data_ptr() % 16 == 0),
-            None if offs is None else (offs.shape, offs.data_ptr() % 16 == 0))
+    return (
+        config,
+        precision,
+        a.shape,
+        a.stride(),
+        a.dtype,
+        b.shape,
+        b.stride(),
+        c.shape,
+        c.stride(),
+        c.dtype,
+        a.device,
+        a.data_ptr() % 16 == 0,
+        b.data_ptr() % 16 == 0,
+        None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.data_ptr() % 16 == 0),
+        None if offs is None else (offs.shape, offs.data_ptr() % 16 == 0),
+    )
 
 
-def run(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None,
-        offs: torch.Tensor | None, shape: GroupedShape, config: GemmConfig, sm_count: int,
-        precision: str) -> None:
+def run(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    c: torch.Tensor,
+    bias: torch.Tensor | None,
+    offs: torch.Tensor | None,
+    shape: GroupedShape,
+    config: GemmConfig,
+    sm_count: int,
+    precision: str,
+) -> None:
     """c = the grouped product: a signature's first call plans and launches through triton (compiling),
     later ones launch directly (CUDA; triton versions launch.direct knows)."""
     key = _signature(a, b, c, bias, offs, config, precision) if a.is_cuda else None
@@ -213,15 +290,26 @@ def run(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | 
         pa, pb, pc = a.data_ptr(), b.data_ptr(), c.data_ptr()
         direct = prepared.direct
         host = (*direct.descriptor(0, a, pa), *direct.descriptor(1, b, pb)) if prepared.tma else (None, None)
-        args = (pa, pb, pc, pc if bias is None else bias.data_ptr(), pc if offs is None else offs.data_ptr(),
-                *host, *prepared.ints, *prepared.constexprs)
+        args = (
+            pa,
+            pb,
+            pc,
+            pc if bias is None else bias.data_ptr(),
+            pc if offs is None else offs.data_ptr(),
+            *host,
+            *prepared.ints,
+            *prepared.constexprs,
+        )
         direct.launch(torch._C._cuda_getCurrentRawStream(a.device.index), args)
         return
     # (no bias / no offs: c's pointer stands in, never read, so the compiled kernel takes a pointer there)
     spec = plan(a, b, c, bias if bias is not None else None, offs, shape, config, sm_count, precision)
-    spec = GroupedLaunch(grid=spec.grid, num_warps=spec.num_warps, num_stages=spec.num_stages,
-                         args=tuple((n, c if v is None and n in ("bias_ptr", "offs_ptr") else v)
-                                    for n, v in spec.args))
+    spec = GroupedLaunch(
+        grid=spec.grid,
+        num_warps=spec.num_warps,
+        num_stages=spec.num_stages,
+        args=tuple((n, c if v is None and n in ("bias_ptr", "offs_ptr") else v) for n, v in spec.args),
+    )
     compiled = launch(spec)
     if key is not None and compiled is not None and len(_prepared) < MAX_PREPARED:
         _prepared[key] = _prepare(compiled, spec, a, b, shape, config)
@@ -236,5 +324,9 @@ def _prepare(compiled, spec: GroupedLaunch, a, b, shape: GroupedShape, config: G
         return None
     values = dict(spec.args)
     first_constexpr = [n for n, _ in spec.args].index("BLOCK_M")
-    return Prepared(direct=made, tma=descs is not None, ints=tuple(values[n] for n in INTEGERS),
-                    constexprs=tuple(v for _, v in spec.args[first_constexpr:]))
+    return Prepared(
+        direct=made,
+        tma=descs is not None,
+        ints=tuple(values[n] for n in INTEGERS),
+        constexprs=tuple(v for _, v in spec.args[first_constexpr:]),
+    )

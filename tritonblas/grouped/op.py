@@ -44,14 +44,30 @@ def note_call(mat_a: torch.Tensor, mat_b: torch.Tensor, shape: GroupedShape) -> 
         return
     from .tune import GroupedEntry
 
-    layout = ("t" if grouped_launch.is_col_major(mat_a) else "n") + ("t" if grouped_launch.is_col_major(mat_b) else "n")
-    record.note_grouped(GroupedEntry(groups=shape.groups, m=shape.m, n=shape.n, k=shape.k,
-                                     dtype=DTYPE_NAMES[mat_a.dtype], layout=layout))
+    layout = ("t" if grouped_launch.is_col_major(mat_a) else "n") + (
+        "t" if grouped_launch.is_col_major(mat_b) else "n"
+    )
+    record.note_grouped(
+        GroupedEntry(
+            groups=shape.groups,
+            m=shape.m,
+            n=shape.n,
+            k=shape.k,
+            dtype=DTYPE_NAMES[mat_a.dtype],
+            layout=layout,
+        )
+    )
 
 
-def grouped_mm(mat_a: torch.Tensor, mat_b: torch.Tensor, *, offs: torch.Tensor | None = None,
-               bias: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
-               backend: str | None = None) -> torch.Tensor:
+def grouped_mm(
+    mat_a: torch.Tensor,
+    mat_b: torch.Tensor,
+    *,
+    offs: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    out_dtype: torch.dtype | None = None,
+    backend: str | None = None,
+) -> torch.Tensor:
     """Grouped matrix products as torch._grouped_mm (F.grouped_mm): 2-D x 3-D with `offs` over the rows
     (the MoE forward), 3-D x 3-D (batched), 2-D x 2-D with `offs` over K (out (E, M, N)), 3-D x 2-D with
     `offs` over the columns of mat_b. `bias`: one row per group, (E, N), or (N,) for 3-D x 2-D.
@@ -69,8 +85,10 @@ def grouped_mm(mat_a: torch.Tensor, mat_b: torch.Tensor, *, offs: torch.Tensor |
             caches.store(read_at, _calls, key, known)
     shape, selection = known
     note_call(mat_a, mat_b, shape)
-    if torch.compiler.is_compiling() or (torch.is_grad_enabled() and (
-            mat_a.requires_grad or mat_b.requires_grad or (bias is not None and bias.requires_grad))):
+    if torch.compiler.is_compiling() or (
+        torch.is_grad_enabled()
+        and (mat_a.requires_grad or mat_b.requires_grad or (bias is not None and bias.requires_grad))
+    ):
         return grouped_mm_op(mat_a, mat_b, offs, bias, out_dtype, backend)
     return product(mat_a, mat_b, offs, bias, out_dtype or mat_a.dtype, shape, backend, selection=selection)
 
@@ -87,22 +105,43 @@ def _call_key(mat_a, mat_b, offs, bias, out_dtype, backend) -> tuple | None:
     try:
         if not mat_a.is_cuda or type(mat_a) is not torch.Tensor or type(mat_b) is not torch.Tensor:
             return None
-        return (mat_a.shape, mat_a.stride(), mat_a.dtype, mat_a.device, mat_b.shape, mat_b.stride(), mat_b.dtype,
-                mat_b.device, None if offs is None else (offs.shape, offs.dtype, offs.device),
-                None if bias is None else (bias.shape, bias.dtype, bias.device), out_dtype, backend)
+        return (
+            mat_a.shape,
+            mat_a.stride(),
+            mat_a.dtype,
+            mat_a.device,
+            mat_b.shape,
+            mat_b.stride(),
+            mat_b.dtype,
+            mat_b.device,
+            None if offs is None else (offs.shape, offs.dtype, offs.device),
+            None if bias is None else (bias.shape, bias.dtype, bias.device),
+            out_dtype,
+            backend,
+        )
     except (AttributeError, TypeError):
         return None
 
 
-def selection_for(mat_a: torch.Tensor, mat_b: torch.Tensor, shape: GroupedShape,
-                  backend: str | None) -> GroupedSelection:
+def selection_for(
+    mat_a: torch.Tensor, mat_b: torch.Tensor, shape: GroupedShape, backend: str | None
+) -> GroupedSelection:
     device = tensor_device_info(mat_a)
     key = key_of(shape, mat_a.dtype, grouped_launch.is_col_major(mat_a), grouped_launch.is_col_major(mat_b))
     return select(key, device, backend)
 
 
-def product(mat_a, mat_b, offs, bias, out_dtype: torch.dtype, shape: GroupedShape, backend: str | None,
-            like: torch.Tensor | None = None, selection: GroupedSelection | None = None) -> torch.Tensor:
+def product(
+    mat_a,
+    mat_b,
+    offs,
+    bias,
+    out_dtype: torch.dtype,
+    shape: GroupedShape,
+    backend: str | None,
+    like: torch.Tensor | None = None,
+    selection: GroupedSelection | None = None,
+) -> torch.Tensor:
     """The grouped product into a new tensor (`like`'s layout where given), by the selected backend."""
     if backend != "torch" and selection is None:
         selection = selection_for(mat_a, mat_b, shape, backend)
@@ -110,18 +149,23 @@ def product(mat_a, mat_b, offs, bias, out_dtype: torch.dtype, shape: GroupedShap
         result = vendor(mat_a, mat_b, offs, bias, out_dtype, shape)
         if like is None or result.stride() == output_strides(shape, like):
             return result
-        return torch.empty_strided(shape.out_shape, output_strides(shape, like), dtype=out_dtype,
-                                   device=mat_a.device).copy_(result)
-    out = torch.empty_strided(shape.out_shape, output_strides(shape, like), dtype=out_dtype,
-                              device=mat_a.device)
+        return torch.empty_strided(
+            shape.out_shape, output_strides(shape, like), dtype=out_dtype, device=mat_a.device
+        ).copy_(result)
+    out = torch.empty_strided(
+        shape.out_shape, output_strides(shape, like), dtype=out_dtype, device=mat_a.device
+    )
     if out.numel() == 0:
         return out
     if shape.groups == 0:  # no group: the whole output is the tail past the (absent) group ends
         return out.zero_()
     # fp32 honours torch's tf32 flag, as the dense kernels and torch.mm do
-    precision = "ieee" if mat_a.dtype == torch.float32 and not torch.backends.cuda.matmul.allow_tf32 else "tf32"
-    grouped_launch.run(mat_a, mat_b, out, bias, offs, shape, selection.config,
-                       tensor_device_info(mat_a).sm_count, precision)
+    precision = (
+        "ieee" if mat_a.dtype == torch.float32 and not torch.backends.cuda.matmul.allow_tf32 else "tf32"
+    )
+    grouped_launch.run(
+        mat_a, mat_b, out, bias, offs, shape, selection.config, tensor_device_info(mat_a).sm_count, precision
+    )
     return out
 
 
@@ -132,7 +176,9 @@ def vendor(mat_a, mat_b, offs, bias, out_dtype: torch.dtype, shape: GroupedShape
     a copy of the output (Qwen3-MoE's down projection through dispatch ran at 0.42x torch's op)."""
     try:
         with torch_own():
-            out = torch._grouped_mm(mat_a, mat_b, offs=offs, out_dtype=out_dtype if out_dtype != mat_a.dtype else None)
+            out = torch._grouped_mm(
+                mat_a, mat_b, offs=offs, out_dtype=out_dtype if out_dtype != mat_a.dtype else None
+            )
     except (RuntimeError, AttributeError, TypeError):
         out = _loop(mat_a, mat_b, offs, shape)
     out = out.to(out_dtype)
@@ -178,6 +224,7 @@ def _bias_rows(bias: torch.Tensor, offs, shape: GroupedShape) -> torch.Tensor:
 
 # --- autograd and torch.compile: one custom op ----------------------------------------------------------
 
+
 def _backward(ctx, grad: torch.Tensor):
     mat_a, mat_b, offs, bias = ctx.saved_tensors
     g = grad.to(mat_a.dtype)
@@ -187,7 +234,9 @@ def _backward(ctx, grad: torch.Tensor):
     grads = []
     for (x, y, o, like), needed in zip(products, ctx.needs_input_grad[:2], strict=True):
         grads.append(_gradient(x, y, o, like) if needed else None)
-    grad_bias = _bias_grad(grad, offs, ctx.form, bias) if bias is not None and ctx.needs_input_grad[3] else None
+    grad_bias = (
+        _bias_grad(grad, offs, ctx.form, bias) if bias is not None and ctx.needs_input_grad[3] else None
+    )
     return grads[0], grads[1], None, grad_bias, None, None
 
 
@@ -199,7 +248,15 @@ def _gradient(x, y, offs, like: torch.Tensor) -> torch.Tensor:
 def _bias_grad(grad: torch.Tensor, offs, form: str, bias: torch.Tensor) -> torch.Tensor:
     if form == "2d3d":  # per-group row sums: a 2d2d grouped product of a row of ones with the gradient
         ones = torch.ones(1, 1, dtype=grad.dtype, device=grad.device).expand(1, grad.shape[0])
-        sums = product(ones, grad, offs, None, torch.float32, check_args(ones, grad, offs, None, None, read_offs=False), None)
+        sums = product(
+            ones,
+            grad,
+            offs,
+            None,
+            torch.float32,
+            check_args(ones, grad, offs, None, None, read_offs=False),
+            None,
+        )
         return sums[:, 0, :].to(bias.dtype)
     if form == "3d2d":
         return grad.sum(0).to(bias.dtype)
@@ -214,9 +271,14 @@ def _setup_context(ctx, inputs, output) -> None:
 
 # Registered when this module loads (the first use of tritonblas.grouped_mm), never inside a trace.
 @torch.library.custom_op("tritonblas::grouped_mm", mutates_args=())
-def grouped_mm_op(mat_a: torch.Tensor, mat_b: torch.Tensor, offs: torch.Tensor | None,
-                  bias: torch.Tensor | None, out_dtype: torch.dtype | None,
-                  backend: str | None) -> torch.Tensor:
+def grouped_mm_op(
+    mat_a: torch.Tensor,
+    mat_b: torch.Tensor,
+    offs: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    out_dtype: torch.dtype | None,
+    backend: str | None,
+) -> torch.Tensor:
     shape = check_args(mat_a, mat_b, offs, bias, out_dtype, read_offs=False)  # (checked by the caller)
     return product(mat_a, mat_b, offs, bias, out_dtype or mat_a.dtype, shape, backend)
 

@@ -35,7 +35,8 @@ class GroupedKey:
     layout: str  # A and B in storage order: "n" row-major, "t" column-major, as the shapes format says
 
     def text(self) -> str:
-        return f"{self.form} E={self.groups} rows/group~{self.rows} N={self.n} K={self.k} {self.dtype} {self.layout}"
+        return (f"{self.form} E={self.groups} rows/group~{self.rows} N={self.n} K={self.k} {self.dtype} "
+                f"{self.layout}")
 
 
 def rows_bucket(shape: GroupedShape) -> int:
@@ -45,8 +46,15 @@ def rows_bucket(shape: GroupedShape) -> int:
 
 def key_of(shape: GroupedShape, dtype, a_col: bool, b_col: bool) -> GroupedKey:
     name = DTYPE_NAMES.get(dtype, str(dtype))
-    return GroupedKey(form=shape.form, groups=shape.groups, n=shape.n, k=shape.k, rows=rows_bucket(shape),
-                      dtype=name, layout=("t" if a_col else "n") + ("t" if b_col else "n"))
+    return GroupedKey(
+        form=shape.form,
+        groups=shape.groups,
+        n=shape.n,
+        k=shape.k,
+        rows=rows_bucket(shape),
+        dtype=name,
+        layout=("t" if a_col else "n") + ("t" if b_col else "n"),
+    )
 
 
 def smem_estimate(config: GemmConfig, dtype: str) -> int:
@@ -60,8 +68,11 @@ def grouped_supports(config: GemmConfig, key: GroupedKey, device: DeviceInfo) ->
     """Whether `config` can run grouped GEMMs of `key` on `device`, and if not, why."""
     if config.is_vendor:
         return True, ""
-    unsupported = [name for name in ("streamk", "aligned_copy", "reduce_kernel", "flatten", "host_descriptors")
-                   if getattr(config, name)]
+    unsupported = [
+        name
+        for name in ("streamk", "aligned_copy", "reduce_kernel", "flatten", "host_descriptors")
+        if getattr(config, name)
+    ]
     if unsupported:
         return False, f"the grouped kernel has no {', '.join(unsupported)}"
     if config.tma and device.arch not in TMA_ARCHS:
@@ -69,7 +80,11 @@ def grouped_supports(config: GemmConfig, key: GroupedKey, device: DeviceInfo) ->
     if key.dtype == "fp32" and config.block_k > 64:
         return False, "fp32 tiles of block_k > 64 spill"
     if device.arch != "interpreter" and smem_estimate(config, key.dtype) > device.smem_per_block:
-        return False, f"needs ~{smem_estimate(config, key.dtype)} B of shared memory, {device.smem_per_block} B available"
+        return (
+            False,
+            f"needs ~{smem_estimate(config, key.dtype)} B of shared memory, "
+            f"{device.smem_per_block} B available",
+        )
     return True, ""
 
 
@@ -99,20 +114,21 @@ def heuristic(key: GroupedKey, device: DeviceInfo) -> GemmConfig:
     elif key.rows <= 64:
         config = GemmConfig(block_m=64, block_n=128, block_k=bk, num_warps=4, num_stages=4, tma=tma)
     else:
-        config = GemmConfig(block_m=128, block_n=256 if key.n >= 2048 else 128, block_k=bk, num_warps=8,
-                            num_stages=3, tma=tma)
+        config = GemmConfig(
+            block_m=128, block_n=256 if key.n >= 2048 else 128, block_k=bk, num_warps=8, num_stages=3, tma=tma
+        )
     while not grouped_supports(config, key, device)[0] and config.num_stages > 2:
         config = config.model_copy(update={"num_stages": config.num_stages - 1})
     return config
 
 
-SHIPPED = Path(__file__).resolve().parent.parent / "configs"
+SHIPPED = Path(__file__).resolve().parent.parent / "configs" / "grouped"
 
 
 @functools.cache
 def shipped_table(arch: str) -> dict[GroupedKey, GemmConfig]:
-    """configs/grouped-<arch>.json: tuned winners by key ({} where none ship)."""
-    path = SHIPPED / f"grouped-{arch}.json"
+    """configs/grouped/<arch>.json: tuned winners by key ({} where none ship)."""
+    path = SHIPPED / f"{arch}.json"
     if not path.is_file():
         return {}
     doc = json.loads(path.read_text())
@@ -140,8 +156,11 @@ def _distance(a: GroupedKey, b: GroupedKey) -> float | None:
 def select(key: GroupedKey, device: DeviceInfo, backend: str | None = None) -> GroupedSelection:
     """The config a grouped GEMM of `key` runs on `device` (backend "triton" rules torch out)."""
     table = shipped_table(device.arch)
-    ok = [(k, c) for k, c in table.items()
-          if grouped_supports(c, key, device)[0] and not (backend == "triton" and c.is_vendor)]
+    ok = [
+        (k, c)
+        for k, c in table.items()
+        if grouped_supports(c, key, device)[0] and not (backend == "triton" and c.is_vendor)
+    ]
     exact = [c for k, c in ok if k == key]
     if exact:
         return GroupedSelection(exact[0], "shipped", key)

@@ -1,6 +1,6 @@
 """Tuning grouped GEMMs: the problems of a shapes file's `op: grouped` entries, their candidate configs,
 timing against torch's own grouped GEMM on the same operands (calls interleaved), the float64 check, and
-the table of winners (configs/grouped-<arch>.json) that dispatch reads.
+the table of winners (configs/grouped/<arch>.json) that dispatch reads.
 
 Each candidate is timed on balanced counts and on Zipf-skewed ones (a few experts take most rows), and
 ranked by the slower of the two relative to torch's op: a winner must not fall apart when routing skews.
@@ -69,7 +69,9 @@ def operands(entry: GroupedEntry, device: str, seed: int = 0):
     dtype = _TORCH_DTYPES[entry.dtype]
     x = torch.randn(entry.m, entry.k, generator=gen, device=device, dtype=dtype) / math.sqrt(entry.k)
     if entry.layout == "nt":
-        w = torch.randn(entry.groups, entry.n, entry.k, generator=gen, device=device, dtype=dtype).transpose(1, 2)
+        w = torch.randn(entry.groups, entry.n, entry.k, generator=gen, device=device, dtype=dtype).transpose(
+            1, 2
+        )
     else:
         w = torch.randn(entry.groups, entry.k, entry.n, generator=gen, device=device, dtype=dtype)
     sizes = group_sizes(entry.m, entry.groups, entry.group_sizes, seed)
@@ -81,11 +83,18 @@ def candidates(key: GroupedKey, device: DeviceInfo) -> list[GemmConfig]:
     """The configs worth timing for a key, the heuristic's first; each one grouped_supports accepts."""
     tma = device.arch in TMA_ARCHS
     if key.rows <= 16:
-        grid = [(bm, bn, bk, 4, s) for bm in (16, 32, 64) for bn in (64, 128) for bk in (128, 256)
-                for s in (3, 4)]
+        grid = [
+            (bm, bn, bk, 4, s) for bm in (16, 32, 64) for bn in (64, 128) for bk in (128, 256) for s in (3, 4)
+        ]
     else:
-        grid = [(bm, bn, bk, w, s) for bm in (64, 128) for bn in (128, 256) for bk in (64, 128)
-                for w in (4, 8) for s in (3, 4)]
+        grid = [
+            (bm, bn, bk, w, s)
+            for bm in (64, 128)
+            for bn in (128, 256)
+            for bk in (64, 128)
+            for w in (4, 8)
+            for s in (3, 4)
+        ]
     configs = [heuristic(key, device)]
     for bm, bn, bk, w, s in grid:
         if w == 4 and bm * bn > 128 * 128:
@@ -141,5 +150,15 @@ def asdict_sort(key: GroupedKey) -> tuple:
     return (key.form, key.groups, key.n, key.k, key.rows, key.dtype, key.layout)
 
 
-__all__ = ["GROUP_SIZES", "GroupedEntry", "TunedRow", "candidates", "group_sizes", "key_of", "operands",
-           "reference_error", "shape_of", "write_table"]
+__all__ = [
+    "GROUP_SIZES",
+    "GroupedEntry",
+    "TunedRow",
+    "candidates",
+    "group_sizes",
+    "key_of",
+    "operands",
+    "reference_error",
+    "shape_of",
+    "write_table",
+]

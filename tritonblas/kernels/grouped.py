@@ -4,9 +4,9 @@ The groups' sizes live on the device (`offs`, torch._grouped_mm's int32 group en
 reads them: each program loads them once into registers, numbers all groups' tiles one after another
 (a cumulative sum) and runs the tiles whose number is its own modulo the grid, finding each one's group
 by a comparison against those sums. (Walking the groups one dependent load at a time, as triton's
-tutorial 08 does, cost ~1 us a group per program: 130 us of a 128-expert decode step.) Groups of no rows have no
-tiles, so a decode step reads only the active experts' weights. Each tile is a dense tile of its group:
-the K loop and the one epilogue are common.py's.
+tutorial 08 does, cost ~1 us a group per program: 130 us of a 128-expert decode step.) Groups of no
+rows have no tiles, so a decode step reads only the active experts' weights. Each tile is a dense tile
+of its group: the K loop (pointers) and the one epilogue are common.py's.
 
 JAGGED says which dimension `offs` cuts: 0 none (3-D x 3-D, batched), 1 the rows of a 2-D A (the MoE
 forward, 2-D x 3-D), 2 the columns of a 2-D B (3-D x 2-D), 3 K (2-D x 2-D, the weight gradient).

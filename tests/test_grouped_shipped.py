@@ -1,0 +1,123 @@
+"""The grouped GEMM's shipped winners gate CI as the dense ones do, and its kernel compiles for sm_90.
+
+configs/grouped/sm_90.json must validate, be of the running grouped kernel (its hash: a kernel change
+needs `python scripts/grouped_bench.py --shapes scripts/classes/grouped.yaml --tune ...` on an H200),
+cover every entry of scripts/classes/grouped.yaml, and read back to the same bytes it was written as.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tritonblas.arch import device_for_arch
+from tritonblas.grouped import tune
+from tritonblas.grouped.forms import GroupedShape
+from tritonblas.grouped.select import (
+    GroupedKey,
+    grouped_supports,
+    key_of,
+    select,
+    shipped_table,
+    smem_estimate,
+)
+from tritonblas.identity import grouped_kernel_hash
+from tritonblas.shapes import load_grouped
+
+ROOT = Path(__file__).resolve().parent.parent
+SHIPPED = ROOT / "configs" / "grouped" / "sm_90.json"
+CLASS = ROOT / "scripts" / "classes" / "grouped.yaml"
+H200 = device_for_arch("sm_90")
+
+
+def _key(entry: tune.GroupedEntry) -> GroupedKey:
+    import torch
+
+    shape = GroupedShape(
+        form="2d3d", groups=entry.groups, m=entry.m, n=entry.n, k=entry.k, out_shape=(entry.m, entry.n)
+    )
+    return key_of(
+        shape,
+        {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[entry.dtype],
+        entry.layout[0] == "t",
+        entry.layout[1] == "t",
+    )
+
+
+def test_the_shipped_file_is_of_the_running_kernel():
+    doc = json.loads(SHIPPED.read_text())
+    assert doc["kernel_hash"] == grouped_kernel_hash(), (
+        "configs/grouped/sm_90.json is stale: the grouped kernel changed; re-tune it on an H200 with "
+        "scripts/grouped_bench.py --tune"
+    )
+
+
+def test_every_shipped_winner_runs_on_its_arch():
+    table = shipped_table("sm_90")
+    assert table
+    for key, config in table.items():
+        ok, why = grouped_supports(config, key, H200)
+        assert ok, f"{key.text()}: {why}"
+
+
+@pytest.mark.parametrize("entry", load_grouped(CLASS), ids=lambda e: e.text())
+def test_every_class_entry_has_a_shipped_winner(entry):
+    selection = select(_key(entry), H200)
+    assert selection.source == "shipped", f"{entry.text()}: {selection.source}"
+
+
+def test_the_file_reads_back_to_its_bytes(tmp_path):
+    doc = json.loads(SHIPPED.read_text())
+    meta = {k: v for k, v in doc.items() if k not in ("arch", "winners")}
+    out = tmp_path / "again.json"
+    tune.write_table(out, doc["arch"], shipped_table("sm_90"), meta)
+    assert out.read_text() == SHIPPED.read_text()
+
+
+COMPILE = textwrap.dedent("""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from tritonblas.kernels.grouped import grouped_gemm_kernel as k
+    for tma, jag in [(True, 1), (True, 0), (True, 2), (False, 1), (False, 3)]:
+        bm, bn, bk = 128, 256, 64
+        ce = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, JAGGED=jag, TAIL=int(jag in (1, 2)),
+                  HAS_BIAS=jag == 1, PRECISION="tf32", USE_TMA=tma, A_COL=False, B_COL=True, A_DIV=8,
+                  B_DIV=8, EVEN_K=jag != 3, INT64=False, E_PAD=256)
+        sig, consts = {}, {(k.arg_names.index(n),): v for n, v in ce.items()}
+        for n in k.arg_names:
+            if n in ce:
+                sig[n] = "constexpr"
+            elif n in ("a_desc", "b_desc"):
+                box = f"{bm}, {bk}" if n == "a_desc" else f"{bn}, {bk}"
+                sig[n] = f"tensordesc<bf16[{box}]>" if tma else "constexpr"
+                if not tma:
+                    consts[(k.arg_names.index(n),)] = None
+            else:
+                sig[n] = "*i32" if n == "offs_ptr" else "*bf16" if n.endswith("_ptr") else "i32"
+        c = triton.compile(ASTSource(k, sig, constexprs=consts), target=GPUTarget("cuda", 90, 128),
+                           options=dict(num_warps=8, num_stages=3))
+        print(tma, jag, c.metadata.shared)
+""")
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="triton ships ptxas for Linux")
+def test_the_grouped_kernel_compiles_for_sm_90():
+    """Every form, TMA and pointer paths; the shared memory estimate bounds what triton allocates."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    run = subprocess.run(
+        [sys.executable, "-c", COMPILE], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = run.stdout.split("\n")[:-1]
+    assert len(lines) == 5, run.stdout
+    from tritonblas.config import GemmConfig
+
+    bound = smem_estimate(GemmConfig(block_m=128, block_n=256, block_k=64, num_warps=8, num_stages=3), "bf16")
+    for line in lines:
+        assert 0 < int(line.split()[-1]) <= bound <= H200.smem_per_block, line
