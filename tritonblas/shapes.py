@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -302,10 +303,24 @@ def load_problems(path: str | Path, dtypes: list[str] | None = None) -> list[Pro
     return list(dict.fromkeys(p for spec in load_shapes(path, dtypes) for p in spec.problems()))
 
 
-def load_grouped(path: str | Path, dtypes: list[str] | None = None) -> list:
-    """Every `op: grouped` entry of a shapes file as tritonblas.grouped.tune.GroupedEntry, each once."""
-    from .grouped.tune import GroupedEntry
+@dataclass(frozen=True)
+class GroupedEntry:
+    """One `op: grouped` problem: E experts, m rows in all, each expert's weight (N, K)."""
 
+    groups: int
+    m: int
+    n: int
+    k: int
+    dtype: str = "bf16"
+    layout: str = "nt"
+    group_sizes: str = "balanced"
+
+    def text(self) -> str:
+        return f"E={self.groups} {self.m}x{self.n}x{self.k} {self.dtype} {self.layout} {self.group_sizes}"
+
+
+def load_grouped(path: str | Path, dtypes: list[str] | None = None) -> list[GroupedEntry]:
+    """Every `op: grouped` entry of a shapes file, each once."""
     entries = [GroupedEntry(groups=spec.groups, m=m, n=n, k=k, dtype=dt, layout=spec.layout,
                             group_sizes=spec.group_sizes or "balanced")
                for spec in load_shapes(path, dtypes) if spec.op == "grouped"

@@ -42,7 +42,7 @@ def note_call(mat_a: torch.Tensor, mat_b: torch.Tensor, shape: GroupedShape) -> 
     """Record a MoE forward (the 2d3d form, what a shapes file's `op: grouped` entry is) being recorded."""
     if shape.form != "2d3d" or record.current() is None:
         return
-    from .tune import GroupedEntry
+    from ..shapes import GroupedEntry
 
     layout = ("t" if grouped_launch.is_col_major(mat_a) else "n") + (
         "t" if grouped_launch.is_col_major(mat_b) else "n"

@@ -18,26 +18,11 @@ import torch
 
 from ..arch import TMA_ARCHS, DeviceInfo
 from ..config import GemmConfig
+from ..shapes import GroupedEntry
 from .forms import GroupedShape, check_args
 from .select import GroupedKey, grouped_supports, heuristic, key_of
 
 GROUP_SIZES = ("balanced", "zipf")
-
-
-@dataclass(frozen=True)
-class GroupedEntry:
-    """One `op: grouped` entry of a shapes file: E experts, m rows in all, each expert's weight (N, K)."""
-
-    groups: int
-    m: int
-    n: int
-    k: int
-    dtype: str = "bf16"
-    layout: str = "nt"
-    group_sizes: str = "balanced"
-
-    def text(self) -> str:
-        return f"E={self.groups} {self.m}x{self.n}x{self.k} {self.dtype} {self.layout} {self.group_sizes}"
 
 
 def group_sizes(m: int, groups: int, kind: str, seed: int = 0) -> list[int]:
