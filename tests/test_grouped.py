@@ -195,3 +195,76 @@ def test_bad_offs_values_on_cpu(name, values):
     a, b, _, _ = operands(Case("2d3d", 3, 20, 8, 16, (5, 5, 5)), "cpu")
     with pytest.raises(ValueError, match="offs"):
         tritonblas.grouped_mm(a, b, offs=torch.tensor(values, dtype=torch.int32))
+
+
+# --- transparent mode, recording, the shapes format ------------------------------------------------------
+
+
+def _spy_launches(monkeypatch) -> list:
+    launched = []
+    real = grouped_launch.launch
+    monkeypatch.setattr(grouped_launch, "launch", lambda spec: (launched.append(spec), real(spec))[1])
+    return launched
+
+
+def test_transparent_mode_routes_torch_grouped_mm(device, monkeypatch):
+    a, b, offs, _ = operands(Case("2d3d", 3, 40, 24, 32, (10, 0, 25), "nt", "bf16"), device)
+    a.requires_grad_()
+    launched = _spy_launches(monkeypatch)
+    with tritonblas.enable():
+        out = torch._grouped_mm(a, b, offs=offs)
+        (out.float() * torch.linspace(-1, 1, out.numel(), device=device).view_as(out)).sum().backward()
+    assert launched, "the routed call ran torch's kernel"
+    assert (out[35:] == 0).all()
+    assert_close(out.detach(), a.detach(), b, offs, None)
+    ref = a.detach().double().requires_grad_()
+    full = loop(ref.detach(), b, offs, None, torch.float64, torch.float64)  # (shape only)
+    weight = torch.linspace(-1, 1, full.numel(), device=device, dtype=torch.float64).view_as(full)
+    grad = torch.zeros_like(ref)
+    for g, (s, e) in enumerate(zip([0, 10, 10], [10, 10, 35], strict=True)):
+        grad[s:e] = weight[s:e] @ b[g].double().T
+    err = (a.grad.double() - grad).norm() / grad.norm()
+    assert err < 2e-2, err
+
+
+def test_transparent_mode_leaves_what_grouped_mm_refuses_to_torch(device):
+    a, b, offs, _ = operands(Case("2d3d", 3, 20, 16, 16, (5, 5, 5), "nt"), device)
+    with tritonblas.enable(), pytest.raises(RuntimeError) as theirs:
+        torch._grouped_mm(a, b, offs=offs.long())
+    with pytest.raises(RuntimeError) as torch_own:
+        torch._grouped_mm(a, b, offs=offs.long())
+    assert type(theirs.value) is type(torch_own.value)
+
+
+@pytest.mark.parametrize("route", ["explicit", "routed"])
+def test_grouped_calls_are_recorded_from_the_first(route, device, tmp_path):
+    from tritonblas.shapes import GroupedEntry, load_grouped
+
+    path = tmp_path / "shapes.yaml"
+    a, b, offs, _ = operands(Case("2d3d", 3, 20, 16, 24, (5, 5, 5), "nt", "fp16"), device)
+    with tritonblas.enable(record=path):
+        for _ in range(2):
+            if route == "explicit":
+                tritonblas.grouped_mm(a, b, offs=offs)
+            else:
+                torch._grouped_mm(a, b, offs=offs)
+    assert load_grouped(path) == [GroupedEntry(groups=3, m=20, n=16, k=24, dtype="fp16", layout="nt")]
+
+
+BAD_ENTRIES = [
+    ("{op: grouped, m: 64, n: 32, k: 32}", "groups"),
+    ("{op: grouped, groups: 4, m: 64, n: 32, k: 32, bias: row}", "bias"),
+    ("{m: 64, n: 32, k: 32, groups: 4}", "groups"),
+    ("{op: grouped, groups: 4, m: 64, n: 32, k: 32, group_sizes: uniform}", "group_sizes"),
+    ("{op: grouped, groups: 4, m: 64, n: 32, k: 32, dtypes: [e4m3]}", "dtypes"),
+]
+
+
+@pytest.mark.parametrize("entry,word", BAD_ENTRIES)
+def test_the_shapes_format_refuses_bad_grouped_entries(entry, word, tmp_path):
+    from tritonblas.shapes import ShapesError, load_grouped
+
+    path = tmp_path / "s.yaml"
+    path.write_text(f"shapes:\n  - {entry}\n")
+    with pytest.raises(ShapesError, match=word):
+        load_grouped(path)
