@@ -121,3 +121,32 @@ def test_the_grouped_kernel_compiles_for_sm_90():
     bound = smem_estimate(GemmConfig(block_m=128, block_n=256, block_k=64, num_warps=8, num_stages=3), "bf16")
     for line in lines:
         assert 0 < int(line.split()[-1]) <= bound <= H200.smem_per_block, line
+
+
+EXPLAINED = [
+    (["32768", "1536", "2048", "--groups", "128", "--layout", "nt"], "shipped", "triton"),
+    (["8192", "4096", "14336", "--groups", "8", "--layout", "nt"], "shipped", "torch"),
+    (["4096", "1536", "2048", "--groups", "128", "--layout", "nt"], "heuristic", "triton"),
+]
+
+
+@pytest.mark.parametrize("args,source,backend", EXPLAINED)
+def test_explain_says_what_a_grouped_gemm_runs(args, source, backend, monkeypatch):
+    from typer.testing import CliRunner
+
+    from tritonblas.cli import app
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    result = CliRunner().invoke(app, ["explain", *args, "--arch", "sm_90"])
+    assert result.exit_code == 0, result.output
+    assert f"source:   {source}" in result.output and f"backend:  {backend}" in result.output, result.output
+
+
+def test_explain_refuses_a_grouped_quantized_problem():
+    from typer.testing import CliRunner
+
+    from tritonblas.cli import app
+
+    result = CliRunner().invoke(app, ["explain", "64", "32", "32", "--groups", "4", "--dtype", "e4m3",
+                                      "--arch", "sm_90"])
+    assert result.exit_code != 0 and "--dtype" in result.output

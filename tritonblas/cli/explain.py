@@ -90,7 +90,10 @@ def explain(m: str = SizeM, n: str = SizeN, k: str = SizeK, dtype: str = DtypeOp
             sms: int = typer.Option(None, "--sms", min=1, help="SM count with --arch (default: the arch's "
                                     "reference part, e.g. 132 for sm_90, 108 for sm_80)."),
             db: str = typer.Option(None, "--db", help=DB_HELP),
-            top: int = typer.Option(10, "--top", min=1, help="How many ranked candidates to show.")) -> None:
+            top: int = typer.Option(10, "--top", min=1, help="How many ranked candidates to show."),
+            groups: int = typer.Option(None, "--groups", min=1, help="A grouped GEMM (tritonblas.grouped_mm, "
+                                       "a MoE layer): GROUPS experts, M rows in all, each expert's weight "
+                                       "N x K (--layout nt: stored (E, N, K)).")) -> None:
     """Show the config dispatch selects for one problem, its source, and the heuristic's ranking.
 
     Dispatch looks in order at: the tuning database, the shipped `configs/<arch>.json`, the nearest
@@ -111,9 +114,15 @@ def explain(m: str = SizeM, n: str = SizeN, k: str = SizeK, dtype: str = DtypeOp
     tritonblas explain 4096 4096 4096 --dtype e4m3 --scales row --out-dtype bf16 --layout nt --arch sm_90
     tritonblas explain 64 8192 8192 --dtype e4m3 --b-dtype e5m2 --scales tensor --out-dtype bf16 --layout nt
     tritonblas explain 16 6144 4096 --dtype int8 --scales row_a --bias row --layout nt --arch sm_90
+    tritonblas explain 32768 1536 2048 --groups 128 --layout nt --arch sm_90   # Qwen3-MoE's experts
     ```
     """
     from ..selection import dispatch, heuristic
+
+    if groups is not None:
+        _explain_grouped(parse_size(m, "M"), parse_size(n, "N"), parse_size(k, "K"), groups, dtype, layout,
+                         bias, scales, _explain_device(arch, sms), sms is not None)
+        return
 
     p = problem_of_args(parse_size(m, "M"), parse_size(n, "N"), parse_size(k, "K"), dtype, layout, bias,
                         scales, out_dtype, b_dtype)
@@ -145,6 +154,41 @@ def explain(m: str = SizeM, n: str = SizeN, k: str = SizeK, dtype: str = DtypeOp
     for name, text in lines:
         console.print(f"{name + ':':10}{text}", markup=False)
     console.print(_ranking_table(ranked[:top], sel.config, len(ranked)))
+
+
+def _explain_grouped(m: int, n: int, k: int, groups: int, dtype: str | None, layout, bias, scales,
+                     info: DeviceInfo, sms_given: bool) -> None:
+    """What grouped dispatch runs for a MoE layer's experts: the key (rows per group bucketed), the
+    selection and its source (the shipped configs/grouped/<arch>.json, a neighbour, the heuristic)."""
+    import torch
+
+    from ..grouped.forms import GroupedShape
+    from ..grouped.select import key_of, select, vendor_preferred
+
+    names = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+    dtype = dtype or "bf16"
+    if dtype not in names:
+        fail(f"error: --dtype: a grouped GEMM is one of {', '.join(names)}, got {dtype}")
+    if getattr(bias, "value", bias) not in (None, "none") or getattr(scales, "value", scales) not in (None, "none"):
+        fail("error: --groups: a grouped GEMM takes no --bias kind or --scales here (grouped_mm's bias is "
+             "one row per group)")
+    layout = getattr(layout, "value", layout)
+    shape = GroupedShape(form="2d3d", groups=groups, m=m, n=n, k=k, out_shape=(m, n))
+    key = key_of(shape, names[dtype], layout[0] == "t", layout[1] == "t")
+    sel = select(key, info)
+    why = {"shipped": f"configs/grouped/{info.arch}.json", "neighbor": "the nearest tuned rows per group in "
+           f"configs/grouped/{info.arch}.json", "heuristic": "nothing tuned for it"}.get(sel.source, sel.source)
+    if sel.source == "heuristic" and sel.backend == "torch":
+        why += "; torch's op measured faster for such keys (grouped.select.vendor_preferred)"
+    elif sel.source == "heuristic" and vendor_preferred(key, info) is False:
+        why += "; our kernels measured faster for such keys"
+    lines = [("problem", f"grouped {key.text()}, {m} rows, {_where(info, sms_given)}"),
+             ("selected", sel.config.short()),
+             ("backend", "torch (torch._grouped_mm, the vendor)" if sel.backend == "torch"
+              else "triton (the grouped kernel)"),
+             ("source", f"{sel.source}: {why}")]
+    for name, text in lines:
+        console.print(f"{name + ':':10}{text}", markup=False)
 
 
 def _eager_lines(sel) -> list[tuple[str, str]]:
