@@ -169,15 +169,17 @@ def _explain_grouped(m: int, n: int, k: int, groups: int, dtype: str | None, lay
     dtype = dtype or "bf16"
     if dtype not in names:
         fail(f"error: --dtype: a grouped GEMM is one of {', '.join(names)}, got {dtype}")
-    if getattr(bias, "value", bias) not in (None, "none") or getattr(scales, "value", scales) not in (None, "none"):
+    kinds = (getattr(bias, "value", bias), getattr(scales, "value", scales))
+    if any(kind not in (None, "none") for kind in kinds):
         fail("error: --groups: a grouped GEMM takes no --bias kind or --scales here (grouped_mm's bias is "
              "one row per group)")
     layout = getattr(layout, "value", layout)
     shape = GroupedShape(form="2d3d", groups=groups, m=m, n=n, k=k, out_shape=(m, n))
     key = key_of(shape, names[dtype], layout[0] == "t", layout[1] == "t")
     sel = select(key, info)
-    why = {"shipped": f"configs/grouped/{info.arch}.json", "neighbor": "the nearest tuned rows per group in "
-           f"configs/grouped/{info.arch}.json", "heuristic": "nothing tuned for it"}.get(sel.source, sel.source)
+    shipped = f"configs/grouped/{info.arch}.json"
+    why = {"shipped": shipped, "neighbor": f"the nearest tuned rows per group in {shipped}",
+           "heuristic": "nothing tuned for it"}.get(sel.source, sel.source)
     if sel.source == "heuristic" and sel.backend == "torch":
         why += "; torch's op measured faster for such keys (grouped.select.vendor_preferred)"
     elif sel.source == "heuristic" and vendor_preferred(key, info) is False:
