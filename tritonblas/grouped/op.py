@@ -73,17 +73,7 @@ def grouped_mm(
     `offs` over the columns of mat_b. `bias`: one row per group, (E, N), or (N,) for 3-D x 2-D.
     backend: None (dispatch decides), "triton" (the kernels) or "torch" (torch._grouped_mm where the
     running torch takes the call, else a loop of torch.mm)."""
-    key = _call_key(mat_a, mat_b, offs, bias, out_dtype, backend)
-    known = _calls.get(key) if key is not None else None
-    if known is None:
-        read_at = caches.generation()
-        if backend not in BACKENDS:
-            raise ValueError(f"grouped_mm: backend must be None, 'triton' or 'torch', got {backend!r}")
-        shape = check_args(mat_a, mat_b, offs, bias, out_dtype, read_offs=not torch.compiler.is_compiling())
-        known = (shape, None if backend == "torch" else selection_for(mat_a, mat_b, shape, backend))
-        if key is not None:
-            caches.store(read_at, _calls, key, known)
-    shape, selection = known
+    shape, selection = known_call(mat_a, mat_b, offs, bias, out_dtype, backend)
     note_call(mat_a, mat_b, shape)
     if torch.compiler.is_compiling() or (
         torch.is_grad_enabled()
@@ -97,6 +87,23 @@ def grouped_mm(
 # again and again, and the host time of a call counts there as much as its kernel's. Dropped with
 # dispatch's selections (tritonblas.dispatch.clear_cache()).
 _calls: dict[tuple, tuple] = caches.new()
+
+
+def known_call(mat_a, mat_b, offs, bias, out_dtype, backend, read_offs: bool = True) -> tuple:
+    """(shape, selection) of a call: every argument check (the error naming the argument) and the
+    selection, once per signature (None for backend "torch")."""
+    key = _call_key(mat_a, mat_b, offs, bias, out_dtype, backend)
+    known = _calls.get(key) if key is not None else None
+    if known is None:
+        read_at = caches.generation()
+        if backend not in BACKENDS:
+            raise ValueError(f"grouped_mm: backend must be None, 'triton' or 'torch', got {backend!r}")
+        read_offs = read_offs and not torch.compiler.is_compiling()
+        shape = check_args(mat_a, mat_b, offs, bias, out_dtype, read_offs=read_offs)
+        known = (shape, None if backend == "torch" else selection_for(mat_a, mat_b, shape, backend))
+        if key is not None:
+            caches.store(read_at, _calls, key, known)
+    return known
 
 
 def _call_key(mat_a, mat_b, offs, bias, out_dtype, backend) -> tuple | None:

@@ -9,8 +9,7 @@ one aten op per call, as without the mode. Nothing reads `offs` on the host.
 
 from __future__ import annotations
 
-from .forms import check_args
-from .op import note_call, product, routing_off, selection_for
+from .op import known_call, note_call, product, routing_off
 
 
 def grouped_kernel(torch_grouped):
@@ -19,14 +18,14 @@ def grouped_kernel(torch_grouped):
     def grouped_mm(keyset, mat_a, mat_b, offs=None, bias=None, out_dtype=None):
         if not routing_off() and bias is None:  # (torch refuses a bias: its error, not ours)
             try:
-                shape = check_args(mat_a, mat_b, offs, None, out_dtype, read_offs=False)
+                shape, selection = known_call(mat_a, mat_b, offs, None, out_dtype, None, read_offs=False)
             except (TypeError, ValueError):
-                shape = None
+                shape = selection = None
             if shape is not None:
                 note_call(mat_a, mat_b, shape)
-                selection = selection_for(mat_a, mat_b, shape, None)
                 if selection.backend != "torch":
-                    return product(mat_a, mat_b, offs, None, out_dtype or mat_a.dtype, shape, None)
+                    return product(mat_a, mat_b, offs, None, out_dtype or mat_a.dtype, shape, None,
+                                   selection=selection)
         return torch_grouped.call_boxed(keyset, mat_a, mat_b, offs=offs, bias=bias, out_dtype=out_dtype)
 
     return grouped_mm
