@@ -152,17 +152,9 @@ def needs_int64(a, b, c, bias) -> bool:
     return max((offset_reach(v) for v in views), default=0) >= INT32_OFFSETS
 
 
-def plan(
-    a: torch.Tensor,
-    b: torch.Tensor,
-    c: torch.Tensor,
-    bias: torch.Tensor | None,
-    offs: torch.Tensor | None,
-    shape: GroupedShape,
-    config: GemmConfig,
-    sm_count: int,
-    precision: str,
-) -> GroupedLaunch:
+def plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None,
+         offs: torch.Tensor | None, shape: GroupedShape, config: GemmConfig, sm_count: int,
+         precision: str) -> GroupedLaunch:
     """The launch of `config` on these tensors; c is the output (written whole, the tail as zeros)."""
     if a.dtype == torch.bfloat16 and not a.is_cuda:
         # Triton's interpreter computes tl.dot on bf16 wrongly (numpy has no bf16), as launch.gemm says:
@@ -271,17 +263,9 @@ def _signature(a, b, c, bias, offs, config: GemmConfig, precision: str) -> tuple
     )
 
 
-def run(
-    a: torch.Tensor,
-    b: torch.Tensor,
-    c: torch.Tensor,
-    bias: torch.Tensor | None,
-    offs: torch.Tensor | None,
-    shape: GroupedShape,
-    config: GemmConfig,
-    sm_count: int,
-    precision: str,
-) -> None:
+def run(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None,
+        offs: torch.Tensor | None, shape: GroupedShape, config: GemmConfig, sm_count: int,
+        precision: str) -> None:
     """c = the grouped product: a signature's first call plans and launches through triton (compiling),
     later ones launch directly (CUDA; triton versions launch.direct knows)."""
     key = _signature(a, b, c, bias, offs, config, precision) if a.is_cuda else None
