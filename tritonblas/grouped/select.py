@@ -1,6 +1,6 @@
-"""Which config a grouped GEMM runs: a tuned winner for its key (the shipped table), else the nearest
-tuned key of the same groups, N, K, dtype and layout, else the heuristic; and the one feasibility
-predicate, `grouped_supports`.
+"""Which config a grouped GEMM runs: a tuned winner for its key (the user's table, `tritonblas tune`'s,
+then the shipped one), else the nearest shipped key of the same groups, N, K, dtype and layout, else the
+heuristic; and the one feasibility predicate, `grouped_supports`.
 
 The key buckets the rows per group (a power of two): the kernel reads `offs` on the device, so the host
 knows only the total rows and the groups, and calls whose counts differ share one plan.
@@ -9,7 +9,6 @@ knows only the total rows and the groups, and calls whose counts differ share on
 from __future__ import annotations
 
 import functools
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,11 +127,9 @@ SHIPPED = Path(__file__).resolve().parent.parent / "configs" / "grouped"
 @functools.cache
 def shipped_table(arch: str) -> dict[GroupedKey, GemmConfig]:
     """configs/grouped/<arch>.json: tuned winners by key ({} where none ship)."""
-    path = SHIPPED / f"{arch}.json"
-    if not path.is_file():
-        return {}
-    doc = json.loads(path.read_text())
-    return {GroupedKey(**row["key"]): GemmConfig.model_validate(row["config"]) for row in doc["winners"]}
+    from .usertable import read_table
+
+    return read_table(SHIPPED / f"{arch}.json")
 
 
 @dataclass(frozen=True)
@@ -154,13 +151,18 @@ def _distance(a: GroupedKey, b: GroupedKey) -> float | None:
 
 @functools.lru_cache(maxsize=4096)
 def select(key: GroupedKey, device: DeviceInfo, backend: str | None = None) -> GroupedSelection:
-    """The config a grouped GEMM of `key` runs on `device` (backend "triton" rules torch out)."""
+    """The config a grouped GEMM of `key` runs on `device` (backend "triton" rules torch out): the user
+    table's winner (`tritonblas tune`), the shipped one, a neighbour's, the heuristic's."""
+    from .usertable import dispatch_table
+
+    def usable(c: GemmConfig) -> bool:
+        return grouped_supports(c, key, device)[0] and not (backend == "triton" and c.is_vendor)
+
+    user = dispatch_table(device.arch)[0].get(key)
+    if user is not None and usable(user):
+        return GroupedSelection(user, "user", key)
     table = shipped_table(device.arch)
-    ok = [
-        (k, c)
-        for k, c in table.items()
-        if grouped_supports(c, key, device)[0] and not (backend == "triton" and c.is_vendor)
-    ]
+    ok = [(k, c) for k, c in table.items() if usable(c)]
     exact = [c for k, c in ok if k == key]
     if exact:
         return GroupedSelection(exact[0], "shipped", key)
@@ -172,11 +174,10 @@ def select(key: GroupedKey, device: DeviceInfo, backend: str | None = None) -> G
     return GroupedSelection(heuristic(key, device), "heuristic", key)
 
 
-_CLEARS = (select.cache_clear, shipped_table.cache_clear)
-
-
 def clear_cache() -> None:
-    for clear in _CLEARS:
+    from .usertable import user_table
+
+    for clear in (select.cache_clear, shipped_table.cache_clear, user_table.cache_clear):
         clear()
 
 

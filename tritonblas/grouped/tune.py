@@ -8,11 +8,8 @@ ranked by the slower of the two relative to torch's op: a winner must not fall a
 
 from __future__ import annotations
 
-import json
 import math
 import random
-from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import torch
 
@@ -67,7 +64,9 @@ def operands(entry: GroupedEntry, device: str, seed: int = 0):
 def candidates(key: GroupedKey, device: DeviceInfo) -> list[GemmConfig]:
     """The configs worth timing for a key, the heuristic's first; each one grouped_supports accepts."""
     tma = device.arch in TMA_ARCHS
-    if key.rows <= 16:
+    if device.arch == "interpreter":  # small tiles: the interpreter's time grows with the tile
+        grid = [(bm, bn, 32, 4, 1) for bm in (16, 32) for bn in (32, 64)]
+    elif key.rows <= 16:
         grid = [
             (bm, bn, bk, 4, s) for bm in (16, 32, 64) for bn in (64, 128) for bk in (128, 256) for s in (3, 4)
         ]
@@ -103,47 +102,26 @@ def reference_error(out: torch.Tensor, x, w, offs) -> float:
     return math.sqrt(errs / max(norms, 1e-300))
 
 
-@dataclass
-class TunedRow:
-    entry: str
-    config: dict
-    us_balanced: float
-    us_zipf: float
-    torch_us_balanced: float
-    torch_us_zipf: float
-    error: float
-    torch_error: float
-
-    @property
-    def ratio(self) -> float:
-        """torch's time over ours, the worse of the two count draws."""
-        return min(self.torch_us_balanced / self.us_balanced, self.torch_us_zipf / self.us_zipf)
-
-
 def shape_of(x, w, offs) -> GroupedShape:
     return check_args(x, w, offs, None, None, read_offs=False)
-
-
-def write_table(path: Path, arch: str, winners: dict[GroupedKey, GemmConfig], meta: dict) -> None:
-    """The winners as a deterministic file (sorted keys and rows): what dispatch reads."""
-    rows = [{"key": asdict(k), "config": winners[k].model_dump()} for k in sorted(winners, key=asdict_sort)]
-    doc = {"arch": arch, **meta, "winners": rows}
-    path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
-
-
-def asdict_sort(key: GroupedKey) -> tuple:
-    return (key.form, key.groups, key.n, key.k, key.rows, key.dtype, key.layout)
 
 
 __all__ = [
     "GROUP_SIZES",
     "GroupedEntry",
     "TunedRow",
+    "merge_table",
     "candidates",
     "group_sizes",
     "key_of",
     "operands",
     "reference_error",
     "shape_of",
+    "tune_entry",
     "write_table",
 ]
+
+# the timing and ranking of one entry (tuner.py), and the table files (usertable.py), from here too
+from .tuner import TunedRow, tune_entry  # noqa: E402
+from .usertable import merge_table, write_table  # noqa: E402
+

@@ -115,6 +115,13 @@ def set_database(url: str | None | Literal[False]) -> None:
     clear_cache()
 
 
+def database_choice() -> str | None | Literal[False]:
+    """What set_database chose: a URL or path, None (the default), False (no user DB): grouped
+    dispatch reads its user table next to that database (grouped/usertable.py)."""
+    with _state.lock:
+        return _state.user_db.url if _state.user_db.enabled else False
+
+
 @contextlib.contextmanager
 def using_database(url: str | None | Literal[False]) -> Iterator[None]:
     """set_database for the duration of a with-block; the previous choice is restored after it."""
