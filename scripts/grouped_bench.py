@@ -24,9 +24,8 @@ import torch
 from tritonblas.device import tensor_device_info
 from tritonblas.grouped import tune
 from tritonblas.grouped.op import grouped_mm
-from tritonblas.grouped.select import key_of, select
+from tritonblas.grouped.select import select
 from tritonblas.grouped.tuner import draws_of, reps_for, timed_us
-from tritonblas.identity import grouped_kernel_hash, triton_version
 from tritonblas.shapes import load_grouped
 
 HBM_BYTES_PER_S = 4.8e12
@@ -41,8 +40,7 @@ def run_entry(entry: tune.GroupedEntry, do_tune: bool, quick: bool) -> tuple[dic
     the config dispatch selects), then what a report adds: dispatch's own time and the weights' read."""
     draws = draws_of(entry, "cuda")
     x, w, offs = draws[next(iter(draws))]
-    key = key_of(tune.shape_of(x, w, offs), x.dtype, False, entry.layout == "nt")
-    configs = None if do_tune else [select(key, tensor_device_info(x)).config]
+    configs = None if do_tune else [select(tune.entry_key(entry), tensor_device_info(x)).config]
     row = tune.tune_entry(entry, "cuda", configs=configs, max_candidates=6 if quick else None, draws=draws)
     for note in row.notes:
         print(f"  {note}", flush=True)
@@ -98,12 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             f"(torch {r['torch_error']:.2e})  {time.time() - started:.0f}s",
             flush=True,
         )
-    meta = {
-        "triton": triton_version(),
-        "torch": torch.__version__.split("+")[0],
-        "kernel_hash": grouped_kernel_hash(),
-        "device": torch.cuda.get_device_name(),
-    }
+    meta = tune.table_meta("cuda")
     if args.json:
         args.json.write_text(json.dumps({**meta, "results": results}, indent=1))
     if args.tune:

@@ -31,6 +31,7 @@ from .common import (
 )
 from .tables import Col, fitted
 from .targets import open_db
+from .tune_grouped import grouped_entries, report_grouped, tune_grouped
 
 if TYPE_CHECKING:  # the tuner (and torch) load when the command runs: `tritonblas db` needs neither
     from ..problem import Problem
@@ -79,17 +80,18 @@ def _check_options(budget_s: float, export: Path | None) -> None:
     check_output(export, "--export")
 
 
-def _shard(problems: list[Problem], shard: str | None) -> tuple[list[Problem], str]:
-    """This host's part of the problems (`--shard`), and how to say so."""
+def _shard(problems: list[Problem], shard: str | None) -> tuple[list[Problem], str, bool]:
+    """This host's part of the problems (`--shard`), how to say so, and whether it is shard 0 (the
+    one that tunes the grouped entries)."""
     if shard is None:
-        return problems, ""
+        return problems, "", True
     from ..tuning.shard import parse_shard
 
     try:
         part = parse_shard(shard)
     except ValueError as e:
         fail(f"error: --shard: {e}")
-    return part.take(problems), f" (shard {part} of {len(problems)})"
+    return part.take(problems), f" (shard {part} of {len(problems)})", part.index == 0
 
 
 def tune(shapes: list[Path] = typer.Option(..., "--shapes", help=SHAPES_HELP),
@@ -119,6 +121,14 @@ def tune(shapes: list[Path] = typer.Option(..., "--shapes", help=SHAPES_HELP),
     run resumes where it stopped. Every winner is read back from the database before it is reported.
     Exit code 1 if any problem ends without a verified winner, or with one the database does not hold.
 
+    Grouped entries (`op: grouped`: tritonblas.grouped_mm) are tuned after the dense problems, one at
+    a time on the first of --devices: every candidate timed on balanced and Zipf-skewed counts next to
+    torch._grouped_mm, the fastest that passes the fp64 check wins, torch's op where that one is slower
+    on either draw. Their winners go to grouped-<arch>.json in the database file's folder (the default
+    database's folder for a server URL), which dispatch reads before the shipped table; keys it holds
+    from the same triton and kernel are skipped unless --force. --budget-s does not limit them, --shard
+    gives them all to shard 0, and --export writes the dense winners only.
+
     **Examples**
 
     ```
@@ -126,6 +136,7 @@ def tune(shapes: list[Path] = typer.Option(..., "--shapes", help=SHAPES_HELP),
     tritonblas tune --shapes shapes.yaml --dtypes bf16 --devices 0,1 --budget-s 20
     tritonblas tune --shapes shapes.yaml --shapes classes/linear.yaml   # several files, one run
     tritonblas tune --shapes scripts/classes/fp8.yaml   # quantized: through tritonblas.scaled_mm
+    tritonblas tune --shapes scripts/classes/grouped.yaml   # MoE experts: tritonblas.grouped_mm
     tritonblas tune --shapes shapes.yaml --db postgresql://tuner@db/tb --export configs/{arch}.json
     tritonblas tune --shapes shapes.yaml --db "$TB_URL" --shard auto   # one task of a Slurm array
     TRITON_INTERPRET=1 tritonblas tune --shapes tiny.yaml --db /tmp/t.sqlite  # CPU dry run
@@ -135,26 +146,33 @@ def tune(shapes: list[Path] = typer.Option(..., "--shapes", help=SHAPES_HELP),
     from .progress import run_with_progress
 
     configure_console()
-    problems, part = _shard(problems_from(shapes, dtypes), shard)
+    problems, part, first = _shard(problems_from(shapes, dtypes), shard)
+    entries = grouped_entries(shapes, dtypes) if first else []
     device_ids = parse_devices(devices)
     _check_options(budget_s, export)
     with open_db(db, create=True) as opened:  # created and migrated once here, before workers race to
         url = opened.url
     options = {"budget_s": budget_s, "force": force}
-    say(f"tuning {len(problems)} problems{part} from {shapes_label(shapes)} on {len(device_ids)} "
-        f"device(s) into {opened.where}"
-        + (" (Triton interpreter: timings are meaningless)" if interpreter_mode() else ""))
-    try:
-        rows = run_with_progress(problems, device_ids, url, options)
-    except Interrupted as stop:
-        console.print(summary_table(stop.rows))
-        fail(interrupted_line(stop.rows, len(problems)), code=130)
-    console.print(summary_table(rows))
-    bad = _report_failures(rows)
+    rows, failed = [], 0
+    if problems or not entries:
+        say(f"tuning {len(problems)} problems{part} from {shapes_label(shapes)} on {len(device_ids)} "
+            f"device(s) into {opened.where}"
+            + (" (Triton interpreter: timings are meaningless)" if interpreter_mode() else ""))
+        try:
+            rows = run_with_progress(problems, device_ids, url, options)
+        except Interrupted as stop:
+            console.print(summary_table(stop.rows))
+            fail(interrupted_line(stop.rows, len(problems)), code=130)
+        console.print(summary_table(rows))
+        failed = _report_failures(rows)
+    if entries:
+        grouped = tune_grouped(entries, url, device_ids[0], force)
+        failed += report_grouped(grouped)
+        rows = [*rows, *grouped]
     if export is not None:
         _export(url, export, device_ids[0])
-    if bad:
-        fail(f"{bad} of {len(rows)} problems have no verified winner", code=1)
+    if failed:
+        fail(f"{failed} of {len(rows)} problems have no verified winner", code=1)
 
 
 def interrupted_line(rows: list[TuneRow], total: int) -> str:

@@ -61,6 +61,12 @@ def operands(entry: GroupedEntry, device: str, seed: int = 0):
     return x, w, offs
 
 
+def entry_key(entry: GroupedEntry) -> GroupedKey:
+    """The dispatch key of an entry's problem as `operands` builds it (x row-major; w^T for "nt")."""
+    shape = GroupedShape("2d3d", entry.groups, entry.m, entry.n, entry.k, (entry.m, entry.n))
+    return key_of(shape, _TORCH_DTYPES[entry.dtype], False, entry.layout == "nt")
+
+
 def candidates(key: GroupedKey, device: DeviceInfo) -> list[GemmConfig]:
     """The configs worth timing for a key, the heuristic's first; each one grouped_supports accepts."""
     tma = device.arch in TMA_ARCHS
@@ -102,6 +108,15 @@ def reference_error(out: torch.Tensor, x, w, offs) -> float:
     return math.sqrt(errs / max(norms, 1e-300))
 
 
+def table_meta(device: str) -> dict:
+    """What a table says it was tuned with: triton, torch, the grouped kernel's hash, the device."""
+    from ..identity import grouped_kernel_hash, triton_version
+
+    name = torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else "interpreter"
+    return {"triton": triton_version(), "torch": torch.__version__.split("+")[0],
+            "kernel_hash": grouped_kernel_hash(), "device": name}
+
+
 def shape_of(x, w, offs) -> GroupedShape:
     return check_args(x, w, offs, None, None, read_offs=False)
 
@@ -112,11 +127,13 @@ __all__ = [
     "TunedRow",
     "merge_table",
     "candidates",
+    "entry_key",
     "group_sizes",
     "key_of",
     "operands",
     "reference_error",
     "shape_of",
+    "table_meta",
     "tune_entry",
     "write_table",
 ]

@@ -22,8 +22,8 @@ from ..config import GemmConfig
 from ..device import tensor_device_info
 from ..shapes import GroupedEntry
 from .forms import GroupedShape
-from .select import GroupedKey, key_of
-from .tune import candidates, operands, reference_error, shape_of
+from .select import GroupedKey
+from .tune import candidates, entry_key, operands, reference_error, shape_of
 
 # A candidate is correct when its float64 error is at most twice torch's plus one bf16 rounding (2^-7,
 # the unit the tests' assert_close allows: triton 3.6's interpreter truncates bf16 stores).
@@ -129,7 +129,7 @@ def tune_entry(entry: GroupedEntry, device: str, configs: list[GemmConfig] | Non
     x, w, offs = next(iter(draws.values()))
     shape = shape_of(x, w, offs)
     info = tensor_device_info(x)
-    key = key_of(shape, x.dtype, False, entry.layout == "nt")
+    key = entry_key(entry)
     cuda = x.is_cuda
     reps = reps_for(2.0 * entry.m * entry.n * entry.k)
     configs = list(configs) if configs is not None else candidates(key, info)

@@ -33,7 +33,12 @@ def write_table(path: Path, arch: str, winners: dict[GroupedKey, GemmConfig], me
     """The winners as a deterministic file (sorted keys and rows): what dispatch reads."""
     rows = [{"key": asdict(k), "config": winners[k].model_dump()} for k in sorted(winners, key=key_order)]
     doc = {"arch": arch, **meta, "winners": rows}
-    path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # renamed over it: no reader sees half a file
+    try:
+        tmp.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def read_doc(path: Path) -> tuple[dict, dict[GroupedKey, GemmConfig]]:
