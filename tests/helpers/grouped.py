@@ -123,3 +123,20 @@ def assert_close(ours: torch.Tensor, a, b, offs, bias) -> None:
     eps = 2.0 ** -MANTISSA[ours.dtype] + 1e-6
     assert ours.shape == ref.shape
     assert error(ours, ref) <= 2 * error(theirs, ref) + eps, (error(ours, ref), error(theirs, ref))
+
+
+# A shapes file of grouped entries small enough for the interpreter (2-4 experts, dims <= 64): one
+# balanced (timed on both draws), one zipf (one draw), of different keys.
+TINY_GROUPED = """\
+dtypes: [fp16]
+shapes:
+  - {op: grouped, groups: 4, m: 64, n: 32, k: 32, layout: nt}
+  - {op: grouped, groups: 2, m: 16, n: 32, k: 64, layout: nt, group_sizes: zipf}
+"""
+
+
+def tiny_grouped_file(folder) -> str:
+    """TINY_GROUPED written into `folder`; its path."""
+    path = folder / "tiny_grouped.yaml"
+    path.write_text(TINY_GROUPED)
+    return str(path)
