@@ -120,8 +120,10 @@ def explain(m: str = SizeM, n: str = SizeN, k: str = SizeK, dtype: str = DtypeOp
     from ..selection import dispatch, heuristic
 
     if groups is not None:
-        _explain_grouped(parse_size(m, "M"), parse_size(n, "N"), parse_size(k, "K"), groups, dtype, layout,
-                         bias, scales, _explain_device(arch, sms), sms is not None)
+        check_db(db)
+        with dispatch.using_database(db):  # its folder holds the user's grouped table
+            _explain_grouped(parse_size(m, "M"), parse_size(n, "N"), parse_size(k, "K"), groups, dtype,
+                             layout, bias, scales, _explain_device(arch, sms), sms is not None)
         return
 
     p = problem_of_args(parse_size(m, "M"), parse_size(n, "N"), parse_size(k, "K"), dtype, layout, bias,
@@ -159,11 +161,13 @@ def explain(m: str = SizeM, n: str = SizeN, k: str = SizeK, dtype: str = DtypeOp
 def _explain_grouped(m: int, n: int, k: int, groups: int, dtype: str | None, layout, bias, scales,
                      info: DeviceInfo, sms_given: bool) -> None:
     """What grouped dispatch runs for a MoE layer's experts: the key (rows per group bucketed), the
-    selection and its source (the shipped configs/grouped/<arch>.json, a neighbour, the heuristic)."""
+    selection and its source (the user's table, the shipped configs/grouped/<arch>.json, a neighbour,
+    the heuristic)."""
     import torch
 
     from ..grouped.forms import GroupedShape
     from ..grouped.select import key_of, select, vendor_preferred
+    from ..grouped.usertable import dispatch_table
 
     names = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
     dtype = dtype or "bf16"
@@ -179,7 +183,8 @@ def _explain_grouped(m: int, n: int, k: int, groups: int, dtype: str | None, lay
     sel = select(key, info)
     shipped = f"configs/grouped/{info.arch}.json"
     why = {"shipped": shipped, "neighbor": f"the nearest tuned rows per group in {shipped}",
-           "heuristic": "nothing tuned for it"}.get(sel.source, sel.source)
+           "heuristic": "nothing tuned for it",
+           "user": f"tritonblas tune's table {dispatch_table(info.arch)[1]}"}.get(sel.source, sel.source)
     if sel.source == "heuristic" and sel.backend == "torch":
         why += "; torch's op measured faster for such keys (grouped.select.vendor_preferred)"
     elif sel.source == "heuristic" and vendor_preferred(key, info) is False:

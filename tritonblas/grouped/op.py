@@ -91,17 +91,19 @@ _calls: dict[tuple, tuple] = caches.new()
 
 def known_call(mat_a, mat_b, offs, bias, out_dtype, backend, read_offs: bool = True) -> tuple:
     """(shape, selection) of a call: every argument check (the error naming the argument) and the
-    selection, once per signature (None for backend "torch")."""
+    selection, once per signature (None for backend "torch", and while torch.compile traces)."""
     key = _call_key(mat_a, mat_b, offs, bias, out_dtype, backend)
     known = _calls.get(key) if key is not None else None
     if known is None:
         read_at = caches.generation()
         if backend not in BACKENDS:
             raise ValueError(f"grouped_mm: backend must be None, 'triton' or 'torch', got {backend!r}")
-        read_offs = read_offs and not torch.compiler.is_compiling()
-        shape = check_args(mat_a, mat_b, offs, bias, out_dtype, read_offs=read_offs)
-        known = (shape, None if backend == "torch" else selection_for(mat_a, mat_b, shape, backend))
-        if key is not None:
+        compiling = torch.compiler.is_compiling()
+        shape = check_args(mat_a, mat_b, offs, bias, out_dtype, read_offs=read_offs and not compiling)
+        # traced, the custom op selects when it runs (dynamo cannot trace the user table's file reads)
+        select_now = backend != "torch" and not compiling
+        known = (shape, selection_for(mat_a, mat_b, shape, backend) if select_now else None)
+        if key is not None and not compiling:
             caches.store(read_at, _calls, key, known)
     return known
 

@@ -174,10 +174,13 @@ def select(key: GroupedKey, device: DeviceInfo, backend: str | None = None) -> G
     return GroupedSelection(heuristic(key, device), "heuristic", key)
 
 
+_CLEARS = (select.cache_clear, shipped_table.cache_clear)  # bound now: tests patch `select` itself
+
+
 def clear_cache() -> None:
     from .usertable import user_table
 
-    for clear in (select.cache_clear, shipped_table.cache_clear, user_table.cache_clear):
+    for clear in (*_CLEARS, user_table.cache_clear):
         clear()
 
 

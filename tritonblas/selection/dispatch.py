@@ -117,9 +117,11 @@ def set_database(url: str | None | Literal[False]) -> None:
 
 def database_choice() -> str | None | Literal[False]:
     """What set_database chose: a URL or path, None (the default), False (no user DB): grouped
-    dispatch reads its user table next to that database (grouped/usertable.py)."""
-    with _state.lock:
-        return _state.user_db.url if _state.user_db.enabled else False
+    dispatch reads its user table next to that database (grouped/usertable.py). No lock: torch.compile
+    traces grouped dispatch through here and cannot enter one; a read racing set_database is followed
+    by set_database's clear_cache anyway."""
+    user_db = _state.user_db
+    return user_db.url if user_db.enabled else False
 
 
 @contextlib.contextmanager
