@@ -77,6 +77,9 @@ def test_tune_writes_the_user_table_and_dispatch_reads_it_first(tmp_path):
     w = torch.randn(4, 32, 32).half().transpose(1, 2)
     offs = torch.tensor([16, 32, 48, 64], dtype=torch.int32)
     assert_close(grouped_mm(x, w, offs=offs), x, w, offs, None)
+    explained = _tune(app, ["explain", "64", "32", "32", "--groups", "4", "--dtype", "fp16", "--layout", "nt",
+                            "--db", db]).output
+    assert "source:   user: tritonblas tune's table" in explained, explained
     # without the database (and its folder) the same key is the heuristic's again
     dispatch.set_database(False)
     assert select(tune.entry_key(entries[0]), _device()).source == "heuristic"
