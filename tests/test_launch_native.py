@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from tritonblas import GemmConfig
+from tritonblas import GemmConfig, contract
 from tritonblas.launch import gemm, native, prepared
 
 POINTER_KINDS = (native.P_A, native.P_B, native.P_C, native.P_BIAS)
@@ -62,18 +62,18 @@ def _decode(words: list[int]) -> tuple[list[tuple[int, int]], list[tuple[list[in
     """(each buffer's (bytes, zeroed), each launch's (head, (kind, value) per parameter, descriptor
     words)) of a record, which they fill exactly."""
     assert words[0] == native.FORMAT
-    buffers, launches, at = words[1], words[2], native.HEAD
+    buffers, launches, at = words[1], words[2], contract.HEAD
     pairs = [tuple(words[at + 2 * i:at + 2 * i + 2]) for i in range(buffers)]
     at += native.BUFFER_WORDS * buffers
     decoded = []
     for _ in range(launches):
-        head = words[at:at + native.LAUNCH_HEAD]
-        at += native.LAUNCH_HEAD
+        head = words[at:at + contract.LAUNCH_HEAD]
+        at += contract.LAUNCH_HEAD
         count, descs = head[5], head[6]
         params = [(words[at + 2 * i], words[at + 2 * i + 1]) for i in range(count)]
         at += 2 * count
-        decoded.append((head, params, words[at:at + native.DESC_WORDS * descs]))
-        at += native.DESC_WORDS * descs
+        decoded.append((head, params, words[at:at + contract.DESC_WORDS * descs]))
+        at += contract.DESC_WORDS * descs
     assert at == len(words)
     return pairs, decoded
 
