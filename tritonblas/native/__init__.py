@@ -12,7 +12,11 @@ mode keeps its Python kernels; without Python's headers the library has no front
 
 The library lands in $XDG_CACHE_HOME/tritonblas/native (else ~/.cache/...), named by a hash of the
 source, the torch build and the compiler ($CXX, else c++), so another torch never loads a stale one;
-several processes may build it at once (each writes its own file, renamed into place).
+several processes may build it at once (each writes its own file, renamed into place). A build says
+so at WARNING before it starts and after, with its seconds (on stderr where logging shows nothing): the
+first enable() with a cold cache took 34.0 s on a 2-core CPU box, 32 s of them the build, against
+2.0 s with the library cached (torch 2.13 CPU, commit d76df40, 2026-12-03). `tritonblas warmup`
+builds it ahead.
 """
 
 from __future__ import annotations
