@@ -308,10 +308,6 @@ std::optional<at::Tensor> launch_native(const Launch& launch, const at::Tensor& 
   return out;
 }
 
-}  // namespace tritonblas_native
-
-namespace tritonblas_native {
-
 std::vector<int64_t> record_words(const Launch& launch) {
   std::vector<int64_t> words{FORMAT, static_cast<int64_t>(launch.buffers.size()),
                              static_cast<int64_t>(launch.kernels.size())};
