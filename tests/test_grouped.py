@@ -147,6 +147,9 @@ def _reference_with_grad(leaves, offs, has_bias):
 
 
 def test_compile(device):
+    from tritonblas import caches
+
+    caches.invalidate()  # nothing selected before: tracing must not select (it reads files)
     case = CASES[0]
     a, b, offs, bias = operands(case, device)
 
@@ -268,3 +271,12 @@ def test_the_shapes_format_refuses_bad_grouped_entries(entry, word, tmp_path):
     path.write_text(f"shapes:\n  - {entry}\n")
     with pytest.raises(ShapesError, match=word):
         load_grouped(path)
+
+
+def test_a_torch_without_grouped_mm_still_has_the_op(device, monkeypatch):
+    """torch before 2.8 has no torch._grouped_mm: the kernels run, and the vendor is a loop of torch.mm."""
+    case = CASES[2]
+    a, b, offs, bias = operands(case, device)
+    monkeypatch.delattr(torch, "_grouped_mm")
+    for backend in (None, "torch"):
+        assert_close(tritonblas.grouped_mm(a, b, offs=offs, bias=bias, backend=backend), a, b, offs, bias)

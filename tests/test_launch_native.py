@@ -1,16 +1,18 @@
 """launch.native: a prepared direct launch written as the words transparent mode's C++ kernels launch it
 from (native/launch.h), on plans made by launch.gemm for real problems and a compiled kernel whose
 signature is typed as triton's JIT types it (pointers, i32/i64, fp32; constexprs and None compiled in).
-What cannot be said goes back to Python (None). The C++ launch itself runs on the GPU
-(tests/test_gpu_transparent.py)."""
+What cannot be said goes back to Python (None). The C++ side reads the records back and pools their
+buffers here too, on the CPU; the C++ launch itself runs on the GPU (tests/test_gpu_transparent.py)."""
 
+import shutil
 import struct
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-from tritonblas import GemmConfig
+from tritonblas import GemmConfig, contract
+from tritonblas.contract import FORMAT, MAX_BUFFERS, MAX_LAUNCHES, POOL_CAP_BYTES
 from tritonblas.launch import gemm, native, prepared
 
 POINTER_KINDS = (native.P_A, native.P_B, native.P_C, native.P_BIAS)
@@ -61,19 +63,19 @@ def _type(index: int, value: object, constexpr: bool, pointers: int = 4) -> str:
 def _decode(words: list[int]) -> tuple[list[tuple[int, int]], list[tuple[list[int], list, list[int]]]]:
     """(each buffer's (bytes, zeroed), each launch's (head, (kind, value) per parameter, descriptor
     words)) of a record, which they fill exactly."""
-    assert words[0] == native.FORMAT
-    buffers, launches, at = words[1], words[2], native.HEAD
+    assert words[0] == FORMAT
+    buffers, launches, at = words[1], words[2], contract.HEAD
     pairs = [tuple(words[at + 2 * i:at + 2 * i + 2]) for i in range(buffers)]
     at += native.BUFFER_WORDS * buffers
     decoded = []
     for _ in range(launches):
-        head = words[at:at + native.LAUNCH_HEAD]
-        at += native.LAUNCH_HEAD
+        head = words[at:at + contract.LAUNCH_HEAD]
+        at += contract.LAUNCH_HEAD
         count, descs = head[5], head[6]
         params = [(words[at + 2 * i], words[at + 2 * i + 1]) for i in range(count)]
         at += 2 * count
-        decoded.append((head, params, words[at:at + native.DESC_WORDS * descs]))
-        at += native.DESC_WORDS * descs
+        decoded.append((head, params, words[at:at + contract.DESC_WORDS * descs]))
+        at += contract.DESC_WORDS * descs
     assert at == len(words)
     return pairs, decoded
 
@@ -171,19 +173,28 @@ DESC_META = ({"swizzle": 3, "elem_size": 2, "elem_type": 10, "block_size": [16, 
              {"swizzle": 3, "elem_size": 2, "elem_type": 10, "block_size": [64, 32], "fp4_padded": False})
 
 
+GEOMETRY = (([48, 128], [128, 1], [16, 64]), ([128, 96], [96, 1], [64, 32]))
+
+
+def _descriptor_plan() -> gemm._Plan:
+    """A GEMM's plan whose kernel takes host descriptors of A and B (GEOMETRY, DESC_META)."""
+    plan = _plan(48, 96, 128, True)
+    plan.descs = GEOMETRY
+    _compile(plan)
+    for name in ("a_host", "b_host"):
+        plan.compiled.src.signature[name] = "tensordesc<bf16[16, 64]>"
+    plan.direct.descriptors = tuple(zip(GEOMETRY, DESC_META, strict=True))
+    return plan
+
+
 def test_host_descriptors_are_encoded_per_call_from_their_geometry():
     """A kernel taking host descriptors: each is the encoded map (P_DESC, its slot) then its shape (i32)
     and strides (i64), as triton expands it, and the record holds what the encoding passes
     cuTensorMapEncodeTiled (dims and box innermost first, the row stride in bytes)."""
     from triton.backends.nvidia.driver import TMA_DTYPE_DEVICE_TO_HOST
 
-    plan = _plan(48, 96, 128, True)
-    geometry = (([48, 128], [128, 1], [16, 64]), ([128, 96], [96, 1], [64, 32]))
-    plan.descs = geometry
-    _compile(plan)
-    for name in ("a_host", "b_host"):
-        plan.compiled.src.signature[name] = "tensordesc<bf16[16, 64]>"
-    plan.direct.descriptors = tuple(zip(geometry, DESC_META, strict=True))
+    plan = _descriptor_plan()
+    geometry = GEOMETRY
     words = native.launch_record(plan, True)
     head, pairs = _one_launch(words)
     assert head[6] == 2
@@ -199,14 +210,20 @@ def test_host_descriptors_are_encoded_per_call_from_their_geometry():
     assert native.launch_record(plan, True) is None  # fp4 padding: not a plain tiled descriptor
 
 
+def _streamk_plan() -> gemm._Plan:
+    """Stream-K with its reduce kernel: one tile split 4 ways on 4 programs."""
+    config = GemmConfig(block_m=32, block_n=32, block_k=32, streamk=True, reduce_kernel=True)
+    plan = _plan(32, 32, 256, True, config)
+    _compile(plan, pointers=6)
+    _compile(plan.then, pointers=3, tail=[1.0, 0.5, None, None])
+    return plan
+
+
 def test_a_streamk_record_holds_its_workspace_and_its_reduce_launch():
     """Stream-K: the partials and the tile counters are buffers (the counters zeroed per call), passed to
     the GEMM after its bias, and the reduce kernel's launch follows on the partials."""
-    config = GemmConfig(block_m=32, block_n=32, block_k=32, streamk=True, reduce_kernel=True)
-    plan = _plan(32, 32, 256, True, config)  # one tile split 4 ways on 4 programs
+    plan = _streamk_plan()
     assert plan.workspace is not None and plan.then is not None
-    _compile(plan, pointers=6)
-    _compile(plan.then, pointers=3, tail=[1.0, 0.5, None, None])
     buffers, launches = _decode(native.launch_record(plan, True))
     floats, counters = plan.workspace
     assert buffers == [(4 * floats, 0), (4 * counters, 1)]
@@ -218,20 +235,121 @@ def test_a_streamk_record_holds_its_workspace_and_its_reduce_launch():
     assert (native.P_ALPHA, 0) in reduce_params and (native.P_BETA, 0) in reduce_params
 
 
+def _padded_plan() -> gemm._Plan:
+    """A prepared launch that copies A (rows of 18 bytes) into a buffer of 16-element rows."""
+    config = GemmConfig(block_m=16, block_n=16, block_k=16, aligned_copy=True)
+    a = torch.randn(13, 9, dtype=torch.float16)
+    b = torch.randn(9, 16, dtype=torch.float16)
+    plan = prepared.prepare_launch(a, b, torch.empty(13, 16, dtype=torch.float16), None, config, 4, "tf32")
+    plan.copies[0].plan = gemm._copy_plan(a, plan.copies[0].lead, True)
+    _compile(plan.copies[0].plan, pointers=2, tail=[])
+    _compile(plan)
+    return plan
+
+
 def test_a_padded_record_copies_into_a_buffer_the_gemm_then_reads():
     """Padded copies: the copy's launch reads the call's operand and writes a buffer of the padded size,
     and the GEMM reads that buffer in the operand's place."""
-    config = GemmConfig(block_m=16, block_n=16, block_k=16, aligned_copy=True)
-    a = torch.randn(13, 9, dtype=torch.float16)  # rows of 18 bytes: copied
-    b = torch.randn(9, 16, dtype=torch.float16)
-    plan = prepared.prepare_launch(a, b, torch.empty(13, 16, dtype=torch.float16), None, config, 4, "tf32")
+    plan = _padded_plan()
     copy, none = plan.copies
     assert none is None and copy.lead == 16
-    copy.plan = gemm._copy_plan(a, copy.lead, True)
-    _compile(copy.plan, pointers=2, tail=[])
-    _compile(plan)
     buffers, launches = _decode(native.launch_record(plan, False))
     assert buffers == [(13 * 16 * 2, 0)]
     (_, copy_params, _), (_, gemm_params, _) = launches
     assert copy_params[:2] == [(native.P_A, 0), (native.P_BUF, 0)]
     assert gemm_params[:4] == [(native.P_BUF, 0), (native.P_B, 0), (native.P_C, 0), (native.P_C, 0)]
+
+
+# The C++ side's reading of records (native/launch.cpp's parse_launch) and its buffer pool, on the CPU
+# through the library's test ops: `parsed` gives back the words of what it read (empty: refused),
+# `pool_probe` takes and gives buffer sets as calls do. The launches themselves run on the GPU only.
+@pytest.fixture
+def cpp():
+    from tritonblas import native as library
+
+    if not library.load():
+        if shutil.which("c++") or shutil.which("g++"):
+            pytest.fail(f"a C++ compiler is here, yet the C++ side did not build: {library.why_not()}")
+        pytest.skip(f"no C++ side here: {library.why_not()}")
+    return library.ops()
+
+
+def _records() -> dict[str, list[int]]:
+    """Records of stubbed prepared launches: plain GEMMs, host descriptors, Stream-K, a padded copy."""
+    records = {}
+    for m, n, k, bias, scratch in CASES:
+        plan = _plan(m, n, k, bias)
+        _compile(plan, scratch)
+        records[f"{m}x{n}x{k}"] = native.launch_record(plan, bias)
+    records["descriptors"] = native.launch_record(_descriptor_plan(), True)
+    records["streamk"] = native.launch_record(_streamk_plan(), True)
+    records["padded"] = native.launch_record(_padded_plan(), False)
+    return records
+
+
+def test_cpp_reads_every_field_of_the_records_python_writes(cpp):
+    for name, words in _records().items():
+        assert words is not None, name
+        assert list(cpp.parsed(words)) == words, name
+
+
+def _record(buffers: list[tuple[int, int]], params: list[tuple[int, int]], scratch: int = 0,
+            launches: int = 1) -> list[int]:
+    """A record of `launches` launches of one kernel taking `params`, sharing `buffers`."""
+    words = [FORMAT, len(buffers), launches, *(w for pair in buffers for w in pair)]
+    for _ in range(launches):
+        words += [0xC0FFEE, 4, 128, 0, scratch, len(params), 0, *(w for pair in params for w in pair)]
+    return words
+
+
+GOOD = _record([(64, 0), (16, 1)], [(native.P_A, 0), (native.P_BUF, 1), (native.P_I32, -7)])
+MALFORMED = {
+    "cut short": GOOD[:-1],
+    "a word too many": [*GOOD, 0],
+    "another format": [FORMAT + 1, *GOOD[1:]],
+    "no launch": _record([], [], launches=0),
+    "too many launches": _record([], [(native.P_A, 0)], launches=MAX_LAUNCHES + 1),
+    "too many buffers": _record([(16, 0)] * (MAX_BUFFERS + 1), [(native.P_A, 0)]),
+    "an empty buffer": _record([(0, 0)], [(native.P_A, 0)]),
+    "an unknown kind": _record([], [(native.P_BUF + 1, 0)]),
+    "a buffer it does not have": _record([(16, 0)], [(native.P_BUF, 1)]),
+    "global scratch it does not have": _record([], [(native.P_SCRATCH, 0)]),
+    "an i32 out of range": _record([], [(native.P_I32, 2**31)]),
+    "too many parameters": _record([], [(native.P_NULL, 0)] * (native.MAX_PARAMS + 1)),
+}
+
+
+@pytest.mark.parametrize("why", list(MALFORMED))
+def test_cpp_refuses_a_malformed_record(cpp, why):
+    """A record parse_launch refuses leaves the key asking Python (route.cpp's remember_routed)."""
+    assert list(cpp.parsed(GOOD)) == GOOD
+    assert list(cpp.parsed(MALFORMED[why])) == []
+
+
+TAKE, GIVE, CAPTURED = 0, 1, 2  # pool_probe's steps
+
+
+def _calls(cpp, record: list[int], *steps: tuple[int, int]) -> list[tuple[int, bool, bool]]:
+    """Per set taken: (its first buffer's address, whether it goes back to the pool, its zeroed buffers
+    zero)."""
+    out = list(cpp.pool_probe(record, [w for step in steps for w in step]))
+    return [(out[i], bool(out[i + 1]), bool(out[i + 2])) for i in range(0, len(out), 3)]
+
+
+def test_cpp_pool_hands_a_set_to_one_call_at_a_time(cpp):
+    record = _record([(4096, 0), (256, 1)], [(native.P_BUF, 0), (native.P_BUF, 1)])
+    first, second, third, fourth = _calls(cpp, record, (TAKE, 0), (TAKE, 0), (GIVE, 0), (TAKE, 0), (TAKE, 1))
+    assert all(kept and zero for _, kept, zero in (first, second, third, fourth))
+    assert second[0] != first[0]  # both held at once: two sets
+    assert third[0] == first[0]  # given back, taken again on its stream
+    assert fourth[0] not in (first[0], second[0])  # another stream never shares
+
+
+def test_cpp_pool_keeps_nothing_under_capture_or_past_its_cap(cpp):
+    record = _record([(4096, 1)], [(native.P_BUF, 0)])
+    pooled, captured, again = _calls(cpp, record, (TAKE, 0), (GIVE, 0), (CAPTURED, 0), (GIVE, 1), (TAKE, 0))
+    assert pooled[1] and not captured[1] and captured[2]  # the graph's own set, zeroed
+    assert again[0] == pooled[0] != captured[0]
+    huge = _record([(POOL_CAP_BYTES + 16, 0)], [(native.P_BUF, 0)])  # allocated, never touched
+    (alone,) = _calls(cpp, huge, (TAKE, 0), (GIVE, 0))
+    assert not alone[1]

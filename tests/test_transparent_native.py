@@ -3,7 +3,9 @@ torch's kernel without Python; every other call, and every call after the answer
 (selections dropped, recording moved), asks the Python side again. tests/test_transparent.py runs the
 mode's behaviour under both kinds of kernels; this file tests what only the C++ ones do."""
 
+import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -169,6 +171,34 @@ def test_without_a_compiler_the_python_kernels_route(tmp_path):
     assert done.stdout.split() == ["True", "False", "1"]
     assert "could not be built" in done.stderr and "no-c++" in done.stderr
     assert not any(tmp_path.joinpath("tritonblas", "native").glob("*.so"))
+
+
+def _fake_compiler(tmp_path: Path) -> str:
+    """A compiler that only writes its output file (the argument after -o)."""
+    cxx = tmp_path / "fake-c++"
+    cxx.write_text('#!/bin/sh\nwhile [ "$1" != "-o" ]; do shift; done\ntouch "$2"\n')
+    cxx.chmod(0o755)
+    return str(cxx)
+
+
+def test_a_build_says_what_it_builds_and_how_long_it_took(tmp_path, caplog):
+    """The first enable() with a cold cache compiles for tens of seconds: one line before, one after."""
+    target = tmp_path / "native" / "tritonblas_native-x.so"
+    with caplog.at_level("WARNING", logger="tritonblas"):
+        native._compile(_fake_compiler(tmp_path), [], [], [], target)
+    assert target.exists()
+    before, after = (r.getMessage() for r in caplog.records if r.name == "tritonblas")
+    assert f"building transparent mode's C++ kernels for torch {torch.__version__}" in before
+    assert f"cached under {target.parent}" in before
+    assert re.search(r"built transparent mode's C\+\+ kernels in \d+ s", after)
+
+
+def test_a_build_is_said_on_stderr_where_logging_shows_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(logging.getLogger(), "handlers", [])
+    monkeypatch.setattr(logging.getLogger("tritonblas"), "handlers", [logging.NullHandler()])
+    native._compile(_fake_compiler(tmp_path), [], [], [], tmp_path / "lib.so")
+    err = capsys.readouterr().err
+    assert "building transparent mode's C++ kernels" in err and "built transparent mode's" in err
 
 
 def test_a_failed_install_leaves_the_python_kernels(monkeypatch, asked):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-CAP = 4096  # entries per cache; a full cache is emptied whole (a working set never comes near it)
+from .contract import CACHE_CAP as CAP  # entries per cache; a full cache is emptied whole
 
 _lock = threading.Lock()
 _clears: list[Callable[[], None]] = []  # each cache's clear

@@ -55,6 +55,7 @@ from . import log, native
 from . import record as _record
 from .call.path import lookup, prepare
 from .call.run import native_record, run, torch_runs
+from .contract import ASK, EAGER_TORCH, KERNEL, TORCH
 from .device import interpreter_enabled
 
 _lock = threading.RLock()
@@ -230,8 +231,6 @@ def _kernels(torch_mm, torch_addmm) -> tuple:
     return mm, addmm
 
 
-# What the C++ kernels keep for later calls of a key (native/route.cpp's Answer).
-ASK, TORCH, EAGER_TORCH, KERNEL = 0, 1, 2, 3
 _NO_RECORD: list[int] = []
 
 

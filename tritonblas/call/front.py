@@ -14,13 +14,12 @@ import types
 import torch
 
 from .. import native
+from ..contract import ADDMM, ADDMM0, ASK, EAGER_TORCH, LINEAR, MATMUL, SCALED_MM, TORCH
 from .path import Plan
 from .run import scaled_mm_alone
 
 mm = addmm = linear = scaled_mm = None  # the front's calls, once loaded
 _remember = _remember_scaled = None
-MATMUL, ADDMM, ADDMM0, LINEAR, SCALED_MM = 3, 4, 5, 6, 7  # native/answers.h's Op
-TORCH, EAGER_TORCH = 1, 2  # its Answer
 
 
 def _use(front: types.ModuleType) -> None:
@@ -46,11 +45,11 @@ def torch_decides(plan: Plan) -> bool:
 def answer(plan: Plan) -> int:
     """What later calls of a plan's key run, given that this one ran torch's op: torch's op for good where
     dispatch picked it (TORCH), or in eager calls where the kernel wins under graph capture only and
-    has been launched once (EAGER_TORCH); 0 where the Python path must decide again (a torch pick whose
+    has been launched once (EAGER_TORCH); ASK (0) where the Python path must decide again (a torch pick whose
     kernel runs eager calls, caught under capture)."""
     if torch_decides(plan):
         return TORCH
-    return EAGER_TORCH if plan.eager_vendor and plan.launched else 0
+    return EAGER_TORCH if plan.eager_vendor and plan.launched else ASK
 
 
 def _loaded() -> bool:

@@ -343,3 +343,8 @@ def _print_version(value: bool) -> None:
 def version_option():
     return typer.Option(False, "--version", callback=_print_version, is_eager=True,
                         help="Print the versions of tritonblas, triton and torch, and exit.")
+
+
+def winner_text(row) -> str:  # noqa: ANN001 (a tuning.run.TuneRow: the tuner loads with the command)
+    """A tuning row's winner as the tables show it ("-": none)."""
+    return "-" if row.config is None else row.config.short()

@@ -19,8 +19,7 @@ from rich.text import Text
 
 from ..problem import Problem, vendor_name
 from ..tuning.run import Event, TuneRow, run_tuning
-from .common import console, interpreter_mode, num
-from .tune import winner_text
+from .common import console, interpreter_mode, num, winner_text
 
 
 class _Display:

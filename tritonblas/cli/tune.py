@@ -28,6 +28,7 @@ from .common import (
     say,
     shapes_label,
     version_option,
+    winner_text,
 )
 from .tables import Col, fitted
 from .targets import open_db
@@ -36,10 +37,6 @@ from .tune_grouped import grouped_entries, report_grouped, tune_grouped
 if TYPE_CHECKING:  # the tuner (and torch) load when the command runs: `tritonblas db` needs neither
     from ..problem import Problem
     from ..tuning.run import TuneRow
-
-
-def winner_text(row: TuneRow) -> str:
-    return "-" if row.config is None else row.config.short()
 
 
 def summary_table(rows: list[TuneRow]) -> Table:

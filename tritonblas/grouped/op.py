@@ -73,9 +73,13 @@ def grouped_mm(
     `offs` over the columns of mat_b. `bias`: one row per group, (E, N), or (N,) for 3-D x 2-D.
     backend: None (dispatch decides), "triton" (the kernels) or "torch" (torch._grouped_mm where the
     running torch takes the call, else a loop of torch.mm)."""
+    if torch.compiler.is_compiling():  # checked while tracing; selected when the custom op runs
+        _check_backend(backend)
+        check_args(mat_a, mat_b, offs, bias, out_dtype, read_offs=False)
+        return grouped_mm_op(mat_a, mat_b, offs, bias, out_dtype, backend)
     shape, selection = known_call(mat_a, mat_b, offs, bias, out_dtype, backend)
     note_call(mat_a, mat_b, shape)
-    if torch.compiler.is_compiling() or (
+    if (
         torch.is_grad_enabled()
         and (mat_a.requires_grad or mat_b.requires_grad or (bias is not None and bias.requires_grad))
     ):
@@ -91,21 +95,23 @@ _calls: dict[tuple, tuple] = caches.new()
 
 def known_call(mat_a, mat_b, offs, bias, out_dtype, backend, read_offs: bool = True) -> tuple:
     """(shape, selection) of a call: every argument check (the error naming the argument) and the
-    selection, once per signature (None for backend "torch", and while torch.compile traces)."""
+    selection, once per signature (None for backend "torch")."""
     key = _call_key(mat_a, mat_b, offs, bias, out_dtype, backend)
     known = _calls.get(key) if key is not None else None
     if known is None:
         read_at = caches.generation()
-        if backend not in BACKENDS:
-            raise ValueError(f"grouped_mm: backend must be None, 'triton' or 'torch', got {backend!r}")
-        compiling = torch.compiler.is_compiling()
-        shape = check_args(mat_a, mat_b, offs, bias, out_dtype, read_offs=read_offs and not compiling)
-        # traced, the custom op selects when it runs (dynamo cannot trace the user table's file reads)
-        select_now = backend != "torch" and not compiling
-        known = (shape, selection_for(mat_a, mat_b, shape, backend) if select_now else None)
-        if key is not None and not compiling:
+        _check_backend(backend)
+        read_offs = read_offs and not torch.compiler.is_compiling()
+        shape = check_args(mat_a, mat_b, offs, bias, out_dtype, read_offs=read_offs)
+        known = (shape, None if backend == "torch" else selection_for(mat_a, mat_b, shape, backend))
+        if key is not None:
             caches.store(read_at, _calls, key, known)
     return known
+
+
+def _check_backend(backend) -> None:
+    if backend not in BACKENDS:
+        raise ValueError(f"grouped_mm: backend must be None, 'triton' or 'torch', got {backend!r}")
 
 
 def _call_key(mat_a, mat_b, offs, bias, out_dtype, backend) -> tuple | None:

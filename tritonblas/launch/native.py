@@ -1,5 +1,5 @@
 """Launch records: a prepared launch of launch.prepared written as the int64 words transparent mode's C++
-kernels launch it from (tritonblas/native/launch.h reads them; the layout is kept in step with it).
+kernels launch it from (tritonblas/native/launch.h reads them; the layout: tritonblas/contract.py).
 
 Why: a routed call whose kernel runs otherwise takes the trip into Python, 55-73 us of host time a call
 inside a model's step against torch's own op's 21, 208 us for a Stream-K launch (H200, 2026-12-02,
@@ -23,19 +23,28 @@ from __future__ import annotations
 import struct
 
 from ..config import GemmConfig
+from ..contract import (
+    BUFFER_WORDS,
+    FORMAT,
+    MAX_PARAMS,
+    P_A,
+    P_ALPHA,
+    P_B,
+    P_BETA,
+    P_BIAS,
+    P_BUF,
+    P_C,
+    P_DESC,
+    P_F32,
+    P_I32,
+    P_I64,
+    P_NULL,
+    P_SCRATCH,
+)
 from . import direct
 from .gemm import _Plan
 from .prepared import all_direct
 from .scratch import workspace_elements
-
-FORMAT = 2
-HEAD = 3  # FORMAT, buffers, launches (launch.h's HEAD)
-BUFFER_WORDS = 2  # bytes, zeroed
-LAUNCH_HEAD = 7  # function, grid, threads, shared, global scratch bytes, parameters, descriptors
-DESC_WORDS = 10
-# What a kernel parameter takes (launch.h's Kind).
-P_A, P_B, P_C, P_BIAS, P_I32, P_I64, P_F32, P_ALPHA, P_BETA, P_NULL, P_SCRATCH, P_DESC, P_BUF = range(13)
-MAX_PARAMS = 96  # launch.h's MAX_PARAMS
 
 
 class _Slot:

@@ -59,12 +59,14 @@ from collections.abc import Callable, Iterator
 
 import torch
 
+from ..contract import POOL_CAP_BYTES
+
 free_lists: dict[tuple, deque] = {}  # key -> buffers no call holds, the last given back last
 _lock = threading.Lock()  # the allocation count below, and dropping the pool at the cap
 _allocated = [0, 0]  # bytes, buffers allocated into the pool since it was last dropped
 # The pool is dropped (and started over) once this much was allocated into it, as the padded buffers
 # were before: a process cycling through many shapes does not keep every one's buffers.
-CAP_BYTES = 1 << 31
+CAP_BYTES = POOL_CAP_BYTES  # (the C++ records' kept buffers keep to it too)
 CAP_BUFFERS = 4096
 _unpooled = threading.local()  # depth: inside unpooled() on this thread
 

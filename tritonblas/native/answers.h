@@ -8,25 +8,14 @@
 #include <array>
 #include <cstdint>
 
+#include "contract.h"
+
 namespace tritonblas_native {
 
-// op, a word of the op's options (grad marking; scaled_mm's output dtype and accumulation), then per tensor
-// (up to six: a, b, the bias, out=, scaled_mm's two scales): dtype, device type, device index, dim,
-// sizes[4], strides[4]
-constexpr int MAX_DIM = 4;
-constexpr int SLOT = 4 + 2 * MAX_DIM;
-constexpr int KEY_LEN = 2 + 6 * SLOT;
+// A call key: contract.h's layout (op, a word of the op's options, then per tensor dtype, device type,
+// device index, dim, sizes, strides); what the Python side answered for later calls of a key (Answer)
+// and the op codes (Op) are contract.h's too.
 using Key = std::array<int64_t, KEY_LEN>;
-
-// What the Python side answered for later calls of a key: ASK (ask again), TORCH (torch's op for good)
-// or EAGER_TORCH (torch's op unless the stream is being captured into a CUDA graph, where the kernels
-// win); for routed calls also KERNEL (the kernel, launched from C++: launch.h).
-enum Answer : int64_t { ASK = 0, TORCH = 1, EAGER_TORCH = 2, KERNEL = 3 };
-
-// Op codes (Key[0]): transparent mode's aten kernels, then the explicit ops (tritonblas.matmul, ...), then
-// transparent mode's aten::_scaled_mm.
-enum Op : int64_t { ROUTED_MM = 0, ROUTED_ADDMM = 1, ROUTED_ADDMM0 = 2, MATMUL = 3, ADDMM = 4, ADDMM0 = 5,
-                    LINEAR = 6, SCALED_MM = 7, ROUTED_SCALED_MM = 8 };
 
 int64_t known(const Key& key);
 void remember(const Key& key, int64_t answer);

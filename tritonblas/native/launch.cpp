@@ -202,7 +202,7 @@ void launch_kernel_on(const Kernel& kernel, const Addresses& addr, double alpha,
 // and sets are never shared across streams. A launch that throws drops its set (counters may be left
 // set part way). Under graph capture a call allocates its own (the graph's pool), zeroed in the graph.
 // Tile counters are zeroed once, when allocated: every Stream-K launch leaves them at zero.
-constexpr int64_t KEPT_BYTES_CAP = int64_t{1} << 31;  // all records' kept sets; past it, per call
+// All records' kept sets hold at most POOL_CAP_BYTES (contract.h); past it, a call allocates its own.
 std::atomic<int64_t> kept_total{0};
 
 std::optional<BufferSet> take(const Launch& launch, int64_t device, int64_t stream) {
@@ -230,7 +230,9 @@ bool allocate(const Launch& launch, BufferSet& set, const at::TensorOptions& byt
     const Buffer& buffer = launch.buffers[i];
     set.tensors[i] = at::empty({buffer.bytes}, bytes);
     total += buffer.bytes;
-    if (buffer.zeroed) {
+    if (buffer.zeroed && !set.tensors[i].is_cuda()) {
+      set.tensors[i].zero_();  // (the CPU: pool_probe's, tests only)
+    } else if (buffer.zeroed) {
       const MemsetAsync memset_fn = memset_async();
       TORCH_CHECK(memset_fn != nullptr, "tritonblas: the CUDA driver has no cuMemsetD8Async");
       const int status = memset_fn(address(set.tensors[i]), 0, static_cast<size_t>(buffer.bytes), stream);
@@ -238,12 +240,22 @@ bool allocate(const Launch& launch, BufferSet& set, const at::TensorOptions& byt
                   status, ")");
     }
   }
-  if (!keep || kept_total.fetch_add(total) + total > KEPT_BYTES_CAP) {
+  if (!keep || kept_total.fetch_add(total) + total > POOL_CAP_BYTES) {
     if (keep) kept_total.fetch_sub(total);
     return false;
   }
   std::lock_guard<std::mutex> lock(launch.pool_mutex);
   launch.kept_bytes += total;
+  return true;
+}
+
+// A call's buffer set on its device and stream: a kept one, else a new one (`pooled`: not under graph
+// capture); whether it goes back to the pool once the call's launches are enqueued.
+bool buffers_for(const Launch& launch, BufferSet& set, const at::TensorOptions& bytes, void* stream,
+                 bool pooled) {
+  std::optional<BufferSet> kept = pooled ? take(launch, set.device, set.stream) : std::nullopt;
+  if (!kept) return allocate(launch, set, bytes, stream, pooled);
+  set = std::move(*kept);
   return true;
 }
 }  // namespace
@@ -288,18 +300,58 @@ std::optional<at::Tensor> launch_native(const Launch& launch, const at::Tensor& 
   BufferSet set{a.device().index(), stream.id(), {}};
   bool keep = false;
   if (!launch.buffers.empty()) {
-    const bool pooled = !capturing(a);
-    std::optional<BufferSet> kept = pooled ? take(launch, set.device, set.stream) : std::nullopt;
-    if (kept) {
-      set = std::move(*kept);
-      keep = true;
-    } else {
-      keep = allocate(launch, set, bytes, raw, pooled);
-    }
+    keep = buffers_for(launch, set, bytes, raw, !capturing(a));
     for (size_t i = 0; i < launch.buffers.size(); ++i) addr.buffers[i] = address(set.tensors[i]);
   }
   for (const Kernel& kernel : launch.kernels) launch_kernel_on(kernel, addr, alpha, beta, bytes, raw);
   if (keep) give(launch, std::move(set));  // every launch is enqueued: the next taker runs after them
+  return out;
+}
+
+std::vector<int64_t> record_words(const Launch& launch) {
+  std::vector<int64_t> words{FORMAT, static_cast<int64_t>(launch.buffers.size()),
+                             static_cast<int64_t>(launch.kernels.size())};
+  for (const Buffer& b : launch.buffers) words.insert(words.end(), {b.bytes, b.zeroed ? 1 : 0});
+  for (const Kernel& k : launch.kernels) {
+    words.insert(words.end(), {static_cast<int64_t>(reinterpret_cast<uintptr_t>(k.function)), k.grid, k.threads,
+                               k.shared, k.scratch, static_cast<int64_t>(k.params.size()),
+                               static_cast<int64_t>(k.descriptors.size())});
+    for (const Param& p : k.params) words.insert(words.end(), {p.kind, p.value});
+    for (const Descriptor& d : k.descriptors) {
+      words.insert(words.end(), {d.base_kind, d.base_value, d.dtype, d.swizzle, d.fill,
+                                 static_cast<int64_t>(d.dims[0]), static_cast<int64_t>(d.dims[1]),
+                                 static_cast<int64_t>(d.stride_bytes), d.box[0], d.box[1]});
+    }
+  }
+  return words;
+}
+
+std::vector<int64_t> pool_probe(const std::vector<int64_t>& record, const std::vector<int64_t>& steps) {
+  const std::shared_ptr<const Launch> launch = parse_launch(record);
+  TORCH_CHECK(launch && !launch->buffers.empty(), "pool_probe: a well-formed record with buffers");
+  TORCH_CHECK(steps.size() % 2 == 0, "pool_probe: steps are (what, value) pairs");
+  const at::TensorOptions bytes = at::TensorOptions().dtype(at::kByte);
+  std::vector<std::optional<BufferSet>> held;
+  std::vector<bool> kept;
+  std::vector<int64_t> out;
+  for (size_t i = 0; i < steps.size(); i += 2) {
+    const int64_t what = steps[i], value = steps[i + 1];
+    if (what == 0 || what == 2) {  // a call on stream `value` (2: under capture) takes its set
+      BufferSet set{-1, value, {}};
+      kept.push_back(buffers_for(*launch, set, bytes, nullptr, what == 0));
+      bool zero = true;
+      for (size_t b = 0; b < launch->buffers.size(); ++b) {
+        if (launch->buffers[b].zeroed) zero = zero && !set.tensors[b].any().item<bool>();
+      }
+      out.insert(out.end(), {static_cast<int64_t>(address(set.tensors[0])), kept.back() ? 1 : 0, zero ? 1 : 0});
+      held.emplace_back(std::move(set));
+    } else {  // 1: the call that took set `value` gives it back (if it may be kept)
+      TORCH_CHECK(what == 1 && in_range(value, 0, static_cast<int64_t>(held.size()) - 1) && held[value],
+                  "pool_probe: step (1, i) gives back the i-th set taken, once");
+      if (kept[value]) give(*launch, std::move(*held[value]));
+      held[value].reset();
+    }
+  }
   return out;
 }
 

@@ -20,27 +20,11 @@
 #include <optional>
 #include <vector>
 
+#include "contract.h"
+
 namespace tritonblas_native {
 
-// Record layout (int64 words): FORMAT, the count of buffers, the count of kernel launches; BUFFER_WORDS
-// per buffer (bytes, zeroed); per launch LAUNCH_HEAD words (function handle, grid (programs), threads a
-// program, dynamic shared memory bytes, global scratch bytes (0: none), the count of kernel parameters,
-// the count of host descriptors (0 or 2)), a (kind, value) pair per parameter, DESC_WORDS per host
-// descriptor. Kept in step with tritonblas/launch/native.py.
-constexpr int64_t FORMAT = 2;
-constexpr int64_t HEAD = 3;
-constexpr int64_t BUFFER_WORDS = 2;
-constexpr int64_t LAUNCH_HEAD = 7;
-constexpr int64_t DESC_WORDS = 10;
-constexpr size_t MAX_PARAMS = 96;
-constexpr int64_t MAX_BUFFERS = 4;
-constexpr int64_t MAX_LAUNCHES = 4;
-
-// What a kernel parameter takes: the call's tensors' addresses, a constant, the call's alpha / beta, a
-// host descriptor encoded for the call (value: its index, 0 for A's and 1 for B's), a buffer's address
-// (value: its index).
-enum Kind : int64_t { P_A = 0, P_B = 1, P_C = 2, P_BIAS = 3, P_I32 = 4, P_I64 = 5, P_F32 = 6,
-                      P_ALPHA = 7, P_BETA = 8, P_NULL = 9, P_SCRATCH = 10, P_DESC = 11, P_BUF = 12 };
+// The record's layout, its caps and each parameter's Kind: contract.h (tritonblas/contract.py).
 
 struct Param {
   int64_t kind;
@@ -95,5 +79,14 @@ std::shared_ptr<const Launch> parse_launch(const std::vector<int64_t>& words);
 // record holds for (another device current, an address not 16-byte aligned: triton specialised on it).
 std::optional<at::Tensor> launch_native(const Launch& launch, const at::Tensor& a, const at::Tensor& b,
                                         const at::Tensor* bias, double alpha, double beta);
+
+// The words of a parsed launch, as the record that made it (tests: parse_launch reads each field).
+std::vector<int64_t> record_words(const Launch& launch);
+
+// Tests of the buffer pool on the CPU: `steps` are (what, value) pairs: (0, stream) a call takes its
+// set on `stream`, (2, stream) the same under graph capture, (1, i) the i-th call taken gives its set
+// back. Per call taken: its first buffer's address, whether the set goes back to the pool, whether its
+// zeroed buffers are zero.
+std::vector<int64_t> pool_probe(const std::vector<int64_t>& record, const std::vector<int64_t>& steps);
 
 }  // namespace tritonblas_native

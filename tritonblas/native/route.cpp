@@ -43,8 +43,6 @@
 namespace tritonblas_native {
 
 namespace {
-constexpr size_t CAP = 4096;  // entries; a full set is emptied whole, as the Python plan cache is
-
 struct KeyHash {
   size_t operator()(const Key& key) const noexcept {
     uint64_t h = 1469598103934665603ULL;  // FNV-1a over the words
@@ -75,7 +73,7 @@ int64_t known(const Key& key) {
 void remember(const Key& key, int64_t answer) {
   if (answer != TORCH && answer != EAGER_TORCH) return;
   std::lock_guard<std::mutex> guard(mutex);
-  if (answers.size() >= CAP) answers.clear();
+  if (answers.size() >= CACHE_CAP) answers.clear();
   answers[key] = Entry{answer, nullptr};
 }
 
@@ -96,7 +94,7 @@ void remember_routed(const Key& key, int64_t answer, const std::vector<int64_t>&
   std::shared_ptr<const Launch> launch = parse_launch(record);
   if (!launch) return;
   std::lock_guard<std::mutex> guard(mutex);
-  if (answers.size() >= CAP) answers.clear();
+  if (answers.size() >= CACHE_CAP) answers.clear();
   answers[key] = Entry{KERNEL, std::move(launch)};
 }
 
@@ -305,4 +303,10 @@ TORCH_LIBRARY(tritonblas_native, m) {
   m.def("remembered() -> int", remembered);
   m.def("has_cuda() -> bool", has_cuda);
   m.def("has_front() -> bool", has_front);
+  // Tests of launch.cpp on the CPU: a record as parse_launch reads it (empty: refused), the buffer pool.
+  m.def("parsed(int[] record) -> int[]", [](std::vector<int64_t> record) {
+    const std::shared_ptr<const Launch> launch = parse_launch(record);
+    return launch ? record_words(*launch) : std::vector<int64_t>{};
+  });
+  m.def("pool_probe(int[] record, int[] steps) -> int[]", pool_probe);
 }

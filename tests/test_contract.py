@@ -1,0 +1,89 @@
+"""The Python/C++ contract (tritonblas/contract.py): the header the C++ side reads is the one the module
+writes, no C++ source or Python module holds a second copy of its values, and the built library and
+the C++ branch compiled only where torch has CUDA agree with it."""
+
+import ast
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tritonblas import caches, contract, native
+from tritonblas.launch import gemm, scratch
+
+ROOT = Path(__file__).resolve().parents[1]
+NAMES = [name for _, names in (*contract.ENUMS, *contract.CONSTANTS) for name in names]
+
+
+def test_the_header_is_the_one_contract_py_writes():
+    """Fails after an edit of contract.py until `python -m tritonblas.contract` rewrites the header."""
+    assert contract.HEADER.read_text() == contract.header()
+
+
+def test_the_header_holds_every_value(tmp_path):
+    text = contract.header()
+    for name in NAMES:
+        assert re.search(rf"\b{name} = {getattr(contract, name)}\b", text), name
+    target = tmp_path / "contract.h"
+    assert contract.write(target) and not contract.write(target)  # written once, then unchanged
+    assert target.read_text() == text
+
+
+def test_no_cpp_source_defines_a_shared_name_again():
+    """A constexpr or an enumerator of a contract name anywhere but contract.h is a second copy."""
+    sources = [p for p in (ROOT / "tritonblas" / "native").iterdir()
+               if p.suffix in (".cpp", ".h") and p.name != "contract.h"]
+    assert {p.name for p in sources} >= {"route.cpp", "launch.cpp", "front.cpp", "answers.h", "launch.h"}
+    for path in sources:
+        text = path.read_text()
+        for name in NAMES:
+            assert not re.search(rf"(constexpr[^;=(]*\b{name}\s*=|[{{,]\s*{name}\s*=)", text), \
+                (path.name, name)
+
+
+def test_no_python_module_assigns_a_shared_name():
+    """Python modules import the contract's names; none binds one to a value of its own."""
+    for path in (ROOT / "tritonblas").rglob("*.py"):
+        if path.name == "contract.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets = node.targets if isinstance(node, ast.Assign) else \
+                [node.target] if isinstance(node, ast.AnnAssign) else []
+            for target in targets:
+                bound = [t.id for t in ast.walk(target) if isinstance(t, ast.Name)]
+                assert not set(bound) & set(NAMES), (path.relative_to(ROOT), bound)
+
+
+def test_the_caps_python_keeps_are_the_contracts():
+    """launch.gemm's plan cache keeps its own name (its module is hashed planning code's): checked here."""
+    assert caches.CAP == gemm._PLANS_CAP == contract.CACHE_CAP
+    assert scratch.CAP_BYTES == contract.POOL_CAP_BYTES
+
+
+def test_enumerations_are_dense_from_zero():
+    """launch.cpp's parse_launch takes a kind in [P_A, P_BUF] as valid: the kinds leave no gap."""
+    for _, names in contract.ENUMS:
+        assert [getattr(contract, name) for name in names] == list(range(len(names)))
+
+
+def test_the_built_front_exports_the_contracts_codes():
+    if not native.load() or native.front() is None:
+        pytest.skip(f"no C++ front here: {native.why_not()}")
+    front = native.front()
+    for name in ("MATMUL", "ADDMM", "ADDMM0", "LINEAR", "SCALED_MM", "TORCH", "EAGER_TORCH"):
+        assert getattr(front, name) == getattr(contract, name), name
+
+
+def test_the_cuda_branch_compiles_against_the_contract():
+    """route.cpp's -DTRITONBLAS_CUDA code (the kernels at the CUDA key) is built only where torch has
+    CUDA; a CPU box's torch ships the headers it includes, so its syntax is checked here."""
+    if not (shutil.which("c++") or shutil.which("g++")):
+        pytest.skip("no C++ compiler")
+    cxx, flags, _, _ = native.command(cuda=True)
+    assert "-DTRITONBLAS_CUDA" in flags
+    flags = [f for f in flags if f not in ("-shared", "-fPIC", "-O2")]
+    done = subprocess.run([cxx, "-fsyntax-only", *flags, str(native.SOURCE)], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
