@@ -66,6 +66,7 @@ def read_table(path: Path) -> dict[GroupedKey, GemmConfig]:
 def merge_table(path: Path, arch: str, winners: dict[GroupedKey, GemmConfig], meta: dict) -> None:
     """Write `winners` into the table at `path`, keeping the keys it held that `winners` does not have.
     A malformed file is replaced (said once as a warning): its winners could not be read anyway."""
+    path.parent.mkdir(parents=True, exist_ok=True)  # the default folder, for a server database's run
     held: dict[GroupedKey, GemmConfig] = {}
     if path.is_file():
         try:
