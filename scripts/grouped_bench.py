@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from tritonblas.device import tensor_device_info
-from tritonblas.grouped import tune
+from tritonblas.grouped import tune, tuner, usertable
 from tritonblas.grouped.op import grouped_mm
 from tritonblas.grouped.select import select
 from tritonblas.grouped.tuner import draws_of, reps_for, timed_us
@@ -35,13 +35,13 @@ def read_entries(path: Path) -> list[tune.GroupedEntry]:
     return load_grouped(path)
 
 
-def run_entry(entry: tune.GroupedEntry, do_tune: bool, quick: bool) -> tuple[dict, tune.TunedRow]:
+def run_entry(entry: tune.GroupedEntry, do_tune: bool, quick: bool) -> tuple[dict, tuner.TunedRow]:
     """The entry through the library's tuner (tritonblas.grouped.tuner.tune_entry; without --tune only
     the config dispatch selects), then what a report adds: dispatch's own time and the weights' read."""
     draws = draws_of(entry, "cuda")
     x, w, offs = draws[next(iter(draws))]
     configs = None if do_tune else [select(tune.entry_key(entry), tensor_device_info(x)).config]
-    row = tune.tune_entry(entry, "cuda", configs=configs, max_candidates=6 if quick else None, draws=draws)
+    row = tuner.tune_entry(entry, "cuda", configs=configs, max_candidates=6 if quick else None, draws=draws)
     for note in row.notes:
         print(f"  {note}", flush=True)
     flops = 2.0 * entry.m * entry.n * entry.k
@@ -100,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps({**meta, "results": results}, indent=1))
     if args.tune:
-        tune.write_table(args.tune, tensor_device_info(torch.empty(1, device="cuda")).arch, winners, meta)
+        arch = tensor_device_info(torch.empty(1, device="cuda")).arch
+        usertable.write_table(args.tune, arch, winners, meta)
     return 0
 
 

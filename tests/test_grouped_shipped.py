@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tritonblas.arch import device_for_arch
-from tritonblas.grouped import tune
+from tritonblas.grouped import tune, usertable
 from tritonblas.grouped.forms import GroupedShape
 from tritonblas.grouped.select import (
     GroupedKey,
@@ -74,7 +74,7 @@ def test_the_file_reads_back_to_its_bytes(tmp_path):
     doc = json.loads(SHIPPED.read_text())
     meta = {k: v for k, v in doc.items() if k not in ("arch", "winners")}
     out = tmp_path / "again.json"
-    tune.write_table(out, doc["arch"], shipped_table("sm_90"), meta)
+    usertable.write_table(out, doc["arch"], shipped_table("sm_90"), meta)
     assert out.read_text() == SHIPPED.read_text()
 
 

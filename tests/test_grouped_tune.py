@@ -20,7 +20,7 @@ from tritonblas.arch import DeviceInfo
 from tritonblas.cli import app, tune_app
 from tritonblas.config import GemmConfig
 from tritonblas.device import tensor_device_info
-from tritonblas.grouped import tune, tuner
+from tritonblas.grouped import tune, tuner, usertable
 from tritonblas.grouped.op import grouped_mm
 from tritonblas.grouped.select import GroupedKey, select
 from tritonblas.grouped.usertable import read_doc, table_folder, user_table_path
@@ -88,7 +88,7 @@ def test_tune_writes_the_user_table_and_dispatch_reads_it_first(tmp_path):
 def test_the_table_merges_and_a_rerun_skips_what_it_holds(tmp_path):
     shapes = tiny_grouped_file(tmp_path)
     db = str(tmp_path / "t.sqlite")
-    tune.write_table(_table(tmp_path), _device().arch, {OTHER: POINTERS}, tune.table_meta("cpu"))
+    usertable.write_table(_table(tmp_path), _device().arch, {OTHER: POINTERS}, tune.table_meta("cpu"))
     _tune(tune_app, ["--shapes", shapes, "--db", db])  # the tritonblas-tune program too
     first = _table(tmp_path).read_text()
     winners = read_doc(_table(tmp_path))[1]
@@ -135,7 +135,7 @@ def test_a_malformed_user_table_warns_once_and_dispatch_goes_on(tmp_path):
     assert not [w for w in seen if "grouped table" in str(w.message)]  # no second one, caches dropped
     # tuning over it replaces it (its winners could not be read anyway), saying so
     with pytest.warns(RuntimeWarning, match="rewritten"):
-        tune.merge_table(table, _device().arch, {OTHER: POINTERS}, tune.table_meta("cpu"))
+        usertable.merge_table(table, _device().arch, {OTHER: POINTERS}, tune.table_meta("cpu"))
     assert read_doc(table)[1] == {OTHER: POINTERS}
 
 

@@ -51,9 +51,9 @@ def tune_grouped(entries: list[GroupedEntry], url: str, device_id: int, force: b
     the user table next to the database at `url`; entries whose key the table holds from this triton
     and kernel are skipped unless `force`."""
     from ..device import device_arch
-    from ..grouped.tune import entry_key, merge_table, table_meta, tune_entry
-    from ..grouped.tuner import TunedRow
-    from ..grouped.usertable import user_table_path
+    from ..grouped.tune import entry_key, table_meta
+    from ..grouped.tuner import TunedRow, tune_entry
+    from ..grouped.usertable import merge_table, user_table_path
 
     interpreter = interpreter_mode()
     device = "cpu" if interpreter else f"cuda:{device_id}"

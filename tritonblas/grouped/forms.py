@@ -41,6 +41,23 @@ class GroupedShape:
         return JAGGED[self.form]
 
 
+@dataclass(frozen=True)
+class GroupedKey:
+    """The dispatch key of a grouped GEMM (tuned winners are stored under it)."""
+
+    form: str
+    groups: int
+    n: int
+    k: int
+    rows: int  # rows per group, bucketed to a power of two (the 3d3d and 2d2d forms: each group's m)
+    dtype: str
+    layout: str  # A and B in storage order: "n" row-major, "t" column-major, as the shapes format says
+
+    def text(self) -> str:
+        return (f"{self.form} E={self.groups} rows/group~{self.rows} N={self.n} K={self.k} {self.dtype} "
+                f"{self.layout}")
+
+
 def form_of(mat_a: torch.Tensor, mat_b: torch.Tensor) -> str:
     return f"{mat_a.dim()}d{mat_b.dim()}d"
 

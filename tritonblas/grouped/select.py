@@ -16,26 +16,9 @@ from pathlib import Path
 from .. import caches
 from ..arch import TMA_ARCHS, DeviceInfo
 from ..config import GemmConfig
-from .forms import DTYPE_NAMES, GroupedShape
+from .forms import DTYPE_NAMES, GroupedKey, GroupedShape
 
 DTYPE_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
-
-
-@dataclass(frozen=True)
-class GroupedKey:
-    """The dispatch key of a grouped GEMM (tuned winners are stored under it)."""
-
-    form: str
-    groups: int
-    n: int
-    k: int
-    rows: int  # rows per group, bucketed to a power of two (the 3d3d and 2d2d forms: each group's m)
-    dtype: str
-    layout: str  # A and B in storage order: "n" row-major, "t" column-major, as the shapes format says
-
-    def text(self) -> str:
-        return (f"{self.form} E={self.groups} rows/group~{self.rows} N={self.n} K={self.k} {self.dtype} "
-                f"{self.layout}")
 
 
 def rows_bucket(shape: GroupedShape) -> int:

@@ -124,8 +124,6 @@ def shape_of(x, w, offs) -> GroupedShape:
 __all__ = [
     "GROUP_SIZES",
     "GroupedEntry",
-    "TunedRow",
-    "merge_table",
     "candidates",
     "entry_key",
     "group_sizes",
@@ -134,11 +132,5 @@ __all__ = [
     "reference_error",
     "shape_of",
     "table_meta",
-    "tune_entry",
-    "write_table",
 ]
-
-# the timing and ranking of one entry (tuner.py), and the table files (usertable.py), from here too
-from .tuner import TunedRow, tune_entry  # noqa: E402
-from .usertable import merge_table, write_table  # noqa: E402
 

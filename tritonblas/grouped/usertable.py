@@ -22,7 +22,7 @@ from .. import log
 from ..config import GemmConfig
 
 if TYPE_CHECKING:
-    from .select import GroupedKey
+    from .forms import GroupedKey
 
 
 def key_order(key: GroupedKey) -> tuple:
@@ -43,7 +43,7 @@ def write_table(path: Path, arch: str, winners: dict[GroupedKey, GemmConfig], me
 
 def read_doc(path: Path) -> tuple[dict, dict[GroupedKey, GemmConfig]]:
     """(the table's other fields, its winners by key); ValueError naming the file for anything malformed."""
-    from .select import GroupedKey
+    from .forms import GroupedKey
 
     try:
         doc = json.loads(path.read_text())
