@@ -16,11 +16,8 @@ import pytest
 
 from tritonblas.arch import device_for_arch
 from tritonblas.grouped import tune, usertable
-from tritonblas.grouped.forms import GroupedShape
 from tritonblas.grouped.select import (
-    GroupedKey,
     grouped_supports,
-    key_of,
     select,
     shipped_table,
     smem_estimate,
@@ -32,20 +29,6 @@ ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "configs" / "grouped" / "sm_90.json"
 CLASS = ROOT / "scripts" / "classes" / "grouped.yaml"
 H200 = device_for_arch("sm_90")
-
-
-def _key(entry: tune.GroupedEntry) -> GroupedKey:
-    import torch
-
-    shape = GroupedShape(
-        form="2d3d", groups=entry.groups, m=entry.m, n=entry.n, k=entry.k, out_shape=(entry.m, entry.n)
-    )
-    return key_of(
-        shape,
-        {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[entry.dtype],
-        entry.layout[0] == "t",
-        entry.layout[1] == "t",
-    )
 
 
 def test_the_shipped_file_is_of_the_running_kernel():
@@ -66,7 +49,7 @@ def test_every_shipped_winner_runs_on_its_arch():
 
 @pytest.mark.parametrize("entry", load_grouped(CLASS), ids=lambda e: e.text())
 def test_every_class_entry_has_a_shipped_winner(entry):
-    selection = select(_key(entry), H200)
+    selection = select(tune.entry_key(entry), H200)
     assert selection.source == "shipped", f"{entry.text()}: {selection.source}"
 
 

@@ -163,13 +163,12 @@ def _explain_grouped(m: int, n: int, k: int, groups: int, dtype: str | None, lay
     """What grouped dispatch runs for a MoE layer's experts: the key (rows per group bucketed), the
     selection and its source (the user's table, the shipped configs/grouped/<arch>.json, a neighbour,
     the heuristic)."""
-    import torch
-
     from ..grouped.forms import GroupedShape
     from ..grouped.select import key_of, select, vendor_preferred
     from ..grouped.usertable import dispatch_table
+    from ..validate import TORCH_DTYPE_OF, TORCH_DTYPES
 
-    names = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+    names = TORCH_DTYPES.values()
     dtype = dtype or "bf16"
     if dtype not in names:
         fail(f"error: --dtype: a grouped GEMM is one of {', '.join(names)}, got {dtype}")
@@ -179,7 +178,7 @@ def _explain_grouped(m: int, n: int, k: int, groups: int, dtype: str | None, lay
              "one row per group)")
     layout = getattr(layout, "value", layout)
     shape = GroupedShape(form="2d3d", groups=groups, m=m, n=n, k=k, out_shape=(m, n))
-    key = key_of(shape, names[dtype], layout[0] == "t", layout[1] == "t")
+    key = key_of(shape, TORCH_DTYPE_OF[dtype], layout[0] == "t", layout[1] == "t")
     sel = select(key, info)
     shipped = f"configs/grouped/{info.arch}.json"
     why = {"shipped": shipped, "neighbor": f"the nearest tuned rows per group in {shipped}",

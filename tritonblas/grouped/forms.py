@@ -18,8 +18,9 @@ from dataclasses import dataclass
 
 import torch
 
-FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-DTYPE_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
+from ..validate import TORCH_DTYPES
+
+FLOAT_DTYPES = tuple(TORCH_DTYPES)
 
 # Which dimension offs cuts, as the kernel's JAGGED constexpr numbers them.
 JAGGED = {"3d3d": 0, "2d3d": 1, "3d2d": 2, "2d2d": 3}
@@ -58,6 +59,13 @@ class GroupedKey:
                 f"{self.layout}")
 
 
+def _check_float_tensor(name: str, t) -> None:  # noqa: ANN001 (anything a caller passed)
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"grouped_mm: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"grouped_mm: {name} must be float16, bfloat16 or float32, got {t.dtype}")
+
+
 def form_of(mat_a: torch.Tensor, mat_b: torch.Tensor) -> str:
     return f"{mat_a.dim()}d{mat_b.dim()}d"
 
@@ -66,14 +74,11 @@ def check_args(mat_a, mat_b, offs, bias, out_dtype, read_offs: bool = True) -> G
     """Every argument check of grouped_mm (TypeError / ValueError naming the argument); the shape.
     read_offs: check CPU offs' values too (not while tracing: torch.compile, the custom op's fake)."""
     for name, t in (("mat_a", mat_a), ("mat_b", mat_b)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"grouped_mm: {name} must be a torch.Tensor, got {type(t).__name__}")
+        _check_float_tensor(name, t)
         if t.dim() not in (2, 3):
             raise ValueError(
                 f"grouped_mm: {name} must be 2-D or 3-D, got {t.dim()}-D of shape {tuple(t.shape)}"
             )
-        if t.dtype not in FLOAT_DTYPES:
-            raise TypeError(f"grouped_mm: {name} must be float16, bfloat16 or float32, got {t.dtype}")
     if mat_b.dtype != mat_a.dtype:
         raise TypeError(f"grouped_mm: mat_b's dtype {mat_b.dtype} differs from mat_a's {mat_a.dtype}")
     if mat_b.device != mat_a.device:
@@ -154,15 +159,12 @@ def _check_offs(offs, shape: GroupedShape, device: torch.device, read_values: bo
 def _check_bias(bias, shape: GroupedShape, mat_a: torch.Tensor) -> None:
     if bias is None:
         return
-    if not isinstance(bias, torch.Tensor):
-        raise TypeError(f"grouped_mm: bias must be a torch.Tensor, got {type(bias).__name__}")
+    _check_float_tensor("bias", bias)
     want = (shape.n,) if shape.form == "3d2d" else (shape.groups, shape.n)
     if tuple(bias.shape) != want:
         raise ValueError(
             f"grouped_mm: bias must have shape {want} (one row per group), got {tuple(bias.shape)}"
         )
-    if bias.dtype not in FLOAT_DTYPES:
-        raise TypeError(f"grouped_mm: bias must be float16, bfloat16 or float32, got {bias.dtype}")
     if bias.device != mat_a.device:
         raise ValueError(f"grouped_mm: bias is on {bias.device}, the operands on {mat_a.device}")
 

@@ -15,8 +15,9 @@ import torch
 
 from .. import caches, record
 from ..device import tensor_device_info
+from ..validate import TORCH_DTYPES
 from . import launch as grouped_launch
-from .forms import DTYPE_NAMES, GroupedShape, check_args, output_strides
+from .forms import GroupedShape, check_args, output_strides
 from .select import GroupedSelection, key_of, select
 
 BACKENDS = (None, "triton", "torch")
@@ -53,7 +54,7 @@ def note_call(mat_a: torch.Tensor, mat_b: torch.Tensor, shape: GroupedShape) -> 
             m=shape.m,
             n=shape.n,
             k=shape.k,
-            dtype=DTYPE_NAMES[mat_a.dtype],
+            dtype=TORCH_DTYPES[mat_a.dtype],
             layout=layout,
         )
     )

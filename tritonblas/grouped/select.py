@@ -16,9 +16,9 @@ from pathlib import Path
 from .. import caches
 from ..arch import TMA_ARCHS, DeviceInfo
 from ..config import GemmConfig
-from .forms import DTYPE_NAMES, GroupedKey, GroupedShape
-
-DTYPE_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
+from ..problem import DTYPE_BYTES
+from ..validate import TORCH_DTYPES
+from .forms import GroupedKey, GroupedShape
 
 
 def rows_bucket(shape: GroupedShape) -> int:
@@ -27,7 +27,7 @@ def rows_bucket(shape: GroupedShape) -> int:
 
 
 def key_of(shape: GroupedShape, dtype, a_col: bool, b_col: bool) -> GroupedKey:
-    name = DTYPE_NAMES.get(dtype, str(dtype))
+    name = TORCH_DTYPES.get(dtype, str(dtype))
     return GroupedKey(
         form=shape.form,
         groups=shape.groups,

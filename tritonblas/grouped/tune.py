@@ -16,6 +16,7 @@ import torch
 from ..arch import TMA_ARCHS, DeviceInfo
 from ..config import GemmConfig
 from ..shapes import GroupedEntry
+from ..validate import TORCH_DTYPE_OF
 from .forms import GroupedShape, check_args
 from .select import GroupedKey, grouped_supports, heuristic, key_of
 
@@ -42,13 +43,12 @@ def group_sizes(m: int, groups: int, kind: str, seed: int = 0) -> list[int]:
     return sizes
 
 
-_TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
 def operands(entry: GroupedEntry, device: str, seed: int = 0):
     """(x (m, K), w^T as (E, K, N) views of (E, N, K) row-major weights ("nt"), offs) of an entry."""
     gen = torch.Generator(device=device).manual_seed(seed)  # (drawn where they live: 7.5e9 weights)
-    dtype = _TORCH_DTYPES[entry.dtype]
+    dtype = TORCH_DTYPE_OF[entry.dtype]
     x = torch.randn(entry.m, entry.k, generator=gen, device=device, dtype=dtype) / math.sqrt(entry.k)
     if entry.layout == "nt":
         w = torch.randn(entry.groups, entry.n, entry.k, generator=gen, device=device, dtype=dtype).transpose(
@@ -64,7 +64,7 @@ def operands(entry: GroupedEntry, device: str, seed: int = 0):
 def entry_key(entry: GroupedEntry) -> GroupedKey:
     """The dispatch key of an entry's problem as `operands` builds it (x row-major; w^T for "nt")."""
     shape = GroupedShape("2d3d", entry.groups, entry.m, entry.n, entry.k, (entry.m, entry.n))
-    return key_of(shape, _TORCH_DTYPES[entry.dtype], False, entry.layout == "nt")
+    return key_of(shape, TORCH_DTYPE_OF[entry.dtype], False, entry.layout == "nt")
 
 
 def candidates(key: GroupedKey, device: DeviceInfo) -> list[GemmConfig]:
