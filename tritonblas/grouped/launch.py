@@ -48,6 +48,7 @@ class GroupedLaunch:
     args: tuple[tuple[str, object], ...]
     num_warps: int
     num_stages: int
+    descriptors: tuple | None = None  # TMA geometry ((shape, strides, box) of A and B), None: pointers
 
     @property
     def constexprs(self) -> dict:
@@ -155,7 +156,9 @@ def needs_int64(a, b, c, bias) -> bool:
 def plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None,
          offs: torch.Tensor | None, shape: GroupedShape, config: GemmConfig, sm_count: int,
          precision: str) -> GroupedLaunch:
-    """The launch of `config` on these tensors; c is the output (written whole, the tail as zeros)."""
+    """The launch of `config` on these tensors; c is the output (written whole, the tail as zeros). No
+    bias or no offs: c's pointer stands in, never read, so the compiled kernel takes a pointer there and
+    later direct launches of the signature pass one."""
     if a.dtype == torch.bfloat16 and not a.is_cuda:
         # Triton's interpreter computes tl.dot on bf16 wrongly (numpy has no bf16), as launch.gemm says:
         # it gets the exact fp32 copies (same layout); the kernel still accumulates in fp32, stores bf16.
@@ -176,8 +179,8 @@ def plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor |
         ("a_ptr", a),
         ("b_ptr", b),
         ("c_ptr", c),
-        ("bias_ptr", bias),
-        ("offs_ptr", offs),
+        ("bias_ptr", c if bias is None else bias),
+        ("offs_ptr", c if offs is None else offs),
         ("a_desc", _descriptor(a, *descs[0]) if tma else None),
         ("b_desc", _descriptor(b, *descs[1]) if tma else None),
         ("E", shape.groups),
@@ -213,7 +216,8 @@ def plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor |
         ("INT64", needs_int64(a, b, c, bias)),
         ("E_PAD", max(2, 1 << shape.groups.bit_length())),  # > E: the groups and the tail
     )
-    return GroupedLaunch(grid=progs, args=args, num_warps=config.num_warps, num_stages=config.num_stages)
+    return GroupedLaunch(grid=progs, args=args, num_warps=config.num_warps, num_stages=config.num_stages,
+                         descriptors=descs)
 
 
 def launch(spec: GroupedLaunch):
@@ -286,31 +290,23 @@ def run(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | 
         )
         direct.launch(torch._C._cuda_getCurrentRawStream(a.device.index), args)
         return
-    # (no bias / no offs: c's pointer stands in, never read, so the compiled kernel takes a pointer there)
-    spec = plan(a, b, c, bias if bias is not None else None, offs, shape, config, sm_count, precision)
-    spec = GroupedLaunch(
-        grid=spec.grid,
-        num_warps=spec.num_warps,
-        num_stages=spec.num_stages,
-        args=tuple((n, c if v is None and n in ("bias_ptr", "offs_ptr") else v) for n, v in spec.args),
-    )
+    spec = plan(a, b, c, bias, offs, shape, config, sm_count, precision)
     compiled = launch(spec)
     if key is not None and compiled is not None and len(_prepared) < MAX_PREPARED:
-        _prepared[key] = _prepare(compiled, spec, a, b, shape, config)
+        _prepared[key] = _prepare(compiled, spec)
 
 
-def _prepare(compiled, spec: GroupedLaunch, a, b, shape: GroupedShape, config: GemmConfig) -> Prepared | None:
+def _prepare(compiled, spec: GroupedLaunch) -> Prepared | None:
     from ..launch import direct
 
-    descs = geometries(config, shape, a, b)
-    made = direct.make(compiled, spec.grid, descs, _descriptor)
+    made = direct.make(compiled, spec.grid, spec.descriptors, _descriptor)
     if made is None:
         return None
     values = dict(spec.args)
     first_constexpr = [n for n, _ in spec.args].index("BLOCK_M")
     return Prepared(
         direct=made,
-        tma=descs is not None,
+        tma=spec.descriptors is not None,
         ints=tuple(values[n] for n in INTEGERS),
         constexprs=tuple(v for _, v in spec.args[first_constexpr:]),
     )
