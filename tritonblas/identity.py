@@ -157,12 +157,21 @@ def kernel_hash() -> str:
     return digest
 
 
+# The grouped GEMM's host code that decides what is compiled and launched (its constexprs: TMA or
+# pointers, the divisibility hints, 64-bit offsets, the grid), as PLANNING is for the dense kernels.
+GROUPED_PLANNING: dict[str, tuple[str, ...]] = {
+    "grouped/launch.py": ("plan", "geometries", "_tma_geometry", "_vector_divisor", "_pow2_divisor",
+                          "is_col_major", "_strides3", "grid_bound", "needs_int64"),
+    "launch/gemm.py": ("offset_reach", "INT32_OFFSETS", "_OFFSET_SLACK"),
+}
+
+
 @functools.lru_cache(maxsize=1)
 def grouped_kernel_hash() -> str:
-    """The grouped GEMM's code hash: its kernel and the building blocks it calls (no planning code: its
-    host plan, tritonblas/grouped/launch.py, passes shapes and strides only)."""
+    """The grouped GEMM's code hash: its kernel, the building blocks it calls and its planning code."""
     kernels = {name: (_KERNEL_DIR / name).read_text() for name in GROUPED_KERNELS}
-    return code_hash(kernels, {}, {})
+    planning = {module: (_PACKAGE / module).read_text() for module in GROUPED_PLANNING}
+    return code_hash(kernels, planning, GROUPED_PLANNING)
 
 
 def _memo_path() -> Path:
