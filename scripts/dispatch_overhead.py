@@ -1,6 +1,7 @@
 """Host time per call: each public op and each routed torch op against the torch op it replaces.
 
 Usage: python scripts/dispatch_overhead.py [--m 4 --n 2048 --k 2048] [--dtype bf16] [--calls 2000]
+       python scripts/dispatch_overhead.py --groups 128 --m 64 --n 1536 --k 2048   # grouped (MoE) rows
 A benchmark, not a test. Decode runs GEMMs this small one after another, so the host, not the GPU, sets
 the pace: the wall time per call of a loop of calls (the GPU synchronized once at its end) is what a
 user's step pays. Each row times ours and torch's loops interleaved, trial by trial (median), in one
@@ -14,6 +15,12 @@ process, on the same random operands:
   routed F.linear, w grad the same with w.requires_grad
   routed, Python kernels  routed F.linear through transparent mode's Python kernels (no C++ compiler)
   add, not routed         torch.add under the mode       vs with the mode off (an op the mode leaves alone)
+With --groups E, the MoE forward instead (m rows split evenly over E experts' (n, k) weights, used
+transposed as nn.Linear stores them):
+  grouped_mm              tritonblas.grouped_mm(x, w.mT, offs=offs) vs torch._grouped_mm(...)
+  grouped_mm, w grad      the same with w.requires_grad  (a training step's forward)
+  routed _grouped_mm      torch._grouped_mm under tritonblas.enable() vs with the mode off
+  routed _grouped_mm, w grad  the same with w.requires_grad
 Dispatch decides what runs (shipped configs, neighbour, heuristic, torch.mm); `--backend triton` pins the
 kernels. Without a GPU the same rows run in Triton's interpreter (the times then say little).
 """
@@ -59,6 +66,8 @@ def main() -> None:
     ap.add_argument("--m", type=int, default=4)
     ap.add_argument("--n", type=int, default=2048)
     ap.add_argument("--k", type=int, default=2048)
+    ap.add_argument("--groups", type=int, default=None, help="time the grouped (MoE) rows over this many "
+                    "experts")
     ap.add_argument("--dtype", choices=["fp16", "bf16", "fp32"], default="bf16")
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--trials", type=int, default=9)
@@ -110,6 +119,8 @@ def main() -> None:
         "routed, Python kernels": ((off, lambda: F.linear(x, w)), (python_kernels, lambda: F.linear(x, w))),
         "add, not routed": ((off, lambda: torch.add(x, x)), (on, lambda: torch.add(x, x))),
     }
+    if args.groups is not None:
+        pairs = grouped_pairs(args, dtype, dev, kw)
     sel = tritonblas.select(args.m, args.n, args.k, args.dtype, layout="nt", device=dev, **kw)
     name = torch.cuda.get_device_name(dev) if gpu else "CPU (Triton's interpreter)"
     print(f"{args.m}x{args.n}x{args.k} {args.dtype} on {name}, torch {torch.__version__}: {sel.describe()}; "
@@ -120,10 +131,39 @@ def main() -> None:
         print(f"  {row:26s} {t:9.2f} {o:9.2f} {o - t:+11.2f} us/call")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"problem": [args.m, args.n, args.k, args.dtype], "device": name,
+            json.dump({"problem": [args.m, args.n, args.k, args.dtype], "groups": args.groups, "device": name,
                        "torch": torch.__version__, "selection": sel.describe(), "calls": args.calls,
                        "trials": args.trials, "rows": {r: {"torch_us": t, "ours_us": o}
                                                        for r, (t, o) in rows.items()}}, f, indent=1)
+
+
+def grouped_pairs(args, dtype, dev, kw: dict) -> dict:
+    """The --groups rows: the MoE forward, rows split evenly over the experts."""
+    import torch
+
+    import tritonblas
+
+    if args.groups < 1:
+        raise SystemExit("--groups must be positive")
+    x = torch.randn(args.m, args.k, device=dev, dtype=dtype)
+    w = torch.randn(args.groups, args.n, args.k, device=dev, dtype=dtype)
+    wg = w.clone().requires_grad_(True)
+    ends = [(g + 1) * args.m // args.groups for g in range(args.groups)]
+    offs = torch.tensor(ends, device=dev, dtype=torch.int32)
+    off, on = contextlib.nullcontext, tritonblas.enable
+
+    def theirs(weight):
+        return lambda: torch._grouped_mm(x, weight.mT, offs=offs)
+
+    def ours(weight):
+        return lambda: tritonblas.grouped_mm(x, weight.mT, offs=offs, **kw)
+
+    return {
+        "grouped_mm": ((off, theirs(w)), (off, ours(w))),
+        "grouped_mm, w grad": ((off, theirs(wg)), (off, ours(wg))),
+        "routed _grouped_mm": ((off, theirs(w)), (on, theirs(w))),
+        "routed _grouped_mm, w grad": ((off, theirs(wg)), (on, theirs(wg))),
+    }
 
 
 if __name__ == "__main__":

@@ -277,6 +277,10 @@ KERNEL_KINDS = {  # kernel name (as torch.profiler gives it): kind
     "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64": "gemm",
     "nvjet_tst_128x256_64x4_2x1_v_bz_coopA_NTN": "gemm",
     "void splitKreduce_kernel<32, 16, int, float, __nv_bfloat16, float>": "gemm",
+    # torch._grouped_mm's CUTLASS kernel (its name spells copy atoms) and ours
+    "_ZN7cutlass13device_kernelIN2at4cuda6detail25enable_3x_kernel_for_sm9xINS_4gemm6kernel13Gemm"
+    "UniversalINS5_17GroupProblemShapeIN4cute5tupleIJiiiEEEEENS_13SM90_TMA_LOAD_CopyE": "gemm",
+    "grouped_gemm_kernel": "gemm",
     "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float>": "other",
 }
 

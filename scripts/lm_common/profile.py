@@ -14,12 +14,13 @@ from typing import Any
 # whose strides differ).
 HOST_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::_grouped_mm", "aten::copy_", "aten::clone",
             "aten::contiguous")
-_KINDS = (("copy", re.compile(r"copy|memcpy|transpose", re.I)),
+# GEMMs first: CUTLASS's mangled names spell their copy atoms (torch._grouped_mm's read "copy").
+_KINDS = (  # cuBLAS (sm90_xmma_gemm, nvjet, cutlass, splitKreduce) and ours (persistent/streamk/grouped_gemm_
+          # kernel, splitk_reduce_kernel): what a faster GEMM can save of the step, the rest cannot.
+          ("gemm", re.compile(r"gemm|matmul|nvjet|xmma|cutlass|splitk", re.I)),
+          ("copy", re.compile(r"copy|memcpy|transpose", re.I)),
           ("elementwise", re.compile(r"elementwise|vectorized", re.I)),
-          ("memset", re.compile(r"memset", re.I)),
-          # cuBLAS (sm90_xmma_gemm, nvjet, cutlass, splitKreduce) and ours (persistent/streamk_gemm_kernel,
-          # splitk_reduce_kernel): what a faster GEMM can save of the step, the rest of the kernels cannot.
-          ("gemm", re.compile(r"gemm|matmul|nvjet|xmma|cutlass|splitk", re.I)))
+          ("memset", re.compile(r"memset", re.I)))
 
 
 def kernel_kind(name: str) -> str:

@@ -121,7 +121,7 @@ def tune(shapes: list[Path] = typer.Option(..., "--shapes", help=SHAPES_HELP),
     Grouped entries (`op: grouped`: tritonblas.grouped_mm) are tuned after the dense problems, one at
     a time on the first of --devices: every candidate timed on balanced and Zipf-skewed counts next to
     torch._grouped_mm, the fastest that passes the fp64 check wins, torch's op where that one is slower
-    on either draw. Their winners go to grouped-<arch>.json in the database file's folder (the default
+    on either draw. Their winners go to `grouped-<arch>.json` in the database file's folder (the default
     database's folder for a server URL), which dispatch reads before the shipped table; keys it holds
     from the same triton and kernel are skipped unless --force. --budget-s does not limit them, --shard
     gives them all to shard 0, and --export writes the dense winners only.
