@@ -43,8 +43,8 @@ PLANNING: dict[str, tuple[str, ...]] = {
     "launch/streamk.py": ("streamk_split", "TREE_MIN_SPLITS", "fixup_groups", "DEFER_MIN_SPLITS",
                           "DEFERRED_CHUNK", "DEFER_MIN_CHUNKS", "fixup_deferred", "fixup_plan",
                           "program_count", "streamk_workspace", "reduce_chunks"),
-    "launch/gemm.py": ("_kernels", "_make_plan", "_reduce_plan", "_host_descriptors", "_descriptor",
-                       "_tma_ready", "_is_col_major", "_pow2_divisor", "_vector_divisor", "INT32_OFFSETS",
+    "launch/gemm.py": ("_kernels", "make_plan", "_reduce_plan", "_host_descriptors", "descriptor",
+                       "tma_ready", "_is_col_major", "_pow2_divisor", "_vector_divisor", "INT32_OFFSETS",
                        "_OFFSET_SLACK", "offset_reach", "needs_int64", "_aligned", "_COPY_ROWS",
                        "_WORD_ROWS", "_copy_plan"),
 }

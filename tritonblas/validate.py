@@ -130,7 +130,7 @@ def _span(t: torch.Tensor) -> tuple[int, int]:
     return start, start + span_bytes(t)
 
 
-def _has_internal_overlap(t: torch.Tensor) -> bool:
+def has_internal_overlap(t: torch.Tensor) -> bool:
     dims = sorted((s, n) for n, s in zip(t.shape, t.stride(), strict=True) if n > 1)
     extent = 1
     for stride, size in dims:
@@ -155,7 +155,7 @@ def check_out(out: object, m: int, n: int, a: torch.Tensor, b: torch.Tensor, bia
                            "differentiation, but one of the arguments requires grad")
     if compiling:
         return out
-    if not out.is_contiguous() and _has_internal_overlap(out):
+    if not out.is_contiguous() and has_internal_overlap(out):
         raise ValueError("out has internal overlap (an expanded view): each element must be distinct")
     if out.numel() == 0:
         return out
@@ -163,15 +163,15 @@ def check_out(out: object, m: int, n: int, a: torch.Tensor, b: torch.Tensor, bia
     # rather than a loop over (name, tensor) pairs: 0.51 -> 0.35 us.
     storage = out.untyped_storage().data_ptr()
     if a.untyped_storage().data_ptr() == storage:
-        _check_disjoint(out, "a", a)
+        check_disjoint(out, "a", a)
     if b.untyped_storage().data_ptr() == storage:
-        _check_disjoint(out, "b", b)
+        check_disjoint(out, "b", b)
     if bias is not None and bias.untyped_storage().data_ptr() == storage:
-        _check_disjoint(out, "input", bias)
+        check_disjoint(out, "input", bias)
     return out
 
 
-def _check_disjoint(out: torch.Tensor, name: str, t: torch.Tensor) -> None:
+def check_disjoint(out: torch.Tensor, name: str, t: torch.Tensor) -> None:
     if t.numel() == 0:
         return
     (lo, hi), (t_lo, t_hi) = _span(out), _span(t)

@@ -24,7 +24,7 @@ import torch
 from ..config import GemmConfig
 from ..validate import check_bias, check_operands, check_options, check_scalar, check_tensor
 from . import front, path
-from .path import Plan, _is_compiling, lookup, signature
+from .path import Plan, is_compiling, lookup, signature
 from .run import eager_torch, gemm_operands, run, run_gemm
 
 _core_op_module = None
@@ -74,7 +74,7 @@ def _launch(plan: Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | N
             alpha: float, beta: float, op: int) -> torch.Tensor:
     """Run a plan on the op's tensors: through autograd or the custom op where it needs them. op: the
     call's code for the C++ front (native/answers.h), which learns where torch's op runs."""
-    if _functorch_active() and not _is_compiling():
+    if _functorch_active() and not is_compiling():
         # torch.func's transforms (vmap, grad, jacrev, ...) wrap the tensors, which the kernels cannot
         # read: torch's own op, whose formulas every transform knows
         return _torch_op(plan, a, b, bias, alpha, beta, out)
@@ -148,7 +148,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
     backend: None (dispatch decides between the kernels and torch.mm), "triton" (the kernels only) or
     "torch" (torch.mm, the vendor GEMM)."""
     if front.mm is not None and enable_streamk is None and config is None and backend is None and \
-            not _is_compiling():
+            not is_compiling():
         y = front.mm(a, b, out)
         if y is not None:
             return y
@@ -170,7 +170,7 @@ def addmm(input: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta: float 
     """beta * input + alpha * (a @ b), with input broadcast as torch.addmm broadcasts it; backend as
     for matmul (torch.addmm is the vendor's)."""
     if front.addmm is not None and enable_streamk is None and config is None and backend is None and \
-            not _is_compiling():
+            not is_compiling():
         y = front.addmm(input, a, b, beta, alpha, out)
         if y is not None:
             return y
@@ -197,7 +197,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
            backend: str | None = None) -> torch.Tensor:
     """As torch.nn.functional.linear: x[..., K] @ weight[N, K].T + bias[N]; backend as for matmul."""
     if front.linear is not None and enable_streamk is None and config is None and backend is None and \
-            not _is_compiling():
+            not is_compiling():
         y = front.linear(x, weight, bias)
         if y is not None:
             return y

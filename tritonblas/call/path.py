@@ -39,7 +39,7 @@ from ..validate import TORCH_DTYPES, check_out, span_bytes
 
 # Host time of one call of ours whose launch is not a prepared direct one (launch_gemm's scratch: Stream-K,
 # padded copies) more than torch's own op's: a selected kernel of such a launch that runs shorter than
-# this leaves eager calls to torch (see `_eager_vendor`). H200, 4x2048x2048 bf16 linear: a launch through
+# this leaves eager calls to torch (see `eager_vendor`). H200, 4x2048x2048 bf16 linear: a launch through
 # CompiledKernel.run with device-side descriptors 31.0 us against F.linear's 22.0, a prepared direct
 # launch 19.2 (docs/notes/kernel-levers.md, "Host cost of a launch").
 KERNEL_HOST_US = 10.0
@@ -77,7 +77,7 @@ EXPLICIT_TORCH_EXTRA_US = 4.9
 _BIAS_KINDS = {(False, False): "scalar", (False, True): "row", (True, False): "column", (True, True): "full"}
 # What torch.backends.cuda.matmul.allow_tf32 returns, without its module __getattr__: 0.65 -> 0.05 us.
 _allow_tf32 = torch._C._get_cublas_allow_tf32
-_is_compiling = torch.compiler.is_compiling
+is_compiling = torch.compiler.is_compiling
 _grad_enabled = torch.is_grad_enabled
 _functorch_active = torch._C._are_functorch_transforms_active
 
@@ -134,7 +134,7 @@ def signature(op: str, enable_streamk: object, backend: object, config: object, 
     tensor: 1.6 -> 1.2 us for three tensors (~50 ns an attribute read)."""
     if not (config is None or type(config) is GemmConfig) or \
             not (enable_streamk is None or type(enable_streamk) is bool) or \
-            not (backend is None or backend == "triton" or backend == "torch") or _is_compiling():
+            not (backend is None or backend == "triton" or backend == "torch") or is_compiling():
         return None
     try:
         if autograd and _grad_enabled() and (a.requires_grad or b.requires_grad or (
@@ -165,7 +165,7 @@ def lookup(key: tuple | None, a: torch.Tensor, b: torch.Tensor, bias: torch.Tens
             (out is not None and _overlaps(plan, a, b, bias, out)):
         return None
     if plan.recorded != record.generation:
-        _note(plan)
+        note(plan)
     return plan
 
 
@@ -183,7 +183,7 @@ def _overlaps(plan: Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor |
     return bias is not None and (p := bias.data_ptr()) < hi and lo < p + bias_span
 
 
-def _note(plan: Plan) -> None:
+def note(plan: Plan) -> None:
     """Note the plan's problem into the file recorded now; stamped with the generation read first, so
     that a recording started meanwhile gets it on the next hit."""
     seen = record.generation
@@ -192,7 +192,7 @@ def _note(plan: Plan) -> None:
     plan.recorded = seen
 
 
-def _layout(a: torch.Tensor, b: torch.Tensor) -> str:
+def layout_of(a: torch.Tensor, b: torch.Tensor) -> str:
     """'n' for a row-major operand (unit stride along K for A, along N for B), 't' for column-major."""
     a0, a1 = a.stride()
     b0, b1 = b.stride()
@@ -216,11 +216,11 @@ def prepare(key: tuple | None, op: str, a: torch.Tensor, b: torch.Tensor, bias: 
     """The checks every op shares (after its own argument checks: a and b are the GEMM's 2-D operands,
     bias addmm's input or linear's bias), and the plan they derive, completed by `finish` (the op's
     own facts) and stored under `key` unless the selections were dropped meanwhile; `routed`: a call of
-    transparent mode (its host cost differs: _eager_vendor). Raises before anything is written."""
+    transparent mode (its host cost differs: eager_vendor). Raises before anything is written."""
     m, k = a.shape
     n = b.shape[1]
     restriction = (enable_streamk, backend)
-    compiling = _is_compiling()
+    compiling = is_compiling()
     if out is not None:
         check_out(out, m, n, a, b, bias, op, compiling)
     grad = op != "gemm" and out is None and _grad_enabled() and (
@@ -236,7 +236,7 @@ def prepare(key: tuple | None, op: str, a: torch.Tensor, b: torch.Tensor, bias: 
     if a.is_cuda:
         prefetch_compile_key()  # the first compile-cache lookup's hash, in a thread while we select
     has_bias = bias is not None and beta != 0.0  # as torch.addmm: beta == 0 ignores the input, NaN too
-    problem = Problem(m, n, k, TORCH_DTYPES[a.dtype], _layout(a, b), _bias_kind(bias if has_bias else None,
+    problem = Problem(m, n, k, TORCH_DTYPES[a.dtype], layout_of(a, b), _bias_kind(bias if has_bias else None,
                                                                                  m, n))
     user_config = config is not None
     selection = None
@@ -266,15 +266,15 @@ def prepare(key: tuple | None, op: str, a: torch.Tensor, b: torch.Tensor, bias: 
     if selection is not None and restriction == (None, None) and not plan.capture_vendor:
         recorded = routed and a.is_cuda and not plan.fp32 and native.routing() and \
             config_has_record(plan.config)
-        plan.eager_vendor = _eager_vendor(selection, plan.launch, routed, recorded)
-    _note(plan)  # TRITONBLAS_RECORD / enable(record=...): a new problem goes to the file
+        plan.eager_vendor = eager_vendor(selection, plan.launch, routed, recorded)
+    note(plan)  # TRITONBLAS_RECORD / enable(record=...): a new problem goes to the file
     if key is not None:
         caches.store(read_at, plans, key, plan)
     return plan
 
 
-def _eager_vendor(selection: dispatch.Selection, launch: object, routed: bool = False,
-                  recorded: bool = False) -> bool:
+def eager_vendor(selection: dispatch.Selection, launch: object, routed: bool = False,
+                 recorded: bool = False) -> bool:
     """Whether a kernel selection must leave eager calls to torch (eager_torch_reason), its launch
     prepared as `launch` (launch.direct.launches_directly: no dearer on the host than torch's op)."""
     return eager_torch_reason(selection, launches_directly(launch), routed, recorded) is not None

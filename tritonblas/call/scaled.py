@@ -23,7 +23,7 @@ from ..selection import dispatch
 from ..validate import DTYPE_NAMES, TORCH_DTYPE_OF, check_options
 from . import front
 from . import path as call_path
-from .path import ScaledPlan, _is_compiling, _layout, lookup, plans, signature
+from .path import ScaledPlan, is_compiling, layout_of, lookup, plans, signature
 from .run import run_scaled, scale_vector, torch_runs
 
 QUANT_TORCH: dict[torch.dtype, str] = {t: name for t, name in DTYPE_NAMES.items() if name in QUANT_DTYPES}
@@ -47,7 +47,7 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
     cores (faster, less accurate; False promotes to fp32 as cuBLAS does). backend, config: as matmul's.
     No derivative (as torch._scaled_mm): the result of operands that need grad raises on backward.
     """
-    if front.scaled_mm is not None and backend is None and config is None and not _is_compiling():
+    if front.scaled_mm is not None and backend is None and config is None and not is_compiling():
         y = front.scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum, out)
         if y is not None:
             return y
@@ -117,7 +117,7 @@ def _plan(key, a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum, out, bac
         raise TypeError(f"use_fast_accum must be True or False, got {use_fast_accum!r}")
     check_options(None, config, backend)
     b_name = QUANT_TORCH[b.dtype]
-    problem = Problem(m, n, k, QUANT_TORCH[a.dtype], _layout(a, b), "none" if bias is None else "row",
+    problem = Problem(m, n, k, QUANT_TORCH[a.dtype], layout_of(a, b), "none" if bias is None else "row",
                       out_name, None if b.dtype == a.dtype else b_name, _SCALE_MODES[vec_a, vec_b])
     if backend == "torch" or (config is not None and config.is_vendor):
         refusal = vendor_scaled_refusal(problem)
@@ -154,8 +154,8 @@ def _prepare(key, problem: Problem, a, b, scale_a, scale_b, bias, out, use_fast_
         # As the plain ops' (call.path.prepare): a kernel that wins by less than its host cost above torch's
         # runs under graph capture only, where torch takes the problem at all.
         if selection is not None and backend is None and vendor_scaled_refusal(problem) is None:
-            plan.eager_vendor = call_path._eager_vendor(selection, plan.launch)
-    call_path._note(plan)  # as every planned call: a new problem goes to the file recorded now
+            plan.eager_vendor = call_path.eager_vendor(selection, plan.launch)
+    call_path.note(plan)  # as every planned call: a new problem goes to the file recorded now
     if key is not None:
         caches.store(read_at, plans, key, plan)
     return plan
@@ -237,17 +237,17 @@ def _check_out_dtype(out_dtype: object, out: object, a: torch.Tensor) -> str:
 def _check_out_tensor(out: torch.Tensor, m: int, n: int, a: torch.Tensor,
                       *inputs: torch.Tensor | None) -> None:
     """out's shape and device, and no byte of it shared with itself or an input (b, scales, bias)."""
-    from ..validate import _check_disjoint, _has_internal_overlap
+    from ..validate import check_disjoint, has_internal_overlap
 
     if tuple(out.shape) != (m, n):
         raise ValueError(f"out must have shape ({m}, {n}), got {tuple(out.shape)}")
     if out.device != a.device:
         raise ValueError(f"out is on {out.device} but a is on {a.device}; they must match")
-    if not out.is_contiguous() and _has_internal_overlap(out):
+    if not out.is_contiguous() and has_internal_overlap(out):
         raise ValueError("out has internal overlap (an expanded view): each element must be distinct")
     if out.numel() == 0:
         return
     storage = out.untyped_storage().data_ptr()
     for name, t in zip(("a", "b", "scale_a", "scale_b", "bias"), (a, *inputs), strict=True):
         if t is not None and t.untyped_storage().data_ptr() == storage:
-            _check_disjoint(out, name, t)
+            check_disjoint(out, name, t)

@@ -56,7 +56,7 @@ def _vector_divisor(t: torch.Tensor, wrapped_dim: int) -> int:
     return div
 
 
-def _tma_ready(t: torch.Tensor) -> tuple[bool, bool]:
+def tma_ready(t: torch.Tensor) -> tuple[bool, bool]:
     """(usable by TMA, column-major): one unit stride, 16-byte aligned base and leading stride."""
     col = _is_col_major(t)
     s0, s1 = t.stride()
@@ -74,7 +74,7 @@ def _aligned(t: torch.Tensor, slot: int, held: list | None = None, stream: int |
     An odd leading dimension (4095, 4097) defeats both vectorized loads and TMA; one copy at memory
     speed can cost less than a GEMM that loads one element at a time. The tuner decides per problem.
     """
-    ok, col = _tma_ready(t)
+    ok, col = tma_ready(t)
     if ok:
         return t
     if held is None:
@@ -85,7 +85,7 @@ def _aligned(t: torch.Tensor, slot: int, held: list | None = None, stream: int |
     if src.numel():
         lead, aligned = buf.stride(0), src.data_ptr() % 16 == 0
         plan = _cached_plan(copy_key(src, lead, aligned), lambda: _copy_plan(src, lead, aligned))
-        _launch(plan, (src, buf), ())
+        launch_plan(plan, (src, buf), ())
     view = buf[:, :cols]
     return view.t() if col else view
 
@@ -103,7 +103,7 @@ def copy_key(src: torch.Tensor, lead: int, aligned: bool) -> tuple:
     return ("pad_copy", src.shape, src.stride(), lead, src.dtype, src.device, aligned)
 
 
-def _copy_plan(src: torch.Tensor, lead: int, aligned: bool) -> _Plan:
+def _copy_plan(src: torch.Tensor, lead: int, aligned: bool) -> Plan:
     """The pad copy of `src` (rows along dim 0) into rows `lead` elements apart: one- and two-byte
     elements in contiguous rows from an aligned pointer a word at a time (the word kernel counts in
     bytes), any other source an element at a time."""
@@ -111,15 +111,15 @@ def _copy_plan(src: torch.Tensor, lead: int, aligned: bool) -> _Plan:
     size = src.element_size()
     if size <= 2 and src.stride(1) == 1 and aligned:
         row_bytes = cols * size
-        return _Plan(_kernels()[4], cdiv(rows, _WORD_ROWS) * cdiv(cdiv(row_bytes, 4), _WORD_COLS),
-                     (rows, row_bytes, src.stride(0) * size, lead * size // 4),
-                     dict(BLOCK_R=_WORD_ROWS, BLOCK_W=_WORD_COLS), 4, 1, None)
-    return _Plan(_kernels()[2], cdiv(rows, _COPY_ROWS) * cdiv(cols, _COPY_COLS),
-                 (rows, cols, *src.stride(), lead), dict(BLOCK_R=_COPY_ROWS, BLOCK_C=_COPY_COLS), 4, 1, None)
+        return Plan(_kernels()[4], cdiv(rows, _WORD_ROWS) * cdiv(cdiv(row_bytes, 4), _WORD_COLS),
+                    (rows, row_bytes, src.stride(0) * size, lead * size // 4),
+                    dict(BLOCK_R=_WORD_ROWS, BLOCK_W=_WORD_COLS), 4, 1, None)
+    return Plan(_kernels()[2], cdiv(rows, _COPY_ROWS) * cdiv(cols, _COPY_COLS),
+                (rows, cols, *src.stride(), lead), dict(BLOCK_R=_COPY_ROWS, BLOCK_C=_COPY_COLS), 4, 1, None)
 
 
 @dataclass
-class _Plan:
+class Plan:
     """Everything a launch needs that depends only on the plan key (see launch_gemm)."""
 
     kernel: object
@@ -132,17 +132,17 @@ class _Plan:
     tma: bool = False  # device-side descriptors: needs triton's allocator in the launching thread
     compiled: object = None  # triton's CompiledKernel once launched through the C launcher
     constexpr_args: tuple = ()  # the constexprs' values in the kernel's argument order, for the C launcher
-    then: _Plan | None = None  # Stream-K with reduce_kernel: kernels/reduce.py's launch, on (ws, c, bias)
+    then: Plan | None = None  # Stream-K with reduce_kernel: kernels/reduce.py's launch, on (ws, c, bias)
     descs: tuple | None = None  # a prepared launch's host descriptors: (shape, strides, box) of A and B
     direct: object = None  # launch.direct's launch of `compiled`, where this triton's launcher allows one
     copies: tuple | None = None  # a prepared launch's pad copies of A and B (launch/prepared.py), None: none
 
 
-_plans: dict[tuple, _Plan] = {}
+plans: dict[tuple, Plan] = {}
 _PLANS_CAP = 4096
 
 
-def _cached_plan(key: tuple, make: Callable[[], _Plan]) -> _Plan:
+def _cached_plan(key: tuple, make: Callable[[], Plan]) -> Plan:
     """The plan of `key`, built on a miss. No lock: shared by every thread, stream and graph capture, and
     safe without one. Get, clear and set are one dict operation each (atomic under the GIL), a plan is a
     pure function of its key built whole before it is stored, and it holds no device memory. So a thread
@@ -150,11 +150,11 @@ def _cached_plan(key: tuple, make: Callable[[], _Plan]) -> _Plan:
     racing on a miss each launch their own and one is kept. The one field written later, `compiled`, is
     set after its handles are loaded: a reader sees None (one launch through triton's own path) or a
     ready kernel (tests/test_launch_threads.py)."""
-    plan = _plans.get(key)
+    plan = plans.get(key)
     if plan is None:
-        if len(_plans) >= _PLANS_CAP:
-            _plans.clear()
-        plan = _plans[key] = make()
+        if len(plans) >= _PLANS_CAP:
+            plans.clear()
+        plan = plans[key] = make()
     return plan
 
 
@@ -170,7 +170,7 @@ def scale_modes(scales: Scales) -> tuple[int, int]:
     return 1 if scales[0].numel() == 1 else 2, 1 if scales[1].numel() == 1 else 2
 
 
-def _scale_args(scales: Scales) -> tuple:
+def scale_args(scales: Scales) -> tuple:
     """The scale pointers as kernel arguments: None for a plain GEMM (a constexpr to triton, so the plain
     kernels take no extra parameter and compile to the code they had)."""
     return (None, None) if scales is None else scales
@@ -210,16 +210,16 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.T
                a.dtype, c.dtype, a.device, precision, sm_count, a.data_ptr() % 16 == 0,
                b.data_ptr() % 16 == 0, c.data_ptr() % 16 == 0, has_bias and bias.data_ptr() % 16 == 0,
                b.dtype, *_scale_key(scales), fast_acc)
-        plan = _cached_plan(key, lambda: _make_plan(a, b, c, bias, config, sm_count, precision, scales,
-                                                    fast_acc))
+        plan = _cached_plan(key, lambda: make_plan(a, b, c, bias, config, sm_count, precision, scales,
+                                                   fast_acc))
         tensors = (a, b, c, bias if has_bias else c)
         if plan.workspace is not None:
             tensors = (*tensors, *scratch.workspace(device, *plan.workspace, held, stream))
         host = _host_descriptors(a, b, plan.constexprs) if plan.constexprs["HOST_DESC"] else (None, None)
-        _launch(plan, tensors, (alpha, beta, *host, *_scale_args(scales)))
+        launch_plan(plan, tensors, (alpha, beta, *host, *scale_args(scales)))
         if plan.then is not None:  # stream order: the partials are all in when it runs
             workspace, bias_or_c = tensors[4], tensors[3]
-            _launch(plan.then, (workspace, c, bias_or_c), (alpha, beta, *_scale_args(scales)))
+            launch_plan(plan.then, (workspace, c, bias_or_c), (alpha, beta, *scale_args(scales)))
     except BaseException:
         # A launch that raised (compile error, out of memory, KeyboardInterrupt, an interpreted kernel
         # stopped part way) may leave its scratch dirty, e.g. tile counters mid-fix-up: it is dropped
@@ -248,11 +248,11 @@ def _host_descriptors(a: torch.Tensor, b: torch.Tensor, constexprs: dict) -> tup
     """TMA descriptors of A and B built here, as kernel arguments (config.host_descriptors): the same
     storage-order shapes, strides and boxes as the kernels' make_operand_descs builds on the device.
     Made per call (they hold the tensors); triton's launcher encodes each into the launch."""
-    geometry_a, geometry_b = _descriptor_geometry(a, b, constexprs)
-    return _descriptor(a, *geometry_a), _descriptor(b, *geometry_b)
+    geometry_a, geometry_b = descriptor_geometry(a, b, constexprs)
+    return descriptor(a, *geometry_a), descriptor(b, *geometry_b)
 
 
-def _descriptor_geometry(a: torch.Tensor, b: torch.Tensor, constexprs: dict) -> tuple:
+def descriptor_geometry(a: torch.Tensor, b: torch.Tensor, constexprs: dict) -> tuple:
     """((shape, strides, box) of A, the same of B): all a descriptor needs but its base pointer."""
     bm, bn, bk = constexprs["BLOCK_M"], constexprs["BLOCK_N"], constexprs["BLOCK_K"]
     (m, k), n = a.shape, b.shape[1]
@@ -274,10 +274,10 @@ def _descriptor_type() -> type:
     return TensorDescriptor
 
 
-def _descriptor(base: torch.Tensor, shape: list, strides: list, block: list):
+def descriptor(base: torch.Tensor, shape: list, strides: list, block: list):
     """A TensorDescriptor without its __post_init__ checks, which cost ~5 us each on this project's CPU
     (10.4 us for the pair, timeit): the plan already holds what they check (16-byte aligned base and
-    leading stride: _tma_ready; power-of-two boxes: GemmConfig; positive sizes: empty outputs launch
+    leading stride: tma_ready; power-of-two boxes: GemmConfig; positive sizes: empty outputs launch
     nothing and K = 0 plans take device-built descriptors, which no iteration reads)."""
     desc = object.__new__(_descriptor_type())
     desc.base, desc.shape, desc.strides, desc.block_shape, desc.padding = base, shape, strides, block, "zero"
@@ -307,16 +307,16 @@ def needs_int64(tensors: tuple[torch.Tensor | None, ...], workspace_floats: int 
     return max(reach, workspace_floats) >= INT32_OFFSETS
 
 
-def _make_plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None,
-               config: GemmConfig, sm_count: int, precision: str, scales: Scales = None,
-               fast_acc: bool = False) -> _Plan:
+def make_plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None,
+              config: GemmConfig, sm_count: int, precision: str, scales: Scales = None,
+              fast_acc: bool = False) -> Plan:
     m, k = a.shape
     n = b.shape[1]
     persistent_kernel, streamk_kernel, _, reduce_kernel, _ = _kernels()
     progs = program_count(config, m, n, k, sm_count)
     has_bias = bias is not None
     sbm, sbn = bias.stride() if has_bias else (0, 0)
-    (a_tma, a_col), (b_tma, b_col) = _tma_ready(a), _tma_ready(b)
+    (a_tma, a_col), (b_tma, b_col) = tma_ready(a), tma_ready(b)
     # A strided view the predicate could not see (it checks the dense layout) takes the pointer path.
     use_tma = config.tma and a_tma and b_tma
     constexprs = dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
@@ -339,14 +339,14 @@ def _make_plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Te
         constexprs["REDUCE"] = config.reduce_kernel and splits > 1
         then = _reduce_plan(reduce_kernel, config, (m, n, *c.stride(), sbm, sbn), tiles, progs, splits,
                             constexprs) if constexprs["REDUCE"] else None
-        return _Plan(streamk_kernel, progs, ints, constexprs, config.num_warps, config.num_stages, workspace,
-                     tma=use_tma and not host_desc, then=then)
-    return _Plan(persistent_kernel, progs, ints, constexprs, config.num_warps, config.num_stages, None,
-                 tma=use_tma and not host_desc)
+        return Plan(streamk_kernel, progs, ints, constexprs, config.num_warps, config.num_stages, workspace,
+                    tma=use_tma and not host_desc, then=then)
+    return Plan(persistent_kernel, progs, ints, constexprs, config.num_warps, config.num_stages, None,
+                tma=use_tma and not host_desc)
 
 
 def _reduce_plan(kernel, config: GemmConfig, output_ints: tuple, tiles: int, programs: int, splits: int,
-                 constexprs: dict) -> _Plan:
+                 constexprs: dict) -> Plan:
     """kernels/reduce.py's launch after a Stream-K launch with REDUCE: one program per row chunk of
     each split tile; output_ints (M, N, C's strides, the bias's) and the bias and 64-bit offsets
     (constexprs) are the main launch's."""
@@ -356,14 +356,14 @@ def _reduce_plan(kernel, config: GemmConfig, output_ints: tuple, tiles: int, pro
     reduce_constexprs = dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, GROUP_M=config.group_m,
                              HAS_BIAS=constexprs["HAS_BIAS"], INT64=constexprs["INT64"], FIXUP_CHUNKS=chunks,
                              A_SCALE=constexprs["A_SCALE"], B_SCALE=constexprs["B_SCALE"])
-    return _Plan(kernel, sk_tiles * chunks, ints, reduce_constexprs, config.num_warps, 1, None)
+    return Plan(kernel, sk_tiles * chunks, ints, reduce_constexprs, config.num_warps, 1, None)
 
 
 # torch.cuda.current_device() without its lazy-init call: a CUDA tensor in hand means CUDA is initialized.
-_current_device = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)
+current_device = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)
 
 
-def _launch(plan: _Plan, tensors: tuple, floats: tuple) -> None:
+def launch_plan(plan: Plan, tensors: tuple, floats: tuple) -> None:
     """Launch through triton's C launcher once the plan's kernel is compiled.
 
     `kernel[grid](...)` re-binds and re-hashes ~30 arguments on every call: ~45 us of host time per
@@ -377,10 +377,10 @@ def _launch(plan: _Plan, tensors: tuple, floats: tuple) -> None:
                                    num_stages=plan.num_stages)
         return
     index = tensors[0].get_device()  # an int: .device.index builds a device object first
-    if index != _current_device():
+    if index != current_device():
         # Triton launches on (and loads modules into) the current device: switch to the tensors' one.
         with torch.cuda.device(index):
-            _launch(plan, tensors, floats)
+            launch_plan(plan, tensors, floats)
         return
     if plan.tma:
         scratch.ensure_allocator()
@@ -397,7 +397,7 @@ def _launch(plan: _Plan, tensors: tuple, floats: tuple) -> None:
             # Host descriptors go direct only with their geometry planned (prepare_launch's): launch_gemm
             # hands TensorDescriptor objects, which only `run` expands.
             if plan.descs is not None or not plan.constexprs.get("HOST_DESC"):
-                plan.direct = direct.make(compiled, plan.progs, plan.descs, _descriptor)
+                plan.direct = direct.make(compiled, plan.progs, plan.descs, descriptor)
             plan.compiled = compiled
         return
     stream = torch._C._cuda_getCurrentRawStream(index)

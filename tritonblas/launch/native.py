@@ -42,7 +42,7 @@ from ..contract import (
     P_SCRATCH,
 )
 from . import direct
-from .gemm import _Plan
+from .gemm import Plan
 from .prepared import all_direct
 from .scratch import workspace_elements
 
@@ -71,7 +71,7 @@ def config_has_record(config: GemmConfig | None) -> bool:
     return config is not None and config.backend != "torch" and direct.expected()
 
 
-def launch_record(plan: _Plan, has_bias: bool) -> list[int] | None:
+def launch_record(plan: Plan, has_bias: bool) -> list[int] | None:
     """The record of `plan`'s launches (a prepared launch of launch.prepared, each of its kernels launched
     directly at least once) for calls c = alpha * a @ b + beta * bias (`has_bias`: the bias is read; else
     c's address stands in, as launch.prepared passes it); None where a record cannot say it."""
@@ -109,7 +109,7 @@ def launch_record(plan: _Plan, has_bias: bool) -> list[int] | None:
     return head + buffers + [word for words in launches for word in words]
 
 
-def _launch_words(plan: _Plan, template: tuple, bases: list | None = None) -> list[int] | None:
+def _launch_words(plan: Plan, template: tuple, bases: list | None = None) -> list[int] | None:
     """One launch's words: its head, (kind, value) per parameter, its host descriptors (on `bases`: A's
     and B's sources, the call's operands or buffers); None where a record cannot say it."""
     compiled, launch = plan.compiled, plan.direct

@@ -13,7 +13,7 @@ copies' plans are launch_gemm's own, found under the key `_aligned` stores them 
 there (a plan's first call) and where they are not (launch.gemm's cache dropped them), `launch_prepared`
 answers False and the caller takes launch_gemm.
 
-launch.gemm._launch is looked up on its module at each call: tests replace it to watch launches.
+launch.gemm.launch_plan is looked up on its module at each call: tests replace it to watch launches.
 """
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ import torch
 from ..config import GemmConfig
 from ..problem import aligned_leading_dim
 from . import direct, gemm, scratch
-from .gemm import Scales, _Plan, needs_scratch
+from .gemm import Plan, Scales, needs_scratch
 
 
 def prepare_launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None,
                    config: GemmConfig, sm_count: int, precision: str, scales: Scales = None,
-                   fast_acc: bool = False) -> _Plan | None:
+                   fast_acc: bool = False) -> Plan | None:
     """The launch of `config` on tensors of these shapes, strides, dtype, device and alignment, for a
     caller that keeps it (the call path's plan) and runs it with `launch_prepared` on tensors of the
     same facts, or on any tensors with the same data pointers (the plan holds every shape and stride:
@@ -45,9 +45,9 @@ def prepare_launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torc
     copies = None
     if config.aligned_copy:
         copies, a, b = _prepare_copies(a, b)
-    plan = gemm._make_plan(a, b, c, bias, config, sm_count, precision, scales, fast_acc)
+    plan = gemm.make_plan(a, b, c, bias, config, sm_count, precision, scales, fast_acc)
     if plan.constexprs["HOST_DESC"]:
-        plan.descs = gemm._descriptor_geometry(a, b, plan.constexprs)
+        plan.descs = gemm.descriptor_geometry(a, b, plan.constexprs)
     if copies is not None and copies != (None, None):
         plan.copies = copies
     return plan
@@ -64,7 +64,7 @@ def _misaligned(*tensors: torch.Tensor | None) -> bool:
     return any(t is not None and t.data_ptr() % 16 for t in tensors)
 
 
-def launch_prepared(plan: _Plan, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None,
+def launch_prepared(plan: Plan, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None,
                     alpha: float, beta: float, scales: Scales = None) -> bool:
     """Launch a plan of prepare_launch: c = alpha * a @ b * scales + beta * bias, each tensor's facts as
     the plan's, scales of the plan's modes. False, and nothing launched, where a pointer is not 16-byte
@@ -77,7 +77,7 @@ def launch_prepared(plan: _Plan, a: torch.Tensor, b: torch.Tensor, c: torch.Tens
         return False
     if plan.copies is not None or plan.workspace is not None:
         return launch_with_scratch(plan, a, b, c, bias, alpha, beta, scales, (pa, pb, pc, pbias, sa, sb))
-    if plan.direct is not None and (index := a.get_device()) == gemm._current_device():
+    if plan.direct is not None and (index := a.get_device()) == gemm.current_device():
         stream = torch._C._cuda_getCurrentRawStream(index)
         _launch_direct(plan, a, b, pa, pb, pc, pbias, alpha, beta, sa, sb, (), stream)
     else:
@@ -85,7 +85,7 @@ def launch_prepared(plan: _Plan, a: torch.Tensor, b: torch.Tensor, c: torch.Tens
     return True
 
 
-def _launch_direct(plan: _Plan, a: torch.Tensor, b: torch.Tensor, pa: int, pb: int, pc: int, pbias: int,
+def _launch_direct(plan: Plan, a: torch.Tensor, b: torch.Tensor, pa: int, pb: int, pc: int, pbias: int,
                    alpha: float, beta: float, sa: int | None, sb: int | None, workspace: tuple,
                    stream: int) -> None:
     """The launch through the plan's direct launch, on pointers (a and b: the tensors at pa and pb, the
@@ -101,18 +101,18 @@ def _launch_direct(plan: _Plan, a: torch.Tensor, b: torch.Tensor, pa: int, pb: i
                                     *then.constexpr_args))
 
 
-def _launch_views(plan: _Plan, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None,
+def _launch_views(plan: Plan, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None,
                   alpha: float, beta: float, scales: Scales = None, workspace: tuple = ()) -> None:
-    """The launch through launch.gemm._launch (its first, on the interpreter, another device current, a
+    """The launch through launch.gemm.launch_plan (its first, on the interpreter, another device current, a
     triton whose launcher is unknown). The kernels read shapes and strides from the plan: a and b are
     tensors at the planned pointers (a linear's weight stands for its transpose)."""
     descs = plan.descs
-    host = (None, None) if descs is None else (gemm._descriptor(a, *descs[0]), gemm._descriptor(b, *descs[1]))
-    scale_args = gemm._scale_args(scales)
+    host = (None, None) if descs is None else (gemm.descriptor(a, *descs[0]), gemm.descriptor(b, *descs[1]))
+    scale_args = gemm.scale_args(scales)
     bias_or_c = c if bias is None else bias
-    gemm._launch(plan, (a, b, c, bias_or_c, *workspace), (alpha, beta, *host, *scale_args))
+    gemm.launch_plan(plan, (a, b, c, bias_or_c, *workspace), (alpha, beta, *host, *scale_args))
     if plan.then is not None:
-        gemm._launch(plan.then, (workspace[0], c, bias_or_c), (alpha, beta, *scale_args))
+        gemm.launch_plan(plan.then, (workspace[0], c, bias_or_c), (alpha, beta, *scale_args))
 
 
 # --- scratch: padded copies, the Stream-K workspace -------------------------------------------------
@@ -130,7 +130,7 @@ class PadCopy:
     itemsize: int  # bytes an element
     col: bool  # a column-major operand: the GEMM reads the buffer's transpose
     key: tuple  # launch.gemm._aligned's key of the copy's plan
-    plan: _Plan | None = None
+    plan: Plan | None = None
 
 
 def _prepare_copies(a: torch.Tensor, b: torch.Tensor) -> tuple[tuple[PadCopy | None, PadCopy | None],
@@ -139,7 +139,7 @@ def _prepare_copies(a: torch.Tensor, b: torch.Tensor) -> tuple[tuple[PadCopy | N
     of the padded buffers, or the operand itself)."""
     copies, operands = [], []
     for slot, t in enumerate((a, b)):
-        ok, col = gemm._tma_ready(t)
+        ok, col = gemm.tma_ready(t)
         if ok:
             copies.append(None)
             operands.append(t)
@@ -155,7 +155,7 @@ def _prepare_copies(a: torch.Tensor, b: torch.Tensor) -> tuple[tuple[PadCopy | N
     return (copies[0], copies[1]), operands[0], operands[1]
 
 
-def launch_with_scratch(plan: _Plan, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
+def launch_with_scratch(plan: Plan, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
                         bias: torch.Tensor | None, alpha: float, beta: float, scales: Scales,
                         pointers: tuple) -> bool:
     """launch_prepared of a plan with padded copies or a Stream-K workspace, its pointers checked
@@ -165,11 +165,11 @@ def launch_with_scratch(plan: _Plan, a: torch.Tensor, b: torch.Tensor, c: torch.
     copies = plan.copies or (None, None)
     for copy in copies:
         if copy is not None and copy.plan is None:
-            copy.plan = gemm._plans.get(copy.key)
+            copy.plan = gemm.plans.get(copy.key)
             if copy.plan is None:
                 return False
     index = c.get_device()
-    fast = all_direct(plan) and index == gemm._current_device()
+    fast = all_direct(plan) and index == gemm.current_device()
     held, stream = [], scratch.current_stream(c.device)
     try:
         workspace = () if plan.workspace is None else \
@@ -189,7 +189,7 @@ def launch_with_scratch(plan: _Plan, a: torch.Tensor, b: torch.Tensor, c: torch.
     return True
 
 
-def all_direct(plan: _Plan) -> bool:
+def all_direct(plan: Plan) -> bool:
     """Whether each launch of a prepared plan (its copies', its GEMM's, its reduce kernel's) has its
     direct launch (made at its first launch where this triton's launcher allows it)."""
     return plan.direct is not None and (plan.then is None or plan.then.direct is not None) and \
@@ -197,7 +197,7 @@ def all_direct(plan: _Plan) -> bool:
             for copy in plan.copies or ())
 
 
-def _scratch_direct(plan: _Plan, a: torch.Tensor, b: torch.Tensor, pointers: tuple, workspace: tuple,
+def _scratch_direct(plan: Plan, a: torch.Tensor, b: torch.Tensor, pointers: tuple, workspace: tuple,
                     alpha: float, beta: float, held: list, stream: int | None, raw_stream: int) -> None:
     """Every launch on pointers: no view is made."""
     ca, cb = plan.copies or (None, None)
@@ -221,7 +221,7 @@ def _copy_direct(copy: PadCopy, src: int, buf: torch.Tensor, raw_stream: int) ->
 
 
 def _copied(copy: PadCopy | None, t: torch.Tensor, held: list, stream: int | None) -> torch.Tensor:
-    """The operand as the GEMM reads it, through launch.gemm._launch: `t` itself, or a view of its copy
+    """The operand as the GEMM reads it, through launch.gemm.launch_plan: `t` itself, or a view of its copy
     into a padded buffer of the call's."""
     if copy is None:
         return t
@@ -229,6 +229,6 @@ def _copied(copy: PadCopy | None, t: torch.Tensor, held: list, stream: int | Non
     buf = scratch.padded_buffer(copy.slot, rows, copy.lead, t, held, stream)
     # `t` is the operand or a tensor at its pointer (a linear's weight for weight.t()): the source is
     # the planned view of its storage.
-    gemm._launch(copy.plan, (t.as_strided(copy.shape, copy.strides), buf), ())
+    gemm.launch_plan(copy.plan, (t.as_strided(copy.shape, copy.strides), buf), ())
     view = buf[:, :cols]
     return view.t() if copy.col else view

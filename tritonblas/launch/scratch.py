@@ -206,7 +206,7 @@ def descriptor_buffer(nbytes: int) -> tuple[deque | None, torch.Tensor]:
 
 
 def _descriptor_scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
-    # Called inside the launch, with the tensors' device current (see launch.gemm's _launch).
+    # Called inside the launch, with the tensors' device current (see launch.gemm's launch_plan).
     return torch.empty(size, dtype=torch.int8, device=torch.cuda.current_device())
 
 
