@@ -142,11 +142,11 @@ def pick_kernel(monkeypatch):
 @pytest.fixture
 def capture_only(monkeypatch):
     """Every kernel selection leaves eager calls to torch and runs under graph capture only, as
-    call.path._eager_vendor decides for a host-bound pick."""
+    call.path.eager_vendor decides for a host-bound pick."""
     from tritonblas.call import path as call_path
     from tritonblas.selection import dispatch
 
-    monkeypatch.setattr(call_path, "_eager_vendor", lambda *args: True)
+    monkeypatch.setattr(call_path, "eager_vendor", lambda *args: True)
     dispatch.clear_cache()
     yield from _dispatch_patched(monkeypatch)
 

@@ -4,9 +4,9 @@ Kept with the tests rather than in scripts/ because --baseline imports another t
 
 Usage: TRITON_INTERPRET=1 python tests/ops_overhead.py [--baseline DIR] [--rounds 7] [--trials 3]
                                                       [--calls 20000]
-A benchmark, not a test. launch.gemm._launch (the last Python before triton's C launcher, or the interpreter)
-is replaced by a no-op, so what is timed is the Python of the call path: the cache lookup, the per-call
-checks, the output allocation, the launch plan's lookup and the launch's arguments. 64x64x64 on CPU
+A benchmark, not a test. launch.gemm.launch_plan (the last Python before triton's C launcher, or the
+interpreter) is replaced by a no-op, so what is timed is the Python of the call path: the cache lookup, the
+per-call checks, the output allocation, the launch plan's lookup and the launch's arguments. 64x64x64 on CPU
 tensors (the interpreter device), backend="triton" (the kernels' path; torch.mm would run for real).
 Until 2026-12-01 the stub replaced call_path.launch_gemm, which left the launch plan's key out. Rows:
   matmul(out=)      tritonblas.matmul(a, b, out=out)
@@ -48,8 +48,8 @@ HERE = Path(__file__).resolve().parents[1]
 
 
 def _launch_module():
-    """The module whose _launch the ops call: tritonblas.launch.gemm, or tritonblas.launch in a --baseline
-    tree from before the packages (issue 35)."""
+    """The module whose launch_plan the ops call: tritonblas.launch.gemm, or tritonblas.launch in a
+    --baseline tree from before the packages (issue 35)."""
     import importlib
 
     try:
@@ -58,15 +58,20 @@ def _launch_module():
         return importlib.import_module("tritonblas.launch")
 
 
+def _stub_launches() -> None:
+    """Every kernel launch replaced by a no-op: the host cost alone. A --baseline tree from before
+    2026-12-03 names the launch _launch."""
+    launch = _launch_module()
+    setattr(launch, "launch_plan" if hasattr(launch, "launch_plan") else "_launch", lambda *args: None)
+
+
 def child(root: str, trials: int, calls: int) -> dict[str, list[float]]:
     sys.path.insert(0, root)
 
     import tritonblas
 
-    launch = _launch_module()
-
     assert Path(tritonblas.__file__).resolve().is_relative_to(Path(root).resolve()), tritonblas.__file__
-    launch._launch = lambda *args: None  # the host cost alone
+    _stub_launches()
     rows = {**op_rows(tritonblas), **torch_rows()}
     for fn in rows.values():
         for _ in range(200):
@@ -131,9 +136,7 @@ def transparent_rows() -> dict:
 
     import tritonblas
 
-    launch = _launch_module()
-
-    launch._launch = lambda *args: None
+    _stub_launches()
     torch.manual_seed(0)
     a, b, w = (torch.randn(64, 64, dtype=torch.float16) for _ in range(3))
     bias = torch.randn(64, dtype=torch.float16)

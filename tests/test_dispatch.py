@@ -75,7 +75,7 @@ def test_user_db_winner_is_used(paths):
     put(url, winner(P, H200, TUNED, 0.123, torch_ms=0.125))
     s = sel()
     assert (s.source, s.config, s.time_ms, s.measured) == ("db", TUNED, 0.123, True)
-    assert s.torch_ms == 0.125  # what dispatch weighs against a call's host cost (call.path._eager_vendor)
+    assert s.torch_ms == 0.125  # what dispatch weighs against a call's host cost (call.path.eager_vendor)
     assert dispatch.select_config(Problem(1024, 1024, 1024, "bf16"), H200) == TUNED
 
 

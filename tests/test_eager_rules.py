@@ -53,7 +53,7 @@ def test_a_kernel_pick_shorter_than_its_host_time_runs_only_under_capture(time_u
     launch = object()
     monkeypatch.setattr(call_path, "launches_directly", lambda plan: plan is launch and direct)
     selection = _selection(time_us, device, backend)
-    assert call_path._eager_vendor(selection, launch, routed) is leaves_eager_to_torch
+    assert call_path.eager_vendor(selection, launch, routed) is leaves_eager_to_torch
 
 
 EXTRA, HOST = call_path.ROUTED_EXTRA_US, call_path.KERNEL_HOST_US
@@ -79,7 +79,7 @@ def test_a_kernel_that_wins_by_less_than_its_host_cost_runs_only_under_capture(t
     launch = object()
     monkeypatch.setattr(call_path, "launches_directly", lambda plan: plan is launch and direct)
     selection = _selection(100.0, device_for_arch("sm_90"), torch_us=torch_us)
-    assert call_path._eager_vendor(selection, launch, routed) is leaves_eager_to_torch
+    assert call_path.eager_vendor(selection, launch, routed) is leaves_eager_to_torch
 
 
 NATIVE = call_path.ROUTED_NATIVE_EXTRA_US
@@ -105,7 +105,7 @@ def test_a_routed_kernel_launched_from_cpp_pays_no_trip_into_python(torch_us, di
     launch = object()
     monkeypatch.setattr(call_path, "launches_directly", lambda plan: plan is launch and direct)
     selection = _selection(100.0, device_for_arch("sm_90"), torch_us=torch_us)
-    assert call_path._eager_vendor(selection, launch, True, True) is leaves_eager_to_torch
+    assert call_path.eager_vendor(selection, launch, True, True) is leaves_eager_to_torch
 
 
 EXPLICIT_HOST, EXPLICIT_EXTRA = call_path.EXPLICIT_TORCH_HOST_US, call_path.EXPLICIT_TORCH_EXTRA_US
@@ -207,12 +207,12 @@ def test_which_prepared_launches_go_direct(monkeypatch):
     from tritonblas.launch import gemm as launch
 
     monkeypatch.setattr(direct, "expected", lambda: True)
-    assert direct.launches_directly(launch._Plan(None, 1, (), {}, 4, 2, None, tma=False))
-    assert direct.launches_directly(launch._Plan(None, 1, (), {}, 4, 2, None, tma=True))
-    assert not direct.launches_directly(launch._Plan(None, 1, (), {}, 4, 2, None, copies=(None, object())))
+    assert direct.launches_directly(launch.Plan(None, 1, (), {}, 4, 2, None, tma=False))
+    assert direct.launches_directly(launch.Plan(None, 1, (), {}, 4, 2, None, tma=True))
+    assert not direct.launches_directly(launch.Plan(None, 1, (), {}, 4, 2, None, copies=(None, object())))
     assert not direct.launches_directly(None)
     monkeypatch.setattr(direct, "expected", lambda: False)
-    assert not direct.launches_directly(launch._Plan(None, 1, (), {}, 4, 2, None, tma=False))
+    assert not direct.launches_directly(launch.Plan(None, 1, (), {}, 4, 2, None, tma=False))
 
 
 @pytest.mark.parametrize("fields, direct", [

@@ -326,7 +326,7 @@ def test_gpu_threads_on_one_stream_or_their_own_get_their_own_results(path, stre
 def test_gpu_prepared_copies_launch_on_pointers_with_launch_gemms_bits(loads, op, monkeypatch):
     """An aligned_copy plan (launch/prepared.py): its first call is launch_gemm's, its second compiles the
     GEMM planned on the buffers, and from the third on every launch goes through the C launcher on
-    pointers (launch.gemm._launch is not called), with the first call's bits."""
+    pointers (launch.gemm.launch_plan is not called), with the first call's bits."""
     tma = {"tma": True, "host_descriptors": True} if loads == "host_descriptors" else {}
     config = GemmConfig(**_THREAD_BASE, num_stages=3, grid=132, aligned_copy=True, **tma)
     a, w = (torch.randn(shape, device="cuda", dtype=torch.bfloat16) for shape in ((255, 1001), (513, 1001)))
@@ -335,7 +335,7 @@ def test_gpu_prepared_copies_launch_on_pointers_with_launch_gemms_bits(loads, op
             "linear": lambda: tritonblas.linear(a, w, config=config)}[op]
     first, second = call(), call()
     launched = []
-    monkeypatch.setattr(launch, "_launch", lambda *args: launched.append(args))  # runs nothing
+    monkeypatch.setattr(launch, "launch_plan", lambda *args: launched.append(args))  # runs nothing
     third = call()
     assert not launched
     assert torch.equal(second, first) and torch.equal(third, first)

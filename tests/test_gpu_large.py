@@ -55,7 +55,7 @@ def _check_rows(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias: torch
 
 
 def _free() -> None:
-    launch._plans.clear()
+    launch.plans.clear()
     torch.cuda.empty_cache()
 
 

@@ -100,7 +100,7 @@ def test_nn_linear_backward_accumulates_right(kernels):
 def test_routed_linear_captures_and_replays(pick, kernels, monkeypatch, request):
     """A decode-sized linear: where dispatch picks a kernel shorter than a routed call's host time, eager
     calls run torch's kernel (but the first, which compiles and loads the kernel) and the captured call
-    the kernel (call.path._eager_vendor, call.run.eager_torch); torch's pick runs torch's everywhere."""
+    the kernel (call.path.eager_vendor, call.run.eager_torch); torch's pick runs torch's everywhere."""
     if pick == "torch":
         request.getfixturevalue("torch_picked")
     else:

@@ -1,4 +1,4 @@
-"""Host cost per call (issue 34 item 2), every kernel launch stubbed (launch._launch, as
+"""Host cost per call (issue 34 item 2), every kernel launch stubbed (launch.launch_plan, as
 tests/ops_overhead.py does): the library's ops and transparent mode's routed calls against torch's own
 ops timed in the same process, on 1x1x1 fp32 CPU tensors (torch's host cost: its kernels do next to
 nothing there). Ours run 64^3 fp16 CPU tensors (the interpreter device) on the kernels' path; with the
@@ -87,7 +87,7 @@ def _per_call_us(fn) -> float:
 
 @pytest.fixture
 def stubbed(monkeypatch):
-    monkeypatch.setattr(launch, "_launch", lambda *args: None)
+    monkeypatch.setattr(launch, "launch_plan", lambda *args: None)
     yield
     tritonblas.disable()
 

@@ -73,8 +73,8 @@ def test_the_stream_k_workspace_counts_too():
 def forced_int64(monkeypatch):
     """Every launch takes the 64-bit path (a limit of one element), with no plan cached from before."""
     monkeypatch.setattr(launch, "INT32_OFFSETS", 1)
-    monkeypatch.setattr(launch, "_plans", {})
-    return launch._plans
+    monkeypatch.setattr(launch, "plans", {})
+    return launch.plans
 
 
 # (path, shape, layout, bias kind, scale): each kernel path once with a bias and a layout change, so
@@ -103,7 +103,7 @@ def test_the_64_bit_path_is_right_on_every_kernel_path(forced_int64, monkeypatch
 
 
 def test_the_32_bit_path_is_kept_below_the_boundary(monkeypatch):
-    monkeypatch.setattr(launch, "_plans", {})
+    monkeypatch.setattr(launch, "plans", {})
     launches = record_launches(monkeypatch)
     check_case("addmm", "fp16", "sk_mixed", (100, 33, 100), "nn", "row", "unit", launches)
-    assert [p.constexprs["INT64"] for p in launch._plans.values()] == [False]
+    assert [p.constexprs["INT64"] for p in launch.plans.values()] == [False]

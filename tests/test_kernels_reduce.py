@@ -74,11 +74,11 @@ def test_reduce_plan_and_workspace():
     assert launch_streamk.reduce_chunks(4, 132) == 8 and launch_streamk.reduce_chunks(64, 128) == 4
     assert launch_streamk.streamk_workspace(config, 256, 256, 65536, 132) == (132 * 128 * 128, 4)
     a, b = torch.empty(48, 96, dtype=torch.float16), torch.empty(96, 17, dtype=torch.float16)
-    plan = launch._make_plan(a, b, torch.empty(48, 17, dtype=torch.float16), None,
+    plan = launch.make_plan(a, b, torch.empty(48, 17, dtype=torch.float16), None,
                              _with_reduce(sk_config(16, 16, 16, 8)), 8, "ieee")
     # 3 x 2 = 6 tiles on 8 programs: no full wave, S = 1: nothing split, so no reduce launch.
     assert plan.constexprs["REDUCE"] is False and plan.then is None
-    plan = launch._make_plan(a, b, torch.empty(48, 17, dtype=torch.float16), None,
+    plan = launch.make_plan(a, b, torch.empty(48, 17, dtype=torch.float16), None,
                              _with_reduce(sk_config(32, 32, 16, 8)), 8, "ieee")
     # 2 tiles split 4 ways: the reduce kernel runs 2 tiles x 4 chunks (4 x 2 fills the 8 programs).
     assert plan.constexprs["REDUCE"] is True and plan.then.progs == 2 * 4

@@ -204,7 +204,7 @@ def test_fixup_plan_rule():
     # The fix-up reads into registers: Stream-K asks for the persistent kernel's shared memory.
     assert smem_bytes(tma, problem) == smem_bytes(tma.model_copy(update={"streamk": False}), problem)
     a, b = _problem(48, 17, 96, torch.float16)
-    launched = launch._make_plan(a, b, torch.empty(48, 17, dtype=torch.float16), None,
+    launched = launch.make_plan(a, b, torch.empty(48, 17, dtype=torch.float16), None,
                                  sk_config(64, 128, 16, 5).model_copy(update={"tma": True}), 4, "ieee")
     # (A row of 17 halves cannot be read by TMA: the pointer loop runs, so whole partials.)
     assert (launched.constexprs["FIXUP_CHUNKS"], launched.constexprs["DEFERRED"]) == (1, False)

@@ -32,8 +32,8 @@ def test_tma_every_layout(shape, layout, streamk, dtype, launches):
     (call,) = launches
     assert call.config.tma
     # Both operands qualify, so the descriptor loop (not the pointer fallback) ran.
-    assert launch._tma_ready(call.a) == (True, layout[0] == "t")
-    assert launch._tma_ready(call.b) == (True, layout[1] == "t")
+    assert launch.tma_ready(call.a) == (True, layout[0] == "t")
+    assert launch.tma_ready(call.b) == (True, layout[1] == "t")
 
 
 def _offset_by_one_column(m, n, k, dtype):
@@ -51,7 +51,7 @@ def test_views_descriptors_cannot_take_fall_back_to_pointers(make, streamk, laun
     a, b = make(m, n, k, torch.float16)
     ours, theirs = run_op("matmul", a, b, None, config=_config(streamk))
     assert_close(ours, theirs, reference(a, b))
-    assert not launch._tma_ready(launches[0].a)[0]
+    assert not launch.tma_ready(launches[0].a)[0]
 
 
 def test_tma_config_refused_for_unaligned_leading_dims():
@@ -107,7 +107,7 @@ def test_aligned_copy_is_exact_and_tma_ready(name):
     # (bytes compared: fp8 has no equality on the CPU, and NaN patterns would differ from themselves)
     assert copied is not src and torch.equal(copied.view(torch.int8) if src.element_size() == 1 else copied,
                                               src.view(torch.int8) if src.element_size() == 1 else src)
-    assert launch._tma_ready(copied) == (True, launch._is_col_major(src))
+    assert launch.tma_ready(copied) == (True, launch._is_col_major(src))
 
 
 WORD_COPIES = {"int8_odd_lead", "e4m3_odd_lead", "e5m2_col_major", "int8_short_rows", "int8_strided_rows",
@@ -118,7 +118,7 @@ WORD_COPIES = {"int8_odd_lead", "e4m3_odd_lead", "e5m2_col_major", "int8_short_r
 @pytest.mark.parametrize("name", [n for n in COPY_SOURCES if "empty" not in n])
 def test_one_byte_rows_are_copied_a_word_at_a_time(name, monkeypatch):
     kernels = []
-    monkeypatch.setattr(launch, "_launch", lambda plan, *args: kernels.append(plan.kernel))
+    monkeypatch.setattr(launch, "launch_plan", lambda plan, *args: kernels.append(plan.kernel))
     launch._aligned(COPY_SOURCES[name](), 0)
     assert kernels == [launch._kernels()[4 if name in WORD_COPIES else 2]]
 
@@ -147,7 +147,7 @@ def test_host_built_descriptors_match_device_built(layout, streamk, launches):
     ours, theirs = run_op("addmm", a, b, bias, 0.5, 2.0, config=host_built)
     assert_close(ours, theirs, reference(a, b, bias, 0.5, 2.0))
     assert torch.equal(ours, run_op("addmm", a, b, bias, 0.5, 2.0, config=device_built)[0])
-    assert launches[0].config.host_descriptors and launch._tma_ready(launches[0].a)[0]
+    assert launches[0].config.host_descriptors and launch.tma_ready(launches[0].a)[0]
 
 
 def test_host_descriptors_need_tma():

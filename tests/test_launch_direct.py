@@ -14,7 +14,7 @@ GEOMETRY = (([8, 4], [4, 1], [8, 4]), ([4, 16], [16, 1], [4, 16]))
 
 
 def describe(base, shape, strides, block):
-    """Stands for launch.gemm._descriptor (a TensorDescriptor of the geometry on `base`)."""
+    """Stands for launch.gemm.descriptor (a TensorDescriptor of the geometry on `base`)."""
     return SimpleNamespace(base=base, shape=shape, strides=strides, block_shape=block)
 META = [{"slot": "a"}, {"slot": "b"}]
 

@@ -18,13 +18,13 @@ from tritonblas.launch import gemm, native, prepared
 POINTER_KINDS = (native.P_A, native.P_B, native.P_C, native.P_BIAS)
 
 
-def _plan(m: int, n: int, k: int, bias: bool, config: GemmConfig | None = None) -> gemm._Plan:
+def _plan(m: int, n: int, k: int, bias: bool, config: GemmConfig | None = None) -> gemm.Plan:
     a = torch.randn(m, k, dtype=torch.float16)
     b = torch.randn(k, n, dtype=torch.float16)
     c = torch.empty(m, n, dtype=torch.float16)
     config = config or GemmConfig(block_m=32, block_n=32, block_k=32)
     bias_tensor = torch.randn(m, n, dtype=torch.float16) if bias else None
-    return gemm._make_plan(a, b, c, bias_tensor, config, 4, "tf32")
+    return gemm.make_plan(a, b, c, bias_tensor, config, 4, "tf32")
 
 
 # The launch's arguments after its pointers and integers (launch.prepared): the GEMMs' alpha, beta, host
@@ -32,7 +32,7 @@ def _plan(m: int, n: int, k: int, bias: bool, config: GemmConfig | None = None) 
 GEMM_TAIL = [1.0, 0.5, None, None, None, None]
 
 
-def _compile(plan: gemm._Plan, scratch_size: int = 0, pointers: int = 4, tail: list = GEMM_TAIL,
+def _compile(plan: gemm.Plan, scratch_size: int = 0, pointers: int = 4, tail: list = GEMM_TAIL,
              **launcher) -> tuple[list, list[str]]:
     """What launch.gemm sets after a plan's first launch (constexpr_args, compiled, direct), with the
     kernel's signature typed from the arguments it is launched with; (the arguments, their types)."""
@@ -176,7 +176,7 @@ DESC_META = ({"swizzle": 3, "elem_size": 2, "elem_type": 10, "block_size": [16, 
 GEOMETRY = (([48, 128], [128, 1], [16, 64]), ([128, 96], [96, 1], [64, 32]))
 
 
-def _descriptor_plan() -> gemm._Plan:
+def _descriptor_plan() -> gemm.Plan:
     """A GEMM's plan whose kernel takes host descriptors of A and B (GEOMETRY, DESC_META)."""
     plan = _plan(48, 96, 128, True)
     plan.descs = GEOMETRY
@@ -210,7 +210,7 @@ def test_host_descriptors_are_encoded_per_call_from_their_geometry():
     assert native.launch_record(plan, True) is None  # fp4 padding: not a plain tiled descriptor
 
 
-def _streamk_plan() -> gemm._Plan:
+def _streamk_plan() -> gemm.Plan:
     """Stream-K with its reduce kernel: one tile split 4 ways on 4 programs."""
     config = GemmConfig(block_m=32, block_n=32, block_k=32, streamk=True, reduce_kernel=True)
     plan = _plan(32, 32, 256, True, config)
@@ -235,7 +235,7 @@ def test_a_streamk_record_holds_its_workspace_and_its_reduce_launch():
     assert (native.P_ALPHA, 0) in reduce_params and (native.P_BETA, 0) in reduce_params
 
 
-def _padded_plan() -> gemm._Plan:
+def _padded_plan() -> gemm.Plan:
     """A prepared launch that copies A (rows of 18 bytes) into a buffer of 16-element rows."""
     config = GemmConfig(block_m=16, block_n=16, block_k=16, aligned_copy=True)
     a = torch.randn(13, 9, dtype=torch.float16)

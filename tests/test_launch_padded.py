@@ -51,7 +51,7 @@ def answers(monkeypatch):
     the call)."""
     got, real = [], prepared.launch_with_scratch
     dispatch.clear_cache()  # the call path's plans (their copies' plans found) ...
-    monkeypatch.setattr(launch, "_plans", {})  # ... and launch_gemm's: made by each test's first call
+    monkeypatch.setattr(launch, "plans", {})  # ... and launch_gemm's: made by each test's first call
     monkeypatch.setattr(scratch, "free_lists", {})
 
     def spy(*args):
@@ -104,14 +104,14 @@ def test_a_launch_that_raises_drops_its_buffers(answers, monkeypatch):
     a, b = OPERANDS["both"]()
     tritonblas.matmul(a, b, config=COPY)
     scratch.free_lists.clear()  # (the first call's buffers)
-    real = launch._launch
+    real = launch.launch_plan
 
     def fail_the_gemm(plan, tensors, floats):
         if len(tensors) > 2:
             raise RuntimeError("stopped")
         real(plan, tensors, floats)
 
-    monkeypatch.setattr(launch, "_launch", fail_the_gemm)
+    monkeypatch.setattr(launch, "launch_plan", fail_the_gemm)
     with pytest.raises(RuntimeError, match="stopped"):
         tritonblas.matmul(a, b, config=COPY)
     assert answers == [False]  # (the second call raised inside the plan's launch)

@@ -35,7 +35,7 @@ CONFIGS = {
 
 
 class StubKernels:
-    """Stands in for launch._launch: the pad copy copies, the GEMM computes alpha * a @ b + beta * bias
+    """Stands in for launch.launch_plan: the pad copy copies, the GEMM computes alpha * a @ b + beta * bias
     in float64. With `barrier`, every GEMM launch waits for all threads' launches twice: once holding its
     scratch with its copies done (then it fills the Stream-K partials and counters with a mark of its own),
     and once after every thread has done so (then it checks its marks survived and leaves the counters
@@ -90,7 +90,7 @@ class StubKernels:
 def stub(monkeypatch):
     def install(barrier: threading.Barrier | None = None) -> StubKernels:
         kernels = StubKernels(barrier)
-        monkeypatch.setattr(launch, "_launch", kernels)
+        monkeypatch.setattr(launch, "launch_plan", kernels)
         return kernels
 
     return install
@@ -198,10 +198,10 @@ def test_scratch_is_dropped_when_a_launch_fails(stub, monkeypatch):
             raise RuntimeError("launch failed")
         kernels(plan, tensors, floats)
 
-    monkeypatch.setattr(launch, "_launch", fail)
+    monkeypatch.setattr(launch, "launch_plan", fail)
     with pytest.raises(RuntimeError, match="launch failed"):
         tritonblas.matmul(*_operands(1), config=CONFIGS["copy_streamk"])
-    monkeypatch.setattr(launch, "_launch", kernels)
+    monkeypatch.setattr(launch, "launch_plan", kernels)
     assert frozenset(t.untyped_storage().data_ptr() for t in failed) == first  # it had taken the pool's
     after = _copy_streamk_call(kernels)
     assert not after & first
@@ -236,10 +236,10 @@ def test_plan_cache_under_threads_with_clears_returns_the_plan_of_its_key(monkey
     # _cached_plan is a get, then (on a miss) clear-at-cap and set: each one step under the GIL, and a
     # plan is built whole before it is stored, so a thread sees its key's plan or builds it again.
     monkeypatch.setattr(launch, "_PLANS_CAP", 3)
-    monkeypatch.setattr(launch, "_plans", {})
+    monkeypatch.setattr(launch, "plans", {})
 
     def work(thread: int) -> list[bool]:
-        return [launch._cached_plan(("k", i % 7), lambda i=i: launch._Plan(
+        return [launch._cached_plan(("k", i % 7), lambda i=i: launch.Plan(
             None, i % 7, (), {}, 4, 2, None)).progs == i % 7 for i in range(thread, thread + 400)]
 
     with ThreadPoolExecutor(THREADS) as pool:

@@ -311,7 +311,7 @@ def test_a_hit_runs_the_launch_launch_gemm_would_build(case, x, monkeypatch):
     from tritonblas.launch import gemm as launch
 
     launched = []
-    monkeypatch.setattr(launch, "_launch", lambda plan, tensors, floats: launched.append((plan, tensors)))
+    monkeypatch.setattr(launch, "launch_plan", lambda plan, tensors, floats: launched.append((plan, tensors)))
     for _ in range(2):
         PREPARED[case](x.a, x.b, x.w, x.bias, x.out)
     (hit, hit_tensors), n = launched[-1], len(launched)
@@ -342,7 +342,7 @@ def test_a_compile_failure_of_a_prepared_launch_falls_back(op, switchable_heuris
 
     from tritonblas.launch import gemm as launch
 
-    real, blocks = launch._launch, []
+    real, blocks = launch.launch_plan, []
 
     def refuse_small(plan, tensors, floats):
         blocks.append(plan.constexprs["BLOCK_M"])
@@ -351,7 +351,7 @@ def test_a_compile_failure_of_a_prepared_launch_falls_back(op, switchable_heuris
             raise OutOfResources(300000, 232448, "shared memory")
         return real(plan, tensors, floats)
 
-    monkeypatch.setattr(launch, "_launch", refuse_small)
+    monkeypatch.setattr(launch, "launch_plan", refuse_small)
     a, b = _t(M, K), _t(K, N)
     call = {"matmul": lambda: tritonblas.matmul(a, b, backend="triton"),
             "linear": lambda: tritonblas.linear(a, b.t(), backend="triton")}[op]
@@ -377,7 +377,7 @@ def test_a_hit_builds_host_descriptors_as_launch_gemm_does(layout, monkeypatch):
     for _ in range(2):
         torch.testing.assert_close(tritonblas.linear(x, w, config=config), ref, rtol=2e-3, atol=4e-3)
     launched = []
-    monkeypatch.setattr(launch, "_launch", lambda plan, tensors, floats: launched.append((plan, floats)))
+    monkeypatch.setattr(launch, "launch_plan", lambda plan, tensors, floats: launched.append((plan, floats)))
     tritonblas.linear(x, w, config=config)
     launch.launch_gemm(x, w.t(), torch.empty(32, 64, dtype=f16), None, 1.0, 0.0, config, 4, "tf32")
     (prepared, hit), (_, built) = launched

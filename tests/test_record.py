@@ -244,7 +244,7 @@ def test_threads_recording_the_same_problems_write_each_once(route, tmp_path, mo
 
     path = tmp_path / "threads.yaml"
     written = _count_writes(monkeypatch)
-    monkeypatch.setattr(launch, "_launch", lambda *args: None)  # triton's interpreter is not thread-safe
+    monkeypatch.setattr(launch, "launch_plan", lambda *args: None)  # triton's interpreter is not thread-safe
     ms = (80, 88, 96)
     with tritonblas.enable():
         _run(route, ms[0])  # one of them planned before recording starts

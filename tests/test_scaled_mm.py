@@ -100,14 +100,14 @@ def test_scaled_mm(shape, a_dtype, b_dtype, layout, mode, one_shape, bias_dtype,
 
 def test_tma_cases_take_the_descriptor_loop(monkeypatch):
     seen = []
-    real = launch._make_plan
+    real = launch.make_plan
 
     def spy(*args, **kwargs):
         plan = real(*args, **kwargs)
         seen.append(plan.constexprs)
         return plan
 
-    monkeypatch.setattr(launch, "_make_plan", spy)
+    monkeypatch.setattr(launch, "make_plan", spy)
     # (a signature no other test stores a plan for)
     a, b, scale_a, scale_b, bias = _inputs((48, 64, 128), E4M3, E4M3, "nt", "row", (), BF16)
     tritonblas.scaled_mm(a, b, scale_a, scale_b, bias=bias, out_dtype=BF16, config=TMA)
@@ -158,13 +158,13 @@ def test_a_kernel_left_to_graph_capture_runs_eager_calls_on_the_vendor(layout, v
     """As the plain ops: where the kernel wins only under graph capture, eager calls after the first (which
     loads the kernel) run torch's scaled GEMM, where torch takes the problem at all (layout nt here)."""
     a, b, scale_a, scale_b, bias = _inputs((24, 32, 48), E4M3, E4M3, layout, "row", (), BF16)
-    gemms, real = [], launch._launch
+    gemms, real = [], launch.launch_plan
 
     def watch(plan, tensors, floats):
         gemms.extend([plan] if len(tensors) > 2 else [])  # (a padded copy has two)
         real(plan, tensors, floats)
 
-    monkeypatch.setattr(launch, "_launch", watch)
+    monkeypatch.setattr(launch, "launch_plan", watch)
     for _ in range(3):
         y = tritonblas.scaled_mm(a, b, scale_a, scale_b, bias=bias, out_dtype=BF16)
         assert_scaled_close(y, a, b, scale_a, scale_b, bias, BF16)

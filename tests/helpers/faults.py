@@ -43,7 +43,7 @@ def _dirty(t: torch.Tensor) -> None:
 
 
 class FailingLaunch:
-    """Stands in for launch._launch: launches `fail_at` runs for real, then dirties every piece of
+    """Stands in for launch.launch_plan: launches `fail_at` runs for real, then dirties every piece of
     scratch the call was handed and raises `error`."""
 
     def __init__(self, real, fail_at: int, error: type[BaseException]) -> None:
@@ -83,12 +83,12 @@ def fault_then_every_path(case: str, error: str, device: str, monkeypatch) -> No
     config, fail_at = CASES[case]
     a = torch.randn(SHAPE[0], SHAPE[2], dtype=torch.float16).to(device)
     b = torch.randn(SHAPE[2], SHAPE[1], dtype=torch.float16).to(device)
-    failing = FailingLaunch(launch._launch, fail_at, ERRORS[error])
-    # A fresh plan: a prepared launch's first runs go through launch._launch (later ones go on pointers
+    failing = FailingLaunch(launch.launch_plan, fail_at, ERRORS[error])
+    # A fresh plan: a prepared launch's first runs go through launch.launch_plan (later ones go on pointers
     # through the C launcher, where no fault can be injected).
     dispatch.clear_cache()
     with monkeypatch.context() as patch:
-        patch.setattr(launch, "_launch", failing)
+        patch.setattr(launch, "launch_plan", failing)
         with pytest.raises(ERRORS[error], match="injected fault"):
             tritonblas.matmul(a, b, config=config)
     assert failing.dirtied, "the failing launch was handed no scratch"
