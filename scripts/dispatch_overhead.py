@@ -119,11 +119,12 @@ def main() -> None:
         "routed, Python kernels": ((off, lambda: F.linear(x, w)), (python_kernels, lambda: F.linear(x, w))),
         "add, not routed": ((off, lambda: torch.add(x, x)), (on, lambda: torch.add(x, x))),
     }
-    if args.groups is not None:
-        pairs = grouped_pairs(args, dtype, dev, kw)
     sel = tritonblas.select(args.m, args.n, args.k, args.dtype, layout="nt", device=dev, **kw)
+    described = sel.describe()
+    if args.groups is not None:
+        pairs, described = grouped_pairs(args, dtype, dev, kw)
     name = torch.cuda.get_device_name(dev) if gpu else "CPU (Triton's interpreter)"
-    print(f"{args.m}x{args.n}x{args.k} {args.dtype} on {name}, torch {torch.__version__}: {sel.describe()}; "
+    print(f"{args.m}x{args.n}x{args.k} {args.dtype} on {name}, torch {torch.__version__}: {described}; "
           f"C++ front {'loaded' if native.front() is not None else 'absent: ' + native.why_not()}")
     rows = per_call_us(pairs, args.calls, args.trials, sync)
     print(f"  {'call':26s} {'torch':>9s} {'ours':>9s} {'ours-torch':>11s}")
@@ -132,13 +133,14 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"problem": [args.m, args.n, args.k, args.dtype], "groups": args.groups, "device": name,
-                       "torch": torch.__version__, "selection": sel.describe(), "calls": args.calls,
+                       "torch": torch.__version__, "selection": described, "calls": args.calls,
                        "trials": args.trials, "rows": {r: {"torch_us": t, "ours_us": o}
                                                        for r, (t, o) in rows.items()}}, f, indent=1)
 
 
-def grouped_pairs(args, dtype, dev, kw: dict) -> dict:
-    """The --groups rows: the MoE forward, rows split evenly over the experts."""
+def grouped_pairs(args, dtype, dev, kw: dict) -> tuple[dict, str]:
+    """The --groups rows (the MoE forward, rows split evenly over the experts) and what grouped dispatch
+    runs for them."""
     import torch
 
     import tritonblas
@@ -158,12 +160,18 @@ def grouped_pairs(args, dtype, dev, kw: dict) -> dict:
     def ours(weight):
         return lambda: tritonblas.grouped_mm(x, weight.mT, offs=offs, **kw)
 
+    from tritonblas.grouped.op import known_call
+
+    shape, selection = known_call(x, w.mT, offs, None, None, kw.get("backend"))
+    config = "torch._grouped_mm" if selection is None or selection.backend == "torch" else \
+        selection.config.short()
+    described = f"{args.groups} groups, {shape.m} rows: {config} ({selection and selection.source})"
     return {
         "grouped_mm": ((off, theirs(w)), (off, ours(w))),
         "grouped_mm, w grad": ((off, theirs(wg)), (off, ours(wg))),
         "routed _grouped_mm": ((off, theirs(w)), (on, theirs(w))),
         "routed _grouped_mm, w grad": ((off, theirs(wg)), (on, theirs(wg))),
-    }
+    }, described
 
 
 if __name__ == "__main__":

@@ -113,6 +113,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--control", action="store_true",
                    help="time torch's own model on both sides (the 'ours' column too): the spread the "
                    "protocol gives two equal sides on this host, which a row's speedup must clear")
+    p.add_argument("--record", default=None, metavar="FILE",
+                   help="add every GEMM problem transparent mode meets to this shapes file (tritonblas "
+                   "tune --shapes FILE tunes them)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, help="write the results to this JSON file")
     args = p.parse_args(argv)
@@ -135,13 +138,14 @@ def _why(exc: Exception) -> str:
     return f"{type(exc).__name__}: {first[:300]}"
 
 
-def sides(native: bool, control: bool = False
+def sides(native: bool, control: bool = False, record: str | None = None
           ) -> tuple[tuple[str, Callable[[], contextlib.AbstractContextManager]], ...]:
     """The two sides' modes: torch's own, and transparent mode with its C++ kernels (native) or its
-    Python ones; with `control`, torch's own on both sides."""
+    Python ones, recording its problems to `record` where given; with `control`, torch's own on both
+    sides."""
     import tritonblas
 
-    ours = contextlib.nullcontext if control else functools.partial(tritonblas.enable, native=native)
+    ours = contextlib.nullcontext if control else functools.partial(tritonblas.enable, record, native=native)
     return ("torch", contextlib.nullcontext), ("ours", ours)
 
 
@@ -180,7 +184,7 @@ class Bench:
         (error_torch / error_ours) and the other side is still timed."""
         row = {"model": self.name, "part": part, **facts}
         timed = []
-        for name, mode in sides(self.args.native_kernels, self.args.control):
+        for name, mode in sides(self.args.native_kernels, self.args.control, self.args.record):
             try:
                 with mode():
                     setup, run = make()
@@ -233,7 +237,7 @@ class Bench:
         """One training step of each side under torch.profiler: the kernels only ours launches."""
         _, step = self.train_step()
         with self.training():
-            modes = dict(sides(self.args.native_kernels, self.args.control))
+            modes = dict(sides(self.args.native_kernels, self.args.control, self.args.record))
             return compare(step, modes, self.sync, self.device.type == "cuda")
 
     def prefill(self) -> dict:
@@ -277,7 +281,7 @@ class Bench:
         side that fails (torch._grouped_mm in a dtype it lacks, say) is recorded as error_<side>."""
         out: dict[str, Any] = {}
         with self.torch.no_grad():
-            for name, mode in sides(self.args.native_kernels, self.args.control):
+            for name, mode in sides(self.args.native_kernels, self.args.control, self.args.record):
                 try:
                     with mode():
                         logits, picks = prefill_outputs(self.name, self.model, ids)

@@ -109,7 +109,8 @@ def test_the_grouped_kernel_compiles_for_sm_90():
 EXPLAINED = [
     (["32768", "1536", "2048", "--groups", "128", "--layout", "nt"], "shipped", "triton"),
     (["8192", "4096", "14336", "--groups", "8", "--layout", "nt"], "shipped", "torch"),
-    (["4096", "1536", "2048", "--groups", "128", "--layout", "nt"], "heuristic", "triton"),
+    (["4096", "1536", "2048", "--groups", "128", "--layout", "nt"], "neighbor", "triton"),
+    (["4096", "1536", "2048", "--groups", "96", "--layout", "nt"], "heuristic", "triton"),
 ]
 
 

@@ -196,3 +196,20 @@ def load_grouped_text(entry: str):
         path = Path(folder) / "one.yaml"
         path.write_text(f"dtypes: [fp16]\nshapes:\n  - {entry}\n")
         return load_grouped(path)[0]
+
+
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+def test_an_entrys_operands_have_its_layout_and_key(layout):
+    """The tuner times what dispatch will key the entry's calls by: x column-major for a first "t", the
+    weights (E, N, K) used transposed for a second."""
+    from tritonblas.grouped.launch import is_col_major
+    from tritonblas.grouped.select import key_of
+    from tritonblas.shapes import GroupedEntry
+
+    entry = GroupedEntry(groups=3, m=20, n=24, k=40, dtype="fp32", layout=layout)
+    x, w, offs = tune.operands(entry, "cpu")
+    assert (x.shape, w.shape) == ((20, 40), (3, 40, 24))
+    assert (is_col_major(x), is_col_major(w)) == (layout[0] == "t", layout[1] == "t")
+    shape = tune.shape_of(x, w, offs)
+    assert key_of(shape, x.dtype, is_col_major(x), is_col_major(w)) == tune.entry_key(entry)
+    assert tune.entry_key(entry).layout == layout

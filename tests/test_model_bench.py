@@ -445,3 +445,21 @@ def test_tiny_run_through_transparent_mode(mb, tmp_path, capsys):
     assert profile["host_ops"]["torch"]["aten::addmm"] > 0 and profile["host_ops"]["ours"]["aten::addmm"] > 0
     out = capsys.readouterr().out
     assert "| gpt2 | train |" in out and "| gpt2 | 0 | 0 | 0 | 0 | 0 |" in out
+
+
+def test_record_writes_the_problems_of_our_side(mb, tmp_path):
+    """--record FILE: our side's mode records every routed GEMM problem (what tritonblas tune reads); torch's
+    side records nothing."""
+    from tritonblas.shapes import load_problems
+
+    path = tmp_path / "recorded.yaml"
+    assert mb.parse_args(["--record", str(path)]).record == str(path)
+    modes = dict(mb.sides(native=False, record=str(path)))
+    a, b = torch.randn(5, 7), torch.randn(7, 3)
+    with modes["torch"]():
+        torch.mm(a, b.t().contiguous().t())
+    assert not path.exists()
+    with modes["ours"]():
+        torch.mm(a, b)
+    (problem,) = load_problems(path)
+    assert (problem.m, problem.n, problem.k) == (5, 3, 7)

@@ -316,6 +316,9 @@ def check_cmd(shapes: list[Path] = typer.Option(..., "--shapes", help="shapes.ya
     version for the same kernels (dispatch uses it; the output counts them); --strict asks for the
     running triton version's. A winner of other kernel sources is stale and never counts.
 
+    Grouped entries (`op: grouped`) are checked against the grouped table beside the file
+    (`grouped/<arch>.json` in its folder), or the user's `grouped-<arch>.json` beside the database.
+
     **Examples**
 
     ```
@@ -339,7 +342,29 @@ def check_cmd(shapes: list[Path] = typer.Option(..., "--shapes", help="shapes.ya
             arch = _single_arch(db, arch)
             winners, source = guard(db.winners, arch), db.where
     winners = [w for w in winners if w.key.arch == arch]
-    _check_report(problems, arch, winners, strict, source)
+    grouped, missing = _grouped_check(shapes, dtypes, file, arch, strict, db_url)
+    if problems or not grouped:
+        _check_report(problems, arch, winners, strict, source)
+    if missing:
+        fail(f"{missing} of {grouped} grouped entries have no winner that serves", code=1)
+
+
+def _grouped_check(shapes, dtypes, file: Path | None, arch: str, strict: bool, db_url) -> tuple[int, int]:
+    """Say what the grouped table has for the shapes files' grouped entries: (entries, those it lacks)."""
+    from ..grouped.check import grouped_gaps, table_beside
+    from ..grouped.usertable import user_table_path
+    from .tune_grouped import grouped_entries
+
+    entries = grouped_entries(shapes, dtypes)
+    if not entries:
+        return 0, 0
+    table = table_beside(file, arch) if file is not None else user_table_path(arch, db_url)
+    gaps = guard(grouped_gaps, entries, table, arch, strict)
+    for gap in gaps:
+        say(f"missing: {gap.text()}")
+    if not gaps:
+        say(f"all {len(entries)} grouped entries have a winner for {arch} in {table}")
+    return len(entries), len(gaps)
 
 
 def _check_report(problems, arch: str, winners, strict: bool, source: str) -> None:

@@ -46,11 +46,17 @@ def group_sizes(m: int, groups: int, kind: str, seed: int = 0) -> list[int]:
 
 
 def operands(entry: GroupedEntry, device: str, seed: int = 0):
-    """(x (m, K), w^T as (E, K, N) views of (E, N, K) row-major weights ("nt"), offs) of an entry."""
+    """(x (m, K), the weights as (E, K, N), offs) of an entry, in its layout: x column-major where the
+    layout's first letter is "t"; the weights (E, N, K) row-major used transposed where the second is
+    ("nt": as nn.Linear stores them), else (E, K, N) row-major."""
     gen = torch.Generator(device=device).manual_seed(seed)  # (drawn where they live: 7.5e9 weights)
     dtype = TORCH_DTYPE_OF[entry.dtype]
-    x = torch.randn(entry.m, entry.k, generator=gen, device=device, dtype=dtype) / math.sqrt(entry.k)
-    if entry.layout == "nt":
+    a_col, b_col = (c == "t" for c in entry.layout)
+    if a_col:
+        x = torch.randn(entry.k, entry.m, generator=gen, device=device, dtype=dtype).t() / math.sqrt(entry.k)
+    else:
+        x = torch.randn(entry.m, entry.k, generator=gen, device=device, dtype=dtype) / math.sqrt(entry.k)
+    if b_col:
         w = torch.randn(entry.groups, entry.n, entry.k, generator=gen, device=device, dtype=dtype).transpose(
             1, 2
         )
@@ -62,9 +68,10 @@ def operands(entry: GroupedEntry, device: str, seed: int = 0):
 
 
 def entry_key(entry: GroupedEntry) -> GroupedKey:
-    """The dispatch key of an entry's problem as `operands` builds it (x row-major; w^T for "nt")."""
+    """The dispatch key of an entry's problem as `operands` builds it."""
     shape = GroupedShape("2d3d", entry.groups, entry.m, entry.n, entry.k, (entry.m, entry.n))
-    return key_of(shape, TORCH_DTYPE_OF[entry.dtype], False, entry.layout == "nt")
+    a_col, b_col = (c == "t" for c in entry.layout)
+    return key_of(shape, TORCH_DTYPE_OF[entry.dtype], a_col, b_col)
 
 
 def candidates(key: GroupedKey, device: DeviceInfo) -> list[GemmConfig]:
