@@ -1,4 +1,4 @@
-"""No module of tritonblas uses another module's private names (issue 49): what one module offers the
+"""No module of tritonblas uses another module's private names: what one module offers the
 others has a public name in it, so a private one can be renamed or removed by reading one file.
 
 Read from the source (module level and inside functions alike): `from <module> import _name`, and
