@@ -351,13 +351,14 @@ def check_cmd(shapes: list[Path] = typer.Option(..., "--shapes", help="shapes.ya
 
 def _grouped_check(shapes, dtypes, file: Path | None, arch: str, strict: bool, db_url) -> tuple[int, int]:
     """Say what the grouped table has for the shapes files' grouped entries: (entries, those it lacks)."""
-    from ..grouped.check import grouped_gaps, table_beside
-    from ..grouped.usertable import user_table_path
     from .tune_grouped import grouped_entries
 
     entries = grouped_entries(shapes, dtypes)
     if not entries:
-        return 0, 0
+        return 0, 0  # (before the grouped modules, which load torch: db commands start without it)
+    from ..grouped.check import grouped_gaps, table_beside
+    from ..grouped.usertable import user_table_path
+
     table = table_beside(file, arch) if file is not None else user_table_path(arch, db_url)
     gaps = guard(grouped_gaps, entries, table, arch, strict)
     for gap in gaps:
