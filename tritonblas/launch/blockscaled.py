@@ -95,11 +95,17 @@ def dequantized_product(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor,
                         scale_b: torch.Tensor) -> torch.Tensor:
     """The fp32 product of the operands dequantized block by block (each scale repeated over its block,
     the partial last block cut): what the kernel computes, up to the order of the fp32 sums."""
-    m, k = a.shape
-    n = b.shape[1]
-    sa = scale_a.float().repeat_interleave(SCALE_BLOCK, dim=1)[:, :k]
-    sb = scale_b.float().repeat_interleave(SCALE_BLOCK, dim=0).repeat_interleave(SCALE_BLOCK, dim=1)[:k, :n]
+    sa, sb = expanded_scales(scale_a.float(), scale_b.float(), a.shape[1], b.shape[1])
     return (a.float() * sa) @ (b.float() * sb)
+
+
+def expanded_scales(scale_a: torch.Tensor, scale_b: torch.Tensor, k: int,
+                    n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Block-wise scales as one factor per element of A (M, K) and of B (K, N): each repeated over its
+    block, the partial last block cut."""
+    sa = scale_a.repeat_interleave(SCALE_BLOCK, dim=1)[:, :k]
+    sb = scale_b.repeat_interleave(SCALE_BLOCK, dim=0).repeat_interleave(SCALE_BLOCK, dim=1)[:k, :n]
+    return sa, sb
 
 
 def torch_blockwise_takes(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
