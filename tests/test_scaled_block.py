@@ -189,10 +189,13 @@ BAD_INPUTS = [  # (id, changes, error, message)
 @pytest.mark.parametrize("changes, error_type, message", [c[1:] for c in BAD_INPUTS],
                          ids=[c[0] for c in BAD_INPUTS])
 def test_bad_input_names_the_argument_and_leaves_out_alone(changes, error_type, message):
-    args = _bad(**changes)
+    """Also after the good call's plan is stored: the scales' shapes, strides and dtypes are in the
+    signature, so a bad call never finds the good one's plan."""
+    good = _bad()
+    plan_scaled(good["a"], good["b"], good["scale_a"], good["scale_b"], good["bias"], BF16, False)
     out = torch.full((9, 150), 7.0, dtype=BF16)
     with pytest.raises(error_type, match=message):
-        tritonblas.scaled_mm(**args, out=out)
+        tritonblas.scaled_mm(**_bad(**changes), out=out)
     assert (out == 7.0).all()
 
 
