@@ -14,7 +14,7 @@ from helpers.quant import E4M3, E5M2, MANTISSA, error, interpreter_fp8_rounding
 from typer.testing import CliRunner
 
 import tritonblas
-from tritonblas import GemmConfig, identity
+from tritonblas import GemmConfig, identity, record
 from tritonblas.arch import device_for_arch
 from tritonblas.call.scaled import plan_scaled
 from tritonblas.cli import app
@@ -233,6 +233,38 @@ def test_torch_backend_takes_every_block_problem():
 
 
 # --- shapes file, explain, tuner ----------------------------------------------------------------------
+
+def test_a_block_call_is_recorded_and_read_back(tmp_path):
+    path = tmp_path / "shapes.yaml"
+    a, b, scale_a, scale_b, bias = _inputs((5, 33, 300), E4M3, E5M2, False, True, "contiguous", BF16)
+    record.start(path)
+    try:
+        tritonblas.scaled_mm(a, b, scale_a, scale_b, bias=bias, out_dtype=FP32, config=P16)
+    finally:
+        record.start(None)
+    assert "scales: block" in path.read_text()
+    assert load_problems(path) == [Problem(5, 33, 300, "e4m3", "nt", "row", "fp32", "e5m2", "block")]
+
+
+def test_a_routed_scaled_mm_with_block_scales_runs_the_block_kernel(monkeypatch):
+    """Under tritonblas.enable(), torch._scaled_mm with scales of the block shapes (torch's own
+    BlockWise1x128 x BlockWise128x128 on sm_90) runs the block kernel."""
+    import tritonblas.call.run
+
+    ran = []
+    real = tritonblas.call.run.run_block
+
+    def spy(plan, *args) -> None:  # noqa: ANN001
+        ran.append(plan)
+        real(plan, *args)
+
+    monkeypatch.setattr(tritonblas.call.run, "run_block", spy)
+    a, b, scale_a, scale_b, _ = _inputs((5, 33, 300), E4M3, E4M3, False, True, "outer", None)
+    with tritonblas.enable():
+        y = torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=FP32)
+    assert [p.problem.scales for p in ran] == ["block"]
+    _assert_close(y, a, b, scale_a, scale_b, None, FP32)
+
 
 def test_shapes_file_spells_block_scales(tmp_path):
     path = tmp_path / "block.yaml"
