@@ -288,6 +288,7 @@ def test_explain_spells_block_scales(tmp_path):
     assert result.exit_code == 0, result.output
     assert "64x4096x7168 e4m3->bf16, layout nt, bias none, scales block" in result.output
     assert " SK " not in result.output and "tma" not in result.output  # persistent pointer configs only
+    assert "no Stream-K" in result.output
     result = _cli(tmp_path, "explain", "64", "4096", "7168", "--dtype", "e4m3", "--scales", "block",
                   "--out-dtype", "bf16", "--layout", "nt", "--arch", "sm_90", "--backend", "torch")
     assert result.exit_code == 0, result.output
