@@ -15,13 +15,14 @@ from typer.testing import CliRunner
 
 import tritonblas
 from tritonblas import GemmConfig, identity, record
-from tritonblas.arch import device_for_arch
+from tritonblas.arch import INTERPRETER_DEVICE, device_for_arch
 from tritonblas.call.scaled import plan_scaled
 from tritonblas.cli import app
 from tritonblas.config import config_supports
 from tritonblas.problem import Problem, block_scale_shapes
 from tritonblas.selection import dispatch
 from tritonblas.shapes import ShapesError, load_problems
+from tritonblas.tuning.benchmark import GpuBenchmark
 from tritonblas.tuning.tuner import check_problem
 from tuning_db import ProblemKey
 
@@ -293,6 +294,27 @@ def test_explain_spells_block_scales(tmp_path):
                   "--out-dtype", "bf16", "--layout", "nt", "--arch", "sm_90", "--backend", "torch")
     assert result.exit_code == 0, result.output
     assert "torch.nn.functional.scaled_mm" in result.output
+
+
+def test_the_benchmark_checks_block_problems_against_the_dequantized_product(monkeypatch):
+    """What bench and a later tuner time: the candidate verified against the float64 product of the
+    dequantized blocks (a call that gives every column block of b the first one's scales is refused),
+    and torch's side (here the dequantized product) timed."""
+    problem = Problem(5, 200, 300, "e4m3", "nt", "row", out_dtype="bf16", scales="block")
+    real = tritonblas.scaled_mm
+
+    def first_column_block(a, b, scale_a, scale_b, **kwargs):  # noqa: ANN001, ANN202
+        return real(a, b, scale_a, scale_b[:, :1].expand_as(scale_b).contiguous(), **kwargs)
+
+    bench = GpuBenchmark()
+    monkeypatch.setattr(tritonblas, "scaled_mm", first_column_block, raising=False)
+    assert bench(P16, problem, INTERPRETER_DEVICE).status == "wrong_result"
+    monkeypatch.setattr(tritonblas, "scaled_mm", real)
+    result = bench(P16, problem, INTERPRETER_DEVICE)
+    assert result.status == "ok" and result.rel_error <= bench._inputs.tolerance
+    ops = bench._inputs.scaled
+    assert ops.block and ops.scale_a.shape == (5, 3) and ops.scale_b.shape == (3, 2)
+    assert bench.baseline(problem, INTERPRETER_DEVICE) > 0
 
 
 def test_the_tuner_refuses_block_problems(tmp_path):
