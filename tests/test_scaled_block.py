@@ -124,6 +124,24 @@ def test_block_scaled_mm(shape, a_dtype, b_dtype, a_col, b_weight, strides, bias
     assert torch.equal(out.contiguous().view(torch.uint8), y.view(torch.uint8))
 
 
+@pytest.mark.parametrize("backend", [None, "torch"])
+def test_k_zero_gives_the_bias(backend):
+    """No K block: scale_a (M, 0) and scale_b (0, ceil(N/128)), the result the bias alone."""
+    a, b = torch.zeros(3, 0).to(E4M3), torch.zeros(0, 5).to(E4M3)
+    bias = torch.arange(5.0)
+    y = tritonblas.scaled_mm(a, b, torch.ones(3, 0), torch.ones(0, 1), bias=bias, out_dtype=FP32,
+                             backend=backend)
+    assert torch.equal(y, bias.expand(3, 5))
+
+
+def test_fast_accumulation_stays_within_the_yardstick():
+    a, b, scale_a, scale_b, bias = _inputs((9, 70, 300), E4M3, E4M3, False, True, "contiguous", FP32)
+    y = tritonblas.scaled_mm(a, b, scale_a, scale_b, bias=bias, out_dtype=FP32, use_fast_accum=True,
+                             config=P32_K128)
+    assert plan_scaled(a, b, scale_a, scale_b, bias, FP32, True, None, None, P32_K128).fast_acc
+    _assert_close(y, a, b, scale_a, scale_b, bias, FP32)
+
+
 def test_a_wrong_block_scale_is_seen():
     """The yardstick has teeth: the scales of K blocks 0 and 1 swapped read far off."""
     a, b, scale_a, scale_b, bias = _inputs((5, 33, 300), E4M3, E4M3, False, True, "contiguous", None)
