@@ -7,7 +7,9 @@ steps; BLOCK_K divides SCALE_BLOCK, so a step never straddles two blocks), which
 scale_a[rows, kb] and scale_b[kb, cols // SCALE_BLOCK] and added to the fp32 accumulator. The epilogue
 is common.py's with no scale of its own (A_SCALE = B_SCALE = 0): the bias and the one cast. Persistent
 scheduling only: a Stream-K segment would hand a partial sum to the fix-up that already mixes scales of
-several K blocks (config.config_supports refuses it). Operands by pointers (no TMA).
+several K blocks (config.config_supports refuses it). Operands by pointers (no TMA). Checked in Triton's
+interpreter and compiled for sm_90 on a CPU (tests/compile_sm90.py); not yet timed on a GPU (2026-12-03):
+whether the per-block inner loop keeps triton's software pipelining is the first thing to measure there.
 """
 
 import triton

@@ -113,7 +113,9 @@ def torch_blockwise_takes(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor |
     """Whether torch.nn.functional.scaled_mm's block-wise scaling is tried for this call: a torch that
     has it, an sm_90 device (cuBLASLt's block-wise fp8 kernels), a row-major and b column-major, K and
     N whole blocks, a bf16 output and no bias (the kernels' contract adds the bias in fp32 before one
-    cast, which torch's bf16 result would round twice). A refusal there still falls back."""
+    cast, which torch's bf16 result would round twice). A refusal there still falls back. Written from
+    torch's API without a GPU at hand (2026-12-03): which calls cuBLASLt takes is to be measured on the
+    H200, as config.vendor_scaled_refusal's rules were."""
     recipes = getattr(torch.nn.functional, "ScalingType", None)
     return (a.is_cuda and recipes is not None and hasattr(recipes, "BlockWise128x128")
             and torch.cuda.get_device_capability(a.device) == (9, 0)
