@@ -15,6 +15,7 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
+from tritonblas.kernels.blockscaled import blockscaled_gemm_kernel  # noqa: E402
 from tritonblas.kernels.copy import pad_copy_kernel, pad_copy_words_kernel  # noqa: E402
 from tritonblas.kernels.persistent import persistent_gemm_kernel  # noqa: E402
 from tritonblas.kernels.reduce import splitk_reduce_kernel  # noqa: E402
@@ -120,8 +121,23 @@ def quant_variants():
         {"c_ptr": "*fp8e5", "a_scale_ptr": "*fp32", "b_scale_ptr": "*fp32"}
 
 
+def block_variants():
+    """scaled_mm with block-wise scales (kernels/blockscaled.py): e4m3 x e5m2 -> bf16 with a ragged K, B
+    column-major and 64-bit offsets; e4m3 -> e4m3 with A column-major and fast accumulation."""
+    constexprs = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, HAS_BIAS=True, EVEN_K=False,
+                      FAST_ACC=False, A_COL=False, B_COL=True, A_DIV=16, B_DIV=16, INT64=True,
+                      SCALE_BLOCK=128)
+    types = {"a_ptr": "*fp8e4nv", "b_ptr": "*fp8e5", "c_ptr": "*bf16", "bias_ptr": "*bf16", "sa_ptr": "*fp32",
+             "sb_ptr": "*fp32"}
+    yield "blockscaled_gemm_kernel e4m3xe5m2->bf16 ragged K", blockscaled_gemm_kernel, constexprs, types
+    constexprs = dict(constexprs, EVEN_K=True, FAST_ACC=True, A_COL=True, B_COL=False, INT64=False)
+    types = dict(types, b_ptr="*fp8e4nv", c_ptr="*fp8e4nv")
+    yield "blockscaled_gemm_kernel e4m3->e4m3 fast", blockscaled_gemm_kernel, constexprs, types
+
+
 def main() -> None:
-    for name, kernel, constexprs, types in (*gemm_variants(), *reduce_variants(), *quant_variants()):
+    for name, kernel, constexprs, types in (*gemm_variants(), *reduce_variants(), *quant_variants(),
+                                            *block_variants()):
         print(name, compile_kernel(kernel, constexprs, types=types), flush=True)
     print("pad_copy_kernel", compile_kernel(pad_copy_kernel, dict(BLOCK_R=16, BLOCK_C=256), 4, 1))
     fp8 = {"src_ptr": "*fp8e4nv", "dst_ptr": "*fp8e4nv"}

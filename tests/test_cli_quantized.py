@@ -63,7 +63,7 @@ EXPLAIN_CASES = [
     (("16", "16", "16", "--dtype", "e4m3", "--scales", "row", "--bias", "full"), 2, ["bias none or row"]),
     (("16", "16", "16", "--dtype", "int8", "--b-dtype", "e4m3", "--scales", "row"), 2,
      ["int8 operands go with int8 only"]),
-    (("16", "16", "16", "--dtype", "e4m3", "--scales", "block"), 2, ["--scales"]),
+    (("16", "16", "16", "--dtype", "e4m3", "--scales", "blockwise"), 2, ["--scales"]),
 ]
 
 

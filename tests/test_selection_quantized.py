@@ -164,7 +164,7 @@ def test_the_vendor_answers_only_where_config_supports_allows(paths, monkeypatch
 @pytest.mark.parametrize("kwargs, match", [
     (dict(dtype="e4m3"), "dtype e4m3 is quantized: give its scales"),
     (dict(dtype="bf16", scales="row"), "dtype must be one of e4m3, e5m2, int8"),
-    (dict(dtype="e4m3", scales="block"), "scales must be None or one of"),
+    (dict(dtype="e4m3", scales="blockwise"), "scales must be None or one of"),
     (dict(dtype="e4m3", scales="row", bias="column"), "bias none or row"),
     (dict(dtype="int8", scales="row", b_dtype="e4m3"), "int8 operands go with int8 only"),
     (dict(dtype="e4m3", scales="row", out_dtype="int8"), "out_dtype must be one of bf16, fp16, fp32, e4m3"),

@@ -103,7 +103,7 @@ BAD_FILES = [
      [":3", "entry 2", "field 'scales'", "bf16 is a plain GEMM"]),
     ("scales: tensor\nshapes:\n  - {m: 1, n: 2, k: 3, dtypes: [e4m3, fp16]}\n",
      [":3", "entry 1", "field 'scales'", "fp16 is a plain GEMM"]),
-    ("shapes:\n  - {m: 1, n: 2, k: 3, scales: block}\n", [":2", "field 'scales'", "'row_a'"]),
+    ("shapes:\n  - {m: 1, n: 2, k: 3, scales: blockwise}\n", [":2", "field 'scales'", "'row_a'", "'block'"]),
     ("shapes:\n  - {m: 1, n: 2, k: 3, dtypes: [e4m3], scales: row, bias: full}\n",
      [":2", "entry 1", "field 'bias'", "bias none or row"]),
     ("shapes:\n  - {m: 1, n: 2, k: 3, dtypes: [int8], scales: row, out_dtype: int8}\n",

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serial
 
 from .arch import FP8_ARCHS, TMA_ARCHS, DeviceInfo
 from .binding import bind_tuning_db
-from .problem import DTYPE_BYTES, Problem, operands_aligned
+from .problem import DTYPE_BYTES, SCALE_BLOCK, Problem, operands_aligned
 from .smem import smem_bytes
 
 Backend = Literal["triton", "torch"]
@@ -151,6 +151,10 @@ def config_supports(config: GemmConfig, problem: Problem, device: DeviceInfo) ->
     if config.backend == "torch":
         # torch.mm / torch.addmm take every problem the public ops accept; scaled_mm's vendor does not.
         return vendor_scaled_refusal(problem) if problem.quantized else None
+    if problem.scales == "block":
+        reason = block_refusal(config)
+        if reason is not None:
+            return reason
     need = smem_bytes(config, problem, device.arch)
     if need > device.smem_per_block:
         return (f"needs {need} B of shared memory ({config.num_stages} stages), "
@@ -180,6 +184,21 @@ def config_supports(config: GemmConfig, problem: Problem, device: DeviceInfo) ->
     return None
 
 
+def block_refusal(config: GemmConfig) -> str | None:
+    """Why the block-scaled kernel (kernels/blockscaled.py) cannot run a kernel `config`, None where it
+    can: persistent tiles by pointers whose K step divides the scale block of 128."""
+    if config.streamk:
+        # A Stream-K segment's partial would reach the fix-up already summed over K blocks of other scales.
+        return "block-wise scales run on the persistent kernel only (no Stream-K)"
+    if config.tma or config.aligned_copy:
+        return "block-wise scales read the operands by pointers (tma=False, aligned_copy=False)"
+    if config.flatten:
+        return "block-wise scales have no flattened tile loop (flatten=False)"
+    if SCALE_BLOCK % config.block_k:
+        return f"block-wise scales need a block_k dividing {SCALE_BLOCK} (one scale per K block)"
+    return None
+
+
 def fp8_refusal(problem: Problem, device: DeviceInfo) -> str | None:
     """Why `device` runs no fp8 problem at all (no fp8 tensor cores: FP8_ARCHS), None where it may."""
     if problem.quantized and "int8" not in (problem.dtype, problem.b) and device.arch not in FP8_ARCHS:
@@ -197,6 +216,8 @@ def vendor_scaled_refusal(problem: Problem) -> str | None:
     of another dtype than the output, any bias with an fp32 output) and adds the bias and casts itself.
     (Row-wise scales with an fp32 result need cuBLAS >= 12.9, as that build has; older builds run
     CUTLASS there, bf16 and fp16 outputs only.)"""
+    if problem.scales == "block":
+        return None  # torch's block-wise op where the call suits it, else the dequantized fp32 product
     m, n, k = problem.m, problem.n, problem.k
     if problem.layout != "nt":
         # fp8: "Only multiplication of row-major and column-major matrices is supported by cuBLASLt";

@@ -29,7 +29,9 @@ _KERNEL_DIR = _PACKAGE / "kernels"
 # Kernels of other op families, hashed apart (grouped_kernel_hash): a change to the grouped GEMM's kernel
 # leaves the dense GEMMs' tuned winners fresh, and the reverse is caught by hashing common.py in both.
 GROUPED_KERNELS: tuple[str, ...] = ("grouped.py", "common.py")
-_OWN_FAMILY = frozenset(GROUPED_KERNELS) - {"common.py"}
+# The block-scaled scaled_mm (kernels/blockscaled.py, 2026-12-03): a family of its own for the same reason.
+BLOCKSCALED_KERNELS: tuple[str, ...] = ("blockscaled.py", "common.py")
+_OWN_FAMILY = frozenset(GROUPED_KERNELS + BLOCKSCALED_KERNELS) - {"common.py"}
 
 # The host code that decides what the kernels compute and how they are launched (constexprs, grid,
 # workspace, Stream-K split and fix-up plan, padded copies, 64-bit offsets), per module of tritonblas:
@@ -172,6 +174,23 @@ def grouped_kernel_hash() -> str:
     kernels = {name: (_KERNEL_DIR / name).read_text() for name in GROUPED_KERNELS}
     planning = {module: (_PACKAGE / module).read_text() for module in GROUPED_PLANNING}
     return code_hash(kernels, planning, GROUPED_PLANNING)
+
+
+# The block-scaled kernel's host planning (launch/blockscaled.py: its constexprs and grid), as PLANNING.
+BLOCKSCALED_PLANNING: dict[str, tuple[str, ...]] = {
+    "launch/blockscaled.py": ("block_launch", "_divisor"),
+    "launch/streamk.py": ("program_count",),
+    "launch/gemm.py": ("offset_reach", "INT32_OFFSETS", "_OFFSET_SLACK", "needs_int64"),
+    "problem.py": ("SCALE_BLOCK",),
+}
+
+
+@functools.lru_cache(maxsize=1)
+def blockscaled_kernel_hash() -> str:
+    """The block-scaled scaled_mm's code hash: its kernel, the building blocks it calls, its planning."""
+    kernels = {name: (_KERNEL_DIR / name).read_text() for name in BLOCKSCALED_KERNELS}
+    planning = {module: (_PACKAGE / module).read_text() for module in BLOCKSCALED_PLANNING}
+    return code_hash(kernels, planning, BLOCKSCALED_PLANNING)
 
 
 def _memo_path() -> Path:

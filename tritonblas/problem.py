@@ -86,15 +86,38 @@ class Problem:
 
 
 # A quantized problem's scale mode as (scale_a one value per row of A, scale_b one per column of B); each
-# False: one value for the whole operand (vocabulary.Scales).
+# False: one value for the whole operand (vocabulary.Scales). The block mode ("block") is not one of these:
+# its scales vary along K too (block_scale_shapes).
 SCALE_VECTORS: dict[str, tuple[bool, bool]] = {"tensor": (False, False), "row": (True, True),
                                                "row_a": (True, False), "row_b": (False, True)}
+# Block-wise scales (scales "block", DeepSeek-V3's and transformers' FineGrainedFP8 convention): A per 1 x
+# SCALE_BLOCK block of a row, B per SCALE_BLOCK x SCALE_BLOCK block; a partial last block has one scale.
+SCALE_BLOCK = 128
+
+
+def block_scale_shapes(m: int, n: int, k: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The shapes of block-wise scale_a, (M, ceil(K/128)), and scale_b, (ceil(K/128), ceil(N/128))."""
+    kb = -(-k // SCALE_BLOCK)
+    return (m, kb), (kb, -(-n // SCALE_BLOCK))
+
+
+def scale_floats(problem: Problem) -> tuple[int, int]:
+    """How many float32 scales a quantized problem reads for A and for B (0, 0 for a plain one)."""
+    if not problem.quantized:
+        return 0, 0
+    if problem.scales == "block":
+        (ma, ka), (kb, nb) = block_scale_shapes(problem.m, problem.n, problem.k)
+        return ma * ka, kb * nb
+    rows, cols = SCALE_VECTORS[problem.scales]
+    return (problem.m if rows else 1), (problem.n if cols else 1)
 
 
 def vendor_name(problem: Problem) -> str:
     """The vendor op a torch-backend config runs for `problem` (what messages and explain call it)."""
     if not problem.quantized:
         return "torch.mm"
+    if problem.scales == "block":
+        return "torch.nn.functional.scaled_mm"
     return "torch._int_mm" if problem.dtype == "int8" else "torch._scaled_mm"
 
 

@@ -10,10 +10,10 @@ A list in m, n or k expands to the grid of all combinations. `op: grouped` entri
 (mixture-of-experts layers, tritonblas.grouped_mm's 2-D x 3-D form): `groups` experts, m rows in all,
 each expert's weight (n, k) (layout nt: stored (E, N, K) as nn.Linear does), `group_sizes` (balanced or
 zipf) the row counts a tuning run draws; they take no bias or scales, and `load_problems` leaves them
-out (`load_grouped` reads them). Quantized problems (scaled_mm) have
-dtypes e4m3, e5m2 or int8 and `scales` (tensor | row | row_a | row_b), optionally `b_dtype` (B's dtype
-where it differs from A's: e4m3 with e5m2) and `out_dtype` (default: A's dtype for fp8, bf16 for int8,
-as scaled_mm's); plain dtypes take no scales; `scales`, `b_dtype` and `out_dtype` may also be given at
+out (`load_grouped` reads them). Quantized problems (scaled_mm) have dtypes e4m3, e5m2 or int8 and
+`scales` (tensor | row | row_a | row_b | block: fp8 only), optionally `b_dtype` (B's dtype where it
+differs from A's: e4m3 with e5m2) and `out_dtype` (default: A's dtype for fp8, bf16 for int8, as
+scaled_mm's); plain dtypes take no scales; `scales`, `b_dtype` and `out_dtype` may also be given at
 the top level, for every entry that does not say its own. Errors name the file, the entry, the field and
 the YAML line, so a typo in a 200-line suite is found at once.
 """
@@ -171,8 +171,8 @@ class ShapeSpec(BaseModel):
 def _mismatch(spec: ShapeSpec, dtype: str) -> tuple[str, str] | None:
     """The field at fault and why, when `spec`'s problems of `dtype` cannot be built; else None."""
     if spec.scales == "none" and dtype in QUANT_DTYPES:
-        return "scales", (f"dtype {dtype} is quantized: it needs scales (tensor, row, row_a or row_b) and "
-                          "optionally out_dtype")
+        return "scales", (f"dtype {dtype} is quantized: it needs scales (tensor, row, row_a, row_b or "
+                          "block) and optionally out_dtype")
     if spec.scales != "none" and dtype in FLOAT_DTYPES:
         return "scales", (f"dtype {dtype} is a plain GEMM and takes no scales (they are for "
                           f"{', '.join(QUANT_DTYPES)})")

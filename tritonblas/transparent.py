@@ -372,10 +372,10 @@ def _scaled_kernel(torch_scaled):
 
 def _routed_scaled(a, b, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum) -> tuple:
     """An aten::_scaled_mm call through dispatch, as _routed_mm: fp8 operands with float32 scales of a
-    mode scaled_mm has (one value, or one per row of a / column of b) and no scale_result run the public
-    op's plan (a kernel, or torch's own kernel where dispatch picks torch); anything else, and anything
-    scaled_mm's checks refuse, goes to torch's kernel (plan None), which accepts it or raises its own
-    error."""
+    mode scaled_mm has (one value, one per row of a / column of b, or block-wise: the shapes of torch's
+    BlockWise1x128 x BlockWise128x128) and no scale_result run the public op's plan (a kernel, or torch's
+    own kernel where dispatch picks torch); anything else, and anything scaled_mm's checks refuse, goes
+    to torch's kernel (plan None), which accepts it or raises its own error."""
     from .call.run import run_scaled
     from .call.scaled import plan_scaled
 

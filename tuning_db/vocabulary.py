@@ -9,7 +9,7 @@ from typing import Literal, get_args
 DType = Literal["fp16", "bf16", "fp32", "e4m3", "e5m2", "int8"]
 Layout = Literal["nn", "nt", "tn", "tt"]
 BiasKind = Literal["none", "scalar", "row", "column", "full"]
-Scales = Literal["none", "tensor", "row", "row_a", "row_b"]
+Scales = Literal["none", "tensor", "row", "row_a", "row_b", "block"]
 
 DTYPES: tuple[str, ...] = get_args(DType)
 SCALES: tuple[str, ...] = get_args(Scales)
@@ -21,8 +21,9 @@ BIAS_KINDS: tuple[str, ...] = get_args(BiasKind)
 
 # Plain GEMMs (matmul/addmm/linear) take FLOAT_DTYPES; scaled_mm takes QUANT_DTYPES operands with float32
 # scales (Scales: "none" is a plain GEMM; "tensor" one value each for A and B; "row" scale_a (M, 1) and
-# scale_b (1, N); "row_a" / "row_b" one operand row-wise, the other one value) and writes
-# QUANT_OUT_DTYPES. A problem is quantized exactly when its scales are not "none".
+# scale_b (1, N); "row_a" / "row_b" one operand row-wise, the other one value; "block" scale_a per 1x128
+# block of A's rows, (M, ceil(K/128)), scale_b per 128x128 block of B, (ceil(K/128), ceil(N/128)): fp8
+# operands only) and writes QUANT_OUT_DTYPES. A problem is quantized exactly when its scales are not "none".
 # Bias kinds of a quantized problem: torch._scaled_mm's, none or one value per output column (N,).
 QUANT_BIAS_KINDS = ("none", "row")
 
@@ -47,6 +48,8 @@ def quantized_fault(a: str, b: str, out: str | None, bias: str, scales: str) -> 
         return None
     if a not in QUANT_DTYPES or b not in QUANT_DTYPES:
         return "b_dtype", f"scales {scales!r} need operands of {', '.join(QUANT_DTYPES)}, got {a}/{b}"
+    if scales == "block" and "int8" in (a, b):
+        return "b_dtype", f"block-wise scales take fp8 operands (e4m3, e5m2), got {a}/{b}"
     if (a == "int8") != (b == "int8"):
         return "b_dtype", f"int8 operands go with int8 only, got {a}/{b}"
     if out not in QUANT_OUT_DTYPES:

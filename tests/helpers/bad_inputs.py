@@ -141,7 +141,7 @@ BAD_EDITS = [
     ("string-for-int", ("entries", 2, "k"), "32", r"entries\[2\].*field 'k'.*valid integer"),
     ("bad-dtype", ("entries", 2, "a_dtype"), "int4", r"entries\[2\].*a_dtype"),
     ("scales-on-plain", ("entries", 2, "scales"), "row", r"entries\[2\].*scales 'row' need operands of e4m3"),
-    ("unknown-scales", ("entries", 2, "scales"), "block", r"entries\[2\].*field 'scales'"),
+    ("unknown-scales", ("entries", 2, "scales"), "blockwise", r"entries\[2\].*field 'scales'"),
     ("mixed-plain-dtypes", ("entries", 2, "b_dtype"), "bf16", r"entries\[2\].*fp16/bf16 need scales"),
     ("escape-in-host", ("entries", 2, "host"), "n\x1b[2J", r"entries\[2\].*host"),
     ("duplicate-entry", ("entries", 2), lambda d: {**d["entries"][0], "median_ms": 0.1},

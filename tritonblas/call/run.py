@@ -10,6 +10,7 @@ from collections.abc import Callable
 import torch
 
 from ..config import GemmConfig
+from ..launch.blockscaled import launch_blockscaled, store_fp32, vendor_blockscaled
 from ..launch.gemm import is_out_of_resources, launch_gemm
 from ..launch.native import launch_record
 from ..launch.prepared import launch_prepared
@@ -222,10 +223,6 @@ def gemm_body(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, beta:
 
 # --- scaled_mm (call.scaled) ------------------------------------------------------------------------
 
-# The finite range of the fp8 outputs: a result past it saturates (kernels/common.saturated does the same).
-FP8_MAX = {torch.float8_e4m3fn: 448.0, torch.float8_e5m2: 57344.0}
-
-
 def scale_vector(scale: torch.Tensor) -> torch.Tensor:
     """A scale as the kernels read it: a contiguous fp32 vector (one value, or one per row / column); a
     view of the caller's tensor where it is contiguous, so a prepared launch keeps its pointer."""
@@ -239,6 +236,9 @@ def run_scaled(plan: ScaledPlan, a: torch.Tensor, b: torch.Tensor, scale_a: torc
         out = a.new_empty((plan.m, plan.n), dtype=plan.out_dtype)
     config = plan.config
     if config is None:
+        return out
+    if plan.problem.scales == "block":  # (its own kernel and vendor: launch/blockscaled.py)
+        run_block(plan, a, b, scale_a, scale_b, bias, out)
         return out
     if config.backend == "torch" or eager_torch(plan):  # (the vendor takes the caller's tensors)
         _vendor_scaled(a, b, scale_a, scale_b, bias, out, plan.fast_acc)
@@ -263,6 +263,24 @@ def run_scaled(plan: ScaledPlan, a: torch.Tensor, b: torch.Tensor, scale_a: torc
             raise
         _fall_back(exc, plan, run_config)
     return out
+
+
+def run_block(plan: ScaledPlan, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor,
+              scale_b: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor) -> None:
+    """A block-scaled plan's run into out: its kernel, or torch's side for a torch config; a selected
+    config triton cannot compile falls back to the next selection (as run_scaled's)."""
+    def run_config(config: GemmConfig) -> None:
+        if config.backend == "torch":
+            vendor_blockscaled(a, b, scale_a, scale_b, bias, out, plan.fast_acc)
+        else:
+            launch_blockscaled(a, b, scale_a, scale_b, bias, out, config, plan.device.sm_count, plan.fast_acc)
+
+    try:
+        run_config(plan.config)
+    except Exception as exc:
+        if plan.user_config:
+            raise
+        _fall_back(exc, plan, run_config)
 
 
 def scaled_mm_alone(a: torch.Tensor, out_dtype: torch.dtype, bias: torch.Tensor | None) -> bool:
@@ -296,9 +314,4 @@ def _vendor_scaled(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scal
     else:
         y = out.new_empty(out.shape, dtype=torch.float32)
         torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.float32, use_fast_accum=fast_acc, out=y)
-    if bias is not None:
-        y = y + bias.float()
-    limit = FP8_MAX.get(out.dtype)
-    if limit is not None:
-        y = y.clamp(-limit, limit)
-    out.copy_(y)
+    store_fp32(y, bias, out)

@@ -18,7 +18,7 @@ from .. import caches
 from ..config import GemmConfig, fp8_refusal, vendor_scaled_refusal
 from ..device import tensor_device_info
 from ..launch.prepared import prepare_launch
-from ..problem import SCALE_VECTORS, Problem
+from ..problem import SCALE_VECTORS, Problem, block_scale_shapes
 from ..selection import dispatch
 from ..validate import DTYPE_NAMES, TORCH_DTYPE_OF, check_options
 from . import front
@@ -41,10 +41,13 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
 
     a (M, K) and b (K, N): float8_e4m3fn / float8_e5m2 (any mix) or both int8, any layout. scale_a:
     float32 of shape () or (1, 1) (one value) or (M, 1) (one per row of a); scale_b: () or (1, 1), or
-    (1, N) (one per column of b). bias: None or (N,) in bf16, fp16 or fp32. out_dtype: bf16, fp16,
-    fp32, float8_e4m3fn or float8_e5m2 (saturated: a finite result never becomes inf or NaN); default a's
-    dtype for fp8 operands (torch's), bf16 for int8. use_fast_accum: fp8 accumulation left to the tensor
-    cores (faster, less accurate; False promotes to fp32 as cuBLAS does). backend, config: as matmul's.
+    (1, N) (one per column of b). Block-wise (fp8 only, DeepSeek-V3's convention): scale_a (M, ceil(K/128))
+    per 1x128 block of a's rows and scale_b (ceil(K/128), ceil(N/128)) per 128x128 block of b, any
+    strides; the result sums each K block's product times its scales in fp32. bias: None or (N,) in
+    bf16, fp16 or fp32. out_dtype: bf16, fp16, fp32, float8_e4m3fn or float8_e5m2 (saturated: a finite
+    result never becomes inf or NaN); default a's dtype for fp8 operands (torch's), bf16 for int8.
+    use_fast_accum: fp8 accumulation left to the tensor cores (faster, less accurate; False promotes to
+    fp32 as cuBLAS does). backend, config: as matmul's.
     No derivative (as torch._scaled_mm): the result of operands that need grad raises on backward.
     """
     if front.scaled_mm is not None and backend is None and config is None and not is_compiling():
@@ -57,7 +60,8 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
             raise RuntimeError("scaled_mm(): functions with out=... arguments don't support automatic "
                                "differentiation, but one of the arguments requires grad")
         return _NoDerivative.apply(plan, a, b, scale_a, scale_b, bias)
-    if torch_runs(plan):  # (later calls of the key may be answered in C++)
+    # (later calls of the key may be answered in C++, by torch._scaled_mm: not block-wise ones)
+    if torch_runs(plan) and plan.problem.scales != "block":
         front.remember_scaled(plan, a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum, out)
     return run_scaled(plan, a, b, scale_a, scale_b, bias, out)
 
@@ -106,8 +110,7 @@ class _NoDerivative(torch.autograd.Function):
 def _plan(key, a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum, out, backend, config) -> ScaledPlan:  # noqa: ANN001
     """Every check (each names its argument; nothing is written before they pass), then the plan."""
     m, k, n = _check_operands(a, b)
-    vec_a = _check_scale("scale_a", scale_a, a, (m, 1))
-    vec_b = _check_scale("scale_b", scale_b, a, (1, n))
+    scales = _scale_mode(scale_a, scale_b, a, m, n, k)
     if bias is not None:
         _check_bias(bias, a, n)
     out_name = _check_out_dtype(out_dtype, out, a)
@@ -118,7 +121,7 @@ def _plan(key, a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum, out, bac
     check_options(None, config, backend)
     b_name = QUANT_TORCH[b.dtype]
     problem = Problem(m, n, k, QUANT_TORCH[a.dtype], layout_of(a, b), "none" if bias is None else "row",
-                      out_name, None if b.dtype == a.dtype else b_name, _SCALE_MODES[vec_a, vec_b])
+                      out_name, None if b.dtype == a.dtype else b_name, scales)
     if backend == "torch" or (config is not None and config.is_vendor):
         refusal = vendor_scaled_refusal(problem)
         if refusal is not None:  # (as torch._scaled_mm would raise: before anything is written)
@@ -145,7 +148,7 @@ def _prepare(key, problem: Problem, a, b, scale_a, scale_b, bias, out, use_fast_
                       out_dtype=TORCH_DTYPE_OF[problem.out], fast_acc=use_fast_accum)
     if out is not None:
         plan.spans = _spans(out, a, b, bias)
-    if config is not None and config.backend != "torch":
+    if config is not None and config.backend != "torch" and problem.scales != "block":  # (run_scaled's own)
         c = out if out is not None else \
             torch.empty((problem.m, problem.n), dtype=plan.out_dtype, device="meta")  # strides only
         bias2d = None if bias is None else torch.broadcast_to(bias, (problem.m, problem.n))
@@ -191,18 +194,37 @@ def _check_operands(a: object, b: object) -> tuple[int, int, int]:
     return a.shape[0], a.shape[1], b.shape[1]
 
 
-def _check_scale(name: str, scale: object, a: torch.Tensor, vector: tuple[int, int]) -> bool:
-    """A scale's checks; whether it is a vector (one value per row of a / column of b)."""
-    _check_tensor(name, scale)
-    if scale.dtype != torch.float32:
-        raise TypeError(f"{name} must be float32, got {scale.dtype}")
-    if scale.device != a.device:
-        raise ValueError(f"{name} is on {scale.device} but a is on {a.device}; they must match")
-    if scale.shape in ((), (1, 1)):
-        return False
-    if tuple(scale.shape) == vector:
-        return True
-    raise ValueError(f"{name} must have shape (), (1, 1) or {vector}, got {tuple(scale.shape)}")
+def _scale_mode(scale_a: object, scale_b: object, a: torch.Tensor, m: int, n: int, k: int) -> str:
+    """The scales' checks; their mode (Problem.scales), told by their shapes: one value, () or (1, 1);
+    one per row of a, (M, 1) / column of b, (1, N); else block-wise, (M, ceil(K/128)) and
+    (ceil(K/128), ceil(N/128)). Where the shapes fit both (K <= 128: one K block) the tensor- or row-wise
+    mode is taken: one scale per row of a and per 128 columns of b over the whole of K is the same
+    product (tests/test_scaled_block.py checks it)."""
+    for name, scale in (("scale_a", scale_a), ("scale_b", scale_b)):
+        _check_tensor(name, scale)
+        if scale.dtype != torch.float32:
+            raise TypeError(f"{name} must be float32, got {scale.dtype}")
+        if scale.device != a.device:
+            raise ValueError(f"{name} is on {scale.device} but a is on {a.device}; they must match")
+    one = ((), (1, 1))
+    shape_a, shape_b = tuple(scale_a.shape), tuple(scale_b.shape)
+    vec_a, vec_b = shape_a not in one and shape_a == (m, 1), shape_b not in one and shape_b == (1, n)
+    if (vec_a or shape_a in one) and (vec_b or shape_b in one):
+        return _SCALE_MODES[vec_a, vec_b]
+    block_a, block_b = block_scale_shapes(m, n, k)
+    if shape_a == block_a and shape_b == block_b:
+        if a.dtype == torch.int8:
+            raise TypeError("scale_a and scale_b are block-wise (1x128 and 128x128 blocks), which take fp8 "
+                            "operands; a and b are int8")
+        return "block"
+    # The scale at fault: one of no mode's shape, else the one that does not match the other's mode.
+    fits_a, fits_b = shape_a in (*one, (m, 1), block_a), shape_b in (*one, (1, n), block_b)
+    name, shape = ("scale_a", shape_a) if not fits_a or (fits_b and shape_b == block_b) else \
+        ("scale_b", shape_b)
+    forms = f"(), (1, 1) or {(m, 1) if name == 'scale_a' else (1, n)}"
+    block = block_a if name == "scale_a" else block_b
+    raise ValueError(f"{name} must have shape {forms} (tensor- or row-wise), or {block} with the other "
+                     f"scale block-wise too (1x128 blocks of a's rows, 128x128 blocks of b), got {shape}")
 
 
 def _check_bias(bias: object, a: torch.Tensor, n: int) -> None:

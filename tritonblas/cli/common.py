@@ -275,7 +275,8 @@ BiasOption = typer.Option(BiasChoice.none, "--bias", help="Bias added to the pro
 ScalesOption = typer.Option(
     ScalesChoice.none, "--scales", help="A quantized problem's float32 scales: tensor (one value each for A "
     "and B), row (scale_a (M, 1), scale_b (1, N)), row_a or row_b (that operand row-wise, the other one "
-    "value); none: a plain GEMM.")
+    "value), block (fp8: scale_a per 1x128 block of A's rows, scale_b per 128x128 block of B); none: a plain "
+    "GEMM.")
 OutDtypeOption = typer.Option(
     None, "--out-dtype", help="With --scales: the output dtype, bf16, fp16, fp32, e4m3 or e5m2 (default: "
     "A's dtype for fp8, bf16 for int8, as scaled_mm's).")

@@ -103,7 +103,9 @@ def explain(m: str = SizeM, n: str = SizeN, k: str = SizeK, dtype: str = DtypeOp
 
     A quantized problem (tritonblas.scaled_mm, as torch._scaled_mm) is --dtype e4m3, e5m2 or int8 with
     --scales, its output --out-dtype, B's dtype --b-dtype where it differs (e4m3 with e5m2); its vendor
-    GEMM is torch._scaled_mm (torch._int_mm for int8), where torch takes the problem.
+    GEMM is torch._scaled_mm (torch._int_mm for int8), where torch takes the problem. --scales block
+    (fp8): scale_a per 1x128 block of A's rows, scale_b per 128x128 block of B, on the persistent kernel
+    (no Stream-K), with torch.nn.functional.scaled_mm's block-wise scaling as the vendor.
 
     **Examples**
 
@@ -114,6 +116,7 @@ def explain(m: str = SizeM, n: str = SizeN, k: str = SizeK, dtype: str = DtypeOp
     tritonblas explain 4096 4096 4096 --dtype e4m3 --scales row --out-dtype bf16 --layout nt --arch sm_90
     tritonblas explain 64 8192 8192 --dtype e4m3 --b-dtype e5m2 --scales tensor --out-dtype bf16 --layout nt
     tritonblas explain 16 6144 4096 --dtype int8 --scales row_a --bias row --layout nt --arch sm_90
+    tritonblas explain 64 7168 2048 --dtype e4m3 --scales block --out-dtype bf16 --layout nt --arch sm_90
     tritonblas explain 32768 1536 2048 --groups 128 --layout nt --arch sm_90   # Qwen3-MoE's experts
     ```
     """
@@ -214,6 +217,9 @@ def _eager_lines(sel) -> list[tuple[str, str]]:
         return []
     if sel.backend == "torch":
         return [] if sel.problem.quantized else _eager_kernel_lines(sel)
+    if sel.problem.scales == "block":  # (call.scaled plans no eager rule for them: nothing was timed)
+        return [("eager", "explicit and transparent mode's calls run the kernel (block-wise scales: the "
+                          "persistent kernel only, no Stream-K; torch's block-wise op with backend='torch')")]
     direct = config_launches_directly(sel.config)
     if sel.problem.quantized:
         refusal = vendor_scaled_refusal(sel.problem)

@@ -143,7 +143,14 @@ def tune(shapes: list[Path] = typer.Option(..., "--shapes", help=SHAPES_HELP),
     from .progress import run_with_progress
 
     configure_console()
-    problems, part, first = _shard(problems_from(shapes, dtypes), shard)
+    problems = problems_from(shapes, dtypes)
+    block = next((p for p in problems if p.scales == "block"), None)
+    if block is not None:  # (before any work: nothing tuned, nothing stored)
+        from ..tuning.tuner import BLOCK_UNTUNED
+
+        fail(f"error: {shapes_label(shapes)}: {block.short()}: {BLOCK_UNTUNED}; leave its entries (scales: "
+             "block) out of the tuned file")
+    problems, part, first = _shard(problems, shard)
     entries = grouped_entries(shapes, dtypes) if first else []
     device_ids = parse_devices(devices)
     _check_options(budget_s, export)

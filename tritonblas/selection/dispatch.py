@@ -413,8 +413,9 @@ def select(m: int, n: int, k: int, dtype: object, *, out_dtype: object = None, l
     a bias kind ("none", "scalar", "row", "column", "full"); device: None (the current CUDA device, or
     the interpreter), a torch device or a DeviceInfo. `config` pins a config (source "user") after
     checking that it can run the problem. backend: None (dispatch decides), "triton" (kernels only),
-    "torch" (the vendor pinned). A quantized problem: `scales` "tensor" | "row" | "row_a" | "row_b",
-    dtype "e4m3" | "e5m2" | "int8" (or the torch dtype), b_dtype B's where it differs (e4m3 with e5m2),
+    "torch" (the vendor pinned). A quantized problem: `scales` "tensor" | "row" | "row_a" | "row_b" |
+    "block" (fp8: 1x128 blocks of A's rows, 128x128 blocks of B), dtype "e4m3" | "e5m2" | "int8" (or
+    the torch dtype), b_dtype B's where it differs (e4m3 with e5m2),
     out_dtype default as scaled_mm's (A's dtype for fp8, bf16 for int8), bias None or "row", e.g.
     select(4096, 4096, 4096, "e4m3", scales="row", out_dtype="bf16", layout="nt").
     """

@@ -24,13 +24,13 @@ from ..config import GemmConfig, config_supports
 from ..launch.streamk import fixup_plan, fixup_reads, splits_tiles, streamk_grids, tile_splits
 from ..problem import (
     DTYPE_BYTES,
-    SCALE_VECTORS,
     Problem,
     aligned_leading_dim,
     operand_alignment,
     operand_leading_dims,
     operands_aligned,
     rows_aligned,
+    scale_floats,
 )
 from ..smem import smem_bytes
 
@@ -117,11 +117,9 @@ def _operand_bytes(problem: Problem) -> tuple[int, int]:
 
 
 def _scale_bytes(problem: Problem) -> int:
-    """The float32 scales a quantized problem reads: one value, or one per row of A / column of B."""
-    if not problem.quantized:
-        return 0
-    rows, cols = SCALE_VECTORS[problem.scales]
-    return 4 * ((problem.m if rows else 1) + (problem.n if cols else 1))
+    """The bytes of float32 scales a quantized problem reads: one value, one per row of A / column of B,
+    or one per block (problem.scale_floats)."""
+    return 4 * sum(scale_floats(problem))
 
 
 def tile_efficiency(config: GemmConfig, dtype: str) -> float:
@@ -404,6 +402,8 @@ def vendor_preferred(problem: Problem, device: DeviceInfo, best: Estimate | None
         return None
     if config_supports(GemmConfig.vendor(), problem, device) is not None:
         return None  # (scaled_mm: a problem torch._scaled_mm / torch._int_mm refuses)
+    if problem.scales == "block":
+        return None  # (torch's block-wise op was never timed against the kernels: it runs where pinned)
     if min(problem.m, problem.n) < _VENDOR_MIN_MN:
         return None
     if min(problem.m, problem.n) >= _VENDOR_MISALIGNED_MIN_MN and not problem.quantized and \

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..problem import SCALE_VECTORS, Problem
+from ..launch.blockscaled import expanded_scales, vendor_blockscaled
+from ..problem import SCALE_VECTORS, Problem, block_scale_shapes
 from ..validate import TORCH_DTYPE_OF
 
 # Hopper's fp8 tensor cores add the products of one MMA with about 14 bits kept (DeepSeek-V3's report;
@@ -37,6 +38,7 @@ class ScaledOperands:
     out_dtype: torch.dtype
     ref: torch.Tensor  # fp64
     one_cast: torch.Tensor  # what a correct scaled_mm returns, up to the accumulation order
+    block: bool = False  # block-wise scales (1x128, 128x128)
 
 
 def random_operand(rows: int, cols: int, transposed: bool, dtype: torch.dtype, device: torch.device,
@@ -53,6 +55,8 @@ def random_operand(rows: int, cols: int, transposed: bool, dtype: torch.dtype, d
 
 def scale_shapes(problem: Problem) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """scale_a's and scale_b's shapes for the problem's scale mode (vocabulary.Scales)."""
+    if problem.scales == "block":
+        return block_scale_shapes(problem.m, problem.n, problem.k)
     rows, cols = SCALE_VECTORS[problem.scales]
     return ((problem.m, 1) if rows else ()), ((1, problem.n) if cols else ())
 
@@ -73,13 +77,23 @@ def make(problem: Problem, device: torch.device, gen: torch.Generator) -> Scaled
     bias = None
     if problem.bias == "row":
         bias = torch.randn(problem.n, generator=gen, dtype=torch.float32, device=device).to(bias_dtype(out))
-    ref = (a.double() * sa.double()) @ (b.double() * sb.double())
-    fp32 = (a.float() * sa) @ (b.float() * sb)
+    ea, eb = elementwise_scales(problem, sa, sb)
+    ref = (a.double() * ea.double()) @ (b.double() * eb.double())
+    fp32 = (a.float() * ea) @ (b.float() * eb)
     if bias is not None:
         ref, fp32 = ref + bias.double(), fp32 + bias.float()
     if out.itemsize == 1:  # scaled_mm saturates an fp8 output to its finite range
         fp32 = fp32.clamp(torch.finfo(out).min, torch.finfo(out).max)
-    return ScaledOperands(a, b, sa, sb, bias, out, ref, fp32.to(out))
+    return ScaledOperands(a, b, sa, sb, bias, out, ref, fp32.to(out), problem.scales == "block")
+
+
+def elementwise_scales(problem: Problem, sa: torch.Tensor,
+                       sb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The scales as factors that broadcast over A (M, K) and B (K, N): tensor- and row-wise ones as they
+    are, block-wise ones repeated over their blocks (the partial last block cut)."""
+    if problem.scales != "block":
+        return sa, sb
+    return expanded_scales(sa, sb, problem.k, problem.n)
 
 
 def op_call(ops: ScaledOperands, out: torch.Tensor, config, backend: str | None) -> Callable[[], object]:
@@ -93,7 +107,11 @@ def op_call(ops: ScaledOperands, out: torch.Tensor, config, backend: str | None)
 def vendor_call(ops: ScaledOperands, out: torch.Tensor) -> Callable[[], object]:
     """torch's own call of the problem: torch._scaled_mm for fp8 (a scale of one value broadcast to a
     vector where the other operand's is row-wise: torch takes both or neither), torch._int_mm then the
-    scaling and the bias in fp32 for int8. Raises where torch refuses the problem when called."""
+    scaling and the bias in fp32 for int8; for block-wise scales launch.blockscaled.vendor_blockscaled
+    (torch's block-wise op, else the dequantized fp32 product). Raises where torch refuses the problem
+    when called."""
+    if ops.block:
+        return lambda: vendor_blockscaled(ops.a, ops.b, ops.scale_a, ops.scale_b, ops.bias, out, False)
     if ops.a.dtype == torch.int8:
         def int8() -> torch.Tensor:
             acc = torch._int_mm(ops.a, ops.b).float() * ops.scale_a * ops.scale_b

@@ -67,11 +67,20 @@ class TuneOutcome:
         return None if self.winner is None else self.winner.config
 
 
+# Block-wise scales (kernels/blockscaled.py) have a kernel hash of their own
+# (identity.blockscaled_kernel_hash), which a stored winner does not carry yet: one would stay fresh when
+# that kernel changes.
+BLOCK_UNTUNED = ("block-wise scales are not tuned yet (their winners would be stored without the block "
+                 "kernel's hash); dispatch runs the heuristic's pick for them")
+
+
 def check_problem(problem: Problem) -> None:
     """A problem the tuner can store: a tritonblas Problem whose output has the operand dtype (a
     quantized one, timed through scaled_mm: any of its output dtypes)."""
     if not isinstance(problem, Problem):
         raise TypeError(f"problem must be a tritonblas.Problem, got {type(problem).__name__}")
+    if problem.scales == "block":
+        raise ValueError(f"{problem.short()}: {BLOCK_UNTUNED}")
     if problem.out != problem.dtype and not problem.quantized:
         raise ValueError(f"problem out_dtype {problem.out} differs from dtype {problem.dtype}; the kernels "
                          "write the operand dtype")

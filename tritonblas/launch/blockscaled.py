@@ -1,0 +1,153 @@
+"""The launch of the block-scaled scaled_mm (kernels/blockscaled.py), and its vendor.
+
+One place for what the kernel is given: its constexprs and grid (`block_launch`, hashed into the block
+family's kernel hash, identity.BLOCKSCALED_PLANNING), the launch itself (`launch_blockscaled`, through
+`kernel[grid](...)` on every call: no direct launch or C++ record yet), and torch's side
+(`vendor_blockscaled`): torch.nn.functional.scaled_mm with BlockWise1x128 / BlockWise128x128 scaling where
+the running torch and device take the call, else the dequantized operands' fp32 product.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+
+from ..config import GemmConfig
+from ..problem import SCALE_BLOCK
+from .gemm import needs_int64
+from .streamk import program_count
+
+# fp8 outputs saturate to their finite range (as kernels/common.saturated and torch's saturated casts).
+_FP8_MAX = {torch.float8_e4m3fn: 448.0, torch.float8_e5m2: 57344.0}
+
+
+@functools.cache
+def _kernel():
+    from ..kernels.blockscaled import blockscaled_gemm_kernel
+
+    return blockscaled_gemm_kernel
+
+
+@dataclass(frozen=True)
+class BlockLaunch:
+    """A block-scaled launch's programs and constexprs."""
+
+    programs: int
+    constexprs: dict
+
+
+def _divisor(t: torch.Tensor, wrapped_dim: int) -> int:
+    """The kernel's A_DIV / B_DIV (see kernels/common.k_loop_ptr): the largest power of two, at most 16,
+    dividing the operand's leading stride and, where its contiguous axis is the one the kernel wraps at
+    the edge (M of A: dim 0, N of B: dim 1), that axis' size too."""
+    col = t.stride(1) != 1 and t.stride(0) == 1
+    values = [t.stride(1) if col else t.stride(0)]
+    if (0 if col else 1) == wrapped_dim:
+        values.append(t.shape[wrapped_dim])
+    div = 16
+    for v in values:
+        while div > 1 and v % div:
+            div //= 2
+    return div
+
+
+def block_launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None,
+                 scale_a: torch.Tensor, scale_b: torch.Tensor, config: GemmConfig, sm_count: int,
+                 fast_acc: bool) -> BlockLaunch:
+    """The grid and constexprs of one launch; `bias` the (M, N) view of the (N,) bias, or None."""
+    m, k = a.shape
+    n = b.shape[1]
+    constexprs = dict(
+        BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
+        HAS_BIAS=bias is not None, EVEN_K=k % config.block_k == 0, FAST_ACC=fast_acc,
+        A_COL=a.stride(1) != 1 and a.stride(0) == 1, B_COL=b.stride(1) != 1 and b.stride(0) == 1,
+        A_DIV=_divisor(a, 0), B_DIV=_divisor(b, 1),
+        INT64=needs_int64((a, b, c, bias, scale_a, scale_b)), SCALE_BLOCK=SCALE_BLOCK,
+    )
+    return BlockLaunch(program_count(config, m, n, k, sm_count), constexprs)
+
+
+def launch_blockscaled(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+                       bias: torch.Tensor | None, out: torch.Tensor, config: GemmConfig, sm_count: int,
+                       fast_acc: bool) -> None:
+    """out = the block-scaled product (+ bias (N,)) through the kernel; scales as the caller has them
+    (any strides: the kernel reads them through theirs)."""
+    m, n = out.shape
+    if m == 0 or n == 0:
+        return
+    bias2d = None if bias is None else torch.broadcast_to(bias, (m, n))
+    plan = block_launch(a, b, out, bias2d, scale_a, scale_b, config, sm_count, fast_acc)
+    sbm, sbn = bias2d.stride() if bias2d is not None else (0, 0)
+    args = (a, b, out, bias2d if bias2d is not None else out, scale_a, scale_b,
+            m, n, a.shape[1], plan.programs, *a.stride(), *b.stride(), *out.stride(), sbm, sbn,
+            *scale_a.stride(), *scale_b.stride())
+    kernel = _kernel()[(plan.programs,)]
+    if a.is_cuda:  # triton launches on the current device
+        with torch.cuda.device(a.device):
+            kernel(*args, **plan.constexprs, num_warps=config.num_warps, num_stages=config.num_stages)
+    else:
+        kernel(*args, **plan.constexprs, num_warps=config.num_warps, num_stages=config.num_stages)
+
+
+def dequantized_product(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor,
+                        scale_b: torch.Tensor) -> torch.Tensor:
+    """The fp32 product of the operands dequantized block by block (each scale repeated over its block,
+    the partial last block cut): what the kernel computes, up to the order of the fp32 sums."""
+    sa, sb = expanded_scales(scale_a.float(), scale_b.float(), a.shape[1], b.shape[1])
+    return (a.float() * sa) @ (b.float() * sb)
+
+
+def expanded_scales(scale_a: torch.Tensor, scale_b: torch.Tensor, k: int,
+                    n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Block-wise scales as one factor per element of A (M, K) and of B (K, N): each repeated over its
+    block, the partial last block cut."""
+    sa = scale_a.repeat_interleave(SCALE_BLOCK, dim=1)[:, :k]
+    sb = scale_b.repeat_interleave(SCALE_BLOCK, dim=0).repeat_interleave(SCALE_BLOCK, dim=1)[:k, :n]
+    return sa, sb
+
+
+def torch_blockwise_takes(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
+                          out_dtype: torch.dtype) -> bool:
+    """Whether torch.nn.functional.scaled_mm's block-wise scaling is tried for this call: a torch that
+    has it, an sm_90 device (cuBLASLt's block-wise fp8 kernels), a row-major and b column-major, K and
+    N whole blocks, a bf16 output and no bias (the kernels' contract adds the bias in fp32 before one
+    cast, which torch's bf16 result would round twice). A refusal there still falls back. Written from
+    torch's API without a GPU at hand (2026-12-03): which calls cuBLASLt takes is to be measured on the
+    H200, as config.vendor_scaled_refusal's rules were."""
+    recipes = getattr(torch.nn.functional, "ScalingType", None)
+    return (a.is_cuda and recipes is not None and hasattr(recipes, "BlockWise128x128")
+            and torch.cuda.get_device_capability(a.device) == (9, 0)
+            and a.stride(1) == 1 and b.stride(0) == 1 and a.shape[1] % SCALE_BLOCK == 0
+            and b.shape[1] % SCALE_BLOCK == 0 and bias is None and out_dtype == torch.bfloat16)
+
+
+def vendor_blockscaled(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+                       bias: torch.Tensor | None, out: torch.Tensor, fast_acc: bool) -> None:
+    """torch's side of a block-scaled call, written into out: torch.nn.functional.scaled_mm where
+    torch_blockwise_takes, else (or where it refuses) the dequantized fp32 product, biased in fp32,
+    saturated for an fp8 output, cast once."""
+    if torch_blockwise_takes(a, b, bias, out.dtype):
+        F = torch.nn.functional
+        try:
+            # cuBLASLt wants both scales outer-dim-major (stride 1 along M, along K blocks for B).
+            y = F.scaled_mm(a, b, scale_a.t().contiguous().t(), F.ScalingType.BlockWise1x128,
+                            scale_b.t().contiguous().t(), F.ScalingType.BlockWise128x128,
+                            output_dtype=torch.bfloat16, use_fast_accum=fast_acc)
+            out.copy_(y)
+            return
+        except (RuntimeError, ValueError, NotImplementedError):
+            pass  # (this torch build refuses the call: the product below)
+    store_fp32(dequantized_product(a, b, scale_a, scale_b), bias, out)
+
+
+def store_fp32(y: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor) -> None:
+    """out = y + bias, both in fp32, saturated for an fp8 output, cast once: the kernels' epilogue on
+    torch's side (the vendors' fp32 results)."""
+    if bias is not None:
+        y = y + bias.float()
+    limit = _FP8_MAX.get(out.dtype)
+    if limit is not None:
+        y = y.clamp(-limit, limit)
+    out.copy_(y)
