@@ -171,9 +171,7 @@ GROUPED_PLANNING: dict[str, tuple[str, ...]] = {
 @functools.lru_cache(maxsize=1)
 def grouped_kernel_hash() -> str:
     """The grouped GEMM's code hash: its kernel, the building blocks it calls and its planning code."""
-    kernels = {name: (_KERNEL_DIR / name).read_text() for name in GROUPED_KERNELS}
-    planning = {module: (_PACKAGE / module).read_text() for module in GROUPED_PLANNING}
-    return code_hash(kernels, planning, GROUPED_PLANNING)
+    return _family_hash(GROUPED_KERNELS, GROUPED_PLANNING)
 
 
 # The block-scaled kernel's host planning (launch/blockscaled.py: its constexprs and grid), as PLANNING.
@@ -188,9 +186,15 @@ BLOCKSCALED_PLANNING: dict[str, tuple[str, ...]] = {
 @functools.lru_cache(maxsize=1)
 def blockscaled_kernel_hash() -> str:
     """The block-scaled scaled_mm's code hash: its kernel, the building blocks it calls, its planning."""
-    kernels = {name: (_KERNEL_DIR / name).read_text() for name in BLOCKSCALED_KERNELS}
-    planning = {module: (_PACKAGE / module).read_text() for module in BLOCKSCALED_PLANNING}
-    return code_hash(kernels, planning, BLOCKSCALED_PLANNING)
+    return _family_hash(BLOCKSCALED_KERNELS, BLOCKSCALED_PLANNING)
+
+
+def _family_hash(kernel_files: tuple[str, ...], planning: dict[str, tuple[str, ...]]) -> str:
+    """The code hash of a kernel family hashed apart from the dense one: its kernel files, and the
+    names `planning` lists of each module."""
+    kernels = {name: (_KERNEL_DIR / name).read_text() for name in kernel_files}
+    sources = {module: (_PACKAGE / module).read_text() for module in planning}
+    return code_hash(kernels, sources, planning)
 
 
 def _memo_path() -> Path:

@@ -45,8 +45,8 @@ def grouped_gaps(entries: list[GroupedEntry], table: Path, arch: str, strict: bo
     if strict and meta.get("triton") != running_triton:
         why = f"the table was tuned under triton {meta.get('triton')}, running {running_triton} (--strict)"
         return [GroupedGap(e, why) for e in entries]
-    missing = [e for e in entries if entry_key(e) not in winners]
-    return [GroupedGap(e, f"no winner for {entry_key(e).text()}") for e in missing]
+    keys = {e: entry_key(e) for e in entries}
+    return [GroupedGap(e, f"no winner for {key.text()}") for e, key in keys.items() if key not in winners]
 
 
 def table_beside(config_file: Path, arch: str) -> Path:

@@ -9,6 +9,7 @@ the running torch and device take the call, else the dequantized operands' fp32 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from dataclasses import dataclass
 
@@ -83,12 +84,10 @@ def launch_blockscaled(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, 
     args = (a, b, out, bias2d if bias2d is not None else out, scale_a, scale_b,
             m, n, a.shape[1], plan.programs, *a.stride(), *b.stride(), *out.stride(), sbm, sbn,
             *scale_a.stride(), *scale_b.stride())
-    kernel = _kernel()[(plan.programs,)]
-    if a.is_cuda:  # triton launches on the current device
-        with torch.cuda.device(a.device):
-            kernel(*args, **plan.constexprs, num_warps=config.num_warps, num_stages=config.num_stages)
-    else:
-        kernel(*args, **plan.constexprs, num_warps=config.num_warps, num_stages=config.num_stages)
+    # triton launches on the current device
+    with torch.cuda.device(a.device) if a.is_cuda else contextlib.nullcontext():
+        _kernel()[(plan.programs,)](*args, **plan.constexprs, num_warps=config.num_warps,
+                                    num_stages=config.num_stages)
 
 
 def dequantized_product(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor,
