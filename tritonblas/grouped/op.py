@@ -259,8 +259,9 @@ def _backward(ctx, grad: torch.Tensor):
 
 
 def _gradient(x, y, offs, like: torch.Tensor) -> torch.Tensor:
-    shape = check_args(x, y, offs, None, None, read_offs=False)
-    return product(x, y, offs, None, like.dtype, shape, None, like=like)
+    # (known_call: a training step's backward calls the same signatures each step, checked and selected once)
+    shape, selection = known_call(x, y, offs, None, None, None, read_offs=False)
+    return product(x, y, offs, None, like.dtype, shape, None, like=like, selection=selection)
 
 
 def _bias_grad(grad: torch.Tensor, offs, form: str, bias: torch.Tensor) -> torch.Tensor:
