@@ -122,17 +122,19 @@ def quant_variants():
 
 
 def block_variants():
-    """scaled_mm with block-wise scales (kernels/blockscaled.py): e4m3 x e5m2 -> bf16 with a ragged K, B
-    column-major and 64-bit offsets; e4m3 -> e4m3 with A column-major and fast accumulation."""
-    constexprs = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, HAS_BIAS=True, EVEN_K=False,
-                      FAST_ACC=False, A_COL=False, B_COL=True, A_DIV=16, B_DIV=16, INT64=True,
+    """scaled_mm with block-wise scales (kernels/blockscaled.py): e4m3 x e5m2 -> bf16 by pointers with a
+    ragged K, B column-major, 64-bit offsets and a 256-column tile (a vector of B scales); e4m3 -> e4m3 by
+    TMA (warp-specialized K loop) with A column-major and one B scale a tile."""
+    constexprs = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=128, GROUP_M=8, HAS_BIAS=True, EVEN_K=False,
+                      USE_TMA=False, A_COL=False, B_COL=True, A_DIV=16, B_DIV=16, INT64=True,
                       SCALE_BLOCK=128)
     types = {"a_ptr": "*fp8e4nv", "b_ptr": "*fp8e5", "c_ptr": "*bf16", "bias_ptr": "*bf16", "sa_ptr": "*fp32",
              "sb_ptr": "*fp32"}
     yield "blockscaled_gemm_kernel e4m3xe5m2->bf16 ragged K", blockscaled_gemm_kernel, constexprs, types
-    constexprs = dict(constexprs, EVEN_K=True, FAST_ACC=True, A_COL=True, B_COL=False, INT64=False)
+    constexprs = dict(constexprs, BLOCK_N=128, EVEN_K=True, USE_TMA=True, A_COL=True, B_COL=False,
+                      INT64=False)
     types = dict(types, b_ptr="*fp8e4nv", c_ptr="*fp8e4nv")
-    yield "blockscaled_gemm_kernel e4m3->e4m3 fast", blockscaled_gemm_kernel, constexprs, types
+    yield "blockscaled_gemm_kernel e4m3->e4m3 tma", blockscaled_gemm_kernel, constexprs, types
 
 
 def main() -> None:

@@ -173,3 +173,58 @@ def test_gpu_a_scaled_mm_torch_pick_is_answered_by_the_cpp_front(pick_torch, mon
     for _ in range(4):
         got = tritonblas.scaled_mm(a, b, scale_a, scale_b, bias=bias, out_dtype=torch.bfloat16)
     assert len(planned) == 1 and torch.equal(got, want)
+
+
+# Block-wise scales: (m, n, k, layout, config: None for dispatch's kernel pick). K over 32, 128 and 512 blocks
+# against torch's block-wise op; a ragged problem by pointers; an unaligned view through a TMA config.
+BLOCK_CASES = [
+    (256, 1024, 4096, "nt", None),
+    (256, 1024, 16384, "nt", None),
+    (64, 512, 65536, "nt", None),
+    (100, 300, 1000, "nn", None),
+    (512, 576, 7168, "nt", GemmConfig(block_m=128, block_n=128, block_k=128, num_warps=8, num_stages=4,
+                                      tma=True)),
+    (16, 2048, 7168, "nt", GemmConfig(block_m=64, block_n=256, block_k=64, num_warps=8, num_stages=3,
+                                      tma=True)),
+]
+
+
+def _block_operands(m: int, n: int, k: int, layout: str) -> tuple:
+    from tritonblas.problem import block_scale_shapes
+
+    g = torch.Generator(device="cuda").manual_seed(m + n + k)
+    a = (torch.randn(m, k, device="cuda", generator=g) * 2).to(torch.float8_e4m3fn)
+    w = (torch.randn(n, k, device="cuda", generator=g) * 2).to(torch.float8_e4m3fn)
+    b = w.t() if layout == "nt" else w.t().contiguous()
+    shape_a, shape_b = block_scale_shapes(m, n, k)
+    scale_a = (torch.rand(shape_a, device="cuda", generator=g) + 0.5) / 64
+    scale_b = ((torch.rand(shape_b[::-1], device="cuda", generator=g) + 0.5) / 64).t()
+    return a, b, scale_a, scale_b
+
+
+@pytest.mark.parametrize("case", BLOCK_CASES, ids=lambda c: "x".join(map(str, c[:3])) + f"_{c[3]}"
+                         + ("" if c[4] is None else "_" + c[4].short().replace(" ", "_")))
+def test_gpu_block_scaled_error_within_torchs(case):
+    """Against the float64 product of the dequantized blocks: within twice the error of torch's own
+    block-wise op (cuBLASLt) where it takes the problem, else of the fp32 product cast once."""
+    from tritonblas.config import torch_blockwise_fits
+    from tritonblas.launch.blockscaled import dequantized_product
+
+    m, n, k, layout, config = case
+    a, b, scale_a, scale_b = _block_operands(m, n, k, layout)
+    # backend "triton": dispatch's kernel pick (its default for most of these is torch's op)
+    y = tritonblas.scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, config=config,
+                             backend="triton" if config is None else None)
+    sa = scale_a.double().repeat_interleave(128, 1)[:, :k]
+    sb = scale_b.double().repeat_interleave(128, 0).repeat_interleave(128, 1)[:k, :n]
+    ref = (a.double() * sa) @ (b.double() * sb)
+    if torch_blockwise_fits(Problem(m, n, k, "e4m3", layout, out_dtype="bf16", scales="block"), "sm_90"):
+        F = torch.nn.functional
+        theirs = F.scaled_mm(a, b, scale_a.t().contiguous().t(), F.ScalingType.BlockWise1x128,
+                             scale_b.t().contiguous().t(), F.ScalingType.BlockWise128x128,
+                             output_dtype=torch.bfloat16)
+    else:
+        theirs = dequantized_product(a, b, scale_a, scale_b).to(torch.bfloat16)
+    norm = ref.norm().item()
+    ours_err, torch_err = rel_error(y, ref, norm), rel_error(theirs, ref, norm)
+    assert ours_err <= 2 * torch_err + UNIT_ROUNDOFF["bf16"], (ours_err, torch_err)

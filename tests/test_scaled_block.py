@@ -124,6 +124,30 @@ def test_block_scaled_mm(shape, a_dtype, b_dtype, a_col, b_weight, strides, bias
     assert torch.equal(out.contiguous().view(torch.uint8), y.view(torch.uint8))
 
 
+@pytest.mark.parametrize("block_n, a_col", [(32, False), (256, True)],
+                         ids=["one_b_scale_a_tile", "scale_vector"])
+def test_tma_operands(block_n, a_col):
+    """The descriptor path (config.tma, both operands 16-byte aligned): K over 3 blocks, the last one
+    partial (zero-filled by the copy engine), N over 2 column blocks, a tile's B scales one number
+    (BLOCK_N <= 128) or a vector. launch_blockscaled directly: dispatch refuses tma on the interpreter's
+    arch."""
+    from tritonblas.launch.blockscaled import block_launch, launch_blockscaled
+
+    a, b, scale_a, scale_b, bias = _inputs((32, 160, 288), E4M3, E4M3, a_col, True, "outer", BF16)
+    config = GemmConfig(block_m=16, block_n=block_n, block_k=64, tma=True, num_warps=4, num_stages=2)
+    out = torch.empty(32, 160, dtype=FP32)
+    assert block_launch(a, b, out, None, scale_a, scale_b, config, 4).constexprs["USE_TMA"]
+    launch_blockscaled(a, b, scale_a, scale_b, bias, out, config, 4)
+    _assert_close(out, a, b, scale_a, scale_b, bias, FP32)
+    # a view TMA cannot read (leading stride of 289 bytes) runs the same config by pointers
+    wide = torch.zeros(32, 289, dtype=E4M3)
+    wide[:, :288] = a
+    view = wide[:, :288]
+    assert not block_launch(view, b, out, None, scale_a, scale_b, config, 4).constexprs["USE_TMA"]
+    launch_blockscaled(view, b, scale_a, scale_b, bias, out, config, 4)
+    _assert_close(out, view, b, scale_a, scale_b, bias, FP32)
+
+
 @pytest.mark.parametrize("backend", [None, "torch"])
 def test_k_zero_gives_the_bias(backend):
     """No K block: scale_a (M, 0) and scale_b (0, ceil(N/128)), the result the bias alone."""
@@ -198,8 +222,8 @@ BAD_INPUTS = [  # (id, changes, error, message)
      "block-wise .* take fp8 operands"),
     ("config_streamk", dict(config=GemmConfig(block_m=16, block_n=32, block_k=64, streamk=True, grid=4)),
      ValueError, "persistent kernel only"),
-    ("config_tma", dict(config=GemmConfig(block_m=16, block_n=32, block_k=64, tma=True)), ValueError,
-     "by pointers"),
+    ("config_aligned_copy", dict(config=GemmConfig(block_m=16, block_n=32, block_k=64, aligned_copy=True)),
+     ValueError, "in place"),
     ("config_block_k_256", dict(config=GemmConfig(block_m=16, block_n=32, block_k=256)), ValueError,
      "block_k dividing 128"),
 ]
@@ -232,9 +256,18 @@ def test_a_block_problem_has_its_own_key_and_no_row_wise_winner(fresh_dispatch):
     assert picked_row.source == "shipped"
     picked = tritonblas.select(16, 6144, 4096, "e4m3", scales="block", out_dtype="bf16", layout="nt",
                                device=H200)
+    # torch's block-wise op takes it (config.torch_blockwise_fits): the heuristic prefers it
+    assert picked.source == "heuristic" and picked.backend == "torch"
+    assert "block-wise op" in picked.detail
+    # with a bias (or N not a whole number of blocks) torch's op does not: the kernel
+    picked = tritonblas.select(16, 6144, 4096, "e4m3", scales="block", out_dtype="bf16", layout="nt",
+                               bias="row", device=H200)
     assert picked.source == "heuristic" and picked.backend == "triton"
     assert config_supports(picked.config, block, H200) is None
-    assert not picked.config.streamk and not picked.config.tma and 128 % picked.config.block_k == 0
+    assert not picked.config.streamk and picked.config.tma and 128 % picked.config.block_k == 0
+    picked = tritonblas.select(16, 6144, 4096, "e4m3", scales="block", out_dtype="bf16", layout="nt",
+                               backend="triton", device=H200)
+    assert picked.backend == "triton" and picked.config.tma
 
 
 def test_int8_takes_no_block_scales():
@@ -273,9 +306,9 @@ def test_a_routed_scaled_mm_with_block_scales_runs_the_block_kernel(monkeypatch)
     ran = []
     real = tritonblas.call.run.run_block
 
-    def spy(plan, *args) -> None:  # noqa: ANN001
+    def spy(plan, *args) -> torch.Tensor:  # noqa: ANN001
         ran.append(plan)
-        real(plan, *args)
+        return real(plan, *args)
 
     monkeypatch.setattr(tritonblas.call.run, "run_block", spy)
     a, b, scale_a, scale_b, _ = _inputs((5, 33, 300), E4M3, E4M3, False, True, "outer", None)
@@ -306,12 +339,12 @@ def test_explain_spells_block_scales(tmp_path):
                   "--out-dtype", "bf16", "--layout", "nt", "--arch", "sm_90")
     assert result.exit_code == 0, result.output
     assert "64x4096x7168 e4m3->bf16, layout nt, bias none, scales block" in result.output
-    assert " SK " not in result.output and "tma" not in result.output  # persistent pointer configs only
-    assert "no Stream-K" in result.output
+    assert "torch.nn.functional.scaled_mm predicted faster" in result.output  # (where torch has the op)
     result = _cli(tmp_path, "explain", "64", "4096", "7168", "--dtype", "e4m3", "--scales", "block",
-                  "--out-dtype", "bf16", "--layout", "nt", "--arch", "sm_90", "--backend", "torch")
+                  "--out-dtype", "bf16", "--layout", "nt", "--arch", "sm_90", "--backend", "triton")
     assert result.exit_code == 0, result.output
-    assert "torch.nn.functional.scaled_mm" in result.output
+    assert " SK " not in result.output and "grid=sms tma" in result.output  # persistent TMA configs only
+    assert "no Stream-K" in result.output
 
 
 def test_the_benchmark_checks_block_problems_against_the_dequantized_product(monkeypatch):
@@ -360,6 +393,8 @@ def test_the_block_kernel_is_a_family_of_its_own():
     planning = {m: (identity._PACKAGE / m).read_text() for m in identity.BLOCKSCALED_PLANNING}
     same = identity.code_hash(texts, planning, identity.BLOCKSCALED_PLANNING)
     assert same == identity.blockscaled_kernel_hash() not in (dense, grouped)
-    texts["blockscaled.py"] = texts["blockscaled.py"].replace("acc += partial * sa[:, None] * sb[None, :]",
-                                                              "acc += partial * sa[:, None]")
+    edited = texts["blockscaled.py"].replace("(sa * tl.load(sb_ptrs + kb * stride_sbk))[:, None]",
+                                             "sa[:, None]")
+    assert edited != texts["blockscaled.py"]
+    texts["blockscaled.py"] = edited
     assert identity.code_hash(texts, planning, identity.BLOCKSCALED_PLANNING) != same

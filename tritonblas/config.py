@@ -6,6 +6,7 @@ heuristic, the tuner's pruner, config-file loading and `matmul(config=...)` all 
 
 from __future__ import annotations
 
+import functools
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
@@ -186,12 +187,12 @@ def config_supports(config: GemmConfig, problem: Problem, device: DeviceInfo) ->
 
 def block_refusal(config: GemmConfig) -> str | None:
     """Why the block-scaled kernel (kernels/blockscaled.py) cannot run a kernel `config`, None where it
-    can: persistent tiles by pointers whose K step divides the scale block of 128."""
+    can: persistent tiles, by TMA or pointers, whose K step divides the scale block of 128."""
     if config.streamk:
         # A Stream-K segment's partial would reach the fix-up already summed over K blocks of other scales.
         return "block-wise scales run on the persistent kernel only (no Stream-K)"
-    if config.tma or config.aligned_copy:
-        return "block-wise scales read the operands by pointers (tma=False, aligned_copy=False)"
+    if config.aligned_copy or config.host_descriptors:
+        return "block-wise scales read the operands in place (aligned_copy=False, host_descriptors=False)"
     if config.flatten:
         return "block-wise scales have no flattened tile loop (flatten=False)"
     if SCALE_BLOCK % config.block_k:
@@ -204,6 +205,25 @@ def fp8_refusal(problem: Problem, device: DeviceInfo) -> str | None:
     if problem.quantized and "int8" not in (problem.dtype, problem.b) and device.arch not in FP8_ARCHS:
         return f"fp8 operands need an sm_89 or newer NVIDIA GPU, device is {device.arch}"
     return None
+
+
+def torch_blockwise_fits(problem: Problem, arch: str) -> bool:
+    """Whether torch's block-wise scaled mm (torch.nn.functional.scaled_mm, BlockWise1x128 x
+    BlockWise128x128: cuBLASLt) takes a block problem: sm_90, e4m3 operands, a row-major and b
+    column-major (layout nt), K and N whole blocks, a bf16 output and no bias (the kernels' contract adds
+    the bias in fp32 before one cast, which torch's bf16 result would round twice), a torch that has the
+    op. Elsewhere torch's side of a block problem is the dequantized fp32 product."""
+    return (arch == "sm_90" and problem.scales == "block" and problem.layout == "nt"
+            and problem.dtype == problem.b == "e4m3" and problem.n % SCALE_BLOCK == 0
+            and problem.k % SCALE_BLOCK == 0 and problem.out == "bf16" and problem.bias == "none"
+            and _torch_has_blockwise())
+
+
+@functools.cache
+def _torch_has_blockwise() -> bool:
+    import torch  # (here, not at import: the db commands load this module without torch)
+
+    return hasattr(getattr(torch.nn.functional, "ScalingType", None), "BlockWise128x128")
 
 
 def vendor_scaled_refusal(problem: Problem) -> str | None:

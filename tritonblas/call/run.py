@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import torch
 
-from ..config import GemmConfig
+from ..config import GemmConfig, torch_blockwise_fits
 from ..launch.blockscaled import launch_blockscaled, store_fp32, vendor_blockscaled
 from ..launch.gemm import is_out_of_resources, launch_gemm
 from ..launch.native import launch_record
@@ -232,13 +232,12 @@ def scale_vector(scale: torch.Tensor) -> torch.Tensor:
 def run_scaled(plan: ScaledPlan, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor,
                scale_b: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor | None) -> torch.Tensor:
     """Run a scaled_mm plan: out (allocated when None) = (a * scale_a) @ (b * scale_b) + bias."""
+    if plan.config is not None and plan.problem.scales == "block":  # (its own kernel and vendor)
+        return run_block(plan, a, b, scale_a, scale_b, bias, out)
     if out is None:
         out = a.new_empty((plan.m, plan.n), dtype=plan.out_dtype)
     config = plan.config
     if config is None:
-        return out
-    if plan.problem.scales == "block":  # (its own kernel and vendor: launch/blockscaled.py)
-        run_block(plan, a, b, scale_a, scale_b, bias, out)
         return out
     if config.backend == "torch" or eager_torch(plan):  # (the vendor takes the caller's tensors)
         _vendor_scaled(a, b, scale_a, scale_b, bias, out, plan.fast_acc)
@@ -266,14 +265,21 @@ def run_scaled(plan: ScaledPlan, a: torch.Tensor, b: torch.Tensor, scale_a: torc
 
 
 def run_block(plan: ScaledPlan, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor,
-              scale_b: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor) -> None:
-    """A block-scaled plan's run into out: its kernel, or torch's side for a torch config; a selected
-    config triton cannot compile falls back to the next selection (as run_scaled's)."""
+              scale_b: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor | None) -> torch.Tensor:
+    """A block-scaled plan's run (launch/blockscaled.py): its kernel into out (allocated where None), or
+    torch's side for a torch config, whose own result is returned where the caller gave no out; a
+    selected config triton cannot compile falls back to the next selection (as run_scaled's)."""
+    torch_takes = torch_blockwise_fits(plan.problem, plan.device.arch)
+    if plan.config.backend == "torch" and out is None:
+        return vendor_blockscaled(a, b, scale_a, scale_b, bias, None, plan.out_dtype, torch_takes)
+    if out is None:
+        out = a.new_empty((plan.m, plan.n), dtype=plan.out_dtype)
+
     def run_config(config: GemmConfig) -> None:
         if config.backend == "torch":
-            vendor_blockscaled(a, b, scale_a, scale_b, bias, out, plan.fast_acc)
+            vendor_blockscaled(a, b, scale_a, scale_b, bias, out, plan.out_dtype, torch_takes)
         else:
-            launch_blockscaled(a, b, scale_a, scale_b, bias, out, config, plan.device.sm_count, plan.fast_acc)
+            launch_blockscaled(a, b, scale_a, scale_b, bias, out, config, plan.device.sm_count)
 
     try:
         run_config(plan.config)
@@ -281,6 +287,7 @@ def run_block(plan: ScaledPlan, a: torch.Tensor, b: torch.Tensor, scale_a: torch
         if plan.user_config:
             raise
         _fall_back(exc, plan, run_config)
+    return out
 
 
 def scaled_mm_alone(a: torch.Tensor, out_dtype: torch.dtype, bias: torch.Tensor | None) -> bool:

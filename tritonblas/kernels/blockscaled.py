@@ -2,30 +2,66 @@
 block of a row, B per 128x128 block, one persistent launch over the output tiles.
 
 The scales change every 128 elements of K, so they cannot wait for the epilogue as tensor- and row-wise
-ones do: each K block of SCALE_BLOCK gets a fresh fp32 partial (common.k_loop_ptr over its BLOCK_K
-steps; BLOCK_K divides SCALE_BLOCK, so a step never straddles two blocks), which is multiplied by
-scale_a[rows, kb] and scale_b[kb, cols // SCALE_BLOCK] and added to the fp32 accumulator. The epilogue
-is common.py's with no scale of its own (A_SCALE = B_SCALE = 0): the bias and the one cast. Persistent
-scheduling only: a Stream-K segment would hand a partial sum to the fix-up that already mixes scales of
-several K blocks (config.config_supports refuses it). Operands by pointers (no TMA). Checked in Triton's
-interpreter and compiled for sm_90 on a CPU (tests/compile_sm90.py); not yet timed on a GPU (2026-12-03):
-whether the per-block inner loop keeps triton's software pipelining is the first thing to measure there.
+ones do. Each K step (BLOCK_K divides SCALE_BLOCK, so a step never straddles two blocks) takes a fresh
+tensor-core product and adds it to the fp32 accumulator times scale_a[rows, kb] * scale_b[kb, cols //
+SCALE_BLOCK]: a scale constant over its block factors out of that block's steps, and the product is
+promoted to fp32 every BLOCK_K elements (DeepSeek-V3's accurate accumulation), whatever use_fast_accum
+says. One flat K loop, so triton software-pipelines the operand and scale loads across block boundaries.
+The epilogue is common.py's with no scale of its own (A_SCALE = B_SCALE = 0): the bias and the one cast.
+Persistent scheduling only: a Stream-K segment would hand the fix-up partial sums (config.block_refusal).
+Operands through TMA descriptors (USE_TMA) or pointers, rows and columns past the edge wrapped as
+k_loop_ptr's.
 """
 
 import triton
 import triton.language as tl
 
-from .common import epilogue, k_loop_ptr, tile_coords, widened
+from .common import epilogue, hinted_offsets, k_step, make_operand_descs, tile_coords, widened, wrapped_index
 
 
 @triton.jit
-def block_scales(sa_ptr, sb_ptr, kb, rm, rn, M, N, stride_sam, stride_sak, stride_sbk, stride_sbn,
-                 SCALE_BLOCK: tl.constexpr):
-    """The tile's scales of K block `kb`: one per row of A (its 1x128 block), one per column of the
-    output (the 128x128 block of B the column falls in). Rows and columns past M, N read 0."""
-    sa = tl.load(sa_ptr + rm * stride_sam + kb * stride_sak, mask=rm < M, other=0.0)
-    sb = tl.load(sb_ptr + kb * stride_sbk + (rn // SCALE_BLOCK) * stride_sbn, mask=rn < N, other=0.0)
-    return sa, sb
+def operand_pointers(a_ptr, b_ptr, rm, rn, rk, stride_am, stride_ak, stride_bk, stride_bn,
+                     A_COL: tl.constexpr, B_COL: tl.constexpr, A_DIV: tl.constexpr, B_DIV: tl.constexpr):
+    """Pointers to a tile's first K step of A (rm x rk) and B (rk x rn), the contiguous axis hinted."""
+    if A_COL:
+        a_ptrs = (a_ptr + rm[:, None] * stride_am
+                  + hinted_offsets(idx=rk, stride=stride_ak, DIV=A_DIV)[None, :])
+    else:
+        a_ptrs = (a_ptr + hinted_offsets(idx=rm, stride=stride_am, DIV=A_DIV)[:, None]
+                  + rk[None, :] * stride_ak)
+    if B_COL:
+        b_ptrs = (b_ptr + rk[:, None] * stride_bk
+                  + hinted_offsets(idx=rn, stride=stride_bn, DIV=B_DIV)[None, :])
+    else:
+        b_ptrs = (b_ptr + hinted_offsets(idx=rk, stride=stride_bk, DIV=B_DIV)[:, None]
+                  + rn[None, :] * stride_bn)
+    return a_ptrs, b_ptrs
+
+
+@triton.jit
+def step_operands(a_src, b_src, a_ptrs, b_ptrs, off_m, off_n, step, k_left,
+                  BLOCK_K: tl.constexpr, USE_TMA: tl.constexpr, MASK_K: tl.constexpr,
+                  A_COL: tl.constexpr, B_COL: tl.constexpr):
+    """One K step's A and B tiles: TMA boxes (ragged edges zero-filled by the copy engine), or loads
+    through the step's pointers, masked along K where MASK_K (K not a whole number of steps)."""
+    if USE_TMA:
+        off_k = step * BLOCK_K
+        if A_COL:
+            a = a_src.load([off_k, off_m]).T
+        else:
+            a = a_src.load([off_m, off_k])
+        if B_COL:
+            b = b_src.load([off_n, off_k]).T
+        else:
+            b = b_src.load([off_k, off_n])
+    elif MASK_K:
+        kk = tl.arange(0, BLOCK_K)
+        a = tl.load(a_ptrs, mask=kk[None, :] < k_left, other=0.0)
+        b = tl.load(b_ptrs, mask=kk[:, None] < k_left, other=0.0)
+    else:
+        a = tl.load(a_ptrs)
+        b = tl.load(b_ptrs)
+    return a, b
 
 
 @triton.jit
@@ -35,38 +71,61 @@ def blockscaled_gemm_kernel(
     stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_biasm, stride_biasn,
     stride_sam, stride_sak, stride_sbk, stride_sbn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, FAST_ACC: tl.constexpr,
+    HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, USE_TMA: tl.constexpr,
     A_COL: tl.constexpr, B_COL: tl.constexpr, A_DIV: tl.constexpr, B_DIV: tl.constexpr,
     INT64: tl.constexpr, SCALE_BLOCK: tl.constexpr,
 ):
-    """C = sum over K blocks kb of (A[:, kb] @ B[kb, :]) * scale_a[:, kb] * scale_b[kb, n // SCALE_BLOCK]
+    """C = sum over K steps s of (A[:, s] @ B[s, :]) * scale_a[:, kb(s)] * scale_b[kb(s), n // SCALE_BLOCK]
     (+ bias), in fp32, cast once."""
     num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     iters = tl.cdiv(K, BLOCK_K)
-    k_blocks = tl.cdiv(K, SCALE_BLOCK)
-    steps: tl.constexpr = SCALE_BLOCK // BLOCK_K  # K steps of one scale block
+    a_src, b_src = a_ptr, b_ptr
+    if USE_TMA:
+        a_src, b_src = make_operand_descs(
+            a_ptr=a_ptr, b_ptr=b_ptr,
+            M=M, N=N, K=K,
+            stride_am=stride_am, stride_ak=stride_ak, stride_bk=stride_bk, stride_bn=stride_bn,
+            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
+            A_COL=A_COL, B_COL=B_COL,
+        )
     for tile_id in tl.range(tl.program_id(0), num_tiles, NUM_PROGS):
         pid_m, pid_n = tile_coords(
             tile_id=tile_id, M=M, N=N, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, GROUP_M=GROUP_M,
         )
-        rm = widened(idx=pid_m * BLOCK_M + tl.arange(0, BLOCK_M), INT64=INT64)
-        rn = widened(idx=pid_n * BLOCK_N + tl.arange(0, BLOCK_N), INT64=INT64)
+        # Wrapped rows and columns: every load in bounds, the epilogue's masked store drops the extra.
+        rm = widened(idx=wrapped_index(pid=pid_m, extent=M, BLOCK=BLOCK_M, DIV=A_DIV if A_COL else 1),
+                     INT64=INT64)
+        rn = widened(idx=wrapped_index(pid=pid_n, extent=N, BLOCK=BLOCK_N, DIV=1 if B_COL else B_DIV),
+                     INT64=INT64)
+        a_ptrs, b_ptrs = operand_pointers(
+            a_ptr=a_ptr, b_ptr=b_ptr, rm=rm, rn=rn, rk=widened(idx=tl.arange(0, BLOCK_K), INT64=INT64),
+            stride_am=stride_am, stride_ak=stride_ak, stride_bk=stride_bk, stride_bn=stride_bn,
+            A_COL=A_COL, B_COL=B_COL, A_DIV=A_DIV, B_DIV=B_DIV,
+        )
+        sa_ptrs = sa_ptr + rm * stride_sam
+        if BLOCK_N <= SCALE_BLOCK:  # the tile's columns lie in one 128-column block: one B scale a step
+            sb_ptrs = sb_ptr + ((pid_n * BLOCK_N) // SCALE_BLOCK) * stride_sbn
+        else:
+            sb_ptrs = sb_ptr + (rn // SCALE_BLOCK) * stride_sbn
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for kb in range(0, k_blocks):
-            partial = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            partial = k_loop_ptr(
-                acc=partial, a_ptr=a_ptr, b_ptr=b_ptr,
-                M=M, N=N, K=K,
-                stride_am=stride_am, stride_ak=stride_ak, stride_bk=stride_bk, stride_bn=stride_bn,
-                pid_m=pid_m, pid_n=pid_n, iter_start=kb * steps, iter_end=min((kb + 1) * steps, iters),
-                BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
-                EVEN_K=EVEN_K, PRECISION="tf32", FAST_ACC=FAST_ACC, A_COL=A_COL, B_COL=B_COL,
-                A_DIV=A_DIV, B_DIV=B_DIV, INT64=INT64,
+        # Warp-specialized where the operands come by TMA (one producer warp group feeding the MMA ones).
+        for step in tl.range(0, iters, warp_specialize=USE_TMA):
+            a, b = step_operands(
+                a_src=a_src, b_src=b_src, a_ptrs=a_ptrs, b_ptrs=b_ptrs,
+                off_m=pid_m * BLOCK_M, off_n=pid_n * BLOCK_N, step=step, k_left=K - step * BLOCK_K,
+                BLOCK_K=BLOCK_K, USE_TMA=USE_TMA, MASK_K=not EVEN_K, A_COL=A_COL, B_COL=B_COL,
             )
-            sa, sb = block_scales(sa_ptr=sa_ptr, sb_ptr=sb_ptr, kb=kb, rm=rm, rn=rn, M=M, N=N,
-                                  stride_sam=stride_sam, stride_sak=stride_sak, stride_sbk=stride_sbk,
-                                  stride_sbn=stride_sbn, SCALE_BLOCK=SCALE_BLOCK)
-            acc += partial * sa[:, None] * sb[None, :]
+            kb = (step * BLOCK_K) // SCALE_BLOCK
+            sa = tl.load(sa_ptrs + kb * stride_sak)
+            # The promotion costs CUDA-core work on every accumulator element each step: one FMA by a
+            # per-row factor where the B scale is one number, twice the H200's rate of a full scale tile.
+            if BLOCK_N <= SCALE_BLOCK:
+                acc += tl.dot(a, b) * (sa * tl.load(sb_ptrs + kb * stride_sbk))[:, None]
+            else:
+                acc += tl.dot(a, b) * (sa[:, None] * tl.load(sb_ptrs + kb * stride_sbk)[None, :])
+            if not USE_TMA:
+                a_ptrs += k_step(stride=stride_ak, BLOCK_K=BLOCK_K, INT64=INT64)
+                b_ptrs += k_step(stride=stride_bk, BLOCK_K=BLOCK_K, INT64=INT64)
         epilogue(
             acc=acc, c_ptr=c_ptr, bias_ptr=bias_ptr, a_scale_ptr=None, b_scale_ptr=None,
             M=M, N=N,

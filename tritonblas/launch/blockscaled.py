@@ -4,7 +4,8 @@ One place for what the kernel is given: its constexprs and grid (`block_launch`,
 family's kernel hash, identity.BLOCKSCALED_PLANNING), the launch itself (`launch_blockscaled`, through
 `kernel[grid](...)` on every call: no direct launch or C++ record yet), and torch's side
 (`vendor_blockscaled`): torch.nn.functional.scaled_mm with BlockWise1x128 / BlockWise128x128 scaling where
-the running torch and device take the call, else the dequantized operands' fp32 product.
+the running torch and device take the call (config.torch_blockwise_fits), else the dequantized operands'
+fp32 product.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import torch
 
 from ..config import GemmConfig
 from ..problem import SCALE_BLOCK
-from .gemm import needs_int64
+from . import scratch
+from .gemm import needs_int64, tma_ready
 from .streamk import program_count
 
 # fp8 outputs saturate to their finite range (as kernels/common.saturated and torch's saturated casts).
@@ -55,14 +57,17 @@ def _divisor(t: torch.Tensor, wrapped_dim: int) -> int:
 
 
 def block_launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None,
-                 scale_a: torch.Tensor, scale_b: torch.Tensor, config: GemmConfig, sm_count: int,
-                 fast_acc: bool) -> BlockLaunch:
-    """The grid and constexprs of one launch; `bias` the (M, N) view of the (N,) bias, or None."""
+                 scale_a: torch.Tensor, scale_b: torch.Tensor, config: GemmConfig,
+                 sm_count: int) -> BlockLaunch:
+    """The grid and constexprs of one launch; `bias` the (M, N) view of the (N,) bias, or None. TMA where
+    the config asks for it and both operands suit it (else pointers: a config tuned on aligned operands
+    still runs a strided view)."""
     m, k = a.shape
     n = b.shape[1]
     constexprs = dict(
         BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
-        HAS_BIAS=bias is not None, EVEN_K=k % config.block_k == 0, FAST_ACC=fast_acc,
+        HAS_BIAS=bias is not None, EVEN_K=k % config.block_k == 0,
+        USE_TMA=config.tma and tma_ready(a)[0] and tma_ready(b)[0],
         A_COL=a.stride(1) != 1 and a.stride(0) == 1, B_COL=b.stride(1) != 1 and b.stride(0) == 1,
         A_DIV=_divisor(a, 0), B_DIV=_divisor(b, 1),
         INT64=needs_int64((a, b, c, bias, scale_a, scale_b)), SCALE_BLOCK=SCALE_BLOCK,
@@ -71,21 +76,24 @@ def block_launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.
 
 
 def launch_blockscaled(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
-                       bias: torch.Tensor | None, out: torch.Tensor, config: GemmConfig, sm_count: int,
-                       fast_acc: bool) -> None:
+                       bias: torch.Tensor | None, out: torch.Tensor, config: GemmConfig,
+                       sm_count: int) -> None:
     """out = the block-scaled product (+ bias (N,)) through the kernel; scales as the caller has them
-    (any strides: the kernel reads them through theirs)."""
+    (any strides: the kernel reads them through theirs). No use_fast_accum here: the kernel promotes to
+    fp32 at every K step (kernels/blockscaled.py)."""
     m, n = out.shape
     if m == 0 or n == 0:
         return
     bias2d = None if bias is None else torch.broadcast_to(bias, (m, n))
-    plan = block_launch(a, b, out, bias2d, scale_a, scale_b, config, sm_count, fast_acc)
+    plan = block_launch(a, b, out, bias2d, scale_a, scale_b, config, sm_count)
     sbm, sbn = bias2d.stride() if bias2d is not None else (0, 0)
     args = (a, b, out, bias2d if bias2d is not None else out, scale_a, scale_b,
             m, n, a.shape[1], plan.programs, *a.stride(), *b.stride(), *out.stride(), sbm, sbn,
             *scale_a.stride(), *scale_b.stride())
     # triton launches on the current device
     with torch.cuda.device(a.device) if a.is_cuda else contextlib.nullcontext():
+        if plan.constexprs["USE_TMA"]:
+            scratch.ensure_allocator()
         _kernel()[(plan.programs,)](*args, **plan.constexprs, num_warps=config.num_warps,
                                     num_stages=config.num_stages)
 
@@ -107,38 +115,28 @@ def expanded_scales(scale_a: torch.Tensor, scale_b: torch.Tensor, k: int,
     return sa, sb
 
 
-def torch_blockwise_takes(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
-                          out_dtype: torch.dtype) -> bool:
-    """Whether torch.nn.functional.scaled_mm's block-wise scaling is tried for this call: a torch that
-    has it, an sm_90 device (cuBLASLt's block-wise fp8 kernels), a row-major and b column-major, K and
-    N whole blocks, a bf16 output and no bias (the kernels' contract adds the bias in fp32 before one
-    cast, which torch's bf16 result would round twice). A refusal there still falls back. Written from
-    torch's API without a GPU at hand (2026-12-03): which calls cuBLASLt takes is to be measured on the
-    H200, as config.vendor_scaled_refusal's rules were."""
-    recipes = getattr(torch.nn.functional, "ScalingType", None)
-    return (a.is_cuda and recipes is not None and hasattr(recipes, "BlockWise128x128")
-            and torch.cuda.get_device_capability(a.device) == (9, 0)
-            and a.stride(1) == 1 and b.stride(0) == 1 and a.shape[1] % SCALE_BLOCK == 0
-            and b.shape[1] % SCALE_BLOCK == 0 and bias is None and out_dtype == torch.bfloat16)
-
-
 def vendor_blockscaled(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
-                       bias: torch.Tensor | None, out: torch.Tensor, fast_acc: bool) -> None:
-    """torch's side of a block-scaled call, written into out: torch.nn.functional.scaled_mm where
-    torch_blockwise_takes, else (or where it refuses) the dequantized fp32 product, biased in fp32,
-    saturated for an fp8 output, cast once."""
-    if torch_blockwise_takes(a, b, bias, out.dtype):
+                       bias: torch.Tensor | None, out: torch.Tensor | None, out_dtype: torch.dtype,
+                       torch_takes: bool) -> torch.Tensor:
+    """torch's side of a block-scaled call: torch.nn.functional.scaled_mm where `torch_takes`
+    (config.torch_blockwise_fits), its own result returned where out is None (no copy); else, or where
+    that torch refuses, the dequantized fp32 product, biased in fp32, saturated for an fp8 output, cast
+    once into out (allocated where None)."""
+    if torch_takes:
         F = torch.nn.functional
         try:
-            # cuBLASLt wants both scales outer-dim-major (stride 1 along M, along K blocks for B).
+            # cuBLASLt wants both scales outer-dim-major (stride 1 along M, along K blocks for B): views
+            # where the caller's already are.
             y = F.scaled_mm(a, b, scale_a.t().contiguous().t(), F.ScalingType.BlockWise1x128,
                             scale_b.t().contiguous().t(), F.ScalingType.BlockWise128x128,
-                            output_dtype=torch.bfloat16, use_fast_accum=fast_acc)
-            out.copy_(y)
-            return
+                            output_dtype=torch.bfloat16)
+            return y if out is None else out.copy_(y)
         except (RuntimeError, ValueError, NotImplementedError):
             pass  # (this torch build refuses the call: the product below)
+    if out is None:
+        out = a.new_empty((a.shape[0], b.shape[1]), dtype=out_dtype)
     store_fp32(dequantized_product(a, b, scale_a, scale_b), bias, out)
+    return out
 
 
 def store_fp32(y: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor) -> None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from ..arch import DeviceInfo
 from ..arith import cdiv, gemm_flops
-from ..config import GemmConfig, config_supports
+from ..config import GemmConfig, config_supports, torch_blockwise_fits
 from ..launch.streamk import fixup_plan, fixup_reads, splits_tiles, streamk_grids, tile_splits
 from ..problem import (
     DTYPE_BYTES,
@@ -318,8 +318,30 @@ def _aligned_copy_us(problem: Problem, arch: str) -> float:
                for numel, elt in copied)
 
 
+# Block-wise scales (kernels/blockscaled.py): the tiles that led on the H200 (2026-12-04, e4m3 -> bf16,
+# DeepSeek-V3 and Qwen3 weights, M 16-4096; docs/notes/kernel-levers.md, B1-B3). The per-step promotion
+# runs on CUDA cores, which the model's tile efficiency knows nothing of: 128x128 tiles on 4 warps ran at
+# 0.4x the same tile on 8, 128x256 at 0.74-0.85x 128x128, so the model only ranks among these.
+# (block_m, block_n, block_k, num_warps, num_stages)
+_BLOCK_SCALED_TILES = ((128, 128, 128, 8, 4), (64, 128, 128, 4, 4), (64, 64, 128, 4, 5))
+
+
+def _block_scaled_candidates(problem: Problem, device: DeviceInfo) -> list[GemmConfig]:
+    out = []
+    for bm, bn, bk, warps, stages in _BLOCK_SCALED_TILES:
+        # by pointers only where descriptors cannot read the operands: TMA's K loop is warp-specialized
+        for tma in (True, False):
+            cfg = GemmConfig(block_m=bm, block_n=bn, block_k=bk, num_warps=warps, num_stages=stages, tma=tma)
+            if config_supports(cfg, problem, device) is None:
+                out.append(cfg)
+                break
+    return out
+
+
 def candidates(problem: Problem, device: DeviceInfo, enable_streamk: bool | None = None) -> list[GemmConfig]:
     """Every feasible config of the heuristic's space for this problem."""
+    if problem.scales == "block":
+        return [] if enable_streamk else _block_scaled_candidates(problem, device)
     families = (False, True) if enable_streamk is None else (enable_streamk,)
     copies = (False,) if operands_aligned(problem) else (False, True)
     # A reduce kernel where no data-parallel tile hides the fix-up, but not on a small problem, whose
@@ -403,7 +425,13 @@ def vendor_preferred(problem: Problem, device: DeviceInfo, best: Estimate | None
     if config_supports(GemmConfig.vendor(), problem, device) is not None:
         return None  # (scaled_mm: a problem torch._scaled_mm / torch._int_mm refuses)
     if problem.scales == "block":
-        return None  # (torch's block-wise op was never timed against the kernels: it runs where pinned)
+        # The block kernel's per-step fp32 promotion kept it at 0.45-0.65x torch's block-wise op (cuBLASLt)
+        # on every problem that op takes (2026-12-04, scripts/block_bench.py, H200); where it takes none,
+        # the dequantized product is no contender.
+        if torch_blockwise_fits(problem, device.arch):
+            return ("torch's block-wise op (cuBLASLt) ran 1.5-2.2x faster than the block kernel where it "
+                    "takes the call")
+        return None
     if min(problem.m, problem.n) < _VENDOR_MIN_MN:
         return None
     if min(problem.m, problem.n) >= _VENDOR_MISALIGNED_MIN_MN and not problem.quantized and \

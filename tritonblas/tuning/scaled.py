@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..config import torch_blockwise_fits
+from ..device import tensor_device_info
 from ..launch.blockscaled import expanded_scales, vendor_blockscaled
 from ..problem import SCALE_VECTORS, Problem, block_scale_shapes
 from ..validate import TORCH_DTYPE_OF
@@ -39,6 +41,7 @@ class ScaledOperands:
     ref: torch.Tensor  # fp64
     one_cast: torch.Tensor  # what a correct scaled_mm returns, up to the accumulation order
     block: bool = False  # block-wise scales (1x128, 128x128)
+    torch_blockwise: bool = False  # torch's block-wise op takes the problem (config.torch_blockwise_fits)
 
 
 def random_operand(rows: int, cols: int, transposed: bool, dtype: torch.dtype, device: torch.device,
@@ -84,7 +87,9 @@ def make(problem: Problem, device: torch.device, gen: torch.Generator) -> Scaled
         ref, fp32 = ref + bias.double(), fp32 + bias.float()
     if out.itemsize == 1:  # scaled_mm saturates an fp8 output to its finite range
         fp32 = fp32.clamp(torch.finfo(out).min, torch.finfo(out).max)
-    return ScaledOperands(a, b, sa, sb, bias, out, ref, fp32.to(out), problem.scales == "block")
+    arch = tensor_device_info(a).arch if a.is_cuda else ""
+    return ScaledOperands(a, b, sa, sb, bias, out, ref, fp32.to(out), problem.scales == "block",
+                          torch_blockwise_fits(problem, arch))
 
 
 def elementwise_scales(problem: Problem, sa: torch.Tensor,
@@ -111,7 +116,8 @@ def vendor_call(ops: ScaledOperands, out: torch.Tensor) -> Callable[[], object]:
     (torch's block-wise op, else the dequantized fp32 product). Raises where torch refuses the problem
     when called."""
     if ops.block:
-        return lambda: vendor_blockscaled(ops.a, ops.b, ops.scale_a, ops.scale_b, ops.bias, out, False)
+        return lambda: vendor_blockscaled(ops.a, ops.b, ops.scale_a, ops.scale_b, ops.bias, out, out.dtype,
+                                          ops.torch_blockwise)
     if ops.a.dtype == torch.int8:
         def int8() -> torch.Tensor:
             acc = torch._int_mm(ops.a, ops.b).float() * ops.scale_a * ops.scale_b
