@@ -178,7 +178,8 @@ def grouped_kernel_hash() -> str:
 BLOCKSCALED_PLANNING: dict[str, tuple[str, ...]] = {
     "launch/blockscaled.py": ("block_launch", "_divisor"),
     "launch/streamk.py": ("program_count",),
-    "launch/gemm.py": ("offset_reach", "INT32_OFFSETS", "_OFFSET_SLACK", "needs_int64"),
+    "launch/gemm.py": ("offset_reach", "INT32_OFFSETS", "_OFFSET_SLACK", "needs_int64", "tma_ready",
+                       "_is_col_major"),
     "problem.py": ("SCALE_BLOCK",),
 }
 

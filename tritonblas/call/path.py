@@ -119,6 +119,7 @@ class ScaledPlan(Plan):
 
     out_dtype: torch.dtype | None = None
     fast_acc: bool = False
+    torch_blockwise: bool = False  # block-wise scales that torch's own op takes (config.torch_blockwise_fits)
 
 
 plans: dict[tuple, Plan] = caches.new()  # by signature

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import torch
 
-from ..config import GemmConfig, torch_blockwise_fits
+from ..config import GemmConfig
 from ..launch.blockscaled import launch_blockscaled, store_fp32, vendor_blockscaled
 from ..launch.gemm import is_out_of_resources, launch_gemm
 from ..launch.native import launch_record
@@ -269,7 +269,7 @@ def run_block(plan: ScaledPlan, a: torch.Tensor, b: torch.Tensor, scale_a: torch
     """A block-scaled plan's run (launch/blockscaled.py): its kernel into out (allocated where None), or
     torch's side for a torch config, whose own result is returned where the caller gave no out; a
     selected config triton cannot compile falls back to the next selection (as run_scaled's)."""
-    torch_takes = torch_blockwise_fits(plan.problem, plan.device.arch)
+    torch_takes = plan.torch_blockwise
     if plan.config.backend == "torch" and out is None:
         return vendor_blockscaled(a, b, scale_a, scale_b, bias, None, plan.out_dtype, torch_takes)
     if out is None:

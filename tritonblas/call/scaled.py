@@ -15,7 +15,7 @@ import torch
 from tuning_db.vocabulary import QUANT_DTYPES, QUANT_OUT_DTYPES
 
 from .. import caches
-from ..config import GemmConfig, fp8_refusal, vendor_scaled_refusal
+from ..config import GemmConfig, fp8_refusal, torch_blockwise_fits, vendor_scaled_refusal
 from ..device import tensor_device_info
 from ..launch.prepared import prepare_launch
 from ..problem import SCALE_VECTORS, Problem, block_scale_shapes
@@ -148,6 +148,7 @@ def _prepare(key, problem: Problem, a, b, scale_a, scale_b, bias, out, use_fast_
                       out_dtype=TORCH_DTYPE_OF[problem.out], fast_acc=use_fast_accum)
     if out is not None:
         plan.spans = _spans(out, a, b, bias)
+    plan.torch_blockwise = torch_blockwise_fits(problem, device.arch)
     if config is not None and config.backend != "torch" and problem.scales != "block":  # (run_scaled's own)
         c = out if out is not None else \
             torch.empty((problem.m, problem.n), dtype=plan.out_dtype, device="meta")  # strides only

@@ -125,11 +125,10 @@ def vendor_blockscaled(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, 
     if torch_takes:
         F = torch.nn.functional
         try:
-            # cuBLASLt wants both scales outer-dim-major (stride 1 along M, along K blocks for B): views
-            # where the caller's already are.
-            y = F.scaled_mm(a, b, scale_a.t().contiguous().t(), F.ScalingType.BlockWise1x128,
-                            scale_b.t().contiguous().t(), F.ScalingType.BlockWise128x128,
-                            output_dtype=torch.bfloat16)
+            # cuBLASLt wants both scales outer-dim-major (stride 1 along M, along K blocks for B): a
+            # copy where the caller's are not (one more kernel a call).
+            y = F.scaled_mm(a, b, _outer_major(scale_a), F.ScalingType.BlockWise1x128, _outer_major(scale_b),
+                            F.ScalingType.BlockWise128x128, output_dtype=torch.bfloat16)
             return y if out is None else out.copy_(y)
         except (RuntimeError, ValueError, NotImplementedError):
             pass  # (this torch build refuses the call: the product below)
@@ -137,6 +136,10 @@ def vendor_blockscaled(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, 
         out = a.new_empty((a.shape[0], b.shape[1]), dtype=out_dtype)
     store_fp32(dequantized_product(a, b, scale_a, scale_b), bias, out)
     return out
+
+
+def _outer_major(scale: torch.Tensor) -> torch.Tensor:
+    return scale if scale.stride(0) == 1 else scale.t().contiguous().t()
 
 
 def store_fp32(y: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor) -> None:
