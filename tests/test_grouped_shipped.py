@@ -1,8 +1,10 @@
 """The grouped GEMM's shipped winners gate CI as the dense ones do, and its kernel compiles for sm_90.
 
-configs/grouped/sm_90.json must validate, be of the running grouped kernel (its hash: a kernel change
-needs `python scripts/grouped_bench.py --shapes scripts/classes/grouped.yaml --tune ...` on an H200),
-cover every entry of scripts/classes/grouped.yaml, and read back to the same bytes it was written as.
+configs/grouped/sm_90.json (tuned under triton 3.6.0) and sm_90-triton-3.9.0.json must validate, be of
+the running grouped kernel (its hash: a kernel change needs `python scripts/grouped_bench.py --shapes
+scripts/classes/grouped.yaml --tune ...` on an H200, under each triton), cover every entry of
+scripts/classes/grouped.yaml, and read back to the same bytes they were written as; dispatch reads the
+running triton's.
 """
 
 import json
@@ -15,36 +17,57 @@ from pathlib import Path
 import pytest
 
 from tritonblas.arch import device_for_arch
+from tritonblas.grouped import select as select_module
 from tritonblas.grouped import tune, usertable
 from tritonblas.grouped.select import (
     grouped_supports,
     select,
     shipped_table,
     smem_estimate,
+    table_for,
 )
-from tritonblas.identity import grouped_kernel_hash
+from tritonblas.identity import grouped_kernel_hash, triton_version
 from tritonblas.shapes import load_grouped
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "configs" / "grouped" / "sm_90.json"
+# (the table, the triton it was tuned under)
+TABLES = [(SHIPPED, "3.6.0"), (ROOT / "configs" / "grouped" / "sm_90-triton-3.9.0.json", "3.9.0")]
 CLASS = ROOT / "scripts" / "classes" / "grouped.yaml"
 H200 = device_for_arch("sm_90")
 
 
-def test_the_shipped_file_is_of_the_running_kernel():
-    doc = json.loads(SHIPPED.read_text())
+@pytest.mark.parametrize("path, triton", TABLES, ids=[t for _, t in TABLES])
+def test_each_shipped_table_is_of_the_running_kernel_and_its_triton(path, triton):
+    doc = json.loads(path.read_text())
     assert doc["kernel_hash"] == grouped_kernel_hash(), (
-        "configs/grouped/sm_90.json is stale: the grouped kernel changed; re-tune it on an H200 with "
+        f"{path.name} is stale: the grouped kernel changed; re-tune it on an H200 with "
         "scripts/grouped_bench.py --tune"
     )
+    assert doc["triton"] == triton and doc["arch"] == "sm_90"
 
 
-def test_every_shipped_winner_runs_on_its_arch():
-    table = shipped_table("sm_90")
+@pytest.mark.parametrize("path, triton", TABLES, ids=[t for _, t in TABLES])
+def test_every_shipped_winner_runs_on_its_arch(path, triton):
+    table = usertable.read_table(path)
     assert table
     for key, config in table.items():
         ok, why = grouped_supports(config, key, H200)
-        assert ok, f"{key.text()}: {why}"
+        assert ok, f"{path.name} {key.text()}: {why}"
+
+
+@pytest.mark.parametrize("running, name", [("3.9.0", "sm_90-triton-3.9.0.json"), ("3.6.0", "sm_90.json"),
+                                           ("3.7.1", "sm_90.json")])
+def test_dispatch_reads_the_table_of_the_running_triton(running, name, monkeypatch):
+    """A table tuned under the running triton where one ships, else the default one."""
+    assert table_for(SHIPPED.parent, "sm_90", running).name == name
+    monkeypatch.setattr("tritonblas.identity.triton_version", lambda: running)
+    select_module.clear_cache()
+    try:
+        assert shipped_table("sm_90") == usertable.read_table(SHIPPED.parent / name)
+    finally:
+        monkeypatch.undo()
+        select_module.clear_cache()
 
 
 @pytest.mark.parametrize("entry", load_grouped(CLASS), ids=lambda e: e.text())
@@ -53,12 +76,13 @@ def test_every_class_entry_has_a_shipped_winner(entry):
     assert selection.source == "shipped", f"{entry.text()}: {selection.source}"
 
 
-def test_the_file_reads_back_to_its_bytes(tmp_path):
-    doc = json.loads(SHIPPED.read_text())
+@pytest.mark.parametrize("path, triton", TABLES, ids=[t for _, t in TABLES])
+def test_the_file_reads_back_to_its_bytes(path, triton, tmp_path):
+    doc = json.loads(path.read_text())
     meta = {k: v for k, v in doc.items() if k not in ("arch", "winners")}
     out = tmp_path / "again.json"
-    usertable.write_table(out, doc["arch"], shipped_table("sm_90"), meta)
-    assert out.read_text() == SHIPPED.read_text()
+    usertable.write_table(out, doc["arch"], usertable.read_table(path), meta)
+    assert out.read_text() == path.read_text()
 
 
 COMPILE = textwrap.dedent("""
@@ -106,24 +130,36 @@ def test_the_grouped_kernel_compiles_for_sm_90():
         assert 0 < int(line.split()[-1]) <= bound <= H200.smem_per_block, line
 
 
+# (rows, N, K, groups, the source dispatch takes it from); which backend that source holds depends on the
+# running triton's table
 EXPLAINED = [
-    (["32768", "1536", "2048", "--groups", "128", "--layout", "nt"], "shipped", "triton"),
-    (["8192", "4096", "14336", "--groups", "8", "--layout", "nt"], "shipped", "torch"),
-    (["4096", "1536", "2048", "--groups", "128", "--layout", "nt"], "neighbor", "triton"),
-    (["4096", "1536", "2048", "--groups", "96", "--layout", "nt"], "heuristic", "triton"),
+    (32768, 1536, 2048, 128, "shipped"),
+    (8192, 4096, 14336, 8, "shipped"),
+    (4096, 1536, 2048, 128, "neighbor"),
+    (4096, 1536, 2048, 96, "heuristic"),
 ]
 
 
-@pytest.mark.parametrize("args,source,backend", EXPLAINED)
-def test_explain_says_what_a_grouped_gemm_runs(args, source, backend, monkeypatch):
+@pytest.mark.parametrize("m, n, k, groups, source", EXPLAINED)
+def test_explain_says_what_a_grouped_gemm_runs(m, n, k, groups, source, monkeypatch):
+    import torch
     from typer.testing import CliRunner
 
     from tritonblas.cli import app
+    from tritonblas.grouped.forms import GroupedShape
+    from tritonblas.grouped.select import key_of
 
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    result = CliRunner().invoke(app, ["explain", *args, "--arch", "sm_90"])
+    result = CliRunner().invoke(app, ["explain", str(m), str(n), str(k), "--groups", str(groups), "--layout",
+                                      "nt", "--arch", "sm_90"])
     assert result.exit_code == 0, result.output
-    assert f"source:   {source}" in result.output and f"backend:  {backend}" in result.output, result.output
+    shape = GroupedShape(form="2d3d", groups=groups, m=m, n=n, k=k, out_shape=(m, n))
+    selection = select(key_of(shape, torch.bfloat16, False, True), H200)
+    assert selection.source == source
+    assert f"source:   {source}" in result.output, result.output
+    assert f"backend:  {selection.backend}" in result.output, result.output
+    if source == "shipped":
+        assert table_for(SHIPPED.parent, "sm_90", triton_version()).name in result.output
 
 
 def test_explain_refuses_a_grouped_quantized_problem():

@@ -167,8 +167,9 @@ def _explain_grouped(m: int, n: int, k: int, groups: int, dtype: str | None, lay
     selection and its source (the user's table, the shipped configs/grouped/<arch>.json, a neighbour,
     the heuristic)."""
     from ..grouped.forms import GroupedShape
-    from ..grouped.select import key_of, select, vendor_preferred
+    from ..grouped.select import SHIPPED, key_of, select, table_for, vendor_preferred
     from ..grouped.usertable import dispatch_table
+    from ..identity import triton_version
     from ..validate import TORCH_DTYPE_OF, TORCH_DTYPES
 
     names = TORCH_DTYPES.values()
@@ -183,7 +184,7 @@ def _explain_grouped(m: int, n: int, k: int, groups: int, dtype: str | None, lay
     shape = GroupedShape(form="2d3d", groups=groups, m=m, n=n, k=k, out_shape=(m, n))
     key = key_of(shape, TORCH_DTYPE_OF[dtype], layout[0] == "t", layout[1] == "t")
     sel = select(key, info)
-    shipped = f"configs/grouped/{info.arch}.json"
+    shipped = f"configs/grouped/{table_for(SHIPPED, info.arch, triton_version()).name}"
     why = {"shipped": shipped, "neighbor": f"the nearest tuned rows per group in {shipped}",
            "heuristic": "nothing tuned for it",
            "user": f"tritonblas tune's table {dispatch_table(info.arch)[1]}"}.get(sel.source, sel.source)

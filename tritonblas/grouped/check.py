@@ -3,7 +3,8 @@ check` says of them (the dense problems' check is tuning_db.coverage's).
 
 A table's winners serve when it is of the arch asked for and of the running grouped kernel (its
 `kernel_hash`, identity.grouped_kernel_hash); with `strict`, only when it was tuned under the running
-triton too. A table holds one triton version (its header's), unlike the dense files' rows.
+triton too. A table holds one triton version (its header's), unlike the dense files' rows: the tables of
+other versions ship beside it as <arch>-triton-<version>.json.
 """
 
 from __future__ import annotations
@@ -50,5 +51,9 @@ def grouped_gaps(entries: list[GroupedEntry], table: Path, arch: str, strict: bo
 
 
 def table_beside(config_file: Path, arch: str) -> Path:
-    """The grouped table that ships beside a dense config file: configs/grouped/<arch>.json."""
-    return config_file.parent / "grouped" / f"{arch}.json"
+    """The grouped table that ships beside a dense config file for the running triton: configs/grouped/
+    <arch>-triton-<version>.json where there is one, else configs/grouped/<arch>.json (select.table_for)."""
+    from ..identity import triton_version
+    from .select import table_for
+
+    return table_for(config_file.parent / "grouped", arch, triton_version())

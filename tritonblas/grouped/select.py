@@ -107,12 +107,21 @@ def heuristic(key: GroupedKey, device: DeviceInfo) -> GemmConfig:
 SHIPPED = Path(__file__).resolve().parent.parent / "configs" / "grouped"
 
 
+def table_for(folder: Path, arch: str, triton: str) -> Path:
+    """The grouped table in `folder` for `arch` under triton `triton`: <arch>-triton-<version>.json where
+    one was tuned under it (a table holds one triton version, its header's), else <arch>.json."""
+    own = folder / f"{arch}-triton-{triton}.json"
+    return own if own.is_file() else folder / f"{arch}.json"
+
+
 @functools.cache
 def shipped_table(arch: str) -> dict[GroupedKey, GemmConfig]:
-    """configs/grouped/<arch>.json: tuned winners by key ({} where none ship)."""
+    """configs/grouped's winners by key for `arch` under the running triton (table_for; {} where none
+    ship)."""
+    from ..identity import triton_version
     from .usertable import read_table
 
-    return read_table(SHIPPED / f"{arch}.json")
+    return read_table(table_for(SHIPPED, arch, triton_version()))
 
 
 @dataclass(frozen=True)
