@@ -131,19 +131,19 @@ def test_tma_operands(block_n, a_col):
     partial (zero-filled by the copy engine), N over 2 column blocks, a tile's B scales one number
     (BLOCK_N <= 128) or a vector. launch_blockscaled directly: dispatch refuses tma on the interpreter's
     arch."""
-    from tritonblas.launch.blockscaled import block_launch, launch_blockscaled
+    from tritonblas.launch.blockscaled import block_plan, launch_blockscaled
 
     a, b, scale_a, scale_b, bias = _inputs((32, 160, 288), E4M3, E4M3, a_col, True, "outer", BF16)
     config = GemmConfig(block_m=16, block_n=block_n, block_k=64, tma=True, num_warps=4, num_stages=2)
     out = torch.empty(32, 160, dtype=FP32)
-    assert block_launch(a, b, out, None, scale_a, scale_b, config, 4).constexprs["USE_TMA"]
+    assert block_plan(a, b, out, None, scale_a, scale_b, config, 4).constexprs["USE_TMA"]
     launch_blockscaled(a, b, scale_a, scale_b, bias, out, config, 4)
     _assert_close(out, a, b, scale_a, scale_b, bias, FP32)
     # a view TMA cannot read (leading stride of 289 bytes) runs the same config by pointers
     wide = torch.zeros(32, 289, dtype=E4M3)
     wide[:, :288] = a
     view = wide[:, :288]
-    assert not block_launch(view, b, out, None, scale_a, scale_b, config, 4).constexprs["USE_TMA"]
+    assert not block_plan(view, b, out, None, scale_a, scale_b, config, 4).constexprs["USE_TMA"]
     launch_blockscaled(view, b, scale_a, scale_b, bias, out, config, 4)
     _assert_close(out, view, b, scale_a, scale_b, bias, FP32)
 

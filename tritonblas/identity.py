@@ -176,7 +176,7 @@ def grouped_kernel_hash() -> str:
 
 # The block-scaled kernel's host planning (launch/blockscaled.py: its constexprs and grid), as PLANNING.
 BLOCKSCALED_PLANNING: dict[str, tuple[str, ...]] = {
-    "launch/blockscaled.py": ("block_launch", "_divisor"),
+    "launch/blockscaled.py": ("block_plan", "_divisor"),
     "launch/streamk.py": ("program_count",),
     "launch/gemm.py": ("offset_reach", "INT32_OFFSETS", "_OFFSET_SLACK", "needs_int64", "tma_ready",
                        "_is_col_major"),

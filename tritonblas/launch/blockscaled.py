@@ -1,8 +1,9 @@
 """The launch of the block-scaled scaled_mm (kernels/blockscaled.py), and its vendor.
 
-One place for what the kernel is given: its constexprs and grid (`block_launch`, hashed into the block
-family's kernel hash, identity.BLOCKSCALED_PLANNING), the launch itself (`launch_blockscaled`, through
-`kernel[grid](...)` on every call: no direct launch or C++ record yet), and torch's side
+One place for what the kernel is given: its launch as launch.gemm's Plan (`block_plan`: grid, integer
+arguments, constexprs; hashed into the block family's kernel hash, identity.BLOCKSCALED_PLANNING), the
+launch itself (`launch_blockscaled`: the one plan cache and launch.gemm.launch_plan, triton's C launcher
+once compiled; no C++ record yet), and torch's side
 (`vendor_blockscaled`): torch.nn.functional.scaled_mm with BlockWise1x128 / BlockWise128x128 scaling where
 the running torch and device take the call (config.torch_blockwise_fits), else the dequantized operands'
 fp32 product.
@@ -10,16 +11,13 @@ fp32 product.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-from dataclasses import dataclass
 
 import torch
 
 from ..config import GemmConfig
 from ..problem import SCALE_BLOCK
-from . import scratch
-from .gemm import needs_int64, tma_ready
+from .gemm import Plan, cached_plan, launch_plan, needs_int64, tma_ready
 from .streamk import program_count
 
 # fp8 outputs saturate to their finite range (as kernels/common.saturated and torch's saturated casts).
@@ -31,14 +29,6 @@ def _kernel():
     from ..kernels.blockscaled import blockscaled_gemm_kernel
 
     return blockscaled_gemm_kernel
-
-
-@dataclass(frozen=True)
-class BlockLaunch:
-    """A block-scaled launch's programs and constexprs."""
-
-    programs: int
-    constexprs: dict
 
 
 def _divisor(t: torch.Tensor, wrapped_dim: int) -> int:
@@ -56,23 +46,31 @@ def _divisor(t: torch.Tensor, wrapped_dim: int) -> int:
     return div
 
 
-def block_launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None,
-                 scale_a: torch.Tensor, scale_b: torch.Tensor, config: GemmConfig,
-                 sm_count: int) -> BlockLaunch:
-    """The grid and constexprs of one launch; `bias` the (M, N) view of the (N,) bias, or None. TMA where
-    the config asks for it and both operands suit it (else pointers: a config tuned on aligned operands
-    still runs a strided view)."""
+def block_plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None,
+               scale_a: torch.Tensor, scale_b: torch.Tensor, config: GemmConfig, sm_count: int) -> Plan:
+    """One launch of the block kernel as launch.gemm's Plan (kernel, grid, the integer arguments after
+    the six tensors a, b, c, bias (or c), scale_a, scale_b, constexprs); `bias` the (M, N) view of the
+    (N,) bias, or None. TMA where the config asks for it and both operands suit it (else pointers: a
+    config tuned on aligned operands still runs a strided view)."""
     m, k = a.shape
     n = b.shape[1]
+    use_tma = config.tma and tma_ready(a)[0] and tma_ready(b)[0]
     constexprs = dict(
         BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
-        HAS_BIAS=bias is not None, EVEN_K=k % config.block_k == 0,
-        USE_TMA=config.tma and tma_ready(a)[0] and tma_ready(b)[0],
+        HAS_BIAS=bias is not None, EVEN_K=k % config.block_k == 0, USE_TMA=use_tma,
         A_COL=a.stride(1) != 1 and a.stride(0) == 1, B_COL=b.stride(1) != 1 and b.stride(0) == 1,
         A_DIV=_divisor(a, 0), B_DIV=_divisor(b, 1),
         INT64=needs_int64((a, b, c, bias, scale_a, scale_b)), SCALE_BLOCK=SCALE_BLOCK,
     )
-    return BlockLaunch(program_count(config, m, n, k, sm_count), constexprs)
+    progs = program_count(config, m, n, k, sm_count)
+    sbm, sbn = bias.stride() if bias is not None else (0, 0)
+    ints = (m, n, k, progs, *a.stride(), *b.stride(), *c.stride(), sbm, sbn, *scale_a.stride(),
+            *scale_b.stride())
+    return Plan(_kernel(), progs, ints, constexprs, config.num_warps, config.num_stages, None, tma=use_tma)
+
+
+def _facts(t: torch.Tensor) -> tuple:
+    return t.shape, t.stride(), t.dtype, t.data_ptr() % 16 == 0
 
 
 def launch_blockscaled(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
@@ -80,22 +78,17 @@ def launch_blockscaled(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, 
                        sm_count: int) -> None:
     """out = the block-scaled product (+ bias (N,)) through the kernel; scales as the caller has them
     (any strides: the kernel reads them through theirs). No use_fast_accum here: the kernel promotes to
-    fp32 at every K step (kernels/blockscaled.py)."""
+    fp32 at every K step (kernels/blockscaled.py). The plan is kept in launch.gemm's one plan cache under
+    everything it depends on (shapes, strides, dtypes, 16-byte alignment, device, config), and launched
+    as the dense kernels' are (launch.gemm.launch_plan: triton's C launcher once compiled)."""
     m, n = out.shape
     if m == 0 or n == 0:
         return
     bias2d = None if bias is None else torch.broadcast_to(bias, (m, n))
-    plan = block_launch(a, b, out, bias2d, scale_a, scale_b, config, sm_count)
-    sbm, sbn = bias2d.stride() if bias2d is not None else (0, 0)
-    args = (a, b, out, bias2d if bias2d is not None else out, scale_a, scale_b,
-            m, n, a.shape[1], plan.programs, *a.stride(), *b.stride(), *out.stride(), sbm, sbn,
-            *scale_a.stride(), *scale_b.stride())
-    # triton launches on the current device
-    with torch.cuda.device(a.device) if a.is_cuda else contextlib.nullcontext():
-        if plan.constexprs["USE_TMA"]:
-            scratch.ensure_allocator()
-        _kernel()[(plan.programs,)](*args, **plan.constexprs, num_warps=config.num_warps,
-                                    num_stages=config.num_stages)
+    key = ("blockscaled", config, sm_count, a.device, _facts(a), _facts(b), _facts(out), _facts(scale_a),
+           _facts(scale_b), None if bias2d is None else _facts(bias2d))
+    plan = cached_plan(key, lambda: block_plan(a, b, out, bias2d, scale_a, scale_b, config, sm_count))
+    launch_plan(plan, (a, b, out, out if bias2d is None else bias2d, scale_a, scale_b), ())
 
 
 def dequantized_product(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor,

@@ -163,6 +163,9 @@ def _cached_plan(key: tuple, make: Callable[[], Plan]) -> Plan:
 Scales = tuple[torch.Tensor, torch.Tensor] | None
 
 
+cached_plan = _cached_plan  # the one plan cache's get-or-build, for the launches of other kernel families
+
+
 def scale_modes(scales: Scales) -> tuple[int, int]:
     """The kernels' A_SCALE, B_SCALE: 0 no scale, 1 one value, 2 a vector (kernels/common.epilogue)."""
     if scales is None:
