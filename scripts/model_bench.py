@@ -38,9 +38,25 @@ training step of each side under torch.profiler, the kernels ours launches more 
 name, kind, counts and device us; copies and elementwise kernels are what issue 34 item 1 rules out) and
 the host's aten::mm / aten::_grouped_mm / aten::copy_ calls.
 
+--fp8 row|block: inference in float8 (lm_common.fp8): each nn.Linear but the output head swapped for a
+float8_e4m3fn one in the bf16 model (the head, embeddings, a mixture of experts' router and experts, and
+GPT-2's Conv1D layers stay bf16, as transformers' fp8 quantizers leave them; a model with no layer to
+quantize, GPT-2, is skipped), and only prefill and the decodes timed (training parts and --profile, a
+training step, are skipped with a note). row: weights scaled per output channel, activations per token,
+torch._scaled_mm, which transparent mode routes: our side is transparent mode, as for bf16. block:
+128x128 weight blocks, 1x128 activation blocks, torch.nn.functional.scaled_mm on torch's side (a torch
+without it: the option is refused), which transparent mode does not route: our side is transparent mode
+with each quantized layer's GEMM switched to tritonblas.scaled_mm (lm_common.fp8.block_by_tritonblas);
+block runs end to end on the GPU only (--device cpu: torch's block-wise op has no CPU kernel, and the
+emulated graph replays aten ops, not our side's direct Triton launches: those rows record the failures).
+Logits error with --fp8: against the unquantized bf16 model run by torch (the quantization's own error,
+where the bf16 rows' reference is float32: the dtype's), experts compared to that model's choices, and
+ours against torch's fp8 logits (ours_vs_torch: the two sides' agreement).
+
     python scripts/model_bench.py --json model_bench.json              # the dense models, all parts, bf16
     python scripts/model_bench.py --models moe --quick                 # the mixtures of experts
     python scripts/model_bench.py --models llama gpt2 --parts train --quick --profile
+    python scripts/model_bench.py --fp8 row --models llama moe --quick   # float8 inference
     TRITON_INTERPRET=1 python scripts/model_bench.py --device cpu --tiny --quick --dtype fp32  # CPU smoke
 """
 
@@ -68,6 +84,7 @@ from lm_common import (
     reference_experts,
     rel_error,
 )
+from lm_common import fp8 as fp8_lib
 from lm_common.profile import compare
 from lm_common.report import format_row, table
 from lm_common.timing import Side, interleaved, paired_speedup
@@ -116,6 +133,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--record", default=None, metavar="FILE",
                    help="add every GEMM problem transparent mode meets to this shapes file (tritonblas "
                    "tune --shapes FILE tunes them)")
+    p.add_argument("--fp8", choices=fp8_lib.MODES, default=None,
+                   help="float8 inference (bf16 model, each nn.Linear but the output head quantized): row "
+                   "(per-channel weights, per-token activations, torch._scaled_mm) or block (128x128 "
+                   "weights, 1x128 activations, block-wise scaled_mm); prefill and decode parts only")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, help="write the results to this JSON file")
     args = p.parse_args(argv)
@@ -128,7 +149,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
              args.prompt_len, args.new_tokens, args.reps, *args.decode_batches)
     if min(sizes) < 1 or args.warmup < 0:
         p.error("sizes, --reps and --decode-batches must be positive, --warmup not negative")
+    if args.fp8:
+        _fp8_options(p, args)
     return args
+
+
+def _fp8_options(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """--fp8: a bf16 model, inference parts only (a float8 layer has no backward here)."""
+    if args.dtype != "bf16":
+        p.error("--fp8 quantizes the bf16 model: --dtype must be bf16")
+    if args.fp8 == "block" and not fp8_lib.torch_has_block():
+        p.error("--fp8 block: this torch has no torch.nn.functional.scaled_mm with block-wise scaling")
+    if "train" in args.parts:
+        print("model_bench: --fp8 times inference only: the train part is skipped", file=sys.stderr)
+        args.parts = [part for part in args.parts if part != "train"]
+    if args.profile:
+        print("model_bench: --fp8: --profile (a training step) is skipped", file=sys.stderr)
+        args.profile = False
+    if not args.parts:
+        p.error("--fp8: no inference part (prefill, decode, decode-graph) to time")
 
 
 # --- timing --------------------------------------------------------------------------------------------
@@ -138,15 +177,29 @@ def _why(exc: Exception) -> str:
     return f"{type(exc).__name__}: {first[:300]}"
 
 
-def sides(native: bool, control: bool = False, record: str | None = None
+def sides(native: bool, control: bool = False, record: str | None = None, fp8: str | None = None
           ) -> tuple[tuple[str, Callable[[], contextlib.AbstractContextManager]], ...]:
     """The two sides' modes: torch's own, and transparent mode with its C++ kernels (native) or its
-    Python ones, recording its problems to `record` where given; with `control`, torch's own on both
-    sides."""
+    Python ones, recording its problems to `record` where given, with --fp8 block's GEMMs switched to
+    tritonblas.scaled_mm too (transparent mode does not route torch's block-wise op); with `control`,
+    torch's own on both sides."""
     import tritonblas
 
-    ours = contextlib.nullcontext if control else functools.partial(tritonblas.enable, record, native=native)
+    if control:
+        return ("torch", contextlib.nullcontext), ("ours", contextlib.nullcontext)
+    ours = functools.partial(tritonblas.enable, record, native=native)
+    if fp8 == "block":
+        ours = functools.partial(_together, ours, fp8_lib.block_by_tritonblas)
     return ("torch", contextlib.nullcontext), ("ours", ours)
+
+
+@contextlib.contextmanager
+def _together(*modes: Callable[[], contextlib.AbstractContextManager]):
+    """The modes entered in order, left in reverse."""
+    with contextlib.ExitStack() as stack:
+        for mode in modes:
+            stack.enter_context(mode())
+        yield
 
 
 class Bench:
@@ -166,6 +219,11 @@ class Bench:
         self.sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
         self.prompts: dict[int, Any] = {}
         self.train_ids = None
+        self.ref_name = "fp32"  # the logits errors' reference: float32 (bf16 with --fp8)
+
+    def sides(self) -> tuple[tuple[str, Callable[[], contextlib.AbstractContextManager]], ...]:
+        a = self.args
+        return sides(a.native_kernels, a.control, a.record, a.fp8)
 
     def prompt(self, batch: int):
         """The decode prompt of a batch size, drawn once: the eager and the graph decode rows of a batch
@@ -184,7 +242,7 @@ class Bench:
         (error_torch / error_ours) and the other side is still timed."""
         row = {"model": self.name, "part": part, **facts}
         timed = []
-        for name, mode in sides(self.args.native_kernels, self.args.control, self.args.record):
+        for name, mode in self.sides():
             try:
                 with mode():
                     setup, run = make()
@@ -237,7 +295,7 @@ class Bench:
         """One training step of each side under torch.profiler: the kernels only ours launches."""
         _, step = self.train_step()
         with self.training():
-            modes = dict(sides(self.args.native_kernels, self.args.control, self.args.record))
+            modes = dict(self.sides())
             return compare(step, modes, self.sync, self.device.type == "cuda")
 
     def prefill(self) -> dict:
@@ -276,21 +334,26 @@ class Bench:
         return row
 
     def logits_errors(self, ids) -> dict:
-        """Each side's prefill logits against `ids`' float32 logits (computed before the cast), and a mixture
-        of experts' share of (layer, token) expert choices equal to float32's (experts_as_fp32_<side>); a
-        side that fails (torch._grouped_mm in a dtype it lacks, say) is recorded as error_<side>."""
+        """Each side's prefill logits against the reference's (self.ref_logits: float32, computed before
+        the cast; with --fp8, the unquantized bf16 model's), a mixture of experts' share of (layer, token)
+        expert choices equal to the reference's (experts_as_<ref_name>_<side>) and ours against torch's
+        (ours_vs_torch); a side that fails (torch._grouped_mm in a dtype it lacks, say) is recorded as
+        error_<side>."""
         out: dict[str, Any] = {}
+        logits_of = {}
         with self.torch.no_grad():
-            for name, mode in sides(self.args.native_kernels, self.args.control, self.args.record):
+            for name, mode in self.sides():
                 try:
                     with mode():
                         logits, picks = prefill_outputs(self.name, self.model, ids)
-                    out[name] = rel_error(logits, self.ref_logits)
+                    out[name], logits_of[name] = rel_error(logits, self.ref_logits), logits
                     if picks is not None:
                         same = (picks == self.ref_picks).all(-1)
-                        out[f"experts_as_fp32_{name}"] = same.float().mean().item()
+                        out[f"experts_as_{self.ref_name}_{name}"] = same.float().mean().item()
                 except Exception as exc:  # recorded: the parts still run
                     out[name], out[f"error_{name}"] = None, _why(exc)
+        if len(logits_of) == 2:
+            out["ours_vs_torch"] = rel_error(logits_of["ours"], logits_of["torch"])
         return out
 
 
@@ -309,9 +372,16 @@ def bench_model(args: argparse.Namespace, name: str, device) -> dict:
            "params": sum(p.numel() for p in model.parameters()), "config": config_facts(config)}
     bench = Bench(args, name, model, config, device)
     ids = bench.ids(args.prefill_batch, min(args.prefill_seq, max_positions(config)))
-    with torch.no_grad(), reference_experts(name, model):  # the float32 model, run by torch
-        bench.ref_logits, bench.ref_picks = prefill_outputs(name, model, ids)
-    model.to(getattr(torch, DTYPE_NAMES[args.dtype]))
+    if args.fp8:
+        doc["fp8_layers"] = fp8_reference(bench, ids)
+        if not doc["fp8_layers"]:
+            print(f"model_bench: --fp8: {name} has no nn.Linear to quantize (but its output head): skipped",
+                  file=sys.stderr)
+            return {**doc, "skipped": "no nn.Linear to quantize", "rows": []}
+    else:
+        with torch.no_grad(), reference_experts(name, model):  # the float32 model, run by torch
+            bench.ref_logits, bench.ref_picks = prefill_outputs(name, model, ids)
+        model.to(getattr(torch, DTYPE_NAMES[args.dtype]))
     doc["logits_error"] = bench.logits_errors(ids)
     del bench.ref_logits, bench.ref_picks
     rows = []
@@ -338,6 +408,19 @@ def bench_model(args: argparse.Namespace, name: str, device) -> dict:
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return doc
+
+
+def fp8_reference(bench: Bench, ids) -> list[str]:
+    """--fp8: the model cast to bf16, its logits (and expert choices) over `ids` run by torch as the
+    reference, then its nn.Linear layers quantized in place (lm_common.fp8.quantize_model): the names
+    quantized, none where the model has no layer to quantize."""
+    import torch
+
+    bench.model.to(torch.bfloat16)
+    bench.ref_name = "bf16"
+    with torch.no_grad():  # the same experts (grouped_mm) as the sides run: only the fp8 layers differ
+        bench.ref_logits, bench.ref_picks = prefill_outputs(bench.name, bench.model, ids)
+    return fp8_lib.quantize_model(bench.model, bench.args.fp8)
 
 
 def _token_agreement(rows: list[dict]) -> None:
@@ -375,7 +458,8 @@ def run(args: argparse.Namespace) -> dict:
 
     return {"script": "scripts/model_bench.py", "argv": sys.argv[1:],
             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-            "dtype": args.dtype, "torch": torch.__version__, "transformers": transformers.__version__,
+            "dtype": args.dtype, "fp8": args.fp8, "torch": torch.__version__,
+            "transformers": transformers.__version__,
             "reps": args.reps, "transparent_kernels": "C++" if args.native_kernels else "Python",
             "control": args.control,
             "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),

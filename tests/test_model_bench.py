@@ -1,7 +1,9 @@
 """scripts/model_bench.py (issue 34 item 4) on the CPU: its options, the interleaved timer (on a fake
 clock), the table, token agreement; with transformers installed, the model configs at full size and the
 parts on toy-sized models (the static-cache decoder's steps against the dynamic-cache decode, a whole run
-through transparent mode in the interpreter). --help without a GPU: tests/test_scripts.py."""
+through transparent mode in the interpreter); --fp8 (lm_common.fp8): its quantizers, its float8 Linear on
+both sides (block: ours only, torch's block-wise op has no CPU kernel), the swap, a tiny --fp8 row run.
+--help without a GPU: tests/test_scripts.py."""
 
 from __future__ import annotations
 
@@ -463,3 +465,180 @@ def test_record_writes_the_problems_of_our_side(mb, tmp_path):
         torch.mm(a, b)
     (problem,) = load_problems(path)
     assert (problem.m, problem.n, problem.k) == (5, 3, 7)
+
+
+# --- --fp8 (lm_common.fp8): the quantizers, the quantized Linear, the swap, a tiny run --------------------
+
+def test_fp8_options(mb, capsys):
+    args = mb.parse_args(["--fp8", "row", "--profile"])
+    assert args.fp8 == "row" and args.parts == ["prefill", "decode", "decode-graph"] and not args.profile
+    assert "train part is skipped" in capsys.readouterr().err
+    assert mb.parse_args(["--fp8", "block", "--parts", "decode"]).parts == ["decode"]
+    assert mb.parse_args([]).fp8 is None
+    for argv in (["--fp8", "row", "--dtype", "fp32"], ["--fp8", "row", "--parts", "train"],
+                 ["--fp8", "int8"]):
+        with pytest.raises(SystemExit):
+            mb.parse_args(argv)
+
+
+def _dequantizes_to(q: torch.Tensor, scale: torch.Tensor, x: torch.Tensor) -> bool:
+    """float8_e4m3fn's rounding: half a unit of 3 mantissa bits (1/16 of the value), or half the
+    subnormal step (2^-10) of the scaled value."""
+    return bool(((q.float() * scale - x).abs() <= x.abs() / 16 + scale * 2.0 ** -10 + 1e-30).all())
+
+
+def test_fp8_quantizers(mb):
+    from lm_common import fp8
+
+    torch.manual_seed(0)
+    x = torch.randn(5, 200) * torch.tensor([1e-3, 1.0, 30.0, 0.0, 2.0])[:, None]
+    xq, scale = fp8.quantize_rows(x)
+    assert xq.dtype == torch.float8_e4m3fn and scale.shape == (5, 1) and scale.dtype == torch.float32
+    assert scale[3].item() == pytest.approx(fp8.EPS) and not xq.float().isnan().any()  # a zero row
+    torch.testing.assert_close(scale[:, 0], (x.abs().amax(1) / 448).clamp(min=1e-12))
+    assert xq.float().abs().amax().item() == 448.0  # each row's amax maps to float8's largest value
+    assert _dequantizes_to(xq, scale, x)
+
+    xq, scale = fp8.quantize_token_blocks(x)  # K = 200: blocks of 128 and 72
+    assert scale.shape == (5, 2) and scale.stride() == (1, 5)  # outer-dim-major
+    torch.testing.assert_close(scale[:, 1], (x[:, 128:].abs().amax(1) / 448).clamp(min=1e-12))
+    assert _dequantizes_to(xq, scale.repeat_interleave(128, 1)[:, :200], x)
+
+    w = torch.randn(130, 260)
+    w[128:, 256:] *= 100.0  # the last, partial block's scale is its own
+    wq, scale = fp8.quantize_weight_blocks(w)
+    assert wq.shape == (130, 260) and scale.shape == (2, 3)
+    assert scale[1, 2].item() == pytest.approx(w[128:, 256:].abs().amax().item() / 448)
+    full = scale.repeat_interleave(128, 0).repeat_interleave(128, 1)[:130, :260]
+    assert _dequantizes_to(wq, full, w)
+
+
+def _linear(k: int = 150, n: int = 40, bias: bool = True) -> torch.nn.Linear:
+    torch.manual_seed(1)
+    return torch.nn.Linear(k, n, bias=bias).to(torch.bfloat16)
+
+
+def _rel(x: torch.Tensor, ref: torch.Tensor) -> float:
+    return ((x.float() - ref.float()).norm() / ref.float().norm()).item()
+
+
+def test_fp8_row_linear_on_both_sides(mb):
+    """torch._scaled_mm row-wise (torch runs it on the CPU too), and the same module in transparent mode:
+    within float8's error of the bf16 Linear, our side through tritonblas."""
+    from lm_common import fp8
+
+    import tritonblas
+
+    lin = _linear()
+    q = fp8.Fp8Linear(lin, "row")
+    assert q.weight.dtype == torch.float8_e4m3fn and q.weight_scale.shape == (1, 40)
+    assert q.bias.dtype == torch.bfloat16
+    x = torch.randn(2, 3, 150, dtype=torch.bfloat16)
+    with torch.no_grad():
+        ref, theirs = lin(x), q(x)
+        with tritonblas.enable(native=False):
+            ours = q(x)
+        xq, sx = fp8.quantize_rows(x.reshape(6, 150))
+        direct = tritonblas.scaled_mm(xq, q.weight.t(), sx, q.weight_scale, bias=q.bias,
+                                      out_dtype=torch.bfloat16, backend="triton")
+    assert theirs.shape == ours.shape == (2, 3, 40) and ours.dtype == torch.bfloat16
+    assert 1e-3 < _rel(theirs, ref) < 0.06 and _rel(ours, ref) < 0.06
+    assert torch.equal(ours.reshape(6, 40), direct)  # transparent mode ran our kernel
+    assert _rel(ours, theirs) < 1e-2  # the same fp8 GEMM, bf16-rounded apart
+
+
+def test_fp8_block_linear_ours(mb):
+    """Our side of --fp8 block (torch's block-wise op has no CPU kernel): tritonblas.scaled_mm with the
+    module's scales, equal to the GEMM of the dequantized operands and within float8's error of bf16."""
+    from lm_common import fp8
+
+    lin = _linear(k=260, n=130)
+    q = fp8.Fp8Linear(lin, "block")
+    assert q.weight_scale.shape == (2, 3)  # (N/128, K/128), transformers' weight_scale_inv
+    x = torch.randn(5, 260, dtype=torch.bfloat16)
+    with torch.no_grad(), fp8.block_by_tritonblas():
+        with fp8.block_by_tritonblas():  # nested: the outer one's state comes back
+            pass
+        assert fp8.block_ours()
+        ours = q(x)
+    assert not fp8.block_ours()
+    xq, sx = fp8.quantize_token_blocks(x)
+    xd = xq.float() * sx.repeat_interleave(128, 1)[:, :260]
+    wd = q.weight.float() * q.weight_scale.repeat_interleave(128, 0).repeat_interleave(128, 1)[:130, :260]
+    want = xd @ wd.t() + q.bias.float()
+    torch.testing.assert_close(ours.float(), want, rtol=1e-2, atol=1e-2)
+    assert _rel(ours, lin(x)) < 0.06
+
+
+def test_fp8_block_sides(mb):
+    """--fp8 block: our side is transparent mode with the quantized layers' GEMM switched to tritonblas;
+    torch's side neither."""
+    from lm_common import fp8
+
+    from tritonblas.transparent import is_enabled
+
+    modes = dict(mb.sides(native=False, fp8="block"))
+    with modes["ours"]():
+        assert is_enabled() and fp8.block_ours()
+    assert not is_enabled() and not fp8.block_ours()
+    with modes["torch"]():
+        assert not is_enabled() and not fp8.block_ours()
+    assert dict(mb.sides(native=False, control=True, fp8="block"))["ours"] is contextlib.nullcontext
+
+
+def test_quantize_model_swaps_the_linears_but_the_head(mb):
+    from lm_common import fp8
+
+    class Toy(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = torch.nn.Embedding(10, 16)
+            self.block = torch.nn.ModuleDict({"up": torch.nn.Linear(16, 32), "down": torch.nn.Linear(32, 16)})
+            self.norm = torch.nn.LayerNorm(16)
+            self.head = torch.nn.Linear(16, 10, bias=False)
+
+        def get_output_embeddings(self) -> torch.nn.Module:
+            return self.head
+
+    model = Toy().to(torch.bfloat16)
+    assert fp8.quantize_model(model, "block") == ["block.up", "block.down"]
+    assert isinstance(model.block["up"], fp8.Fp8Linear) and model.block["up"].mode == "block"
+    assert type(model.head) is torch.nn.Linear and type(model.embed) is torch.nn.Embedding
+    assert fp8.quantize_model(model, "row") == []  # nothing left to swap
+    with pytest.raises(ValueError, match="mode must be one of"):
+        fp8.Fp8Linear(torch.nn.Linear(4, 4), "tensor")
+
+
+def test_fp8_table(mb):
+    errors = {"torch": 0.0412, "ours": 0.0413, "ours_vs_torch": 0.0021, "experts_as_bf16_torch": 1.0,
+              "experts_as_bf16_ours": 0.75}
+    doc = {**_doc({"model": "mixtral", "params": 2e6, "rows": [], "logits_error": errors},
+                  {"model": "gpt2", "params": 1e6, "rows": [], "skipped": "no nn.Linear to quantize"}),
+           "fp8": "row"}
+    text = mb.table(doc)
+    assert "(fp8 row, torch" in text
+    assert "| model | params | logits error torch (fp8 row vs bf16) | ours | ours vs torch | experts as " \
+           "bf16's torch / ours |" in text
+    assert "| mixtral | 2.0M | 4.120e-02 | 4.130e-02 | 2.100e-03 | 1.000 / 0.750 |" in text
+    assert "| gpt2 | 1.0M | skipped: no nn.Linear to quantize |" in text
+
+
+def test_tiny_fp8_row_run(mb, tmp_path):
+    """--fp8 row end to end: Llama's seven projections a layer quantized (not lm_head), the inference
+    parts on both sides (ours: transparent mode routing torch._scaled_mm, in the interpreter), each side's
+    logits within float8's error of the bf16 model's and close to each other."""
+    pytest.importorskip("transformers")
+    path = tmp_path / "fp8.json"
+    assert mb.main(["--device", "cpu", "--tiny", "--models", "llama", "--fp8", "row", "--layers", "1",
+                    "--reps", "1", "--warmup", "0", "--prefill-seq", "8", "--prompt-len", "4",
+                    "--new-tokens", "2", "--decode-batches", "2", "--json", str(path)]) == 0
+    doc = json.loads(path.read_text())
+    (model,) = doc["models"]
+    assert doc["fp8"] == "row" and len(model["fp8_layers"]) == 7
+    assert not any("lm_head" in name for name in model["fp8_layers"])
+    assert [r["part"] for r in model["rows"]] == ["prefill", "decode", "decode-graph"]
+    for r in model["rows"]:
+        assert r["torch_ms"] > 0 and r["ours_ms"] > 0 and not any(k.startswith("error") for k in r), r
+    e = model["logits_error"]
+    assert 1e-3 < e["torch"] < 0.15 and 1e-3 < e["ours"] < 0.15, e
+    assert e["ours_vs_torch"] < e["torch"], e

@@ -30,27 +30,47 @@ def _other(doc: dict) -> str:
 
 
 def table(doc: dict) -> str:
-    lines = [f"Models on {doc['device']} ({doc['dtype']}, torch {doc['torch']}, transformers "
+    fp8 = doc.get("fp8")
+    precision = f"fp8 {fp8}" if fp8 else doc["dtype"]
+    lines = [f"Models on {doc['device']} ({precision}, torch {doc['torch']}, transformers "
              f"{doc['transformers']}): torch vs {_other(doc)}, {doc['reps']} interleaved rounds (speedup: "
              "the median round's torch / ours; note: the middle half of the rounds)",
              "", "| model | part | shape | torch ms | ours ms | speedup | note |",
              "|---|---|---|---|---|---|---|"]
     for m in doc["models"]:
         lines.extend(format_row(r) for r in m["rows"])
-    # a mixture of experts: the share of (layer, token) expert choices equal to float32's, which tells a
-    # token moved to another expert (a large logits error from the dtype alone) from a GEMM's error
-    lines += ["", "| model | params | logits error torch (bf16 vs fp32) | ours | experts as fp32's torch / "
-              "ours |", "|---|---|---|---|---|"]
+    return "\n".join(lines + ["", *error_table(doc)]) + _profiles(doc)
+
+
+def error_table(doc: dict) -> list[str]:
+    """The logits errors: each side's against float32's (bf16's with --fp8: the quantization's error),
+    with --fp8 ours against torch's too, and a mixture of experts' share of (layer, token) expert choices
+    equal to the reference's, which tells a token moved to another expert (a large logits error from the
+    dtype alone) from a GEMM's error."""
+    fp8 = doc.get("fp8")
+    ref = "bf16" if fp8 else "fp32"
+    versus = f"fp8 {fp8} vs bf16" if fp8 else f"{doc['dtype']} vs fp32"
+    extra = " ours vs torch |" if fp8 else ""
+    lines = [f"| model | params | logits error torch ({versus}) | ours |{extra} experts as {ref}'s torch / "
+             f"ours |", "|---|---|---|---|" + "---|" * (2 if fp8 else 1)]
     for m in doc["models"]:
+        if "skipped" in m:
+            lines.append(f"| {m['model']} | {m['params'] / 1e6:.1f}M | skipped: {m['skipped']} |")
+            continue
         e = m["logits_error"]
         cells = [f"failed: {e[f'error_{side}']}" if e.get(side) is None else f"{e[side]:.3e}"
                  for side in ("torch", "ours")]
-        experts = " / ".join(_ms(e, f"experts_as_fp32_{side}", ".3f") for side in ("torch", "ours"))
+        if fp8:
+            cells.append(_ms(e, "ours_vs_torch", ".3e"))
+        experts = " / ".join(_ms(e, f"experts_as_{ref}_{side}", ".3f") for side in ("torch", "ours"))
         lines.append(f"| {m['model']} | {m['params'] / 1e6:.1f}M | {' | '.join(cells)} | "
                      f"{'-' if experts == '- / -' else experts} |")
-    lines = "\n".join(lines).replace("(bf16 vs", f"({doc['dtype']} vs")
+    return lines
+
+
+def _profiles(doc: dict) -> str:
     profiled = [m for m in doc["models"] if "profile" in m]
-    return lines + ("\n\n" + profile_table(profiled) if profiled else "")
+    return "\n\n" + profile_table(profiled) if profiled else ""
 
 
 def profile_table(models: list[dict]) -> str:
