@@ -398,3 +398,30 @@ def test_the_block_kernel_is_a_family_of_its_own():
     assert edited != texts["blockscaled.py"]
     texts["blockscaled.py"] = edited
     assert identity.code_hash(texts, planning, identity.BLOCKSCALED_PLANNING) != same
+
+
+def test_a_torch_pick_that_torch_refuses_runs_the_kernel_from_then_on(monkeypatch, fresh_dispatch):
+    """Dispatch picks torch's block-wise op where config.torch_blockwise_fits; where cuBLASLt refuses the
+    call anyway (M = 1 on the H200), the call warns once, runs the kernel, and later calls never try
+    torch's op again."""
+    import tritonblas.call.run
+    import tritonblas.call.scaled
+    import tritonblas.selection.heuristic
+
+    tried = []
+
+    def refuse(*args, **kwargs) -> torch.Tensor:  # noqa: ANN002, ANN003
+        tried.append(1)
+        raise RuntimeError("CUDA error: CUBLAS_STATUS_NOT_SUPPORTED")
+
+    for module in (tritonblas.call.scaled, tritonblas.selection.heuristic):
+        monkeypatch.setattr(module, "torch_blockwise_fits", lambda problem, arch: True)
+    monkeypatch.setattr(tritonblas.call.run, "torch_blockwise", refuse)
+    a, b, scale_a, scale_b, _ = _inputs((1, 130, 256), E4M3, E4M3, False, True, "outer", None)
+    assert plan_scaled(a, b, scale_a, scale_b, None, BF16, False).config.backend == "torch"
+    with pytest.warns(RuntimeWarning, match="refused the call"):
+        y = tritonblas.scaled_mm(a, b, scale_a, scale_b, out_dtype=FP32)
+    _assert_close(y, a, b, scale_a, scale_b, None, FP32)
+    again = tritonblas.scaled_mm(a, b, scale_a, scale_b, out_dtype=FP32)
+    assert tried == [1] and torch.equal(again, y)
+    assert plan_scaled(a, b, scale_a, scale_b, None, FP32, False).config.backend == "triton"

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import torch
 
 from ..config import GemmConfig
-from ..launch.blockscaled import launch_blockscaled, store_fp32, vendor_blockscaled
+from ..launch.blockscaled import launch_blockscaled, store_fp32, torch_blockwise, vendor_blockscaled
 from ..launch.gemm import is_out_of_resources, launch_gemm
 from ..launch.native import launch_record
 from ..launch.prepared import launch_prepared
@@ -270,7 +270,15 @@ def run_block(plan: ScaledPlan, a: torch.Tensor, b: torch.Tensor, scale_a: torch
     torch's side for a torch config, whose own result is returned where the caller gave no out; a
     selected config triton cannot compile falls back to the next selection (as run_scaled's)."""
     torch_takes = plan.torch_blockwise
-    if plan.config.backend == "torch" and out is None:
+    if plan.config.backend == "torch" and torch_takes and not (plan.user_config or plan.restriction[1]):
+        try:
+            y = torch_blockwise(a, b, scale_a, scale_b)
+            return y if out is None else out.copy_(y)
+        except (RuntimeError, ValueError, NotImplementedError) as exc:
+            # Dispatch's pick refused by cuBLASLt (M = 1 on the H200): the kernel from now on.
+            dispatch.report_refusal(plan.problem, plan.device, plan.config, "refused the call", exc)
+            plan.config = dispatch.select_config(plan.problem, plan.device, *plan.restriction)
+    elif plan.config.backend == "torch" and out is None:
         return vendor_blockscaled(a, b, scale_a, scale_b, bias, None, plan.out_dtype, torch_takes)
     if out is None:
         out = a.new_empty((plan.m, plan.n), dtype=plan.out_dtype)

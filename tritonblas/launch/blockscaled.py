@@ -108,20 +108,27 @@ def expanded_scales(scale_a: torch.Tensor, scale_b: torch.Tensor, k: int,
     return sa, sb
 
 
+def torch_blockwise(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor,
+                    scale_b: torch.Tensor) -> torch.Tensor:
+    """torch.nn.functional.scaled_mm with BlockWise1x128 x BlockWise128x128 scaling and a bf16 result;
+    raises where this torch build or cuBLASLt refuses the call (cuBLASLt 13 refused M = 1 on the H200)."""
+    F = torch.nn.functional
+    # cuBLASLt wants both scales outer-dim-major (stride 1 along M, along K blocks for B): a copy where the
+    # caller's are not (one more kernel a call).
+    return F.scaled_mm(a, b, _outer_major(scale_a), F.ScalingType.BlockWise1x128, _outer_major(scale_b),
+                       F.ScalingType.BlockWise128x128, output_dtype=torch.bfloat16)
+
+
 def vendor_blockscaled(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
                        bias: torch.Tensor | None, out: torch.Tensor | None, out_dtype: torch.dtype,
                        torch_takes: bool) -> torch.Tensor:
-    """torch's side of a block-scaled call: torch.nn.functional.scaled_mm where `torch_takes`
+    """torch's side of a block-scaled call: torch_blockwise where `torch_takes`
     (config.torch_blockwise_fits), its own result returned where out is None (no copy); else, or where
     that torch refuses, the dequantized fp32 product, biased in fp32, saturated for an fp8 output, cast
     once into out (allocated where None)."""
     if torch_takes:
-        F = torch.nn.functional
         try:
-            # cuBLASLt wants both scales outer-dim-major (stride 1 along M, along K blocks for B): a
-            # copy where the caller's are not (one more kernel a call).
-            y = F.scaled_mm(a, b, _outer_major(scale_a), F.ScalingType.BlockWise1x128, _outer_major(scale_b),
-                            F.ScalingType.BlockWise128x128, output_dtype=torch.bfloat16)
+            y = torch_blockwise(a, b, scale_a, scale_b)
             return y if out is None else out.copy_(y)
         except (RuntimeError, ValueError, NotImplementedError):
             pass  # (this torch build refuses the call: the product below)

@@ -224,11 +224,19 @@ def report_compile_failure(problem: Problem, device: DeviceInfo, config: GemmCon
     """A dispatched config that triton refused to compile (out of shared memory or registers, where
     the predicate's estimate said it fits) is never selected again for that problem in this process;
     the next selection is the next layer's or the next ranked candidate (ops retries the call)."""
+    report_refusal(problem, device, config, "could not be compiled", exc)
+
+
+def report_refusal(problem: Problem, device: DeviceInfo, config: GemmConfig, what: str,
+                   exc: BaseException) -> None:
+    """A dispatched config that failed to run for `problem` (`what` it did: triton could not compile
+    it, torch's op refused the call) is never selected again for that problem in this process."""
     with _state.lock:
         _state.failed.setdefault((problem, device), set()).add(config)
         _drop_selections()
-    log.warn(f"tritonblas: {config.short()} could not be compiled for {problem.short()} on {device.name} "
-             f"({str(exc).splitlines()[0]}); using the next candidate", stacklevel=4)
+    lines = str(exc).splitlines() or [type(exc).__name__]
+    log.warn(f"tritonblas: {config.short()} {what} for {problem.short()} on {device.name} ({lines[0]}); "
+             "using the next candidate", stacklevel=5)
 
 
 def _from_db(problem: Problem, device: DeviceInfo, enable_streamk: bool | None,

@@ -419,19 +419,19 @@ _VENDOR_MISALIGNED_MIN_MN = 256
 
 def vendor_preferred(problem: Problem, device: DeviceInfo, best: Estimate | None) -> str | None:
     """Why the vendor GEMM is predicted faster than the kernels' best estimate `best`; None when not."""
+    if problem.scales == "block":
+        # The block kernel's per-step fp32 promotion kept it at 0.54-0.89x torch's block-wise op (cuBLASLt)
+        # on every problem that op takes (2026-12-04, scripts/block_bench.py, H200); where it takes none,
+        # the dequantized product is no contender.
+        if torch_blockwise_fits(problem, device.arch):
+            return ("torch's block-wise op (cuBLASLt) ran 1.1-1.9x faster than the block kernel where it "
+                    "takes the call")
+        return None
     threshold = _VENDOR_BELOW_EFFICIENCY.get(device.arch)
     if best is None or threshold is None or problem.dtype == "fp32" or problem.k == 0:
         return None
     if config_supports(GemmConfig.vendor(), problem, device) is not None:
         return None  # (scaled_mm: a problem torch._scaled_mm / torch._int_mm refuses)
-    if problem.scales == "block":
-        # The block kernel's per-step fp32 promotion kept it at 0.45-0.65x torch's block-wise op (cuBLASLt)
-        # on every problem that op takes (2026-12-04, scripts/block_bench.py, H200); where it takes none,
-        # the dequantized product is no contender.
-        if torch_blockwise_fits(problem, device.arch):
-            return ("torch's block-wise op (cuBLASLt) ran 1.5-2.2x faster than the block kernel where it "
-                    "takes the call")
-        return None
     if min(problem.m, problem.n) < _VENDOR_MIN_MN:
         return None
     if min(problem.m, problem.n) >= _VENDOR_MISALIGNED_MIN_MN and not problem.quantized and \
