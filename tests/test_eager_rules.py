@@ -246,3 +246,23 @@ def test_an_eager_vendor_plan_runs_torch_explicit_and_routed(native, x, capture_
     assert len(launches) == 2  # the explicit plan's first call and the routed plan's
     tritonblas.matmul(x.a, x.b, backend="triton")  # restricted: not judged
     assert len(launches) == 3
+
+
+def test_a_routed_scaled_mm_kernel_pick_is_charged_the_trip_into_python(monkeypatch):
+    """A scaled_mm kernel pick that beats torch._scaled_mm by less than a routed call's host cost runs in
+    explicit eager calls (a direct launch) but leaves transparent mode's eager calls to torch: no launch
+    record holds scales, so those launch from Python (Plan.routed_eager_vendor)."""
+    from tritonblas.arch import device_for_arch
+    from tritonblas.problem import Problem
+
+    h200 = device_for_arch("sm_90", "NVIDIA H200", 132)
+    problem = Problem(16, 6144, 4096, "e4m3", "nt", out_dtype="bf16", scales="row")
+    margin = call_path.ROUTED_EXTRA_US / 2
+    pick = dispatch.Selection(SMALL, "shipped", 0.030, True, problem, h200, torch_ms=0.030 + margin / 1000)
+    assert call_path.eager_torch_reason(pick, direct=True) is None
+    assert call_path.eager_torch_reason(pick, direct=True, routed=True) is not None
+    plan = call_path.ScaledPlan(problem.m, problem.n, problem.k, problem, h200, SMALL, (None, None), False,
+                                False, (0, 0, 0, 0), launched=True, routed_eager_vendor=True)
+    assert call_run.routed_eager_torch(plan)
+    plan.launched = False  # the first call launches the kernel (compiled before any capture)
+    assert not call_run.routed_eager_torch(plan)

@@ -425,3 +425,15 @@ def test_a_torch_pick_that_torch_refuses_runs_the_kernel_from_then_on(monkeypatc
     again = tritonblas.scaled_mm(a, b, scale_a, scale_b, out_dtype=FP32)
     assert tried == [1] and torch.equal(again, y)
     assert plan_scaled(a, b, scale_a, scale_b, None, FP32, False).config.backend == "triton"
+
+
+@pytest.mark.parametrize("m, takes", [(1, False), (3, False), (4, True), (16, True), (17, False), (4096, True)])
+def test_torch_takes_block_problems_of_whole_blocks_and_m_a_multiple_of_4(m, takes):
+    from tritonblas.config import torch_blockwise_fits
+
+    assert torch_blockwise_fits(Problem(m, 1536, 7168, "e4m3", "nt", out_dtype="bf16", scales="block"),
+                                "sm_90") is takes
+    assert not torch_blockwise_fits(Problem(m, 576, 7168, "e4m3", "nt", out_dtype="bf16", scales="block"),
+                                    "sm_90")  # N not whole blocks
+    assert not torch_blockwise_fits(Problem(m, 1536, 7168, "e4m3", "nt", "row", out_dtype="bf16",
+                                            scales="block"), "sm_90")  # a bias

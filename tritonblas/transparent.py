@@ -54,7 +54,7 @@ import torch
 from . import log, native
 from . import record as _record
 from .call.path import lookup, prepare
-from .call.run import native_record, run, torch_runs
+from .call.run import native_record, routed_eager_torch, run, torch_runs
 from .contract import ASK, EAGER_TORCH, KERNEL, TORCH
 from .device import interpreter_enabled
 
@@ -247,7 +247,8 @@ def _native_answers() -> tuple:
 
     def routed_scaled_mm(a, b, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum):
         out, plan = _routed_scaled(a, b, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum)
-        return ([] if out is None else [out]), _later(plan, a)[0]  # (never KERNEL: no record holds scales)
+        answer = EAGER_TORCH if plan is not None and plan.routed_eager_vendor else _later(plan, a)[0]
+        return ([] if out is None else [out]), answer  # (never KERNEL: no record holds scales)
 
     return routed_mm, routed_addmm, routed_scaled_mm
 
@@ -385,7 +386,7 @@ def _routed_scaled(a, b, scale_a, scale_b, bias, scale_result, out_dtype, use_fa
             plan = plan_scaled(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum)
         except (TypeError, ValueError, RuntimeError):  # torch's kernel has the last word on validity
             return None, None
-        if not torch_runs(plan):
+        if not torch_runs(plan) and not routed_eager_torch(plan):
             return run_scaled(plan, a, b, scale_a, scale_b, bias, None), plan
     elif _debug():
         _left_to_torch("_scaled_mm", a, b, bias)

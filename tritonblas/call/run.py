@@ -141,6 +141,11 @@ def eager_torch(plan: Plan) -> bool:
     return plan.eager_vendor and plan.launched and not capturing()
 
 
+def routed_eager_torch(plan: ScaledPlan) -> bool:
+    """As eager_torch, for a transparent-mode call of a scaled_mm plan (ScaledPlan.routed_eager_vendor)."""
+    return plan.routed_eager_vendor and plan.launched and not capturing()
+
+
 def _run_config(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bias2d: torch.Tensor | None,
                 alpha: float, beta: float, config: GemmConfig, sm_count: int, precision: str) -> None:
     """The kernels, or for a torch-backend config the vendor GEMM (_vendor_gemm)."""

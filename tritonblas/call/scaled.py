@@ -159,6 +159,7 @@ def _prepare(key, problem: Problem, a, b, scale_a, scale_b, bias, out, use_fast_
         # runs under graph capture only, where torch takes the problem at all.
         if selection is not None and backend is None and vendor_scaled_refusal(problem) is None:
             plan.eager_vendor = call_path.eager_vendor(selection, plan.launch)
+            plan.routed_eager_vendor = call_path.eager_vendor(selection, plan.launch, True)  # routed
     call_path.note(plan)  # as every planned call: a new problem goes to the file recorded now
     if key is not None:
         caches.store(read_at, plans, key, plan)
