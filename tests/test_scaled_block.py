@@ -427,7 +427,8 @@ def test_a_torch_pick_that_torch_refuses_runs_the_kernel_from_then_on(monkeypatc
     assert plan_scaled(a, b, scale_a, scale_b, None, FP32, False).config.backend == "triton"
 
 
-@pytest.mark.parametrize("m, takes", [(1, False), (3, False), (4, True), (16, True), (17, False), (4096, True)])
+@pytest.mark.parametrize("m, takes", [(1, False), (3, False), (4, True), (16, True), (17, False),
+                                     (4096, True)])
 def test_torch_takes_block_problems_of_whole_blocks_and_m_a_multiple_of_4(m, takes):
     from tritonblas.config import torch_blockwise_fits
 
