@@ -46,7 +46,7 @@ PYTHON = [p for p in PROGRAMS if p.suffix == ".py"]
 H200_RUN = SCRIPTS / "h200_run.sh"
 # Commands with a --help: not ci-postgres.sh, which .ci/run sources (it starts a PostgreSQL server).
 COMMANDS = [*PYTHON, H200_RUN]
-MAX_PROGRAMS = 12
+MAX_PROGRAMS = 13
 PACKAGES = ("tritonblas", "tuning_db")
 TINY = ROOT / "tests" / "data" / "tiny.yaml"
 
