@@ -266,3 +266,35 @@ def test_a_routed_scaled_mm_kernel_pick_is_charged_the_trip_into_python(monkeypa
     assert call_run.routed_eager_torch(plan)
     plan.launched = False  # the first call launches the kernel (compiled before any capture)
     assert not call_run.routed_eager_torch(plan)
+
+
+def test_routed_scaled_mm_calls_of_such_a_pick_run_torch_after_the_first(monkeypatch):
+    """Transparent mode's eager calls of a scaled_mm kernel pick charged the routed trip run the kernel
+    once (compiled and loaded for a later capture), then torch's op; explicit calls keep the kernel."""
+    launches = []
+    real = call_run.launch_prepared
+
+    def spy(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        if len(args) > 7 and args[7] is not None:  # scaled_mm's (torch's CPU op runs a routed mm inside)
+            launches.append(1)
+        return real(*args, **kwargs)
+
+    # the prepared launch (the one scaled_mm's plans take once compiled), watched without replacing
+    # launch_gemm (which would turn prepared launches off)
+    monkeypatch.setattr(call_run, "launch_prepared", spy)
+    monkeypatch.setattr(call_path, "eager_vendor", lambda selection, launch, routed=False, recorded=False:
+                        routed)
+    dispatch.clear_cache()
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(16, 64, generator=g).to(torch.float8_e4m3fn)
+    b = torch.randn(32, 64, generator=g).to(torch.float8_e4m3fn).t()
+    scale_a, scale_b = torch.rand(16, 1, generator=g) + 0.5, torch.rand(1, 32, generator=g) + 0.5
+    ref = torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.float32)
+    with tritonblas.enable(native=False):
+        for _ in range(3):
+            y = torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.float32)
+            torch.testing.assert_close(y, ref, rtol=1e-5, atol=1e-4)
+    assert len(launches) == 1
+    for _ in range(2):
+        tritonblas.scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.float32)
+    assert len(launches) == 3

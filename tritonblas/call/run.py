@@ -262,6 +262,8 @@ def run_scaled(plan: ScaledPlan, a: torch.Tensor, b: torch.Tensor, scale_a: torc
         if plan.launch is None or not _ready(plan) or \
                 not launch_prepared(plan.launch, a, b, out, bias, 1.0, 1.0, scales):
             run_config(config)
+        else:
+            plan.launched = True  # (compiled and loaded: routed_eager_torch may leave later calls to torch)
     except Exception as exc:  # as the plain ops: the next selection where triton cannot compile this one
         if plan.user_config:
             raise
