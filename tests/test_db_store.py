@@ -91,7 +91,8 @@ def test_old_schema_db_is_upgraded_keeping_its_rows(db_url, version, table, miss
     assert missing not in md.tables[table].c
     with engine.begin() as conn:
         conn.execute(md.tables["problems"].insert().values(id=1, **key().model_dump(exclude={"scales"})))
-        conn.execute(md.tables["environments"].insert().values(id=1, **ENV.model_dump()))
+        env = ENV.model_dump(exclude={"family_hashes"})
+        conn.execute(md.tables["environments"].insert().values(id=1, **env))
         conn.execute(md.tables["winners"].insert().values(
             problem_id=1, env_id=1, config_json=SMALL.model_dump_json(), median_ms=0.5, torch_ms=1.0,
             speedup=2.0, source="tuned", host="old", created_at=T0.replace(tzinfo=None)))

@@ -23,7 +23,6 @@ from tritonblas.problem import Problem, block_scale_shapes
 from tritonblas.selection import dispatch
 from tritonblas.shapes import ShapesError, load_problems
 from tritonblas.tuning.benchmark import GpuBenchmark
-from tritonblas.tuning.tuner import check_problem
 from tuning_db import ProblemKey
 
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
@@ -244,7 +243,7 @@ def test_bad_input_names_the_argument_and_leaves_out_alone(changes, error_type, 
 
 # --- the dispatch key, feasibility and the vendor -----------------------------------------------------
 
-def test_a_block_problem_has_its_own_key_and_no_row_wise_winner(fresh_dispatch):
+def test_a_block_problem_has_its_own_key_and_no_row_wise_winner(paths):
     block = Problem(16, 6144, 4096, "e4m3", "nt", out_dtype="bf16", scales="block")
     row = Problem(16, 6144, 4096, "e4m3", "nt", out_dtype="bf16", scales="row")
     assert block != row and hash(block) != hash(row)
@@ -254,6 +253,7 @@ def test_a_block_problem_has_its_own_key_and_no_row_wise_winner(fresh_dispatch):
     picked_row = tritonblas.select(16, 6144, 4096, "e4m3", scales="row", out_dtype="bf16", layout="nt",
                                    device=H200)
     assert picked_row.source == "shipped"
+    dispatch.set_shipped_dir(paths[1])  # (an empty folder: no shipped block winner either)
     picked = tritonblas.select(16, 6144, 4096, "e4m3", scales="block", out_dtype="bf16", layout="nt",
                                device=H200)
     # torch's block-wise op takes it (config.torch_blockwise_fits): the heuristic prefers it
@@ -366,17 +366,6 @@ def test_the_benchmark_checks_block_problems_against_the_dequantized_product(mon
     ops = bench._inputs.scaled
     assert ops.block and ops.scale_a.shape == (5, 3) and ops.scale_b.shape == (3, 2)
     assert bench.baseline(problem, INTERPRETER_DEVICE) > 0
-
-
-def test_the_tuner_refuses_block_problems(tmp_path):
-    with pytest.raises(ValueError, match="block-wise scales are not tuned yet"):
-        check_problem(Problem(64, 256, 512, "e4m3", "nt", out_dtype="bf16", scales="block"))
-    path = tmp_path / "block.yaml"
-    path.write_text("shapes:\n  - {m: 64, n: 256, k: 512, dtypes: [e4m3], layout: nt, scales: block}\n")
-    result = _cli(tmp_path, "tune", "--shapes", str(path), "--db", str(tmp_path / "t.sqlite"))
-    assert result.exit_code == 2, result.output
-    assert "64x256x512 e4m3->e4m3 nt block: block-wise scales are not tuned yet" in result.stderr
-    assert not (tmp_path / "t.sqlite").exists()
 
 
 # --- kernel hashes ------------------------------------------------------------------------------------

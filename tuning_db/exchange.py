@@ -187,13 +187,13 @@ class ConfigFile(BaseModel):
 
     def is_stale(self, env: EnvIdentity | None = None) -> bool:
         """Tuned for other kernel sources than `env`'s (default: running): no entry serves."""
-        return self.header.kernel_hash != (env or EnvIdentity.current()).kernel_hash
+        return self.header.kernel_hash not in (env or EnvIdentity.current()).hashes()
 
     def _winner(self, e: FileEntry, running: EnvIdentity) -> Winner:
         env = self.env_for(e)
         return Winner(key=self.key_of(e), config=e.config, median_ms=e.median_ms, torch_ms=e.torch_ms,
                       speedup=e.speedup, source="imported", host=e.host, created_at=e.created_at, env=env,
-                      **Winner.state_for(env, running))
+                      **Winner.state_for(env, running.for_scales(e.scales)))
 
     def winners(self, env: EnvIdentity | None = None) -> list[Winner]:
         """The entries as Winners (source "imported"), `stale` and `other_triton` set against `env`
@@ -209,7 +209,7 @@ class ConfigFile(BaseModel):
         running = env or EnvIdentity.current()
         if self.is_stale(running):
             return {}
-        found = sorted(((self._winner(e, running), e.kernel) for e in self.entries),
+        found = sorted(((w, e.kernel) for e in self.entries if not (w := self._winner(e, running)).stale),
                        key=lambda pair: (pair[0].other_triton, pair[0].median_ms))  # stable: file order
         best: dict[tuple, tuple[Winner, KernelFallback | None]] = {}
         for w, kernel in found:
@@ -328,15 +328,23 @@ def _pick(winners: Iterable[Winner], arch: str, device_name: str | None) -> list
 
 
 def export_file(db: TuningDB, path: str | Path, arch: str, *, device_name: str | None = None,
-                env: EnvIdentity | None = None, with_host: bool = False) -> ConfigFile:
+                env: EnvIdentity | None = None, with_host: bool = False, family: str = "gemm") -> ConfigFile:
     """Write the winners of `arch` (one device) for the running kernels to `path`, one per problem and
-    triton version; returns the file as validated. Host names are written only `with_host`."""
+    triton version; returns the file as validated. Host names are written only `with_host`. A file
+    holds one kernel family (one kernel hash): "gemm", or a scale mode whose kernels are hashed apart
+    (EnvIdentity.family_hashes: "block")."""
     from .engine import refuse_database_file
 
     refuse_database_file(Path(path), db.url, "config file to write")
-    running = env or EnvIdentity.current()
+    current = env or EnvIdentity.current()
+    families = dict(current.family_hashes)
+    if family != "gemm" and family not in families:
+        raise ValueError(f"family: must be one of gemm, {', '.join(sorted(families))}; got {family!r}")
+    running = current.for_scales(family)
     binding().check_arch(arch)
-    picked = _pick(db.winners(arch, include_stale=False, env=running), arch, device_name)
+    mine = [w for w in db.winners(arch, include_stale=False, env=running)
+            if (w.key.scales if w.key.scales in families else "gemm") == family]
+    picked = _pick(mine, arch, device_name)
     newest = max(utc(w.created_at) for w in picked)
     triton = _main_triton(picked)
     entries = [_entry_json(w, _fastest_kernel(db, w), triton, with_host) for w in picked]

@@ -71,7 +71,7 @@ def problem_id(conn: Connection, key: ProblemKey) -> int:
 
 
 def env_id(conn: Connection, env: EnvIdentity) -> int:
-    return _id_of(conn, EnvRow, env.model_dump(), ENV_COLUMNS)
+    return _id_of(conn, EnvRow, {c: getattr(env, c) for c in ENV_COLUMNS}, ENV_COLUMNS)
 
 
 def naive_utc(dt: datetime) -> datetime:
@@ -93,13 +93,13 @@ def measurement_values(m: Measurement, pid: int, eid: int, when: datetime) -> di
 
 def fresh_clause(running: EnvIdentity) -> ColumnElement[bool]:
     """Rows of environments whose triton version and kernel sources match the running ones."""
-    return and_(EnvRow.triton_version == running.triton_version,
-                EnvRow.kernel_hash == running.kernel_hash)
+    return and_(EnvRow.triton_version == running.triton_version, serving_clause(running))
 
 
 def serving_clause(running: EnvIdentity) -> ColumnElement[bool]:
-    """Rows that serve the running code (EnvIdentity.serves): its kernel sources, any triton version."""
-    return EnvRow.kernel_hash == running.kernel_hash
+    """Rows that serve the running code (EnvIdentity.serves): its kernel sources (any family's: a
+    family's hash is only ever stored with its own problems), any triton version."""
+    return EnvRow.kernel_hash.in_(running.hashes())
 
 
 def key_of(prow: ProblemRow) -> ProblemKey:
@@ -115,7 +115,8 @@ def winner_of(wrow: WinnerRow, prow: ProblemRow, erow: EnvRow, running: EnvIdent
         env = env_of(erow)
         return Winner(key=key_of(prow), config=config_from_json(wrow.config_json), median_ms=wrow.median_ms,
                       torch_ms=wrow.torch_ms, speedup=wrow.speedup, source=wrow.source, host=wrow.host,
-                      created_at=wrow.created_at, env=env, **Winner.state_for(env, running))
+                      created_at=wrow.created_at, env=env,
+                      **Winner.state_for(env, running.for_scales(prow.scales)))
     except ValidationError as e:
         raise TuningDBError(f"{where}: winners row {wrow.id} does not validate: "
                             f"{e.errors()[0]['msg']}") from None

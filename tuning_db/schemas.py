@@ -191,6 +191,10 @@ class EnvIdentity(BaseModel):
     torch_version: Label
     kernel_hash: KernelHash
     timing_protocol: Label
+    # The running code only (never stored: a stored row has one kernel hash): the kernel hashes of
+    # problems whose kernels are hashed apart, by scale mode ("block": the block-scaled kernel's), so a
+    # change to one family's kernels stales its winners and no others.
+    family_hashes: tuple[tuple[Scales, KernelHash], ...] = ()
 
     @classmethod
     def current(cls) -> EnvIdentity:
@@ -200,15 +204,24 @@ class EnvIdentity(BaseModel):
                                "(tuning_db.schemas.bind(current_env=...)); pass env= explicitly")
         return _binding.current_env()
 
+    def for_scales(self, scales: str) -> EnvIdentity:
+        """The environment a problem of this scale mode is tuned and looked up under: its family's
+        kernel hash where it has one of its own, else `kernel_hash`."""
+        found = dict(self.family_hashes).get(scales, self.kernel_hash)
+        return self.model_copy(update={"kernel_hash": found, "family_hashes": ()})
+
+    def hashes(self) -> tuple[str, ...]:
+        """Every kernel hash the running code serves: `kernel_hash` and the families'."""
+        return (self.kernel_hash, *sorted({h for _, h in self.family_hashes} - {self.kernel_hash}))
+
     def is_fresh_for(self, running: EnvIdentity) -> bool:
         """Fresh: same triton and same kernels. A torch upgrade alone does not change a kernel's speed."""
-        return (self.triton_version == running.triton_version
-                and self.kernel_hash == running.kernel_hash)
+        return self.triton_version == running.triton_version and self.serves(running)
 
     def serves(self, running: EnvIdentity) -> bool:
         """Same kernel sources: the config runs the same code, so it serves under any triton version
         (feasibility is checked again where it is used); only another kernel hash makes it stale."""
-        return self.kernel_hash == running.kernel_hash
+        return self.kernel_hash in running.hashes()
 
 
 @holds_config

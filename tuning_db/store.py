@@ -142,7 +142,7 @@ class TuningDB:
 
     def get_winner(self, key: ProblemKey, env: EnvIdentity | None = None) -> Winner | None:
         """The fastest fresh winner for exactly this key (device included); None on a miss."""
-        running = env or EnvIdentity.current()
+        running = (env or EnvIdentity.current()).for_scales(key.scales)
         match = [getattr(ProblemRow, c) == v for c, v in key.model_dump().items()]
         found = self._read(lambda conn: self._winner_rows(
             conn, *match, rows.fresh_clause(running),
@@ -154,7 +154,7 @@ class TuningDB:
         this device has no winner (a config tuned on one sm_90 part runs well on another), and so does
         a winner of another triton version for the same kernels (`Winner.other_triton`). A winner of
         the running triton version comes first, then the exact device, then the fastest."""
-        running = env or EnvIdentity.current()
+        running = (env or EnvIdentity.current()).for_scales(key.scales)
         values = key.model_dump()
         same_triton = case((EnvRow.triton_version == running.triton_version, 0), else_=1)
         same_device = case(((ProblemRow.device_name == key.device_name)
@@ -187,7 +187,7 @@ class TuningDB:
     def measurements(self, key: ProblemKey, env: EnvIdentity | None = None) -> list[Measurement]:
         """Candidates measured for `key` in environments fresh for `env`: ok ones fastest first, then
         failures."""
-        running = env or EnvIdentity.current()
+        running = (env or EnvIdentity.current()).for_scales(key.scales)
         stmt = (select(MeasurementRow).join(ProblemRow, MeasurementRow.problem_id == ProblemRow.id)
                 .join(EnvRow, MeasurementRow.env_id == EnvRow.id)
                 .where(*[getattr(ProblemRow, c) == v for c, v in key.model_dump().items()],

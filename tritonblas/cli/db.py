@@ -75,6 +75,17 @@ class Policy(str, enum.Enum):
     db = "db"
 
 
+FAMILY_HELP = ("Kernel family: gemm (every problem but block-wise scaled ones: configs/<arch>.json) or "
+               "block (block-wise scales, whose kernel has a hash of its own: configs/block/<arch>.json).")
+
+
+class Family(str, enum.Enum):
+    """A config file's kernel family (one kernel hash a file)."""
+
+    gemm = "gemm"
+    block = "block"
+
+
 def _single_arch(db, arch: str | None) -> str:
     """--arch, or the only arch the database holds winners for."""
     if check_arch(arch) is not None:
@@ -95,10 +106,11 @@ def export_cmd(output: Path = typer.Option(..., "-o", "--output", help="File to 
                with_host: bool = typer.Option(False, "--with-host", help="Write the name of the host that "
                                               "tuned each winner (default: none, so a shipped file does not "
                                               "publish the tuning machines' names)."),
+               family: Family = typer.Option(Family.gemm, "--family", help=FAMILY_HELP),
                db_url: str = DbOption) -> None:
     """Write the winners of one arch for the running kernels to a deterministic JSON file (what ships
     in configs/): one per problem and triton version, so rows tuned under another triton version ship
-    beside the running version's.
+    beside the running version's. A file holds one kernel family (`--family`).
 
     Exporting the same data again gives a byte-identical file. The file is written whole or not at all.
 
@@ -107,6 +119,7 @@ def export_cmd(output: Path = typer.Option(..., "-o", "--output", help="File to 
     ```
     tritonblas db export --db tune.sqlite --arch sm_90 -o configs/sm_90.json
     tritonblas db export --arch sm_90 --device-name "NVIDIA H200" --with-host -o h200.json
+    tritonblas db export --db tune.sqlite --family block -o configs/block/sm_90.json
     ```
     """
     from tuning_db.exchange import export_file
@@ -116,7 +129,7 @@ def export_cmd(output: Path = typer.Option(..., "-o", "--output", help="File to 
     check_output(output, "-o")
     with open_db(db_url) as db:
         cfg = guard(export_file, db, output, _single_arch(db, arch), device_name=device_name,
-                    with_host=with_host)
+                    with_host=with_host, family=family.value)
     versions = sorted({cfg.triton_of(e) for e in cfg.entries}, key=version_key)
     say(f"wrote {cfg.header.count} winners for {cfg.header.arch} ({cfg.header.device_name}; triton "
         f"{', '.join(versions)}) to {output}")

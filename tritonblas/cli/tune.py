@@ -144,12 +144,6 @@ def tune(shapes: list[Path] = typer.Option(..., "--shapes", help=SHAPES_HELP),
 
     configure_console()
     problems = problems_from(shapes, dtypes)
-    block = next((p for p in problems if p.scales == "block"), None)
-    if block is not None:  # (before any work: nothing tuned, nothing stored)
-        from ..tuning.tuner import BLOCK_UNTUNED
-
-        fail(f"error: {shapes_label(shapes)}: {block.short()}: {BLOCK_UNTUNED}; leave its entries (scales: "
-             "block) out of the tuned file")
     problems, part, first = _shard(problems, shard)
     entries = grouped_entries(shapes, dtypes) if first else []
     device_ids = parse_devices(devices)

@@ -162,31 +162,36 @@ def _arch_key(p: Problem) -> tuple:
 
 
 def _shipped(arch: str) -> dict[tuple, object]:
-    """Entries of configs/<arch>.json by (m, n, k, dtypes, layout, bias); loaded once per arch."""
+    """Entries of configs/<arch>.json and configs/block/<arch>.json (the block-scaled kernel's winners:
+    a kernel hash of their own) by (m, n, k, dtypes, layout, bias, scales); loaded once per arch."""
     with _state.lock:
         if arch in _state.shipped:
             return _state.shipped[arch]
         table: dict[tuple, object] = {}
         kernels: dict[tuple, object] = {}
-        path = SHIPPED_DIR / f"{arch}.json"
-        if path.is_file():
-            try:
-                from tuning_db.exchange import load_config_file
-
-                cfg = load_config_file(path)
-                # One entry per problem: the running triton version's, else one of another version
-                # (same kernels); stale entries (another kernel hash) are a miss, as in the DB.
-                if cfg.header.arch == arch:
-                    for w, kernel in cfg.serving().values():
-                        table[w.key.arch_key()[1:]] = w
-                        if kernel is not None:
-                            kernels[w.key.arch_key()[1:]] = kernel
-            except Exception as exc:  # a broken shipped file must not break matmul
-                log.warn(f"tritonblas: shipped config file {path} cannot be read ({exc}); it is ignored",
-                         stacklevel=4)
+        for path in (SHIPPED_DIR / f"{arch}.json", SHIPPED_DIR / "block" / f"{arch}.json"):
+            if path.is_file():
+                _read_shipped(path, arch, table, kernels)
         _state.shipped[arch] = table
         _state.shipped_kernels[arch] = kernels
         return table
+
+
+def _read_shipped(path: Path, arch: str, table: dict[tuple, object], kernels: dict[tuple, object]) -> None:
+    try:
+        from tuning_db.exchange import load_config_file
+
+        cfg = load_config_file(path)
+        # One entry per problem: the running triton version's, else one of another version
+        # (same kernels); stale entries (another kernel hash) are a miss, as in the DB.
+        if cfg.header.arch == arch:
+            for w, kernel in cfg.serving().values():
+                table[w.key.arch_key()[1:]] = w
+                if kernel is not None:
+                    kernels[w.key.arch_key()[1:]] = kernel
+    except Exception as exc:  # a broken shipped file must not break matmul
+        log.warn(f"tritonblas: shipped config file {path} cannot be read ({exc}); it is ignored",
+                 stacklevel=5)
 
 
 def _db_neighbors(arch: str) -> list[object]:

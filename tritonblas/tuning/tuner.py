@@ -67,20 +67,11 @@ class TuneOutcome:
         return None if self.winner is None else self.winner.config
 
 
-# Block-wise scales (kernels/blockscaled.py) have a kernel hash of their own
-# (identity.blockscaled_kernel_hash), which a stored winner does not carry yet: one would stay fresh when
-# that kernel changes.
-BLOCK_UNTUNED = ("block-wise scales are not tuned yet (their winners would be stored without the block "
-                 "kernel's hash); dispatch runs the heuristic's pick for them")
-
-
 def check_problem(problem: Problem) -> None:
     """A problem the tuner can store: a tritonblas Problem whose output has the operand dtype (a
     quantized one, timed through scaled_mm: any of its output dtypes)."""
     if not isinstance(problem, Problem):
         raise TypeError(f"problem must be a tritonblas.Problem, got {type(problem).__name__}")
-    if problem.scales == "block":
-        raise ValueError(f"{problem.short()}: {BLOCK_UNTUNED}")
     if problem.out != problem.dtype and not problem.quantized:
         raise ValueError(f"problem out_dtype {problem.out} differs from dtype {problem.dtype}; the kernels "
                          "write the operand dtype")
@@ -250,7 +241,7 @@ def tune_problem(problem: Problem, device: DeviceInfo, db, *, bench: Benchmark |
         best, ms, torch_ms = _decide(bench, results, space, problem, device, candidate_timeout_s)
     finally:
         bench.finish(problem)
-    env = EnvIdentity.current()
+    env = EnvIdentity.current().for_scales(problem.scales)  # (block-wise scales: their kernel's hash)
     measured = [c for c in space if c in results]
     rows = [_measurement(c, results[c], problem) for c in measured]
     winner = None
