@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from tritonblas import identity
 from tritonblas.arch import device_for_arch
 from tritonblas.cli import app
-from tritonblas.config import GemmConfig
+from tritonblas.config import GemmConfig, config_supports
 from tritonblas.problem import Problem
 from tritonblas.selection import dispatch
 from tritonblas.tuning.tuner import tune_problem
@@ -152,3 +152,15 @@ def test_tune_takes_a_shapes_file_of_block_problems(tmp_path, fake_gpu_benchmark
     with TuningDB(url) as db:
         [stored] = db.winners()
     assert stored.key.scales == "block" and stored.env.kernel_hash == identity.blockscaled_kernel_hash()
+
+
+@pytest.mark.parametrize("tile, warps, refused", [
+    ((128, 64), 4, True), ((128, 128), 4, True), ((64, 256), 4, True),  # NaN / no compile on the H200
+    ((128, 128), 8, False), ((64, 256), 8, False), ((64, 128), 4, False), ((16, 256), 4, False),
+])
+def test_block_tiles_that_failed_on_the_gpu_are_infeasible(tile, warps, refused):
+    config = GemmConfig(block_m=tile[0], block_n=tile[1], block_k=128, num_warps=warps, num_stages=2,
+                        tma=True)
+    reason = config_supports(config, BLOCK, H200)
+    assert (reason is not None and "need 8 warps" in reason) == refused, reason
+    assert config_supports(config, DENSE, H200) is None  # the dense kernels run them

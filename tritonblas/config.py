@@ -197,6 +197,10 @@ def block_refusal(config: GemmConfig) -> str | None:
         return "block-wise scales have no flattened tile loop (flatten=False)"
     if SCALE_BLOCK % config.block_k:
         return f"block-wise scales need a block_k dividing {SCALE_BLOCK} (one scale per K block)"
+    if config.num_warps < 8 and (config.block_m > 64 or config.block_m * config.block_n > 64 * 128):
+        # On the H200 under triton 3.6 one warp group over 128 rows returned NaN (128x64 and 128x128 by
+        # TMA) and 64x256 failed to compile (tuning run of 2026-12-04): such tiles take 8 warps.
+        return "block-wise scales on tiles of over 64 rows or 64x128 elements need 8 warps"
     return None
 
 

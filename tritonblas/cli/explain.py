@@ -255,8 +255,11 @@ def _eager_kernel_lines(sel) -> list[tuple[str, str]]:
 
 
 def _source_detail(sel, where: str) -> str:
+    from ..selection.dispatch import shipped_name
+
     if sel.source == "heuristic":
-        text = f"nothing tuned for it in {where}, configs/{sel.device.arch}.json or nearby shapes"
+        shipped = shipped_name(sel.device.arch, sel.problem.scales)
+        text = f"nothing tuned for it in {where}, configs/{shipped} or nearby shapes"
         return text + (f"; {sel.detail}" if sel.backend == "torch" else "")
     return sel.detail
 

@@ -161,6 +161,12 @@ def _arch_key(p: Problem) -> tuple:
     return (p.m, p.n, p.k, p.dtype, p.b, p.out, p.layout, p.bias, p.scales)
 
 
+def shipped_name(arch: str, scales: str = "none") -> str:
+    """The file under configs/ that ships winners of this scale mode: block-wise scales have a kernel
+    hash of their own (identity.blockscaled_kernel_hash), hence a file of their own."""
+    return f"block/{arch}.json" if scales == "block" else f"{arch}.json"
+
+
 def _shipped(arch: str) -> dict[tuple, object]:
     """Entries of configs/<arch>.json and configs/block/<arch>.json (the block-scaled kernel's winners:
     a kernel hash of their own) by (m, n, k, dtypes, layout, bias, scales); loaded once per arch."""
@@ -169,7 +175,7 @@ def _shipped(arch: str) -> dict[tuple, object]:
             return _state.shipped[arch]
         table: dict[tuple, object] = {}
         kernels: dict[tuple, object] = {}
-        for path in (SHIPPED_DIR / f"{arch}.json", SHIPPED_DIR / "block" / f"{arch}.json"):
+        for path in (SHIPPED_DIR / shipped_name(arch), SHIPPED_DIR / shipped_name(arch, "block")):
             if path.is_file():
                 _read_shipped(path, arch, table, kernels)
         _state.shipped[arch] = table
@@ -297,7 +303,8 @@ def _from_shipped(problem: Problem, device: DeviceInfo, enable_streamk: bool | N
         config, ms, why = kernel.config, kernel.median_ms, ": the fastest kernel of its tuning run"
     if not _feasible(config, problem, device):
         return None
-    where = f"configs/{device.arch}.json, tuned on {entry.key.device_name}{_tuned_under(entry)}"
+    where = (f"configs/{shipped_name(device.arch, problem.scales)}, tuned on {entry.key.device_name}"
+             f"{_tuned_under(entry)}")
     return Selection(config, "shipped", ms, True, problem, device, where + why, torch_ms=torch_ms or 0.0)
 
 
