@@ -69,13 +69,24 @@ def bias_dtype(out: torch.dtype) -> torch.dtype:
     return out if out.itemsize > 1 else torch.bfloat16
 
 
+def random_scales(problem: Problem, device: torch.device,
+                  gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """scale_a and scale_b, uniform around 1/sqrt(K). Block-wise ones outer-dim-major (stride 1 along M,
+    and along K blocks for b's): as torch's block-wise op takes them and as a weight's (N/128, K/128)
+    scales used transposed are, so neither side is timed with a layout copy the other is spared."""
+    size = max(problem.k, 1) ** -0.5
+    outer = problem.scales == "block"
+    drawn = (size * (0.5 + torch.rand(s[::-1] if outer else s, generator=gen, dtype=torch.float32,
+                                      device=device)) for s in scale_shapes(problem))
+    sa, sb = (t.t() if outer else t for t in drawn)
+    return sa, sb
+
+
 def make(problem: Problem, device: torch.device, gen: torch.Generator) -> ScaledOperands:
     a_col, b_col = problem.layout[0] == "t", problem.layout[1] == "t"
     a = random_operand(problem.m, problem.k, a_col, TORCH_DTYPE_OF[problem.dtype], device, gen)
     b = random_operand(problem.k, problem.n, b_col, TORCH_DTYPE_OF[problem.b], device, gen)
-    size = max(problem.k, 1) ** -0.5
-    sa, sb = (size * (0.5 + torch.rand(s, generator=gen, dtype=torch.float32, device=device))
-              for s in scale_shapes(problem))
+    sa, sb = random_scales(problem, device, gen)
     out = TORCH_DTYPE_OF[problem.out]
     bias = None
     if problem.bias == "row":
