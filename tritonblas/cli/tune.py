@@ -126,6 +126,9 @@ def tune(shapes: list[Path] = typer.Option(..., "--shapes", help=SHAPES_HELP),
     from the same triton and kernel are skipped unless --force. --budget-s does not limit them, --shard
     gives them all to shard 0, and --export writes the dense winners only.
 
+    Block-wise scaled entries (scales: block) are timed against torch's block-wise op and stored under the
+    block kernel's own hash; --export leaves them out (`tritonblas db export --family block` writes them).
+
     **Examples**
 
     ```
