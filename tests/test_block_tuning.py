@@ -164,3 +164,23 @@ def test_block_tiles_that_failed_on_the_gpu_are_infeasible(tile, warps, refused)
     reason = config_supports(config, BLOCK, H200)
     assert (reason is not None and "need 8 warps" in reason) == refused, reason
     assert config_supports(config, DENSE, H200) is None  # the dense kernels run them
+
+
+def test_warmup_runs_a_block_problem_with_its_scales_laid_out_as_tuned(fresh_dispatch, monkeypatch):
+    """Warm-up calls scaled_mm on scales in the tuner's layout (stride 1 along M), whose strides the
+    compiled kernel is specialized for."""
+    import tritonblas
+    from tritonblas import warmup
+
+    seen = []
+    real = tritonblas.scaled_mm
+
+    def spy(a, b, scale_a, scale_b, **kw):  # noqa: ANN001, ANN003, ANN202
+        seen.append((scale_a.stride(0), scale_b.stride(0)))
+        return real(a, b, scale_a, scale_b, **kw)
+
+    monkeypatch.setattr(tritonblas, "scaled_mm", spy)
+    small = Problem(8, 32, 160, "e4m3", "nt", out_dtype="bf16", scales="block")
+    [result] = warmup(problems=[small], progress=False)
+    assert result.status == "compiled" and result.config.backend == "triton", result
+    assert seen == [(1, 1)]

@@ -85,9 +85,9 @@ def _zero_call(problem: Problem, device, backend: str | None) -> Callable[[], ob
     a = _zeros(problem.m, problem.k, problem.layout[0] == "t", TORCH_DTYPE_OF[problem.dtype], device)
     b = _zeros(problem.k, problem.n, problem.layout[1] == "t", TORCH_DTYPE_OF[problem.b], device)
     if problem.quantized:
-        from .tuning.scaled import bias_dtype, scale_shapes
+        from .tuning.scaled import bias_dtype, laid_out_scales
 
-        sa, sb = (torch.ones(s, dtype=torch.float32, device=device) for s in scale_shapes(problem))
+        sa, sb = laid_out_scales(problem, lambda shape: torch.ones(shape, dtype=torch.float32, device=device))
         out = TORCH_DTYPE_OF[problem.out]
         bias = None if problem.bias == "none" else \
             torch.zeros(problem.n, dtype=bias_dtype(out), device=device)

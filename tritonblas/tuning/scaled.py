@@ -69,17 +69,22 @@ def bias_dtype(out: torch.dtype) -> torch.dtype:
     return out if out.itemsize > 1 else torch.bfloat16
 
 
-def random_scales(problem: Problem, device: torch.device,
-                  gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """scale_a and scale_b, uniform around 1/sqrt(K). Block-wise ones outer-dim-major (stride 1 along M,
-    and along K blocks for b's): as torch's block-wise op takes them and as a weight's (N/128, K/128)
-    scales used transposed are, so neither side is timed with a layout copy the other is spared."""
-    size = max(problem.k, 1) ** -0.5
+def laid_out_scales(problem: Problem, make: Callable[[tuple[int, ...]], torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    """scale_a and scale_b, each `make(shape)`, in the layout the tuner times: block-wise ones
+    outer-dim-major (stride 1 along M, and along K blocks for b's), as torch's block-wise op takes them
+    and as a weight's (N/128, K/128) scales used transposed are, so neither side is timed with a layout
+    copy the other is spared (and warm-up compiles the kernel those strides specialize)."""
     outer = problem.scales == "block"
-    drawn = (size * (0.5 + torch.rand(s[::-1] if outer else s, generator=gen, dtype=torch.float32,
-                                      device=device)) for s in scale_shapes(problem))
-    sa, sb = (t.t() if outer else t for t in drawn)
-    return sa, sb
+    made = (make(s[::-1] if outer else s) for s in scale_shapes(problem))
+    return tuple(t.t() if outer else t for t in made)
+
+
+def random_scales(problem: Problem, device: torch.device,
+                  gen: torch.Generator) -> tuple[torch.Tensor, ...]:
+    """scale_a and scale_b, uniform around 1/sqrt(K), laid out as `laid_out_scales` says."""
+    size = max(problem.k, 1) ** -0.5
+    return laid_out_scales(problem, lambda shape: size * (0.5 + torch.rand(
+        shape, generator=gen, dtype=torch.float32, device=device)))
 
 
 def make(problem: Problem, device: torch.device, gen: torch.Generator) -> ScaledOperands:
