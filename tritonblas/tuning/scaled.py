@@ -69,7 +69,8 @@ def bias_dtype(out: torch.dtype) -> torch.dtype:
     return out if out.itemsize > 1 else torch.bfloat16
 
 
-def laid_out_scales(problem: Problem, make: Callable[[tuple[int, ...]], torch.Tensor]) -> tuple[torch.Tensor, ...]:
+def laid_out_scales(problem: Problem,
+                    make: Callable[[tuple[int, ...]], torch.Tensor]) -> tuple[torch.Tensor, ...]:
     """scale_a and scale_b, each `make(shape)`, in the layout the tuner times: block-wise ones
     outer-dim-major (stride 1 along M, and along K blocks for b's), as torch's block-wise op takes them
     and as a weight's (N/128, K/128) scales used transposed are, so neither side is timed with a layout
