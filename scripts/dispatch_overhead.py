@@ -2,6 +2,7 @@
 
 Usage: python scripts/dispatch_overhead.py [--m 4 --n 2048 --k 2048] [--dtype bf16] [--calls 2000]
        python scripts/dispatch_overhead.py --groups 128 --m 64 --n 1536 --k 2048   # grouped (MoE) rows
+       python scripts/dispatch_overhead.py --fp8 --m 8 --n 4096 --k 4096            # scaled_mm rows
 A benchmark, not a test. Decode runs GEMMs this small one after another, so the host, not the GPU, sets
 the pace: the wall time per call of a loop of calls (the GPU synchronized once at its end) is what a
 user's step pays. Each row times ours and torch's loops interleaved, trial by trial (median), in one
@@ -21,6 +22,10 @@ transposed as nn.Linear stores them):
   grouped_mm, w grad      the same with w.requires_grad  (a training step's forward)
   routed _grouped_mm      torch._grouped_mm under tritonblas.enable() vs with the mode off
   routed _grouped_mm, w grad  the same with w.requires_grad
+With --fp8, scaled_mm instead (e4m3 operands, the weight (n, k) used transposed, row-wise scales, bf16
+out, as an fp8 linear layer calls it):
+  scaled_mm               tritonblas.scaled_mm(xq, wq.t(), sx, sw) vs torch._scaled_mm(...)
+  routed _scaled_mm       torch._scaled_mm under tritonblas.enable() vs with the mode off
 Dispatch decides what runs (shipped configs, neighbour, heuristic, torch.mm); `--backend triton` pins the
 kernels. Without a GPU the same rows run in Triton's interpreter (the times then say little).
 """
@@ -68,6 +73,7 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=2048)
     ap.add_argument("--groups", type=int, default=None, help="time the grouped (MoE) rows over this many "
                     "experts")
+    ap.add_argument("--fp8", action="store_true", help="time the scaled_mm rows (e4m3, row-wise scales)")
     ap.add_argument("--dtype", choices=["fp16", "bf16", "fp32"], default="bf16")
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--trials", type=int, default=9)
@@ -123,8 +129,11 @@ def main() -> None:
     described = sel.describe()
     if args.groups is not None:
         pairs, described = grouped_pairs(args, dtype, dev, kw)
+    elif args.fp8:
+        pairs, described = fp8_pairs(args, dev, kw)
     name = torch.cuda.get_device_name(dev) if gpu else "CPU (Triton's interpreter)"
-    print(f"{args.m}x{args.n}x{args.k} {args.dtype} on {name}, torch {torch.__version__}: {described}; "
+    dtype_name = "e4m3" if args.fp8 else args.dtype
+    print(f"{args.m}x{args.n}x{args.k} {dtype_name} on {name}, torch {torch.__version__}: {described}; "
           f"C++ front {'loaded' if native.front() is not None else 'absent: ' + native.why_not()}")
     rows = per_call_us(pairs, args.calls, args.trials, sync)
     print(f"  {'call':26s} {'torch':>9s} {'ours':>9s} {'ours-torch':>11s}")
@@ -172,6 +181,33 @@ def grouped_pairs(args, dtype, dev, kw: dict) -> tuple[dict, str]:
         "routed _grouped_mm": ((off, theirs(w)), (on, theirs(w))),
         "routed _grouped_mm, w grad": ((off, theirs(wg)), (on, theirs(wg))),
     }, described
+
+
+def fp8_pairs(args, dev, kw: dict) -> tuple[dict, str]:
+    """The --fp8 rows (an fp8 linear layer's scaled_mm, row-wise scales) and what dispatch runs for them."""
+    import torch
+
+    import tritonblas
+
+    e4m3 = torch.float8_e4m3fn
+    x = torch.randn(args.m, args.k, device=dev).to(e4m3)
+    w = torch.randn(args.n, args.k, device=dev).to(e4m3)
+    sx = torch.rand(args.m, 1, device=dev) + 0.5
+    sw = torch.rand(1, args.n, device=dev) + 0.5
+    off, on = contextlib.nullcontext, tritonblas.enable
+
+    def theirs():
+        return torch._scaled_mm(x, w.t(), sx, sw, out_dtype=torch.bfloat16)
+
+    def ours():
+        return tritonblas.scaled_mm(x, w.t(), sx, sw, out_dtype=torch.bfloat16, **kw)
+
+    sel = tritonblas.select(args.m, args.n, args.k, "e4m3", layout="nt", device=dev, scales="row",
+                            out_dtype="bf16", **kw)
+    return {
+        "scaled_mm": ((off, theirs), (off, ours)),
+        "routed _scaled_mm": ((off, theirs), (on, theirs)),
+    }, f"e4m3 row-wise -> bf16: {sel.describe()}"
 
 
 if __name__ == "__main__":

@@ -63,7 +63,7 @@ def test_the_caps_python_keeps_are_the_contracts():
 
 
 def test_enumerations_are_dense_from_zero():
-    """launch.cpp's parse_launch takes a kind in [P_A, P_BUF] as valid: the kinds leave no gap."""
+    """launch.cpp's parse_launch takes a kind in [P_A, P_SCALE_B] as valid: the kinds leave no gap."""
     for _, names in contract.ENUMS:
         assert [getattr(contract, name) for name in names] == list(range(len(names)))
 

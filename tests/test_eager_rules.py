@@ -248,10 +248,11 @@ def test_an_eager_vendor_plan_runs_torch_explicit_and_routed(native, x, capture_
     assert len(launches) == 3
 
 
-def test_a_routed_scaled_mm_kernel_pick_is_charged_the_trip_into_python(monkeypatch):
-    """A scaled_mm kernel pick that beats torch._scaled_mm by less than a routed call's host cost runs in
-    explicit eager calls (a direct launch) but leaves transparent mode's eager calls to torch: no launch
-    record holds scales, so those launch from Python (Plan.routed_eager_vendor)."""
+def test_a_routed_scaled_mm_kernel_pick_is_charged_the_trip_into_python_without_a_record(monkeypatch):
+    """A scaled_mm kernel pick that beats torch._scaled_mm by less than a routed call's trip into Python
+    runs in explicit eager calls (a direct launch) and in transparent mode's where its launch has a
+    record (the C++ kernels launch it), but leaves them to torch where Python launches it
+    (Plan.routed_eager_vendor: without a record, with one)."""
     from tritonblas.arch import device_for_arch
     from tritonblas.problem import Problem
 
@@ -261,11 +262,13 @@ def test_a_routed_scaled_mm_kernel_pick_is_charged_the_trip_into_python(monkeypa
     pick = dispatch.Selection(SMALL, "shipped", 0.030, True, problem, h200, torch_ms=0.030 + margin / 1000)
     assert call_path.eager_torch_reason(pick, direct=True) is None
     assert call_path.eager_torch_reason(pick, direct=True, routed=True) is not None
+    assert call_path.eager_torch_reason(pick, direct=True, routed=True, recorded=True) is None
     plan = call_path.ScaledPlan(problem.m, problem.n, problem.k, problem, h200, SMALL, (None, None), False,
-                                False, (0, 0, 0, 0), launched=True, routed_eager_vendor=True)
-    assert call_run.routed_eager_torch(plan)
+                                False, (0, 0, 0, 0), launched=True, routed_eager_vendor=(True, False))
+    assert call_run.routed_eager_torch(plan, recorded=False)
+    assert not call_run.routed_eager_torch(plan, recorded=True)
     plan.launched = False  # the first call launches the kernel (compiled before any capture)
-    assert not call_run.routed_eager_torch(plan)
+    assert not call_run.routed_eager_torch(plan, recorded=False)
 
 
 def test_routed_scaled_mm_calls_of_such_a_pick_run_torch_after_the_first(monkeypatch):

@@ -2,7 +2,7 @@
 against its CUDA torch) and with its Python ones: routed mm / addmm / linear right whether dispatch picks
 a kernel or torch, torch's answer kept by the C++ kernels, nn.Linear's backward through .backward(), and
 routed calls captured in a CUDA graph and replayed on new contents (issue 34 items 2 and 3), and routed
-kernel picks launched from C++ (launch records).
+kernel picks launched from C++ (launch records), torch._scaled_mm's among them.
 
     TRITONBLAS_TEST_GPU=1 python -m pytest tests/test_gpu_transparent.py
 """
@@ -237,3 +237,78 @@ def test_routed_kernel_calls_launch_from_cpp(config, name, fn, shapes, dtype, ke
     assert torch.equal(ours_other[0], ours_fresh)
     for ours, tensors in ((ours_fresh, fresh), (y, args), (ours_shifted, shifted)):
         assert_close(ours, fn(*tensors), _ref(fn, *tensors), k=384)
+
+
+# Routed torch._scaled_mm kernel picks launched from C++: the record passes the call's scales (tensor- or
+# row-wise, contiguous); (scales, bias, out dtype) per call.
+SCALED_CALLS = {
+    "tensor-wise": ("tensor", False, bf16),
+    "row-wise bias": ("row", True, bf16),
+    "row-wise fp32": ("row", False, torch.float32),
+}
+SCALED_RECORDED = ("pointers", "host descriptors", "Stream-K reduce")
+
+
+def _fp8_operands(scales: str, bias: bool, m: int = 96, n: int = 512, k: int = 384) -> tuple:
+    a = _t(m, k).to(torch.float8_e4m3fn)
+    b = _t(n, k).to(torch.float8_e4m3fn).t()  # column-major, as torch._scaled_mm takes it
+    if scales == "row":
+        scale_a, scale_b = torch.rand(m, 1, device="cuda") + 0.5, torch.rand(1, n, device="cuda") + 0.5
+    else:
+        scale_a, scale_b = torch.tensor(0.7, device="cuda"), torch.tensor(1.3, device="cuda")
+    return a, b, scale_a, scale_b, _t(n) if bias else None
+
+
+def _misaligned(t: torch.Tensor) -> torch.Tensor:
+    """A copy of t whose address is 4 bytes off 16."""
+    shifted = torch.empty(t.numel() + 1, device=t.device, dtype=t.dtype)[1:].view(t.shape)
+    return shifted.copy_(t)
+
+
+@pytest.mark.parametrize("config", SCALED_RECORDED)
+@pytest.mark.parametrize("call", list(SCALED_CALLS))
+def test_routed_scaled_mm_kernel_calls_launch_from_cpp(config, call, kernels, monkeypatch):
+    """A routed torch._scaled_mm whose kernel runs is launched by the C++ kernel from its record after the
+    key's first calls: right on new scales, bit for bit the Python launch's output, under graph capture
+    and replay; a scale not 16-byte aligned goes back through Python, and a key with a scale that is not
+    contiguous asks every call (the kernels read a copy)."""
+    if not kernels:
+        pytest.skip("the C++ kernels' launch")
+    _pick(monkeypatch, RECORDED[config])
+    asked = []
+    real = transparent._routed_scaled
+    monkeypatch.setattr(transparent, "_routed_scaled", lambda *args: (asked.append(1), real(*args))[1])
+    scales, bias, out_dtype = SCALED_CALLS[call]
+    a, b, scale_a, scale_b, bias_t = _fp8_operands(scales, bias)
+
+    def fn(scale_a: torch.Tensor) -> torch.Tensor:
+        return torch._scaled_mm(a, b, scale_a, scale_b, bias=bias_t, out_dtype=out_dtype)
+
+    fresh = scale_a * 1.5
+    want, want_fresh = fn(scale_a), fn(fresh)  # torch's
+    with tritonblas.enable():
+        first = [fn(scale_a) for _ in range(2)]
+        python_calls = len(asked)
+        later = [fn(scale_a) for _ in range(3)]
+        ours_fresh = fn(fresh)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            y = fn(scale_a)
+        scale_a.copy_(fresh)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert len(asked) == python_calls <= 2, asked
+        ours_shifted = fn(_misaligned(fresh))
+        assert len(asked) == python_calls + 1
+        if scales == "row":
+            strided = torch.empty(scale_a.shape[0], 2, device="cuda")[:, :1].copy_(fresh)
+            assert not strided.is_contiguous()
+            ours_strided = [fn(strided) for _ in range(2)]
+            assert len(asked) == python_calls + 3
+            assert all(torch.equal(out, ours_fresh) for out in ours_strided)
+    for out in later:
+        assert torch.equal(out, first[0])
+    for out in (y, ours_shifted):
+        assert torch.equal(out, ours_fresh)
+    for ours, torch_out in ((first[0], want), (ours_fresh, want_fresh)):
+        torch.testing.assert_close(ours.float(), torch_out.float(), rtol=2e-2, atol=2e-2)

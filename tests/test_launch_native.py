@@ -53,7 +53,7 @@ def _compile(plan: gemm.Plan, scratch_size: int = 0, pointers: int = 4, tail: li
 def _type(index: int, value: object, constexpr: bool, pointers: int = 4) -> str:
     if constexpr or value is None or value == 1 and type(value) is int:  # (triton compiles 1 in)
         return "constexpr"
-    if index < pointers:
+    if index < pointers or type(value) is str:  # (GEMM_TAIL's scales: "scale_a", "scale_b")
         return "*fp16"
     if type(value) is float:
         return "fp32"
@@ -114,12 +114,43 @@ def test_a_record_says_each_argument_the_launcher_passes(m, n, k, bias, scratch)
 
 
 def test_arguments_of_each_type():
-    template = (native._A, native._B, 7, 2**40, native._ALPHA, 2.5, None, native._BIAS, "dropped")
-    types = ["*bf16", "*bf16", "i32", "i64", "fp32", "fp32", "*fp32", "*bf16", "constexpr"]
+    template = (native._A, native._B, 7, 2**40, native._ALPHA, 2.5, *native._SCALES, native._BIAS, "dropped")
+    types = ["*bf16", "*bf16", "i32", "i64", "fp32", "fp32", "*fp32", "*fp32", "*bf16", "constexpr"]
     assert native._params(types, template) == [
         (native.P_A, 0), (native.P_B, 0), (native.P_I32, 7), (native.P_I64, 2**40), (native.P_ALPHA, 0),
-        (native.P_F32, struct.unpack("<q", struct.pack("<d", 2.5))[0]), (native.P_NULL, 0),
-        (native.P_BIAS, 0)]
+        (native.P_F32, struct.unpack("<q", struct.pack("<d", 2.5))[0]), (native.P_SCALE_A, 0),
+        (native.P_SCALE_B, 0), (native.P_BIAS, 0)]
+
+
+def test_a_pointer_where_the_template_holds_none_is_refused():
+    """None is compiled in (a constexpr): a pointer parameter there means the plan is not the template's
+    (a scaled_mm plan written without its scales), so nothing is written."""
+    assert native._params(["*bf16", "*fp32"], (native._A, None)) is None
+
+
+def _scaled_plan(bias: bool) -> gemm.Plan:
+    """A scaled_mm launch (fp8 operands, row-wise scales, bf16 out), compiled with its scales typed."""
+    a = torch.randn(16, 32).to(torch.float8_e4m3fn)
+    b = torch.randn(32, 48).to(torch.float8_e4m3fn)
+    c = torch.empty(16, 48, dtype=torch.bfloat16)
+    bias_tensor = torch.randn(16, 48, dtype=torch.bfloat16) if bias else None
+    plan = gemm.make_plan(a, b, c, bias_tensor, GemmConfig(block_m=32, block_n=32, block_k=32), 4, "tf32",
+                          (torch.rand(16), torch.rand(48)))
+    _compile(plan, tail=[1.0, 0.5, None, None, "scale_a", "scale_b"])
+    return plan
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_a_scaled_record_passes_the_calls_scales_after_alpha_and_beta(bias):
+    """scaled_mm's launch (transparent mode's aten::_scaled_mm): the call's scales are the parameters
+    after alpha and beta; the same plan written as a plain GEMM's record is refused."""
+    plan = _scaled_plan(bias)
+    _, pairs = _one_launch(native.launch_record(plan, bias, scaled=True))
+    at = pairs.index((native.P_ALPHA, 0))
+    assert pairs[at:at + 4] == [(native.P_ALPHA, 0), (native.P_BETA, 0), (native.P_SCALE_A, 0),
+                                (native.P_SCALE_B, 0)]
+    assert pairs[3] == ((native.P_BIAS if bias else native.P_C), 0)
+    assert native.launch_record(plan, bias) is None
 
 
 REFUSED = {  # what a record cannot say: the launch stays Python's
@@ -284,6 +315,7 @@ def _records() -> dict[str, list[int]]:
     records["descriptors"] = native.launch_record(_descriptor_plan(), True)
     records["streamk"] = native.launch_record(_streamk_plan(), True)
     records["padded"] = native.launch_record(_padded_plan(), False)
+    records["scaled"] = native.launch_record(_scaled_plan(True), True, scaled=True)
     return records
 
 
@@ -311,7 +343,7 @@ MALFORMED = {
     "too many launches": _record([], [(native.P_A, 0)], launches=MAX_LAUNCHES + 1),
     "too many buffers": _record([(16, 0)] * (MAX_BUFFERS + 1), [(native.P_A, 0)]),
     "an empty buffer": _record([(0, 0)], [(native.P_A, 0)]),
-    "an unknown kind": _record([], [(native.P_BUF + 1, 0)]),
+    "an unknown kind": _record([], [(native.P_SCALE_B + 1, 0)]),
     "a buffer it does not have": _record([(16, 0)], [(native.P_BUF, 1)]),
     "global scratch it does not have": _record([], [(native.P_SCRATCH, 0)]),
     "an i32 out of range": _record([], [(native.P_I32, 2**31)]),

@@ -138,7 +138,7 @@ def test_what_later_calls_of_a_key_are_told(monkeypatch):
     assert later(SimpleNamespace(eager_vendor=True, config=kernel), cuda) == (transparent.EAGER_TORCH, none)
     plan = SimpleNamespace(eager_vendor=False, capture_vendor=False, config=kernel, launch=None, fp32=False)
     assert later(plan, cuda) == (transparent.ASK, none)
-    monkeypatch.setattr(transparent, "native_record", lambda plan: [1, 2, 3])
+    monkeypatch.setattr(transparent, "native_record", lambda plan, contiguous_scales: [1, 2, 3])
     assert later(plan, cuda) == (transparent.KERNEL, [1, 2, 3])
     plan.config = vendor
     assert later(plan, cuda) == (transparent.TORCH, none)
@@ -262,8 +262,9 @@ def test_a_scaled_mm_torch_pick_is_answered_in_cpp(rows, bias_dtype, out_dtype, 
 
 
 def test_a_scaled_mm_kernel_pick_asks_every_call(asked_scaled, monkeypatch):
-    """A kernel's launch record holds no scales: a key whose kernel runs goes to the Python side each call
-    (and a call with a scale of the result, torch's alone, is never keyed)."""
+    """On the CPU a key whose kernel runs goes to the Python side each call (the interpreter launches it,
+    never directly: no launch record; tests/test_gpu_transparent.py has the C++ launch of its record),
+    and a call with a scale of the result, torch's alone, is never keyed."""
     from tritonblas.launch import gemm as launch
 
     monkeypatch.setattr(launch, "launch_plan", lambda *args: None)

@@ -56,7 +56,7 @@ MAX_LAUNCHES = 4
 
 # What a kernel parameter takes: the call's tensors' addresses, a constant, the call's alpha / beta, a
 # launch's global scratch, a host descriptor encoded for the call (value: its index, 0 for A's and 1 for
-# B's), a buffer's address (value: its index).
+# B's), a buffer's address (value: its index), a scaled_mm call's scales' addresses.
 P_A = 0
 P_B = 1
 P_C = 2
@@ -70,6 +70,8 @@ P_NULL = 9
 P_SCRATCH = 10
 P_DESC = 11
 P_BUF = 12
+P_SCALE_A = 13
+P_SCALE_B = 14
 
 # Entries a cache keeps (the plans, the selections, the C++ answers); a full one is emptied whole (a
 # working set never comes near it).
@@ -84,7 +86,7 @@ ENUMS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Op", ("ROUTED_MM", "ROUTED_ADDMM", "ROUTED_ADDMM0", "MATMUL", "ADDMM", "ADDMM0", "LINEAR", "SCALED_MM",
             "ROUTED_SCALED_MM")),
     ("Kind", ("P_A", "P_B", "P_C", "P_BIAS", "P_I32", "P_I64", "P_F32", "P_ALPHA", "P_BETA", "P_NULL",
-              "P_SCRATCH", "P_DESC", "P_BUF")),
+              "P_SCRATCH", "P_DESC", "P_BUF", "P_SCALE_A", "P_SCALE_B")),
 )
 # Constants by C++ type: sizes compared with a container's size() or used as an array's are size_t.
 CONSTANTS: tuple[tuple[str, tuple[str, ...]], ...] = (

@@ -247,8 +247,10 @@ def _native_answers() -> tuple:
 
     def routed_scaled_mm(a, b, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum):
         out, plan = _routed_scaled(a, b, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum)
-        answer = EAGER_TORCH if plan is not None and plan.routed_eager_vendor else _later(plan, a)[0]
-        return ([] if out is None else [out]), answer  # (never KERNEL: no record holds scales)
+        recorded = _recorded_scales(scale_a, scale_b)
+        if plan is not None and plan.routed_eager_vendor[recorded]:
+            return ([] if out is None else [out]), EAGER_TORCH, _NO_RECORD
+        return ([] if out is None else [out]), *_later(plan, a, recorded)
 
     return routed_mm, routed_addmm, routed_scaled_mm
 
@@ -274,7 +276,7 @@ def _routed_addmm(bias, a, b, beta, alpha) -> tuple:
     return None, plan
 
 
-def _later(plan, a) -> tuple[int, list[int]]:
+def _later(plan, a, contiguous_scales: bool = True) -> tuple[int, list[int]]:
     """(answer, launch record) for later calls of the key: KERNEL where the kernel runs and its launch has
     a record (launch/native.py: the C++ kernel launches it); ASK where a kernel runs otherwise (its launch
     is Python's) and for CPU tensors while the interpreter is off (it may come back on); EAGER_TORCH for
@@ -285,7 +287,7 @@ def _later(plan, a) -> tuple[int, list[int]]:
         return EAGER_TORCH, _NO_RECORD
     if torch_runs(plan):
         return TORCH, _NO_RECORD
-    record = native_record(plan)
+    record = native_record(plan, contiguous_scales)
     return (ASK, _NO_RECORD) if record is None else (KERNEL, record)
 
 
@@ -386,8 +388,15 @@ def _routed_scaled(a, b, scale_a, scale_b, bias, scale_result, out_dtype, use_fa
             plan = plan_scaled(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum)
         except (TypeError, ValueError, RuntimeError):  # torch's kernel has the last word on validity
             return None, None
-        if not torch_runs(plan) and not routed_eager_torch(plan):
+        if not torch_runs(plan) and not routed_eager_torch(plan, _recorded_scales(scale_a, scale_b)):
             return run_scaled(plan, a, b, scale_a, scale_b, bias, None), plan
     elif _debug():
         _left_to_torch("_scaled_mm", a, b, bias)
     return None, plan
+
+
+def _recorded_scales(scale_a: torch.Tensor, scale_b: torch.Tensor) -> bool:
+    """Whether a routed _scaled_mm call's kernel launches from a launch record after its first call: the
+    C++ kernels route (native.routing), and its scales are contiguous (a record passes them as they are;
+    the Python side reads others through a copy, call.run.scale_vector)."""
+    return native.routing() and scale_a.is_contiguous() and scale_b.is_contiguous()

@@ -120,9 +120,9 @@ class ScaledPlan(Plan):
     out_dtype: torch.dtype | None = None
     fast_acc: bool = False
     torch_blockwise: bool = False  # block-wise scales that torch's own op takes (config.torch_blockwise_fits)
-    # eager_vendor for transparent mode's calls of the plan: their kernel launches are Python's (no launch
-    # record holds scales), so the routed charge applies (eager_torch_reason's `routed`)
-    routed_eager_vendor: bool = False
+    # eager_vendor for transparent mode's calls of the plan (eager_torch_reason's `routed`), where its
+    # kernel launches from Python and where from a launch record (the C++ kernels on, contiguous scales)
+    routed_eager_vendor: tuple[bool, bool] = (False, False)
 
 
 plans: dict[tuple, Plan] = caches.new()  # by signature

@@ -75,16 +75,17 @@ def _ready(plan: Plan) -> bool:
         not (plan.fp32 and precision_of(plan) != plan.precision)
 
 
-def native_record(plan: Plan) -> list[int] | None:
+def native_record(plan: Plan, contiguous_scales: bool = True) -> list[int] | None:
     """The launch record (launch/native.py) of a routed plan whose kernel runs, for transparent mode's C++
     kernels to launch later calls of its key themselves; None where Python must go on deciding per call:
     no prepared launch launched directly yet, fp32 (the tf32 flag is read per call), a kernel for one
     kind of call only (eager_vendor, capture_vendor), the launch seam replaced (tests), a scaled_mm plan
-    (a record holds no scales)."""
-    if plan.launch is None or plan.fp32 or plan.capture_vendor or type(plan) is ScaledPlan or \
-            not _ready(plan):
+    whose call's scales are not `contiguous_scales` (the kernels read a copy: scale_vector)."""
+    scaled = type(plan) is ScaledPlan
+    if plan.launch is None or plan.fp32 or plan.capture_vendor or not _ready(plan) or \
+            scaled and not contiguous_scales:
         return None
-    return launch_record(plan.launch, plan.has_bias)
+    return launch_record(plan.launch, plan.has_bias, scaled)
 
 
 def _prepared_failed(exc: Exception, plan: Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
@@ -141,9 +142,10 @@ def eager_torch(plan: Plan) -> bool:
     return plan.eager_vendor and plan.launched and not capturing()
 
 
-def routed_eager_torch(plan: ScaledPlan) -> bool:
-    """As eager_torch, for a transparent-mode call of a scaled_mm plan (ScaledPlan.routed_eager_vendor)."""
-    return plan.routed_eager_vendor and plan.launched and not capturing()
+def routed_eager_torch(plan: ScaledPlan, recorded: bool) -> bool:
+    """As eager_torch, for a transparent-mode call of a scaled_mm plan (ScaledPlan.routed_eager_vendor)
+    whose later calls launch from a record (`recorded`) or from Python."""
+    return plan.routed_eager_vendor[recorded] and plan.launched and not capturing()
 
 
 def _run_config(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bias2d: torch.Tensor | None,

@@ -17,6 +17,7 @@ from tuning_db.vocabulary import QUANT_DTYPES, QUANT_OUT_DTYPES
 from .. import caches
 from ..config import GemmConfig, fp8_refusal, torch_blockwise_fits, vendor_scaled_refusal
 from ..device import tensor_device_info
+from ..launch.native import config_has_record
 from ..launch.prepared import prepare_launch
 from ..problem import SCALE_VECTORS, Problem, block_scale_shapes
 from ..selection import dispatch
@@ -159,7 +160,9 @@ def _prepare(key, problem: Problem, a, b, scale_a, scale_b, bias, out, use_fast_
         # runs under graph capture only, where torch takes the problem at all.
         if selection is not None and backend is None and vendor_scaled_refusal(problem) is None:
             plan.eager_vendor = call_path.eager_vendor(selection, plan.launch)
-            plan.routed_eager_vendor = call_path.eager_vendor(selection, plan.launch, True)  # routed
+            recordable = a.is_cuda and config_has_record(config)
+            plan.routed_eager_vendor = (call_path.eager_vendor(selection, plan.launch, True),
+                                        call_path.eager_vendor(selection, plan.launch, True, recordable))
     call_path.note(plan)  # as every planned call: a new problem goes to the file recorded now
     if key is not None:
         caches.store(read_at, plans, key, plan)

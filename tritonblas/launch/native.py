@@ -13,9 +13,9 @@ A record is the plan's launches in order (pad copies, the GEMM, Stream-K's reduc
 buffers they share: padded operands, Stream-K's partials, and its tile counters, zeroed when allocated
 (every Stream-K launch leaves them at zero). The C++ side keeps them per device and stream, as
 launch/scratch.py keeps the Python side's (native/launch.cpp says how). Only what a record can say is
-written: arguments that are the call's addresses, a buffer's, the call's alpha and beta, constants of
-the plan, or 2-D host descriptors of an operand or a buffer, and no launch attribute (cooperative grid,
-PDL, cluster).
+written: arguments that are the call's addresses (scaled_mm's scales among them), a buffer's, the call's
+alpha and beta, constants of the plan, or 2-D host descriptors of an operand or a buffer, and no launch
+attribute (cooperative grid, PDL, cluster).
 """
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ from ..contract import (
     P_I32,
     P_I64,
     P_NULL,
+    P_SCALE_A,
+    P_SCALE_B,
     P_SCRATCH,
 )
 from . import direct
@@ -59,7 +61,8 @@ class _Slot:
 
 _A, _B, _C, _BIAS, _ALPHA, _BETA = (_Slot(k) for k in (P_A, P_B, P_C, P_BIAS, P_ALPHA, P_BETA))
 _DESCS = (_Slot(P_DESC, 0), _Slot(P_DESC, 1))  # the GEMM's host descriptors of A and B
-_POINTERS = (P_A, P_B, P_C, P_BIAS, P_BUF)
+_SCALES = (_Slot(P_SCALE_A), _Slot(P_SCALE_B))  # a scaled_mm call's scales (contiguous fp32)
+_POINTERS = (P_A, P_B, P_C, P_BIAS, P_BUF, P_SCALE_A, P_SCALE_B)
 _INTS = {"i32": P_I32, "i64": P_I64}
 _FLOATS = ("fp32", "f32")
 
@@ -71,10 +74,11 @@ def config_has_record(config: GemmConfig | None) -> bool:
     return config is not None and config.backend != "torch" and direct.expected()
 
 
-def launch_record(plan: Plan, has_bias: bool) -> list[int] | None:
+def launch_record(plan: Plan, has_bias: bool, scaled: bool = False) -> list[int] | None:
     """The record of `plan`'s launches (a prepared launch of launch.prepared, each of its kernels launched
     directly at least once) for calls c = alpha * a @ b + beta * bias (`has_bias`: the bias is read; else
-    c's address stands in, as launch.prepared passes it); None where a record cannot say it."""
+    c's address stands in, as launch.prepared passes it), `scaled`: scaled_mm's, the product scaled by the
+    call's scales (tensor- or row-wise, contiguous); None where a record cannot say it."""
     if not all_direct(plan):
         return None
     buffers: list[int] = []
@@ -96,12 +100,13 @@ def launch_record(plan: Plan, has_bias: bool) -> list[int] | None:
         buffers += (4 * floats, 0, 4 * counters, 1)  # fp32 partials; int32 counters, zeroed
     bias = _BIAS if has_bias else _C
     host = (None, None) if plan.descs is None else _DESCS
+    scales = _SCALES if scaled else (None, None)  # (launch.gemm.scale_args)
     # launch.prepared._launch_direct's argument lists, the call's values as placeholders
     launches.append(_launch_words(plan, (*operands, _C, bias, *workspace, *plan.ints, _ALPHA, _BETA, *host,
-                                         None, None, *plan.constexpr_args), operands))
+                                         *scales, *plan.constexpr_args), operands))
     if plan.then is not None:
         then = plan.then
-        launches.append(_launch_words(then, (workspace[0], _C, bias, *then.ints, _ALPHA, _BETA, None, None,
+        launches.append(_launch_words(then, (workspace[0], _C, bias, *then.ints, _ALPHA, _BETA, *scales,
                                              *then.constexpr_args)))
     if any(words is None for words in launches):
         return None
@@ -161,10 +166,8 @@ def _params(types: list[str], template: tuple, geometry: tuple | None = None) ->
             shape, strides, _ = geometry[slot]
             params += [(P_DESC, slot), *((P_I32, v) for v in shape), *((P_I64, v) for v in strides)]
             continue
-        if ty.startswith("*"):
-            if value is None:
-                params.append((P_NULL, 0))
-            elif isinstance(value, _Slot) and value.kind in _POINTERS:
+        if ty.startswith("*"):  # (None is compiled in: a pointer typed where None stands is not this plan's)
+            if isinstance(value, _Slot) and value.kind in _POINTERS:
                 params.append((value.kind, value.value))
             else:
                 return None

@@ -123,7 +123,7 @@ bool parse_kernel(Reader& r, size_t buffers, Kernel& kernel) {
   kernel.scratch = head[4];
   for (int64_t i = 0; i < count; ++i) {
     const Param p{r.next(), r.next()};
-    if (!r.ok || !in_range(p.kind, P_A, P_BUF) || (p.kind == P_SCRATCH && kernel.scratch == 0)) return false;
+    if (!r.ok || !in_range(p.kind, P_A, P_SCALE_B) || (p.kind == P_SCRATCH && kernel.scratch == 0)) return false;
     if (p.kind == P_I32 && !in_range(p.value, INT32_MIN, INT32_MAX)) return false;
     if (p.kind == P_DESC && !in_range(p.value, 0, descs - 1)) return false;
     if (p.kind == P_BUF && !in_range(p.value, 0, static_cast<int64_t>(buffers) - 1)) return false;
@@ -132,9 +132,9 @@ bool parse_kernel(Reader& r, size_t buffers, Kernel& kernel) {
   return parse_descriptors(r, descs, buffers, kernel);
 }
 
-// The call's addresses: its operands, output, bias (or the output's) and buffers.
+// The call's addresses: its operands, output, bias (or the output's), scales (0: none) and buffers.
 struct Addresses {
-  uint64_t a, b, c, bias;
+  uint64_t a, b, c, bias, scale_a, scale_b;
   std::array<uint64_t, MAX_BUFFERS> buffers;
   uint64_t of(int64_t kind, int64_t value) const {
     switch (kind) {
@@ -142,6 +142,8 @@ struct Addresses {
       case P_B: return b;
       case P_C: return c;
       case P_BIAS: return bias;
+      case P_SCALE_A: return scale_a;
+      case P_SCALE_B: return scale_b;
       default: return buffers[value];  // P_BUF (parse_launch checked the index)
     }
   }
@@ -168,6 +170,8 @@ void launch_kernel_on(const Kernel& kernel, const Addresses& addr, double alpha,
       case P_B:
       case P_C:
       case P_BIAS:
+      case P_SCALE_A:
+      case P_SCALE_B:
       case P_BUF: slot = addr.of(p.kind, p.value); break;
       case P_I64: slot = static_cast<uint64_t>(p.value); break;
       case P_SCRATCH: slot = address(scratch); break;
@@ -283,15 +287,16 @@ std::shared_ptr<const Launch> parse_launch(const std::vector<int64_t>& words) {
 }
 
 std::optional<at::Tensor> launch_native(const Launch& launch, const at::Tensor& a, const at::Tensor& b,
-                                        const at::Tensor* bias, double alpha, double beta) {
+                                        const at::Tensor* bias, double alpha, double beta, const Scales& scales) {
   if (launch_kernel() == nullptr || !a.is_cuda()) return std::nullopt;
   const auto* cuda = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
   // The key holds every tensor's device: a, b and the bias are on a's, which must be the current one
   // (the stream and the loaded module are the current device's), as launch.prepared requires.
   if (cuda->getDevice().index() != a.device().index()) return std::nullopt;
-  Addresses addr{address(a), address(b), 0, bias ? address(*bias) : 0, {}};
-  if ((addr.a | addr.b | addr.bias) & 15) return std::nullopt;
-  at::Tensor out = at::empty({a.size(0), b.size(1)}, a.options());
+  Addresses addr{address(a), address(b), 0, bias ? address(*bias) : 0,
+                 scales.a ? address(*scales.a) : 0, scales.b ? address(*scales.b) : 0, {}};
+  if ((addr.a | addr.b | addr.bias | addr.scale_a | addr.scale_b) & 15) return std::nullopt;
+  at::Tensor out = at::empty({a.size(0), b.size(1)}, a.options().dtype(scales.out_dtype.value_or(a.scalar_type())));
   addr.c = address(out);
   if (!bias) addr.bias = addr.c;
   const c10::Stream stream = cuda->getStream(a.device());

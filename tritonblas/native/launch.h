@@ -74,11 +74,21 @@ struct Launch {
 // The launch a record describes; nullptr for a malformed one (the key then keeps asking Python).
 std::shared_ptr<const Launch> parse_launch(const std::vector<int64_t>& words);
 
-// The output of the launch on these tensors (bias: nullptr for none): c = alpha * a @ b + beta * bias,
-// a new (M, N) tensor of a's dtype; nullopt, nothing launched, where the tensors are not the ones the
-// record holds for (another device current, an address not 16-byte aligned: triton specialised on it).
+// A scaled_mm call's scales (contiguous fp32: the record was written for a key whose scales are) and
+// output dtype (none: a's); a plain GEMM's are all absent.
+struct Scales {
+  const at::Tensor* a = nullptr;
+  const at::Tensor* b = nullptr;
+  std::optional<at::ScalarType> out_dtype;
+};
+
+// The output of the launch on these tensors (bias: nullptr for none): c = alpha * a @ b * scales + beta *
+// bias, a new (M, N) tensor of a's dtype or the scales' out_dtype; nullopt, nothing launched, where the
+// tensors are not the ones the record holds for (another device current, an address not 16-byte
+// aligned: triton specialised on it).
 std::optional<at::Tensor> launch_native(const Launch& launch, const at::Tensor& a, const at::Tensor& b,
-                                        const at::Tensor* bias, double alpha, double beta);
+                                        const at::Tensor* bias, double alpha, double beta,
+                                        const Scales& scales = {});
 
 // The words of a parsed launch, as the record that made it (tests: parse_launch reads each field).
 std::vector<int64_t> record_words(const Launch& launch);

@@ -9,7 +9,7 @@
 // (or none: torch's kernel runs) and what holds for later calls of the key: ASK (ask again), TORCH
 // (torch's kernel for good) or EAGER_TORCH (torch's kernel unless the stream is being captured into a
 // CUDA graph, where the kernels win), or KERNEL with a launch record (launch.h: the kernel launched from
-// here, no Python; mm and addmm only). The
+// here, no Python). The
 // answers are dropped by forget() only (the Python side calls it whenever dispatch's
 // selections or the recording file change): they outlive uninstall(), so a `with tritonblas.enable():`
 // around every forward does not send each GEMM of each forward through Python again. The answers are
@@ -183,7 +183,6 @@ at::Tensor addmm(const at::Tensor& bias, const at::Tensor& a, const at::Tensor& 
 }
 
 using Optional = std::optional<at::Tensor>;
-using RoutedScaled = std::tuple<std::vector<at::Tensor>, int64_t>;
 
 template <c10::DispatchKey K>
 at::Tensor own_scaled_mm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a,
@@ -198,9 +197,8 @@ at::Tensor own_scaled_mm(const at::Tensor& a, const at::Tensor& b, const at::Ten
 }
 
 // aten::_scaled_mm: keyed as the explicit scaled_mm (answers.h's put_scales), no out= (slot 3). A call
-// with a scale of the result is never keyed (torch's alone: the Python side says so per call). Its answers
-// are TORCH or EAGER_TORCH only: a kernel's launch record (launch.h) holds no scales, so a key whose
-// kernel runs asks the Python side each call.
+// with a scale of the result is never keyed (torch's alone: the Python side says so per call). KERNEL's
+// launch record takes the call's scales (tensor- or row-wise; block-wise ones are Python's).
 template <c10::DispatchKey K>
 at::Tensor scaled_mm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a, const at::Tensor& scale_b,
                      const Optional& bias, const Optional& scale_result, std::optional<at::ScalarType> out_dtype,
@@ -212,17 +210,22 @@ at::Tensor scaled_mm(const at::Tensor& a, const at::Tensor& b, const at::Tensor&
   const int64_t dtype = out_dtype ? static_cast<int64_t>(*out_dtype) : -1;
   const bool keyed = !scale_result && put(key, 0, a) && put(key, 1, b) && (!bias || put(key, 2, *bias)) &&
                      put_scales(key, dtype, fast_accum, scale_a, scale_b);
-  if (torch_answer(find(keyed, key).answer, a)) {
+  const Entry entry = find(keyed, key);
+  if (torch_answer(entry.answer, a)) {
     return own_scaled_mm<K>(a, b, scale_a, scale_b, bias, scale_result, out_dtype, fast_accum);
+  }
+  if (entry.launch) {  // (keyed: no scale of the result)
+    const Scales scales{&scale_a, &scale_b, out_dtype};
+    if (auto out = launch_native(*entry.launch, a, b, bias ? &*bias : nullptr, 1.0, 1.0, scales)) return *out;
   }
   static auto routed = c10::Dispatcher::singleton()
                            .findSchemaOrThrow("tritonblas_native::routed_scaled_mm", "")
-                           .typed<RoutedScaled(const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                               const at::Tensor&, const Optional&, const Optional&,
-                                               std::optional<at::ScalarType>, bool)>();
-  auto [outs, answer] = routed.redispatch(c10::DispatchKeySet(K), a, b, scale_a, scale_b, bias, scale_result,
-                                          out_dtype, fast_accum);
-  if (keyed) remember(key, answer);
+                           .typed<Routed(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                         const at::Tensor&, const Optional&, const Optional&,
+                                         std::optional<at::ScalarType>, bool)>();
+  auto [outs, answer, record] = routed.redispatch(c10::DispatchKeySet(K), a, b, scale_a, scale_b, bias,
+                                                  scale_result, out_dtype, fast_accum);
+  if (keyed && !entry.launch) remember_routed(key, answer, record);  // (as in mm)
   return outs.empty() ? own_scaled_mm<K>(a, b, scale_a, scale_b, bias, scale_result, out_dtype, fast_accum)
                       : outs[0];
 }
@@ -296,7 +299,7 @@ TORCH_LIBRARY(tritonblas_native, m) {
   m.def("routed_mm(Tensor a, Tensor b) -> (Tensor[], int, int[])");
   m.def("routed_addmm(Tensor self, Tensor a, Tensor b, Scalar beta, Scalar alpha) -> (Tensor[], int, int[])");
   m.def("routed_scaled_mm(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor? bias, Tensor? scale_result, "
-        "ScalarType? out_dtype, bool use_fast_accum) -> (Tensor[], int)");
+        "ScalarType? out_dtype, bool use_fast_accum) -> (Tensor[], int, int[])");
   m.def("install(bool cpu) -> ()", install);
   m.def("uninstall() -> ()", uninstall);
   m.def("forget() -> ()", forget);
