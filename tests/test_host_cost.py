@@ -218,8 +218,9 @@ def _fp8_call():
     return a, b, torch.ones(()), torch.ones(())
 
 
-# (routed, why): a routed kernel pick is not among them: its launch has no C++ record (a record holds no
-# scales), so it takes the trip into Python.
+# (routed, why): a routed kernel pick is not among them: on the CPU the interpreter launches it, never
+# directly, so it has no launch record and takes the trip into Python (on the GPU its record launches from
+# C++: `python scripts/dispatch_overhead.py --fp8`).
 SCALED_CASES = [(False, "torch picked"), (False, "kernel under capture only"), (False, "kernel"),
                 (True, "torch picked"), (True, "kernel under capture only")]
 

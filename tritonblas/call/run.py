@@ -231,9 +231,9 @@ def gemm_body(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, beta:
 # --- scaled_mm (call.scaled) ------------------------------------------------------------------------
 
 def scale_vector(scale: torch.Tensor) -> torch.Tensor:
-    """A scale as the kernels read it: a contiguous fp32 vector (one value, or one per row / column); a
-    view of the caller's tensor where it is contiguous, so a prepared launch keeps its pointer."""
-    return (scale if scale.is_contiguous() else scale.contiguous()).view(-1)
+    """A scale as the kernels read it: contiguous fp32 values (one, or one per row / column), read
+    through its pointer alone; the caller's tensor where it is contiguous (no view: ~0.7 us a call)."""
+    return scale if scale.is_contiguous() else scale.contiguous()
 
 
 def run_scaled(plan: ScaledPlan, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor,

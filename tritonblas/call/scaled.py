@@ -56,7 +56,8 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
         if y is not None:
             return y
     plan = plan_scaled(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum, out, backend, config)
-    if torch.is_grad_enabled() and _needs_grad(a, b, scale_a, scale_b, bias):
+    if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad or scale_a.requires_grad or
+                                    scale_b.requires_grad or bias is not None and bias.requires_grad):
         if out is not None:
             raise RuntimeError("scaled_mm(): functions with out=... arguments don't support automatic "
                                "differentiation, but one of the arguments requires grad")
@@ -87,10 +88,6 @@ def _facts(t: object) -> tuple:
     if isinstance(t, torch.Tensor):
         return type(t), t.shape, t.stride(), t.dtype, t.device
     return (type(t),)
-
-
-def _needs_grad(*tensors: torch.Tensor | None) -> bool:
-    return any(t is not None and t.requires_grad for t in tensors)
 
 
 class _NoDerivative(torch.autograd.Function):
