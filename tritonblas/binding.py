@@ -31,7 +31,7 @@ def bind_tuning_db(config_type: type[BaseModel],
         return schemas.EnvIdentity(triton_version=identity.triton_version(),
                                    torch_version=identity.torch_version(), kernel_hash=identity.kernel_hash(),
                                    timing_protocol=identity.TIMING_PROTOCOL,
-                                   family_hashes=(("block", identity.blockscaled_kernel_hash()),))
+                                   family_hashes=identity.family_hashes())
 
     schemas.bind(config_type=config_type, supports=supports, check_arch=device_for_arch,
                  is_vendor=lambda config: config.is_vendor, current_env=current_env)

@@ -19,6 +19,7 @@ import json
 import os
 import re
 import threading
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 
@@ -188,6 +189,17 @@ BLOCKSCALED_PLANNING: dict[str, tuple[str, ...]] = {
 def blockscaled_kernel_hash() -> str:
     """The block-scaled scaled_mm's code hash: its kernel, the building blocks it calls, its planning."""
     return _family_hash(BLOCKSCALED_KERNELS, BLOCKSCALED_PLANNING)
+
+
+# Scale modes whose problems run a kernel family hashed apart from the dense one: their winners are stored,
+# looked up and exported under that family's hash and ship in configs/<mode>/<arch>.json. The one table
+# the binding (EnvIdentity.family_hashes), dispatch (shipped_name) and `db export --family` read.
+SCALE_FAMILIES: dict[str, Callable[[], str]] = {"block": blockscaled_kernel_hash}
+
+
+def family_hashes() -> tuple[tuple[str, str], ...]:
+    """(scale mode, the running code's hash of its kernel family) for each of SCALE_FAMILIES."""
+    return tuple((scales, family_hash()) for scales, family_hash in SCALE_FAMILIES.items())
 
 
 def _family_hash(kernel_files: tuple[str, ...], planning: dict[str, tuple[str, ...]]) -> str:

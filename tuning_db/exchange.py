@@ -189,16 +189,22 @@ class ConfigFile(BaseModel):
         """Tuned for other kernel sources than `env`'s (default: running): no entry serves."""
         return self.header.kernel_hash not in (env or EnvIdentity.current()).hashes()
 
-    def _winner(self, e: FileEntry, running: EnvIdentity) -> Winner:
+    def _winner(self, e: FileEntry, running: dict[str, EnvIdentity]) -> Winner:
         env = self.env_for(e)
         return Winner(key=self.key_of(e), config=e.config, median_ms=e.median_ms, torch_ms=e.torch_ms,
                       speedup=e.speedup, source="imported", host=e.host, created_at=e.created_at, env=env,
-                      **Winner.state_for(env, running.for_scales(e.scales)))
+                      **Winner.state_for(env, running[e.scales]))
+
+    def _running(self, env: EnvIdentity | None) -> dict[str, EnvIdentity]:
+        """`env` (default: running) for each scale mode of the entries (EnvIdentity.for_scales), made once
+        a mode rather than once an entry."""
+        running = env or EnvIdentity.current()
+        return {scales: running.for_scales(scales) for scales in {e.scales for e in self.entries}}
 
     def winners(self, env: EnvIdentity | None = None) -> list[Winner]:
         """The entries as Winners (source "imported"), `stale` and `other_triton` set against `env`
         (default: running)."""
-        running = env or EnvIdentity.current()
+        running = self._running(env)
         return [self._winner(e, running) for e in self.entries]
 
     def serving(self, env: EnvIdentity | None = None) -> dict[tuple, tuple[Winner, KernelFallback | None]]:
@@ -206,9 +212,10 @@ class ConfigFile(BaseModel):
         as a Winner, with its kernel fallback (on a torch.mm winner: the fastest kernel of the same
         tuning run). The running triton version's entry first, else the fastest of another version;
         nothing when the file is stale."""
-        running = env or EnvIdentity.current()
-        if self.is_stale(running):
+        env = env or EnvIdentity.current()
+        if self.is_stale(env):
             return {}
+        running = self._running(env)
         found = sorted(((w, e.kernel) for e in self.entries if not (w := self._winner(e, running)).stale),
                        key=lambda pair: (pair[0].other_triton, pair[0].median_ms))  # stable: file order
         best: dict[tuple, tuple[Winner, KernelFallback | None]] = {}

@@ -12,6 +12,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
+from ..identity import SCALE_FAMILIES
 from .common import (
     CREATES_FOLDERS,
     DB_HELP,
@@ -75,15 +76,11 @@ class Policy(str, enum.Enum):
     db = "db"
 
 
-FAMILY_HELP = ("Kernel family: gemm (every problem but block-wise scaled ones: configs/<arch>.json) or "
-               "block (block-wise scales, whose kernel has a hash of its own: configs/block/<arch>.json).")
-
-
-class Family(str, enum.Enum):
-    """A config file's kernel family (one kernel hash a file)."""
-
-    gemm = "gemm"
-    block = "block"
+FAMILY_HELP = ("Kernel family: gemm (every problem but those of a scale mode whose kernels are hashed apart: "
+               "configs/ARCH.json), or that scale mode (" + ", ".join(SCALE_FAMILIES) + ": "
+               "configs/MODE/ARCH.json). One kernel hash a file.")
+# A config file's kernel family (one kernel hash a file): gemm, or a scale mode of identity.SCALE_FAMILIES.
+Family = enum.Enum("Family", {name: name for name in ("gemm", *SCALE_FAMILIES)}, type=str)
 
 
 def _single_arch(db, arch: str | None) -> str:

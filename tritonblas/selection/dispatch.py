@@ -36,6 +36,7 @@ from tuning_db.vocabulary import BiasKind
 from .. import caches, log
 from ..arch import DeviceInfo
 from ..config import GemmConfig, config_supports, require_supported
+from ..identity import SCALE_FAMILIES
 from ..problem import Problem, vendor_name
 from . import heuristic, neighbors
 from .userdb import UserDB
@@ -162,9 +163,9 @@ def _arch_key(p: Problem) -> tuple:
 
 
 def shipped_name(arch: str, scales: str = "none") -> str:
-    """The file under configs/ that ships winners of this scale mode: block-wise scales have a kernel
-    hash of their own (identity.blockscaled_kernel_hash), hence a file of their own."""
-    return f"block/{arch}.json" if scales == "block" else f"{arch}.json"
+    """The file under configs/ that ships winners of this scale mode: a mode whose kernels are hashed
+    apart (identity.SCALE_FAMILIES: block-wise scales) has a file of its own, one kernel hash a file."""
+    return f"{scales}/{arch}.json" if scales in SCALE_FAMILIES else f"{arch}.json"
 
 
 def _shipped(arch: str) -> dict[tuple, object]:
@@ -175,7 +176,7 @@ def _shipped(arch: str) -> dict[tuple, object]:
             return _state.shipped[arch]
         table: dict[tuple, object] = {}
         kernels: dict[tuple, object] = {}
-        for path in (SHIPPED_DIR / shipped_name(arch), SHIPPED_DIR / shipped_name(arch, "block")):
+        for path in (SHIPPED_DIR / shipped_name(arch, scales) for scales in ("none", *SCALE_FAMILIES)):
             if path.is_file():
                 _read_shipped(path, arch, table, kernels)
         _state.shipped[arch] = table
