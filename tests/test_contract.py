@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import torch
 
 from tritonblas import caches, contract, native
 from tritonblas.launch import gemm, scratch
@@ -72,7 +73,8 @@ def test_the_built_front_exports_the_contracts_codes():
     if not native.load() or native.front() is None:
         pytest.skip(f"no C++ front here: {native.why_not()}")
     front = native.front()
-    for name in ("MATMUL", "ADDMM", "ADDMM0", "LINEAR", "SCALED_MM", "TORCH", "EAGER_TORCH"):
+    for name in ("MATMUL", "ADDMM", "ADDMM0", "LINEAR", "SCALED_MM", "SCALED_MM_BLOCK", "TORCH",
+                 "EAGER_TORCH"):
         assert getattr(front, name) == getattr(contract, name), name
 
 
@@ -87,3 +89,13 @@ def test_the_cuda_branch_compiles_against_the_contract():
     done = subprocess.run([cxx, "-fsyntax-only", *flags, str(native.SOURCE)], capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_torchs_block_wise_scaling_codes_are_the_contracts():
+    """The front passes F.scaled_mm's BlockWise1x128 / BlockWise128x128 codes to aten::_scaled_mm_v2 as
+    numbers: torch's, where this torch has them."""
+    scaling = getattr(torch.nn.functional, "ScalingType", None)
+    if scaling is None:
+        pytest.skip("this torch has no block-wise scaled mm")
+    assert int(scaling.BlockWise1x128.value) == contract.BLOCKWISE_1X128
+    assert int(scaling.BlockWise128x128.value) == contract.BLOCKWISE_128X128

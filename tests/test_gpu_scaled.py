@@ -228,3 +228,32 @@ def test_gpu_block_scaled_error_within_torchs(case):
     norm = ref.norm().item()
     ours_err, torch_err = rel_error(y, ref, norm), rel_error(theirs, ref, norm)
     assert ours_err <= 2 * torch_err + UNIT_ROUNDOFF["bf16"], (ours_err, torch_err)
+
+
+def test_gpu_a_block_scaled_torch_pick_is_answered_by_the_cpp_front(pick_torch, monkeypatch):
+    """Dispatch's pick of torch's block-wise op: from the second call the C++ front runs it
+    (aten::_scaled_mm_v2, as F.scaled_mm does), never planned again; results equal F.scaled_mm's bit for
+    bit. A call with a bias, or with scales that are not outer-dim-major, keeps the Python path."""
+    from tritonblas import native
+    from tritonblas.call import path as call_path
+    from tritonblas.call import scaled as call_scaled
+
+    if not native.load() or native.front() is None:
+        pytest.fail(f"the C++ front did not build on the GPU host: {native.why_not()}")
+    pick_torch(lambda problem: True)
+    native.forget()
+    planned = []
+    real = call_path.lookup
+    monkeypatch.setattr(call_scaled, "lookup", lambda *args: (planned.append(1), real(*args))[1])
+    a, b, scale_a, scale_b = _block_operands(256, 1024, 4096, "nt")
+    scale_a = scale_a.t().contiguous().t()  # outer-dim-major, as torch's op takes them
+    F = torch.nn.functional
+    want = F.scaled_mm(a, b, scale_a, F.ScalingType.BlockWise1x128, scale_b, F.ScalingType.BlockWise128x128,
+                       output_dtype=torch.bfloat16)
+    for _ in range(4):
+        got = tritonblas.scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16)
+    assert len(planned) == 1 and torch.equal(got, want)
+    row_major = scale_a.contiguous()
+    for _ in range(2):
+        tritonblas.scaled_mm(a, b, row_major, scale_b, out_dtype=torch.bfloat16)
+    assert len(planned) == 3

@@ -297,3 +297,25 @@ def test_torch_func_transforms_over_an_answered_key(torch_picked):
     tritonblas.linear(xs[0], w), tritonblas.linear(xs[0], w)  # (12, 8) x (6, 8): answered
     assert native.ops().remembered() == 1
     assert torch.equal(torch.func.vmap(lambda x: tritonblas.linear(x, w))(xs), F.linear(xs, w))
+
+
+def test_a_block_wise_key_answered_torch_runs_torchs_block_op_from_cpp(planned_scaled):
+    """A block-wise call answered with torch's block-wise op (call.front.remember_block: op
+    SCALED_MM_BLOCK) is run by the front through aten::_scaled_mm_v2; this CPU torch refuses block-wise
+    scales, so the front gives the call back and the Python path runs it, every call, right. The same key
+    under SCALED_MM (row-wise's op) is another answer. (The GPU runs it: tests/test_gpu_scaled.py.)"""
+    from tritonblas.contract import SCALED_MM_BLOCK, TORCH
+
+    front = native.front()
+    if not front.BLOCKWISE:
+        pytest.skip("this torch has no aten::_scaled_mm_v2")
+    a = _t(4, 256, dtype=torch.float32).to(torch.float8_e4m3fn)
+    b = _t(128, 256, seed=1, dtype=torch.float32).to(torch.float8_e4m3fn).t()
+    scale_a, scale_b = torch.rand(2, 4).t(), torch.rand(2, 1)  # outer-dim-major blocks
+    want = tritonblas.scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16)
+    assert native.ops().remembered() == 0  # (not torch's pick on the CPU)
+    front.remember_scaled(a, b, scale_a, scale_b, None, torch.bfloat16, False, None, TORCH, SCALED_MM_BLOCK)
+    assert native.ops().remembered() == 1
+    assert front.scaled_mm(a, b, scale_a, scale_b, None, torch.bfloat16, False, None) is None
+    got = tritonblas.scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16)
+    assert torch.equal(got, want) and len(planned_scaled) == 2

@@ -31,6 +31,7 @@ ADDMM0 = 5
 LINEAR = 6
 SCALED_MM = 7
 ROUTED_SCALED_MM = 8
+SCALED_MM_BLOCK = 9  # scaled_mm with block-wise scales that torch's block-wise op runs (the front's)
 
 # A call key (int64 words): the op, a word of the op's options, then per tensor (KEY_TENSORS of them: a,
 # b, the bias, out=, scaled_mm's two scales) dtype, device type, device index, dim, sizes[MAX_DIM],
@@ -73,6 +74,11 @@ P_BUF = 12
 P_SCALE_A = 13
 P_SCALE_B = 14
 
+# torch's ScalingType codes of F.scaled_mm's block-wise scales (1x128 blocks of A's rows, 128x128 of B),
+# which the front passes to aten::_scaled_mm_v2 as F.scaled_mm does (tests/test_contract.py checks torch's).
+BLOCKWISE_1X128 = 4
+BLOCKWISE_128X128 = 5
+
 # Entries a cache keeps (the plans, the selections, the C++ answers); a full one is emptied whole (a
 # working set never comes near it).
 CACHE_CAP = 4096
@@ -84,15 +90,15 @@ POOL_CAP_BYTES = 1 << 31
 ENUMS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Answer", ("ASK", "TORCH", "EAGER_TORCH", "KERNEL")),
     ("Op", ("ROUTED_MM", "ROUTED_ADDMM", "ROUTED_ADDMM0", "MATMUL", "ADDMM", "ADDMM0", "LINEAR", "SCALED_MM",
-            "ROUTED_SCALED_MM")),
+            "ROUTED_SCALED_MM", "SCALED_MM_BLOCK")),
     ("Kind", ("P_A", "P_B", "P_C", "P_BIAS", "P_I32", "P_I64", "P_F32", "P_ALPHA", "P_BETA", "P_NULL",
               "P_SCRATCH", "P_DESC", "P_BUF", "P_SCALE_A", "P_SCALE_B")),
 )
 # Constants by C++ type: sizes compared with a container's size() or used as an array's are size_t.
 CONSTANTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("int", ("MAX_DIM", "KEY_TENSORS", "SLOT", "KEY_LEN")),
-    ("int64_t", ("FORMAT", "HEAD", "BUFFER_WORDS", "LAUNCH_HEAD", "DESC_WORDS", "MAX_BUFFERS", "MAX_LAUNCHES",
-                 "POOL_CAP_BYTES")),
+    ("int64_t", ("BLOCKWISE_1X128", "BLOCKWISE_128X128", "FORMAT", "HEAD", "BUFFER_WORDS", "LAUNCH_HEAD",
+                 "DESC_WORDS", "MAX_BUFFERS", "MAX_LAUNCHES", "POOL_CAP_BYTES")),
     ("size_t", ("MAX_PARAMS", "CACHE_CAP")),
 )
 HEADER = Path(__file__).parent / "native" / "contract.h"

@@ -14,21 +14,22 @@ import types
 import torch
 
 from .. import native
-from ..contract import ADDMM, ADDMM0, ASK, EAGER_TORCH, LINEAR, MATMUL, SCALED_MM, TORCH
+from ..contract import ADDMM, ADDMM0, ASK, EAGER_TORCH, LINEAR, MATMUL, SCALED_MM, SCALED_MM_BLOCK, TORCH
 from .path import Plan
 from .run import scaled_mm_alone
 
 mm = addmm = linear = scaled_mm = None  # the front's calls, once loaded
 _remember = _remember_scaled = None
+_blockwise = False  # whether the front runs torch's block-wise op (its torch has aten::_scaled_mm_v2)
 
 
 def _use(front: types.ModuleType) -> None:
-    global mm, addmm, linear, scaled_mm, _remember, _remember_scaled
-    codes = (front.MATMUL, front.ADDMM, front.ADDMM0, front.LINEAR, front.SCALED_MM, front.TORCH,
-             front.EAGER_TORCH)
-    if codes != (MATMUL, ADDMM, ADDMM0, LINEAR, SCALED_MM, TORCH, EAGER_TORCH):
+    global mm, addmm, linear, scaled_mm, _remember, _remember_scaled, _blockwise
+    codes = (front.MATMUL, front.ADDMM, front.ADDMM0, front.LINEAR, front.SCALED_MM, front.SCALED_MM_BLOCK,
+             front.TORCH, front.EAGER_TORCH)
+    if codes != (MATMUL, ADDMM, ADDMM0, LINEAR, SCALED_MM, SCALED_MM_BLOCK, TORCH, EAGER_TORCH):
         raise RuntimeError("tritonblas/native/front.cpp's codes differ from call.front's")
-    _remember, _remember_scaled = front.remember, front.remember_scaled
+    _remember, _remember_scaled, _blockwise = front.remember, front.remember_scaled, bool(front.BLOCKWISE)
     mm, addmm, linear, scaled_mm = front.mm, front.addmm, front.linear, front.scaled_mm
 
 
@@ -74,4 +75,14 @@ def remember_scaled(plan: Plan, a: torch.Tensor, b: torch.Tensor, scale_a: torch
     if not (contiguous and scaled_mm_alone(a, plan.out_dtype, bias)):
         return
     if _loaded() and (code := answer(plan)):
-        _remember_scaled(a, b, scale_a, scale_b, bias, out_dtype, fast_acc, out, code)
+        _remember_scaled(a, b, scale_a, scale_b, bias, out_dtype, fast_acc, out, code, SCALED_MM)
+
+
+def remember_block(plan: Plan, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor,
+                   scale_b: torch.Tensor, out_dtype: torch.dtype | None, fast_acc: bool) -> None:
+    """As remember_scaled, for a block-wise call without bias or out= that just ran torch's block-wise op
+    as dispatch's pick (launch.blockscaled.torch_blockwise, which cuBLASLt took): later calls of its key
+    run that op from the front, where its torch has it and the scales need no copy (outer-dim-major)."""
+    if _loaded() and _blockwise and torch_decides(plan) and plan.torch_blockwise and \
+            scale_a.stride(0) == 1 and scale_b.stride(0) == 1:
+        _remember_scaled(a, b, scale_a, scale_b, None, out_dtype, fast_acc, None, TORCH, SCALED_MM_BLOCK)

@@ -62,8 +62,13 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
             raise RuntimeError("scaled_mm(): functions with out=... arguments don't support automatic "
                                "differentiation, but one of the arguments requires grad")
         return _NoDerivative.apply(plan, a, b, scale_a, scale_b, bias)
-    # (later calls of the key may be answered in C++, by torch._scaled_mm: not block-wise ones)
-    if torch_runs(plan) and plan.problem.scales != "block":
+    # (later calls of the key may be answered in C++, by torch._scaled_mm or its block-wise op)
+    if plan.problem.scales == "block":
+        y = run_scaled(plan, a, b, scale_a, scale_b, bias, out)
+        if bias is None and out is None:  # (after the call: cuBLASLt may refuse it, then the kernel runs)
+            front.remember_block(plan, a, b, scale_a, scale_b, out_dtype, use_fast_accum)
+        return y
+    if torch_runs(plan):
         front.remember_scaled(plan, a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum, out)
     return run_scaled(plan, a, b, scale_a, scale_b, bias, out)
 

@@ -2,7 +2,8 @@
 // call/front.py):
 // a call whose key the Python side answered "torch" before runs torch's op from here, as torch's own
 // binding would (at::mm, at::addmm, at::linear through the dispatcher, autograd included, the GIL
-// released; at::_scaled_mm for scaled_mm), without the Python signature and plan lookup in front of it.
+// released; at::_scaled_mm for scaled_mm, at::_scaled_mm_v2 for its block-wise calls torch's block-wise
+// op runs), without the Python signature and plan lookup in front of it.
 // Every other call returns None, and the Python path plans and runs it; where that ran torch's op for a
 // reason that holds for the key (call.front.answer), it remembers the answer here. The answers are route.cpp's (one
 // map, dropped together by forget()).
@@ -20,6 +21,10 @@
 #include <ATen/ops/addmm.h>
 #include <ATen/ops/linear.h>
 #include <ATen/ops/mm.h>
+#if __has_include(<ATen/ops/_scaled_mm_v2.h>)
+#include <ATen/ops/_scaled_mm_v2.h>
+#define TRITONBLAS_BLOCKWISE 1  // torch's block-wise scaled mm (F.scaled_mm's op) is in this torch
+#endif
 #include <c10/core/GradMode.h>
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/autograd/python_variable.h>
@@ -188,11 +193,34 @@ PyObject* linear_call(PyObject* const* args, Py_ssize_t nargs) {
   return run([&] { return at::linear(x, w, bias ? std::optional<at::Tensor>(*bias) : std::nullopt); });
 }
 
+// A block-wise call (scaled_mm's key under SCALED_MM_BLOCK) answered with torch's block-wise op:
+// aten::_scaled_mm_v2 as F.scaled_mm calls it (BlockWise1x128 x BlockWise128x128, a bf16 result; the
+// Python side answers so only without a bias or out=, its scales already outer-dim-major).
+PyObject* block_call(Key& key, PyObject* const* args) {
+#ifdef TRITONBLAS_BLOCKWISE
+  key[0] = SCALED_MM_BLOCK;
+  const at::Tensor& a = unpack(args[0]);
+  if (!torch_runs(true, key, a)) Py_RETURN_NONE;
+  const at::Tensor &b = unpack(args[1]), &scale_a = unpack(args[2]), &scale_b = unpack(args[3]);
+  const int64_t recipe_a[] = {BLOCKWISE_1X128}, recipe_b[] = {BLOCKWISE_128X128};
+  return run([&] {
+    return at::_scaled_mm_v2(a, b, at::TensorList(&scale_a, 1), recipe_a, at::IntArrayRef(),
+                             at::TensorList(&scale_b, 1), recipe_b, at::IntArrayRef(), std::nullopt,
+                             at::kBFloat16, at::IntArrayRef(), false);
+  });
+#else
+  (void)key;
+  (void)args;
+  Py_RETURN_NONE;
+#endif
+}
+
 // scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum, out): out may be None.
 PyObject* scaled_mm_call(PyObject* const* args, Py_ssize_t nargs) {
   Key key{};
   const at::Tensor* out = nullptr;
-  if (nargs != 8 || !scaled_key(key, args, out) || !torch_runs(true, key, unpack(args[0]))) Py_RETURN_NONE;
+  if (nargs != 8 || !scaled_key(key, args, out)) Py_RETURN_NONE;
+  if (!torch_runs(true, key, unpack(args[0]))) return block_call(key, args);
   const at::Tensor &a = unpack(args[0]), &b = unpack(args[1]), &scale_a = unpack(args[2]),
                    &scale_b = unpack(args[3]);
   const at::Tensor* bias_tensor = args[4] == Py_None ? nullptr : &unpack(args[4]);
@@ -249,18 +277,21 @@ PyObject* remember_answer(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   Py_RETURN_NONE;
 }
 
-// remember_scaled(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum, out, answer): as remember,
-// for a scaled_mm call.
+// remember_scaled(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum, out, answer, op): as
+// remember, for a scaled_mm call (op SCALED_MM, or SCALED_MM_BLOCK: torch's block-wise op).
 PyObject* remember_scaled(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 9 || !PyLong_CheckExact(args[8])) {
+  if (nargs != 10 || !PyLong_CheckExact(args[8]) || !PyLong_CheckExact(args[9])) {
     PyErr_SetString(PyExc_TypeError, "remember_scaled(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum, "
-                                     "out, answer: int)");
+                                     "out, answer: int, op: int)");
     return nullptr;
   }
   Key key{};
   const at::Tensor* out = nullptr;
   try {
-    if (scaled_key(key, args, out)) remember(key, PyLong_AsLongLong(args[8]));
+    if (scaled_key(key, args, out)) {
+      key[0] = PyLong_AsLongLong(args[9]);
+      remember(key, PyLong_AsLongLong(args[8]));
+    }
   } catch (const std::exception&) {  // (not keyed: not remembered)
   }
   Py_RETURN_NONE;
@@ -279,7 +310,8 @@ PyMethodDef methods[] = {
     {"remember", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(remember_answer)), METH_FASTCALL,
      "remember(op, a, b, c, out, answer): the answer for this call's key"},
     {"remember_scaled", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(remember_scaled)),
-     METH_FASTCALL, "remember_scaled(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum, out, answer)"},
+     METH_FASTCALL,
+     "remember_scaled(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum, out, answer, op)"},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef module = {PyModuleDef_HEAD_INIT, "tritonblas_native", "The explicit ops' C++ front.", -1,
@@ -295,6 +327,12 @@ PyMODINIT_FUNC PyInit_tritonblas_native() {
   PyModule_AddIntConstant(m, "ADDMM0", ADDMM0);
   PyModule_AddIntConstant(m, "LINEAR", LINEAR);
   PyModule_AddIntConstant(m, "SCALED_MM", SCALED_MM);
+  PyModule_AddIntConstant(m, "SCALED_MM_BLOCK", SCALED_MM_BLOCK);
+#ifdef TRITONBLAS_BLOCKWISE
+  PyModule_AddIntConstant(m, "BLOCKWISE", 1);
+#else
+  PyModule_AddIntConstant(m, "BLOCKWISE", 0);
+#endif
   PyModule_AddIntConstant(m, "TORCH", TORCH);
   PyModule_AddIntConstant(m, "EAGER_TORCH", EAGER_TORCH);
   return m;
