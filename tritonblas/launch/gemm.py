@@ -179,6 +179,26 @@ def scale_args(scales: Scales) -> tuple:
     return (None, None) if scales is None else scales
 
 
+# The GEMM kernels' arguments in their signatures' order (kernels/persistent.py, streamk.py, reduce.py):
+# what comes before a plan's integers and what after (its constexprs last), as launch_plan takes them.
+# Written once, here, for every launcher (launch_gemm, launch.prepared's launches through launch_plan and
+# through triton's C launcher, launch.native's C++ record), each passing its own kind of value (tensors,
+# pointers, a record's slots): a new kernel parameter is added here.
+def gemm_args(a: object, b: object, c: object, bias_or_c: object, workspace: tuple, alpha: object,
+              beta: object, host: tuple, scales: tuple) -> tuple[tuple, tuple]:
+    """The GEMM's (before, after) its plan's integers: the operands, the output, the bias (c's where there
+    is none), Stream-K's partials and counters (() for none); alpha, beta, A's and B's host descriptors
+    ((None, None) for none) and the scales (scale_args)."""
+    return (a, b, c, bias_or_c, *workspace), (alpha, beta, *host, *scales)
+
+
+def reduce_args(partials: object, c: object, bias_or_c: object, alpha: object, beta: object,
+                scales: tuple) -> tuple[tuple, tuple]:
+    """Stream-K's reduce kernel's (before, after) its plan's integers: the partials, the output, the bias
+    (or c); alpha, beta and the scales."""
+    return (partials, c, bias_or_c), (alpha, beta, *scales)
+
+
 def launch_gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None,
                 alpha: float, beta: float, config: GemmConfig, sm_count: int, precision: str,
                 scales: Scales = None, fast_acc: bool = False) -> None:
@@ -219,10 +239,9 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.T
         if plan.workspace is not None:
             tensors = (*tensors, *scratch.workspace(device, *plan.workspace, held, stream))
         host = _host_descriptors(a, b, plan.constexprs) if plan.constexprs["HOST_DESC"] else (None, None)
-        launch_plan(plan, tensors, (alpha, beta, *host, *scale_args(scales)))
+        launch_plan(plan, *gemm_args(*tensors[:4], tensors[4:], alpha, beta, host, scale_args(scales)))
         if plan.then is not None:  # stream order: the partials are all in when it runs
-            workspace, bias_or_c = tensors[4], tensors[3]
-            launch_plan(plan.then, (workspace, c, bias_or_c), (alpha, beta, *scale_args(scales)))
+            launch_plan(plan.then, *reduce_args(tensors[4], c, tensors[3], alpha, beta, scale_args(scales)))
     except BaseException:
         # A launch that raised (compile error, out of memory, KeyboardInterrupt, an interpreted kernel
         # stopped part way) may leave its scratch dirty, e.g. tile counters mid-fix-up: it is dropped

@@ -44,7 +44,7 @@ from ..contract import (
     P_SCRATCH,
 )
 from . import direct
-from .gemm import Plan
+from .gemm import Plan, gemm_args, reduce_args
 from .prepared import all_direct
 from .scratch import workspace_elements
 
@@ -101,13 +101,13 @@ def launch_record(plan: Plan, has_bias: bool, scaled: bool = False) -> list[int]
     bias = _BIAS if has_bias else _C
     host = (None, None) if plan.descs is None else _DESCS
     scales = _SCALES if scaled else (None, None)  # (launch.gemm.scale_args)
-    # launch.prepared._launch_direct's argument lists, the call's values as placeholders
-    launches.append(_launch_words(plan, (*operands, _C, bias, *workspace, *plan.ints, _ALPHA, _BETA, *host,
-                                         *scales, *plan.constexpr_args), operands))
+    # the launchers' argument lists (launch.gemm.gemm_args, reduce_args), the call's values as placeholders
+    head, tail = gemm_args(*operands, _C, bias, workspace, _ALPHA, _BETA, host, scales)
+    launches.append(_launch_words(plan, (*head, *plan.ints, *tail, *plan.constexpr_args), operands))
     if plan.then is not None:
         then = plan.then
-        launches.append(_launch_words(then, (workspace[0], _C, bias, *then.ints, _ALPHA, _BETA, *scales,
-                                             *then.constexpr_args)))
+        head, tail = reduce_args(workspace[0], _C, bias, _ALPHA, _BETA, scales)
+        launches.append(_launch_words(then, (*head, *then.ints, *tail, *then.constexpr_args)))
     if any(words is None for words in launches):
         return None
     head = [FORMAT, len(buffers) // BUFFER_WORDS, len(launches)]

@@ -93,12 +93,12 @@ def _launch_direct(plan: Plan, a: torch.Tensor, b: torch.Tensor, pa: int, pb: in
     partials' and counters' pointers, () for none), then its reduce kernel's where it has one."""
     fast = plan.direct
     host = (None, None) if plan.descs is None else (*fast.descriptor(0, a, pa), *fast.descriptor(1, b, pb))
-    fast.launch(stream, (pa, pb, pc, pbias, *workspace, *plan.ints, alpha, beta, *host, sa, sb,
-                         *plan.constexpr_args))
+    head, tail = gemm.gemm_args(pa, pb, pc, pbias, workspace, alpha, beta, host, (sa, sb))
+    fast.launch(stream, (*head, *plan.ints, *tail, *plan.constexpr_args))
     then = plan.then
     if then is not None:  # stream order: the partials are all in when it runs
-        then.direct.launch(stream, (workspace[0], pc, pbias, *then.ints, alpha, beta, sa, sb,
-                                    *then.constexpr_args))
+        head, tail = gemm.reduce_args(workspace[0], pc, pbias, alpha, beta, (sa, sb))
+        then.direct.launch(stream, (*head, *then.ints, *tail, *then.constexpr_args))
 
 
 def _launch_views(plan: Plan, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None,
@@ -110,9 +110,9 @@ def _launch_views(plan: Plan, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
     host = (None, None) if descs is None else (gemm.descriptor(a, *descs[0]), gemm.descriptor(b, *descs[1]))
     scale_args = gemm.scale_args(scales)
     bias_or_c = c if bias is None else bias
-    gemm.launch_plan(plan, (a, b, c, bias_or_c, *workspace), (alpha, beta, *host, *scale_args))
+    gemm.launch_plan(plan, *gemm.gemm_args(a, b, c, bias_or_c, workspace, alpha, beta, host, scale_args))
     if plan.then is not None:
-        gemm.launch_plan(plan.then, (workspace[0], c, bias_or_c), (alpha, beta, *scale_args))
+        gemm.launch_plan(plan.then, *gemm.reduce_args(workspace[0], c, bias_or_c, alpha, beta, scale_args))
 
 
 # --- scratch: padded copies, the Stream-K workspace -------------------------------------------------
