@@ -319,3 +319,39 @@ def test_a_block_wise_key_answered_torch_runs_torchs_block_op_from_cpp(planned_s
     assert front.scaled_mm(a, b, scale_a, scale_b, None, torch.bfloat16, False, None) is None
     got = tritonblas.scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16)
     assert torch.equal(got, want) and len(planned_scaled) == 2
+
+
+BLOCK_REMEMBERED = [("torch's block-wise op", True), ("row-major scale_a", False),
+                    ("torch's op does not take it", False), ("a kernel pick", False),
+                    ("backend pinned", False)]
+
+
+@pytest.mark.parametrize("case, remembered", BLOCK_REMEMBERED)
+def test_a_block_wise_call_is_remembered_only_as_the_front_runs_it(case, remembered, monkeypatch):
+    """call.front.remember_block tells the front a block-wise key only where its call ran torch's
+    block-wise op as dispatch's pick (its torch and the call taking it) on outer-dim-major scales, which
+    the front passes on as they are."""
+    from types import SimpleNamespace
+
+    from tritonblas import GemmConfig
+    from tritonblas.call import front
+    from tritonblas.contract import SCALED_MM_BLOCK, TORCH
+
+    told = []
+    monkeypatch.setattr(front, "_remember_scaled", lambda *args: told.append(args[-2:]))
+    monkeypatch.setattr(front, "_blockwise", True)
+    plan = SimpleNamespace(config=GemmConfig.vendor(), restriction=(None, None), user_config=False,
+                           torch_blockwise=True)
+    a = _t(4, 256, dtype=torch.float32).to(torch.float8_e4m3fn)
+    b = _t(128, 256, seed=1, dtype=torch.float32).to(torch.float8_e4m3fn).t()
+    scale_a, scale_b = torch.rand(2, 4).t(), torch.rand(2, 1)
+    if case == "row-major scale_a":
+        scale_a = scale_a.contiguous()
+    elif case == "torch's op does not take it":
+        plan.torch_blockwise = False
+    elif case == "a kernel pick":
+        plan.config = GemmConfig(block_m=64, block_n=64, block_k=128)
+    elif case == "backend pinned":
+        plan.restriction = (None, "torch")
+    front.remember_block(plan, a, b, scale_a, scale_b, torch.bfloat16, False)
+    assert told == ([(TORCH, SCALED_MM_BLOCK)] if remembered else [])
