@@ -205,9 +205,10 @@ def _eager_lines(sel) -> list[tuple[str, str]]:
     """What eager calls of a kernel selection run, explicit and routed (transparent mode): the kernel,
     or torch's op where the kernel's gain is below the host time its call costs above torch's
     (call.path.eager_torch_reason; the kernel runs under CUDA graph capture either way). A quantized
-    problem's calls, explicit or routed, share scaled_mm's plan and its rule, where torch takes the
-    problem at all. Routed calls as transparent mode's C++ kernels run them (enable()'s default): a
-    kernel whose launch gets a record is launched from C++ (launch/native.py)."""
+    problem's calls, explicit or routed, share scaled_mm's plan, its rules (ScaledPlan.eager_vendor,
+    routed_eager_vendor) judged where torch takes the problem at all. Routed calls as transparent mode's
+    C++ kernels run them (enable()'s default): a kernel whose launch gets a record is launched from C++
+    (launch/native.py; a routed _scaled_mm's where its scales are contiguous)."""
     from ..arch import INTERPRETER_DEVICE
     from ..call.path import eager_torch_reason
     from ..config import vendor_scaled_refusal
@@ -226,7 +227,8 @@ def _eager_lines(sel) -> list[tuple[str, str]]:
         refusal = vendor_scaled_refusal(sel.problem)
         if refusal is not None:
             return [("eager", f"calls run the kernel (torch refuses the problem: {refusal})")]
-        sides = (("eager", False, "explicit and transparent mode's calls", "torch._scaled_mm"),)
+        sides = (("eager", False, "explicit calls", "torch._scaled_mm"),
+                 ("routed", True, "transparent mode's calls", "torch._scaled_mm"))
     else:
         sides = (("eager", False, "explicit calls", "torch.mm"),
                  ("routed", True, "transparent mode's calls", "torch.mm"))
