@@ -15,6 +15,7 @@ from ..arith import cdiv
 from ..config import GemmConfig
 from ..problem import aligned_leading_dim
 from . import compile_key, direct, scratch
+from .arguments import Scales, gemm_args, reduce_args, scale_args, scale_modes
 from .streamk import fixup_plan, program_count, reduce_chunks, streamk_split, streamk_workspace
 
 
@@ -158,45 +159,7 @@ def _cached_plan(key: tuple, make: Callable[[], Plan]) -> Plan:
     return plan
 
 
-# A scaled_mm launch's scales: (scale_a, scale_b), each fp32 and contiguous, one value or a vector along
-# M (scale_a) / N (scale_b); None for every plain GEMM.
-Scales = tuple[torch.Tensor, torch.Tensor] | None
-
-
 cached_plan = _cached_plan  # the one plan cache's get-or-build, for the launches of other kernel families
-
-
-def scale_modes(scales: Scales) -> tuple[int, int]:
-    """The kernels' A_SCALE, B_SCALE: 0 no scale, 1 one value, 2 a vector (kernels/common.epilogue)."""
-    if scales is None:
-        return 0, 0
-    return 1 if scales[0].numel() == 1 else 2, 1 if scales[1].numel() == 1 else 2
-
-
-def scale_args(scales: Scales) -> tuple:
-    """The scale pointers as kernel arguments: None for a plain GEMM (a constexpr to triton, so the plain
-    kernels take no extra parameter and compile to the code they had)."""
-    return (None, None) if scales is None else scales
-
-
-# The GEMM kernels' arguments in their signatures' order (kernels/persistent.py, streamk.py, reduce.py):
-# what comes before a plan's integers and what after (its constexprs last), as launch_plan takes them.
-# Written once, here, for every launcher (launch_gemm, launch.prepared's launches through launch_plan and
-# through triton's C launcher, launch.native's C++ record), each passing its own kind of value (tensors,
-# pointers, a record's slots): a new kernel parameter is added here.
-def gemm_args(a: object, b: object, c: object, bias_or_c: object, workspace: tuple, alpha: object,
-              beta: object, host: tuple, scales: tuple) -> tuple[tuple, tuple]:
-    """The GEMM's (before, after) its plan's integers: the operands, the output, the bias (c's where there
-    is none), Stream-K's partials and counters (() for none); alpha, beta, A's and B's host descriptors
-    ((None, None) for none) and the scales (scale_args)."""
-    return (a, b, c, bias_or_c, *workspace), (alpha, beta, *host, *scales)
-
-
-def reduce_args(partials: object, c: object, bias_or_c: object, alpha: object, beta: object,
-                scales: tuple) -> tuple[tuple, tuple]:
-    """Stream-K's reduce kernel's (before, after) its plan's integers: the partials, the output, the bias
-    (or c); alpha, beta and the scales."""
-    return (partials, c, bias_or_c), (alpha, beta, *scales)
 
 
 def launch_gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None,

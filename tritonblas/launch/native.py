@@ -44,7 +44,8 @@ from ..contract import (
     P_SCRATCH,
 )
 from . import direct
-from .gemm import Plan, gemm_args, reduce_args
+from .arguments import gemm_args, reduce_args
+from .gemm import Plan
 from .prepared import all_direct
 from .scratch import workspace_elements
 
@@ -100,8 +101,8 @@ def launch_record(plan: Plan, has_bias: bool, scaled: bool = False) -> list[int]
         buffers += (4 * floats, 0, 4 * counters, 1)  # fp32 partials; int32 counters, zeroed
     bias = _BIAS if has_bias else _C
     host = (None, None) if plan.descs is None else _DESCS
-    scales = _SCALES if scaled else (None, None)  # (launch.gemm.scale_args)
-    # the launchers' argument lists (launch.gemm.gemm_args, reduce_args), the call's values as placeholders
+    scales = _SCALES if scaled else (None, None)  # (launch.arguments.scale_args)
+    # the launchers' argument lists (launch.arguments), the call's values as placeholders
     head, tail = gemm_args(*operands, _C, bias, workspace, _ALPHA, _BETA, host, scales)
     launches.append(_launch_words(plan, (*head, *plan.ints, *tail, *plan.constexpr_args), operands))
     if plan.then is not None:

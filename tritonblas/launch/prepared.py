@@ -25,7 +25,8 @@ import torch
 from ..config import GemmConfig
 from ..problem import aligned_leading_dim
 from . import direct, gemm, scratch
-from .gemm import Plan, Scales, needs_scratch
+from .arguments import Scales, gemm_args, reduce_args, scale_args
+from .gemm import Plan, needs_scratch
 
 
 def prepare_launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None,
@@ -93,11 +94,11 @@ def _launch_direct(plan: Plan, a: torch.Tensor, b: torch.Tensor, pa: int, pb: in
     partials' and counters' pointers, () for none), then its reduce kernel's where it has one."""
     fast = plan.direct
     host = (None, None) if plan.descs is None else (*fast.descriptor(0, a, pa), *fast.descriptor(1, b, pb))
-    head, tail = gemm.gemm_args(pa, pb, pc, pbias, workspace, alpha, beta, host, (sa, sb))
+    head, tail = gemm_args(pa, pb, pc, pbias, workspace, alpha, beta, host, (sa, sb))
     fast.launch(stream, (*head, *plan.ints, *tail, *plan.constexpr_args))
     then = plan.then
     if then is not None:  # stream order: the partials are all in when it runs
-        head, tail = gemm.reduce_args(workspace[0], pc, pbias, alpha, beta, (sa, sb))
+        head, tail = reduce_args(workspace[0], pc, pbias, alpha, beta, (sa, sb))
         then.direct.launch(stream, (*head, *then.ints, *tail, *then.constexpr_args))
 
 
@@ -108,11 +109,11 @@ def _launch_views(plan: Plan, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
     tensors at the planned pointers (a linear's weight stands for its transpose)."""
     descs = plan.descs
     host = (None, None) if descs is None else (gemm.descriptor(a, *descs[0]), gemm.descriptor(b, *descs[1]))
-    scale_args = gemm.scale_args(scales)
+    scaling = scale_args(scales)
     bias_or_c = c if bias is None else bias
-    gemm.launch_plan(plan, *gemm.gemm_args(a, b, c, bias_or_c, workspace, alpha, beta, host, scale_args))
+    gemm.launch_plan(plan, *gemm_args(a, b, c, bias_or_c, workspace, alpha, beta, host, scaling))
     if plan.then is not None:
-        gemm.launch_plan(plan.then, *gemm.reduce_args(workspace[0], c, bias_or_c, alpha, beta, scale_args))
+        gemm.launch_plan(plan.then, *reduce_args(workspace[0], c, bias_or_c, alpha, beta, scaling))
 
 
 # --- scratch: padded copies, the Stream-K workspace -------------------------------------------------
