@@ -151,9 +151,10 @@ def test_gpu_scaled_mm_padded_copies(case, path):
     assert err <= inp.tolerance, f"{p.short()} {path}: rel. error {err:.3g} > {inp.tolerance:.3g}"
 
 
-def test_gpu_a_scaled_mm_torch_pick_is_answered_by_the_cpp_front(pick_torch, monkeypatch):
-    """Dispatch's torch._scaled_mm pick on CUDA: from the second call on the C++ front (tritonblas/native)
-    runs torch._scaled_mm itself, never planned again; results equal torch's own call."""
+@pytest.fixture
+def planned_with_front(pick_torch, monkeypatch) -> list:
+    """Dispatch picking torch's op for every problem, the C++ front built and its answers dropped: a list
+    that grows by one at each scaled_mm call that reaches the Python path's plan lookup."""
     from tritonblas import native
     from tritonblas.call import path as call_path
     from tritonblas.call import scaled as call_scaled
@@ -165,6 +166,12 @@ def test_gpu_a_scaled_mm_torch_pick_is_answered_by_the_cpp_front(pick_torch, mon
     planned = []
     real = call_path.lookup
     monkeypatch.setattr(call_scaled, "lookup", lambda *args: (planned.append(1), real(*args))[1])
+    return planned
+
+
+def test_gpu_a_scaled_mm_torch_pick_is_answered_by_the_cpp_front(planned_with_front):
+    """Dispatch's torch._scaled_mm pick on CUDA: from the second call on the C++ front (tritonblas/native)
+    runs torch._scaled_mm itself, never planned again; results equal torch's own call."""
     a = torch.randn(256, 512, device="cuda").to(torch.float8_e4m3fn)
     b = torch.randn(1024, 512, device="cuda").to(torch.float8_e4m3fn).t()
     scale_a, scale_b = torch.rand(256, 1, device="cuda") + 0.5, torch.rand(1, 1024, device="cuda") + 0.5
@@ -172,7 +179,7 @@ def test_gpu_a_scaled_mm_torch_pick_is_answered_by_the_cpp_front(pick_torch, mon
     want = torch._scaled_mm(a, b, scale_a, scale_b, bias=bias, out_dtype=torch.bfloat16)
     for _ in range(4):
         got = tritonblas.scaled_mm(a, b, scale_a, scale_b, bias=bias, out_dtype=torch.bfloat16)
-    assert len(planned) == 1 and torch.equal(got, want)
+    assert len(planned_with_front) == 1 and torch.equal(got, want)
 
 
 # Block-wise scales: (m, n, k, layout, config: None for dispatch's kernel pick). K over 32, 128 and 512 blocks
@@ -230,21 +237,10 @@ def test_gpu_block_scaled_error_within_torchs(case):
     assert ours_err <= 2 * torch_err + UNIT_ROUNDOFF["bf16"], (ours_err, torch_err)
 
 
-def test_gpu_a_block_scaled_torch_pick_is_answered_by_the_cpp_front(pick_torch, monkeypatch):
+def test_gpu_a_block_scaled_torch_pick_is_answered_by_the_cpp_front(planned_with_front):
     """Dispatch's pick of torch's block-wise op: from the second call the C++ front runs it
     (aten::_scaled_mm_v2, as F.scaled_mm does), never planned again; results equal F.scaled_mm's bit for
     bit. A call with a bias, or with scales that are not outer-dim-major, keeps the Python path."""
-    from tritonblas import native
-    from tritonblas.call import path as call_path
-    from tritonblas.call import scaled as call_scaled
-
-    if not native.load() or native.front() is None:
-        pytest.fail(f"the C++ front did not build on the GPU host: {native.why_not()}")
-    pick_torch(lambda problem: True)
-    native.forget()
-    planned = []
-    real = call_path.lookup
-    monkeypatch.setattr(call_scaled, "lookup", lambda *args: (planned.append(1), real(*args))[1])
     a, b, scale_a, scale_b = _block_operands(256, 1024, 4096, "nt")
     scale_a = scale_a.t().contiguous().t()  # outer-dim-major, as torch's op takes them
     F = torch.nn.functional
@@ -252,8 +248,8 @@ def test_gpu_a_block_scaled_torch_pick_is_answered_by_the_cpp_front(pick_torch, 
                        output_dtype=torch.bfloat16)
     for _ in range(4):
         got = tritonblas.scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16)
-    assert len(planned) == 1 and torch.equal(got, want)
+    assert len(planned_with_front) == 1 and torch.equal(got, want)
     row_major = scale_a.contiguous()
     for _ in range(2):
         tritonblas.scaled_mm(a, b, row_major, scale_b, out_dtype=torch.bfloat16)
-    assert len(planned) == 3
+    assert len(planned_with_front) == 3
