@@ -193,7 +193,15 @@ BLOCK_CASES = [
                                       tma=True)),
     (16, 2048, 7168, "nt", GemmConfig(block_m=64, block_n=256, block_k=64, num_warps=8, num_stages=3,
                                       tma=True)),
+    # the Gluon kernel: ragged N (576), ragged M, long K (an odd number of K blocks too)
+    (512, 576, 7168, "nt", GemmConfig(block_m=128, block_n=128, block_k=128, num_warps=4, num_stages=5,
+                                      tma=True, gluon=True)),
+    (200, 1024, 4224, "nt", GemmConfig(block_m=128, block_n=128, block_k=128, num_warps=4, num_stages=6,
+                                       tma=True, gluon=True)),
+    (64, 512, 65536, "nt", GemmConfig(block_m=128, block_n=128, block_k=128, num_warps=4, num_stages=4,
+                                      tma=True, gluon=True)),
 ]
+GLUON = GemmConfig(block_m=128, block_n=128, block_k=128, num_warps=4, num_stages=5, tma=True, gluon=True)
 
 
 def _block_operands(m: int, n: int, k: int, layout: str) -> tuple:
@@ -235,6 +243,38 @@ def test_gpu_block_scaled_error_within_torchs(case):
     norm = ref.norm().item()
     ours_err, torch_err = rel_error(y, ref, norm), rel_error(theirs, ref, norm)
     assert ours_err <= 2 * torch_err + UNIT_ROUNDOFF["bf16"], (ours_err, torch_err)
+
+
+OUT_NAMES = {torch.bfloat16: "bf16", torch.float32: "fp32", torch.float8_e4m3fn: "e4m3"}
+
+
+@pytest.mark.parametrize("out_dtype", list(OUT_NAMES))
+def test_gpu_gluon_block_kernel_outputs_bias_and_its_triton_twin(out_dtype):
+    """The Gluon kernel with a bias into each output dtype against the float64 product (+ bias, saturated
+    for fp8), within twice the error of the Triton block kernel (the same tensor-core partials a K block:
+    an fp32 output shows their rounding, not the cast's); a view it cannot take by TMA (a base one byte
+    off) runs that Triton twin, within the same bound."""
+    from tritonblas.launch.blockscaled import gluon_ready, gluon_twin
+
+    m, n, k = 300, 640, 2304
+    a, b, scale_a, scale_b = _block_operands(m, n, k, "nt")
+    bias = torch.randn(n, device="cuda").to(torch.bfloat16 if out_dtype == torch.float8_e4m3fn else out_dtype)
+    sa = scale_a.double().repeat_interleave(128, 1)[:, :k]
+    sb = scale_b.double().repeat_interleave(128, 0).repeat_interleave(128, 1)[:k, :n]
+    ref = (a.double() * sa) @ (b.double() * sb) + bias.double()
+    if out_dtype == torch.float8_e4m3fn:
+        ref = ref.clamp(-448, 448)
+    triton_kernel = tritonblas.scaled_mm(a, b, scale_a, scale_b, bias=bias, out_dtype=out_dtype,
+                                         config=gluon_twin(GLUON))
+    norm = ref.norm().item()
+    bound = 2 * rel_error(triton_kernel, ref, norm) + UNIT_ROUNDOFF[OUT_NAMES[out_dtype]]
+    y = tritonblas.scaled_mm(a, b, scale_a, scale_b, bias=bias, out_dtype=out_dtype, config=GLUON)
+    assert gluon_ready(a, b, y) and rel_error(y, ref, norm) <= bound, (rel_error(y, ref, norm), bound)
+    wide = torch.empty(m, k + 16, device="cuda", dtype=a.dtype)
+    shifted = wide[:, 1:k + 1]
+    shifted.copy_(a)
+    twin = tritonblas.scaled_mm(shifted, b, scale_a, scale_b, bias=bias, out_dtype=out_dtype, config=GLUON)
+    assert not gluon_ready(shifted, b, twin) and rel_error(twin, ref, norm) <= bound
 
 
 def test_gpu_a_block_scaled_torch_pick_is_answered_by_the_cpp_front(planned_with_front):

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serial
 
 from .arch import FP8_ARCHS, TMA_ARCHS, DeviceInfo
 from .binding import bind_tuning_db
-from .problem import DTYPE_BYTES, SCALE_BLOCK, Problem, operands_aligned
+from .problem import DTYPE_BYTES, SCALE_BLOCK, Problem, operands_aligned, rows_aligned
 from .smem import smem_bytes
 
 Backend = Literal["triton", "torch"]
@@ -59,6 +59,9 @@ class GemmConfig(BaseModel):
     # Stream-K: split tiles summed by a kernel of their own over all the SMs (kernels/reduce.py), not by
     # their last segment's program.
     reduce_kernel: bool = False
+    # Block-wise fp8 scales on the Gluon kernel (kernels/blockscaled_gluon.py): each K block's product
+    # promoted to fp32 while the tensor cores run the next block's (gluon_refusal says where it runs).
+    gluon: bool = False
     backend: Backend = "triton"
 
     @classmethod
@@ -101,8 +104,9 @@ class GemmConfig(BaseModel):
             return {"backend": "torch"}
         data = handler(self)
         data.pop("backend", None)
-        if not self.reduce_kernel:  # at its default, the JSON from before it
-            data.pop("reduce_kernel", None)
+        for name in ("reduce_kernel", "gluon"):  # at their defaults, the JSON from before them
+            if not data[name]:
+                data.pop(name)
         return data
 
     @field_validator("block_m", "block_n", "block_k")
@@ -127,7 +131,8 @@ class GemmConfig(BaseModel):
         flags = "".join(f" {name}" for name, on in (("tma", self.tma), ("hdesc", self.host_descriptors),
                                                      ("flat", self.flatten),
                                                      ("copy", self.aligned_copy),
-                                                     ("reduce", self.reduce_kernel)) if on)
+                                                     ("reduce", self.reduce_kernel),
+                                                     ("gluon", self.gluon)) if on)
         return (
             f"{fam} {self.block_m}x{self.block_n}x{self.block_k} g{self.group_m} "
             f"w{self.num_warps} s{self.num_stages} grid={grid}{flags}"
@@ -152,6 +157,8 @@ def config_supports(config: GemmConfig, problem: Problem, device: DeviceInfo) ->
     if config.backend == "torch":
         # torch.mm / torch.addmm take every problem the public ops accept; scaled_mm's vendor does not.
         return vendor_scaled_refusal(problem) if problem.quantized else None
+    if config.gluon:
+        return gluon_refusal(config, problem, device)
     if problem.scales == "block":
         reason = block_refusal(config)
         if reason is not None:
@@ -201,6 +208,38 @@ def block_refusal(config: GemmConfig) -> str | None:
         # On the H200 under triton 3.6 one warp group over 128 rows returned NaN (128x64 and 128x128 by
         # TMA) and 64x256 failed to compile (tuning run of 2026-12-04): such tiles take 8 warps.
         return "block-wise scales on tiles of over 64 rows or 64x128 elements need 8 warps"
+    return None
+
+
+# The Gluon kernel's one shape: 128 x 128 x 128 tiles, num_warps 4 (each of its two consumer warpgroups;
+# a producer warp besides), persistent with one program an SM, operands by host-built TMA descriptors.
+_GLUON_TILE = dict(block_m=128, block_n=128, block_k=128, num_warps=4)
+_GLUON_OFF = ("streamk", "host_descriptors", "flatten", "aligned_copy", "reduce_kernel")
+
+
+def gluon_refusal(config: GemmConfig, problem: Problem, device: DeviceInfo) -> str | None:
+    """Why the Gluon block kernel (kernels/blockscaled_gluon.py) cannot run a `gluon` config, None where
+    it can: block-wise fp8 scales on sm_90, layout nt (fp8 wgmma reads K-major operands), 16-byte aligned
+    rows (TMA loads and stores), its one tile, a ring of num_stages A and B blocks that fits in shared
+    memory beside two output tiles."""
+    if problem.scales != "block":
+        return "gluon configs run block-wise scales only"
+    if device.arch != "sm_90":
+        return f"the Gluon kernel is written for sm_90 (wgmma, TMA), device is {device.arch}"
+    if problem.layout != "nt":
+        return "the Gluon kernel needs a row-major and b column-major (layout nt): fp8 wgmma reads K-major"
+    if any(getattr(config, f) != v for f, v in _GLUON_TILE.items()):
+        return "the Gluon kernel has one tile: block_m=block_n=block_k=128, num_warps=4 (a warp group)"
+    off = [f for f in _GLUON_OFF if getattr(config, f)] + ([] if config.tma else ["tma=False"])
+    if off or config.grid is not None:
+        return ("gluon configs are persistent TMA configs, one program an SM, no other lever (got "
+                f"{', '.join(off + (['grid'] if config.grid is not None else []))})")
+    if not rows_aligned(problem):
+        return "the Gluon kernel's TMA loads and stores need rows of A, B and C of 16-byte multiples"
+    need = config.num_stages * 2 * 128 * 128 + 2 * 64 * 128 * DTYPE_BYTES[problem.out] + 1024
+    if need > device.smem_per_block:
+        return (f"needs {need} B of shared memory ({config.num_stages} stages), "
+                f"device {device.name} allows {device.smem_per_block} B")
     return None
 
 

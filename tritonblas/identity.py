@@ -31,7 +31,8 @@ _KERNEL_DIR = _PACKAGE / "kernels"
 # leaves the dense GEMMs' tuned winners fresh, and the reverse is caught by hashing common.py in both.
 GROUPED_KERNELS: tuple[str, ...] = ("grouped.py", "common.py")
 # The block-scaled scaled_mm (kernels/blockscaled.py, 2026-12-03): a family of its own for the same reason.
-BLOCKSCALED_KERNELS: tuple[str, ...] = ("blockscaled.py", "common.py")
+# Its Gluon kernel (blockscaled_gluon.py, 2026-12-04) runs the same problems: the same family.
+BLOCKSCALED_KERNELS: tuple[str, ...] = ("blockscaled.py", "blockscaled_gluon.py", "common.py")
 _OWN_FAMILY = frozenset(GROUPED_KERNELS + BLOCKSCALED_KERNELS) - {"common.py"}
 
 # The host code that decides what the kernels compute and how they are launched (constexprs, grid,
@@ -177,7 +178,8 @@ def grouped_kernel_hash() -> str:
 
 # The block-scaled kernel's host planning (launch/blockscaled.py: its constexprs and grid), as PLANNING.
 BLOCKSCALED_PLANNING: dict[str, tuple[str, ...]] = {
-    "launch/blockscaled.py": ("block_plan", "_divisor"),
+    "launch/blockscaled.py": ("block_plan", "_divisor", "gluon_plan", "gluon_ready", "gluon_twin",
+                              "GLUON_TILE", "GLUON_MAXNREG"),
     "launch/streamk.py": ("program_count",),
     "launch/gemm.py": ("offset_reach", "INT32_OFFSETS", "_OFFSET_SLACK", "needs_int64", "tma_ready",
                        "_is_col_major"),

@@ -1,7 +1,8 @@
 """The launch of the block-scaled scaled_mm (kernels/blockscaled.py), and its vendor.
 
-One place for what the kernel is given: its launch as launch.gemm's Plan (`block_plan`: grid, integer
-arguments, constexprs; hashed into the block family's kernel hash, identity.BLOCKSCALED_PLANNING), the
+One place for what the kernels are given: a launch as launch.gemm's Plan (`block_plan` for the Triton
+kernel, `gluon_plan` for the Gluon one a `gluon` config asks for: grid, integer arguments, constexprs;
+hashed into the block family's kernel hash, identity.BLOCKSCALED_PLANNING), the
 launch itself (`launch_blockscaled`: the one plan cache and launch.gemm.launch_plan, triton's C launcher
 once compiled; no C++ record yet), and torch's side
 (`vendor_blockscaled`): torch.nn.functional.scaled_mm with BlockWise1x128 / BlockWise128x128 scaling where
@@ -29,6 +30,72 @@ def _kernel():
     from ..kernels.blockscaled import blockscaled_gemm_kernel
 
     return blockscaled_gemm_kernel
+
+
+@functools.cache
+def _gluon_kernel():
+    from ..kernels.blockscaled_gluon import blockscaled_gluon_kernel
+
+    return blockscaled_gluon_kernel
+
+
+# The Gluon kernel's tile (kernels/blockscaled_gluon.py, config.gluon_refusal): 128 x 128 x 128, two 4-warp
+# consumers and a 1-warp producer (12 warps), at one CTA an SM: maxnreg is the register file over 12 warps.
+GLUON_TILE = 128
+GLUON_MAXNREG = 65536 // (12 * 32) // 8 * 8
+
+
+def gluon_ready(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> bool:
+    """Whether the Gluon kernel takes these tensors: on CUDA, K > 0, A row-major and b column-major (both
+    K-major, as fp8 wgmma reads them) and `out` row-major, each TMA-ready (16-byte aligned base and
+    leading stride). Elsewhere a Gluon config runs on the Triton kernel (gluon_twin)."""
+    return (a.is_cuda and a.shape[1] > 0 and a.stride(1) == 1 and b.stride(0) == 1 and out.stride(1) == 1
+            and tma_ready(a)[0] and tma_ready(b)[0] and tma_ready(out)[0])
+
+
+def gluon_twin(config: GemmConfig) -> GemmConfig:
+    """The Triton block kernel's config that runs a Gluon config's call where gluon_ready says no: the
+    same tile on 8 warps (the heuristic's first block tile)."""
+    return GemmConfig(block_m=GLUON_TILE, block_n=GLUON_TILE, block_k=GLUON_TILE, group_m=config.group_m,
+                      num_warps=8, num_stages=4, tma=True)
+
+
+# Gluon's names of the dtypes its descriptors carry (imported where used: the db commands load this module
+# without triton's Gluon).
+_GL_NAMES = {torch.float8_e4m3fn: "float8e4nv", torch.float8_e5m2: "float8e5", torch.bfloat16: "bfloat16",
+             torch.float16: "float16", torch.float32: "float32"}
+
+
+@functools.cache
+def _shared_layout(box: tuple[int, int], dtype: torch.dtype):
+    from triton.experimental.gluon import language as gl
+
+    return gl.NVMMASharedLayout.get_default_for(list(box), getattr(gl, _GL_NAMES[dtype]))
+
+
+def gluon_descriptors(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> tuple:
+    """The Gluon kernel's TMA descriptors of A (M, K), W = b.T (N, K) and out, with its boxes; built each
+    call (they hold the tensors' addresses)."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    w = b.t()
+    boxes = ((GLUON_TILE, GLUON_TILE), (GLUON_TILE, GLUON_TILE), (GLUON_TILE // 2, GLUON_TILE))
+    return tuple(TensorDescriptor.from_tensor(t, list(box), _shared_layout(box, t.dtype))
+                 for t, box in zip((a, w, out), boxes, strict=True))
+
+
+def gluon_plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None,
+               scale_a: torch.Tensor, scale_b: torch.Tensor, config: GemmConfig, sm_count: int) -> Plan:
+    """One launch of the Gluon block kernel as launch.gemm's Plan (the integer arguments after c, bias (or
+    c), scale_a, scale_b and the three descriptors); `bias` the (M, N) view of the (N,) bias, or None."""
+    m, k = a.shape
+    n = b.shape[1]
+    constexprs = dict(BLOCK_M=GLUON_TILE, BLOCK_N=GLUON_TILE, BLOCK_K=GLUON_TILE, STAGES=config.num_stages,
+                      GROUP_M=config.group_m, SCALE_BLOCK=SCALE_BLOCK, HAS_BIAS=bias is not None)
+    progs = min(sm_count, -(-m // GLUON_TILE) * -(-n // GLUON_TILE))
+    ints = (m, n, k, 0 if bias is None else bias.stride(1), *scale_a.stride(), *scale_b.stride())
+    return Plan(_gluon_kernel(), progs, ints, constexprs, 4, config.num_stages, None, maxnreg=GLUON_MAXNREG,
+                host_objects=True)
 
 
 def _divisor(t: torch.Tensor, wrapped_dim: int) -> int:
@@ -85,10 +152,18 @@ def launch_blockscaled(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, 
     if m == 0 or n == 0:
         return
     bias2d = None if bias is None else torch.broadcast_to(bias, (m, n))
+    gluon = config.gluon and gluon_ready(a, b, out)
+    if config.gluon and not gluon:
+        config = gluon_twin(config)
     key = ("blockscaled", config, sm_count, a.device, _facts(a), _facts(b), _facts(out), _facts(scale_a),
            _facts(scale_b), None if bias2d is None else _facts(bias2d))
-    plan = cached_plan(key, lambda: block_plan(a, b, out, bias2d, scale_a, scale_b, config, sm_count))
-    launch_plan(plan, (a, b, out, out if bias2d is None else bias2d, scale_a, scale_b), ())
+    make = gluon_plan if gluon else block_plan
+    plan = cached_plan(key, lambda: make(a, b, out, bias2d, scale_a, scale_b, config, sm_count))
+    bias_arg = out if bias2d is None else bias2d
+    if gluon:
+        launch_plan(plan, (out, bias_arg, scale_a, scale_b, *gluon_descriptors(a, b, out)), ())
+    else:
+        launch_plan(plan, (a, b, out, bias_arg, scale_a, scale_b), ())
 
 
 def dequantized_product(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor,

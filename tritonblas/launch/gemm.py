@@ -137,6 +137,8 @@ class Plan:
     descs: tuple | None = None  # a prepared launch's host descriptors: (shape, strides, box) of A and B
     direct: object = None  # launch.direct's launch of `compiled`, where this triton's launcher allows one
     copies: tuple | None = None  # a prepared launch's pad copies of A and B (launch/prepared.py), None: none
+    maxnreg: int | None = None  # a register cap per thread (warp-specialized Gluon kernels), None: triton's
+    host_objects: bool = False  # arguments only triton's `run` expands (Gluon descriptors): never direct
 
 
 plans: dict[tuple, Plan] = {}
@@ -357,9 +359,10 @@ def launch_plan(plan: Plan, tensors: tuple, floats: tuple) -> None:
     every pointer, device), so the cached binary is exactly the one triton would have picked.
     """
     args = (*tensors, *plan.ints, *floats)
+    options = {} if plan.maxnreg is None else {"maxnreg": plan.maxnreg}
     if not tensors[0].is_cuda:  # the interpreter has no compiled kernel to reuse
         plan.kernel[(plan.progs,)](*args, **plan.constexprs, num_warps=plan.num_warps,
-                                   num_stages=plan.num_stages)
+                                   num_stages=plan.num_stages, **options)
         return
     index = tensors[0].get_device()  # an int: .device.index builds a device object first
     if index != current_device():
@@ -373,7 +376,7 @@ def launch_plan(plan: Plan, tensors: tuple, floats: tuple) -> None:
     if compiled is None:
         compile_key.install_quietly()  # waits for compile_key.prefetch's thread, if one is running
         compiled = plan.kernel[(plan.progs,)](*args, **plan.constexprs, num_warps=plan.num_warps,
-                                              num_stages=plan.num_stages)
+                                              num_stages=plan.num_stages, **options)
         # The C launcher takes constexprs by position: in the kernel's order, whatever the dict's.
         names = plan.kernel.arg_names[len(args):]
         if sorted(names) == sorted(plan.constexprs):
@@ -381,7 +384,7 @@ def launch_plan(plan: Plan, tensors: tuple, floats: tuple) -> None:
             compiled._init_handles()
             # Host descriptors go direct only with their geometry planned (prepare_launch's): launch_gemm
             # hands TensorDescriptor objects, which only `run` expands.
-            if plan.descs is not None or not plan.constexprs.get("HOST_DESC"):
+            if not plan.host_objects and (plan.descs is not None or not plan.constexprs.get("HOST_DESC")):
                 plan.direct = direct.make(compiled, plan.progs, plan.descs, descriptor)
             plan.compiled = compiled
         return

@@ -324,6 +324,8 @@ def _aligned_copy_us(problem: Problem, arch: str) -> float:
 # 0.4x the same tile on 8, 128x256 at 0.74-0.85x 128x128, so the model only ranks among these.
 # (block_m, block_n, block_k, num_warps, num_stages)
 _BLOCK_SCALED_TILES = ((128, 128, 128, 8, 4), (64, 128, 128, 4, 4), (64, 64, 128, 4, 5))
+# The Gluon block kernel's rings (config.gluon_refusal drops those that do not fit beside the output tiles).
+GLUON_STAGES = (4, 5, 6)
 
 
 def _block_scaled_candidates(problem: Problem, device: DeviceInfo) -> list[GemmConfig]:
@@ -335,6 +337,11 @@ def _block_scaled_candidates(problem: Problem, device: DeviceInfo) -> list[GemmC
             if config_supports(cfg, problem, device) is None:
                 out.append(cfg)
                 break
+    for stages in GLUON_STAGES:
+        cfg = GemmConfig(block_m=128, block_n=128, block_k=128, num_warps=4, num_stages=stages, tma=True,
+                         gluon=True)
+        if config_supports(cfg, problem, device) is None:
+            out.append(cfg)
     return out
 
 
