@@ -427,5 +427,7 @@ def test_torch_takes_block_problems_of_whole_blocks_and_m_a_multiple_of_4(m, tak
                                 "sm_90") is takes
     assert not torch_blockwise_fits(Problem(m, 576, 7168, "e4m3", "nt", out_dtype="bf16", scales="block"),
                                     "sm_90")  # N not whole blocks
+    assert not torch_blockwise_fits(Problem(m, 1536, 4224, "e4m3", "nt", out_dtype="bf16", scales="block"),
+                                    "sm_90")  # K not a whole number of 4 blocks
     assert not torch_blockwise_fits(Problem(m, 1536, 7168, "e4m3", "nt", "row", out_dtype="bf16",
                                             scales="block"), "sm_90")  # a bias

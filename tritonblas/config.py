@@ -253,13 +253,14 @@ def fp8_refusal(problem: Problem, device: DeviceInfo) -> str | None:
 def torch_blockwise_fits(problem: Problem, arch: str) -> bool:
     """Whether torch's block-wise scaled mm (torch.nn.functional.scaled_mm, BlockWise1x128 x
     BlockWise128x128: cuBLASLt) takes a block problem: sm_90, e4m3 operands, a row-major and b
-    column-major (layout nt), K and N whole blocks, M a multiple of 4 (cuBLASLt 13 refused M = 1, 2, 3, 15
-    and 17 on the H200, took 4, 8, 16 and 32: 2026-12-04), a bf16 output and no bias (the kernels'
+    column-major (layout nt), N whole blocks, K a whole number of 4 blocks (torch 2.11 refused K = 4224, 33
+    blocks: "scale_b must have shape 36 x 8", 2026-12-04), M a multiple of 4 (cuBLASLt 13 refused M = 1,
+    2, 3, 15 and 17 on the H200, took 4, 8, 16 and 32: 2026-12-04), a bf16 output and no bias (the kernels'
     contract adds the bias in fp32 before one cast, which torch's bf16 result would round twice), a torch
     that has the op. Elsewhere torch's side of a block problem is the dequantized fp32 product."""
     return (arch == "sm_90" and problem.scales == "block" and problem.layout == "nt" and problem.m % 4 == 0
             and problem.dtype == problem.b == "e4m3" and problem.n % SCALE_BLOCK == 0
-            and problem.k % SCALE_BLOCK == 0 and problem.out == "bf16" and problem.bias == "none"
+            and problem.k % (4 * SCALE_BLOCK) == 0 and problem.out == "bf16" and problem.bias == "none"
             and _torch_has_blockwise())
 
 

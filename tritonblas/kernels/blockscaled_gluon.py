@@ -66,26 +66,28 @@ def producer(a_desc, b_desc, a_bufs, b_bufs, ready, empty, pid, nprog, num_pid_m
 
 
 @gluon.jit
-def issue(a_bufs, b_bufs, ready, zero, it, WG: gl.constexpr, HALF: gl.constexpr, STAGES: gl.constexpr):
-    """Start ring position `it`'s K block of this warpgroup's rows into a fresh partial: its wgmma token."""
+def issue(a_bufs, b_bufs, ready, zero, sa_rows, sb_tile, kb, stride_sak, stride_sbk, it, WG: gl.constexpr,
+          HALF: gl.constexpr, STAGES: gl.constexpr):
+    """Start K block `kb` (ring position `it`) of this warpgroup's rows into a fresh partial. Returns its
+    wgmma token and the block's scales, loaded now so that their latency passes under the wgmma:
+    scale_a[rows, kb] in the loads' own layout (one register a thread) and scale_b[kb, column block]."""
     s = it % STAGES
     mbarrier.wait(ready.index(s), (it // STAGES) & 1)
-    return warpgroup_mma(a_bufs.index(s).slice(WG * HALF, HALF), b_bufs.index(s).permute((1, 0)), zero,
+    part = warpgroup_mma(a_bufs.index(s).slice(WG * HALF, HALF), b_bufs.index(s).permute((1, 0)), zero,
                          use_acc=False, is_async=True)
+    return part, gl.load(sa_rows + kb * stride_sak), gl.load(sb_tile + kb * stride_sbk)
 
 
 @gluon.jit
-def retire(acc, token, sa_rows, sb_tile, kb, stride_sak, stride_sbk, empty, it, LAYOUT: gl.constexpr,
-           OUTSTANDING: gl.constexpr, STAGES: gl.constexpr):
-    """Wait for ring position `it`'s partial, K block `kb` (OUTSTANDING later ones may still run), free its
-    stage, and add it to the fp32 accumulator times scale_a[row, kb] * scale_b[kb, the tile's column
-    block], loaded here (under the next block's wgmma). The row scales load in a plain layout and move to
-    the accumulator's rows through shared memory: loaded in the accumulator's own slice layout, ptxas
-    spilled and serialized every wgmma (sm_90, triton 3.6)."""
+def retire(acc, token, row_scale, col_scale, empty, it, LAYOUT: gl.constexpr, OUTSTANDING: gl.constexpr,
+           STAGES: gl.constexpr):
+    """Wait for ring position `it`'s partial (OUTSTANDING later ones may still run), free its stage, and
+    add it to the fp32 accumulator times its scales. The row scales reach the accumulator's rows through
+    shared memory here: held in the accumulator's slice layout across the wgmma, ptxas spilled and
+    serialized every wgmma (sm_90, triton 3.6)."""
     part = warpgroup_mma_wait(num_outstanding=OUTSTANDING, deps=(token, ))
     mbarrier.arrive(empty.index(it % STAGES))
-    row_scale = gl.convert_layout(gl.load(sa_rows + kb * stride_sak), gl.SliceLayout(1, LAYOUT))
-    factor = row_scale * gl.load(sb_tile + kb * stride_sbk)
+    factor = gl.convert_layout(row_scale, gl.SliceLayout(1, LAYOUT)) * col_scale
     # one FMA an element: a separate product would hold a fourth register tile (ptxas then spills)
     return gl.fma(part, factor[:, None], acc)
 
@@ -127,7 +129,7 @@ def consumer(c_desc, c_bufs, bias_ptr, sa_ptr, sb_ptr, a_bufs, b_bufs, ready, em
     HALF: gl.constexpr = BLOCK_M // 2
     layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                      instr_shape=[16, BLOCK_N, 32])
-    ROWS: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])  # the row scales' loads (see retire)
+    ROWS: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])  # the row scales' loads (see issue)
     zero = gl.zeros([HALF, BLOCK_N], gl.float32, layout)
     c_smem = c_bufs.index(WG)
     it = 0
@@ -138,25 +140,24 @@ def consumer(c_desc, c_bufs, bias_ptr, sa_ptr, sb_ptr, a_bufs, b_bufs, ready, em
         sa_rows = sa_ptr + rows * stride_sam
         sb_tile = sb_ptr + (off_n // SCALE_BLOCK) * stride_sbn
         acc = gl.zeros([HALF, BLOCK_N], gl.float32, layout)
-        prev = issue(a_bufs, b_bufs, ready, zero, it, WG, HALF, STAGES)
+        prev, ra_prev, rb_prev = issue(a_bufs, b_bufs, ready, zero, sa_rows, sb_tile, 0, stride_sak,
+                                       stride_sbk, it, WG, HALF, STAGES)
         for kb in range(1, k_tiles - 1, 2):
-            odd = issue(a_bufs, b_bufs, ready, zero, it + 1, WG, HALF, STAGES)
-            acc = retire(acc, prev, sa_rows, sb_tile, kb - 1, stride_sak, stride_sbk, empty, it, layout, 1,
-                         STAGES)
-            prev = issue(a_bufs, b_bufs, ready, zero, it + 2, WG, HALF, STAGES)
-            acc = retire(acc, odd, sa_rows, sb_tile, kb, stride_sak, stride_sbk, empty, it + 1, layout, 1,
-                         STAGES)
+            odd, ra_odd, rb_odd = issue(a_bufs, b_bufs, ready, zero, sa_rows, sb_tile, kb, stride_sak,
+                                        stride_sbk, it + 1, WG, HALF, STAGES)
+            acc = retire(acc, prev, ra_prev, rb_prev, empty, it, layout, 1, STAGES)
+            prev, ra_prev, rb_prev = issue(a_bufs, b_bufs, ready, zero, sa_rows, sb_tile, kb + 1, stride_sak,
+                                           stride_sbk, it + 2, WG, HALF, STAGES)
+            acc = retire(acc, odd, ra_odd, rb_odd, empty, it + 1, layout, 1, STAGES)
             it += 2
         if k_tiles % 2 == 0:
-            odd = issue(a_bufs, b_bufs, ready, zero, it + 1, WG, HALF, STAGES)
-            acc = retire(acc, prev, sa_rows, sb_tile, k_tiles - 2, stride_sak, stride_sbk, empty, it,
-                         layout, 1, STAGES)
-            acc = retire(acc, odd, sa_rows, sb_tile, k_tiles - 1, stride_sak, stride_sbk, empty, it + 1,
-                         layout, 0, STAGES)
+            odd, ra_odd, rb_odd = issue(a_bufs, b_bufs, ready, zero, sa_rows, sb_tile, k_tiles - 1,
+                                        stride_sak, stride_sbk, it + 1, WG, HALF, STAGES)
+            acc = retire(acc, prev, ra_prev, rb_prev, empty, it, layout, 1, STAGES)
+            acc = retire(acc, odd, ra_odd, rb_odd, empty, it + 1, layout, 0, STAGES)
             it += 2
         else:
-            acc = retire(acc, prev, sa_rows, sb_tile, k_tiles - 1, stride_sak, stride_sbk, empty, it,
-                         layout, 0, STAGES)
+            acc = retire(acc, prev, ra_prev, rb_prev, empty, it, layout, 0, STAGES)
             it += 1
         epilogue(acc, c_desc, c_smem, bias_ptr, N, stride_bn, off_m + WG * HALF, off_n, layout, BLOCK_N,
                  HAS_BIAS)
