@@ -277,6 +277,29 @@ def test_gpu_gluon_block_kernel_outputs_bias_and_its_triton_twin(out_dtype):
     assert not gluon_ready(shifted, b, twin) and rel_error(twin, ref, norm) <= bound
 
 
+def test_gpu_gluon_block_kernel_launches_from_a_fresh_thread():
+    """A thread that has made no CUDA runtime call yet (the tuner's compile threads) launches the Gluon
+    kernel: its host-built descriptors need the device's context current there (launch.blockscaled
+    .context_current); the result equals the main thread's."""
+    import threading
+
+    a, b, scale_a, scale_b = _block_operands(256, 1024, 4096, "nt")
+    want = tritonblas.scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, config=GLUON)
+    got, errors = [], []
+
+    def call():
+        try:
+            got.append(tritonblas.scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, config=GLUON))
+            torch.cuda.synchronize()
+        except Exception as exc:  # (re-raised below, in the test's thread)
+            errors.append(exc)
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    thread.join()
+    assert not errors and torch.equal(got[0], want)
+
+
 def test_gpu_a_block_scaled_torch_pick_is_answered_by_the_cpp_front(planned_with_front):
     """Dispatch's pick of torch's block-wise op: from the second call the C++ front runs it
     (aten::_scaled_mm_v2, as F.scaled_mm does), never planned again; results equal F.scaled_mm's bit for

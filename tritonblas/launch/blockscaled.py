@@ -13,6 +13,7 @@ fp32 product.
 from __future__ import annotations
 
 import functools
+import threading
 
 import torch
 
@@ -82,6 +83,22 @@ def gluon_descriptors(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> tu
     boxes = ((GLUON_TILE, GLUON_TILE), (GLUON_TILE, GLUON_TILE), (GLUON_TILE // 2, GLUON_TILE))
     return tuple(TensorDescriptor.from_tensor(t, list(box), _shared_layout(box, t.dtype))
                  for t, box in zip((a, w, out), boxes, strict=True))
+
+
+_threads = threading.local()
+
+
+def context_current(index: int) -> None:
+    """Make device `index`'s CUDA context current in this thread, once a thread: triton encodes a Gluon
+    launch's descriptors on the host (cuTensorMapEncodeTiled), which fails in a thread that has not yet
+    called the CUDA runtime ("invalid device context": the tuner's compile threads, 2026-12-04, H200).
+    cudaMemGetInfo is such a call, and is allowed while a stream captures."""
+    seen = getattr(_threads, "devices", None)
+    if seen is None:
+        seen = _threads.devices = set()
+    if index not in seen:
+        torch.cuda.mem_get_info(index)
+        seen.add(index)
 
 
 def gluon_plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None,
@@ -161,6 +178,7 @@ def launch_blockscaled(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, 
     plan = cached_plan(key, lambda: make(a, b, out, bias2d, scale_a, scale_b, config, sm_count))
     bias_arg = out if bias2d is None else bias2d
     if gluon:
+        context_current(out.get_device())
         launch_plan(plan, (out, bias_arg, scale_a, scale_b, *gluon_descriptors(a, b, out)), ())
     else:
         launch_plan(plan, (a, b, out, bias_arg, scale_a, scale_b), ())
