@@ -119,21 +119,24 @@ def elementwise_scales(problem: Problem, sa: torch.Tensor,
 
 
 def op_call(ops: ScaledOperands, out: torch.Tensor, config, backend: str | None) -> Callable[[], object]:
-    """The candidate: tritonblas.scaled_mm with `config` (None: through dispatch, `backend`)."""
+    """The candidate: tritonblas.scaled_mm with `config` (None: through dispatch, `backend`), into `out`;
+    block-wise problems into a tensor of the call's own, as users call them (see vendor_call)."""
     import tritonblas
 
+    into = None if ops.block else out
     return lambda: tritonblas.scaled_mm(ops.a, ops.b, ops.scale_a, ops.scale_b, bias=ops.bias,
-                                        out_dtype=ops.out_dtype, out=out, config=config, backend=backend)
+                                        out_dtype=ops.out_dtype, out=into, config=config, backend=backend)
 
 
 def vendor_call(ops: ScaledOperands, out: torch.Tensor) -> Callable[[], object]:
     """torch's own call of the problem: torch._scaled_mm for fp8 (a scale of one value broadcast to a
     vector where the other operand's is row-wise: torch takes both or neither), torch._int_mm then the
     scaling and the bias in fp32 for int8; for block-wise scales launch.blockscaled.vendor_blockscaled
-    (torch's block-wise op, else the dequantized fp32 product). Raises where torch refuses the problem
-    when called."""
+    (torch's block-wise op, else the dequantized fp32 product) returning its own tensor: torch's op has
+    no out=, and a copy into `out` timed with it made the tuner pick kernels that ran at 0.55x-0.95x torch's
+    op in scripts/block_bench.py (2026-12-04, H200). Raises where torch refuses the problem when called."""
     if ops.block:
-        return lambda: vendor_blockscaled(ops.a, ops.b, ops.scale_a, ops.scale_b, ops.bias, out, out.dtype,
+        return lambda: vendor_blockscaled(ops.a, ops.b, ops.scale_a, ops.scale_b, ops.bias, None, out.dtype,
                                           ops.torch_blockwise)
     if ops.a.dtype == torch.int8:
         def int8() -> torch.Tensor:
