@@ -300,6 +300,23 @@ def test_gpu_gluon_block_kernel_launches_from_a_fresh_thread():
     assert not errors and torch.equal(got[0], want)
 
 
+def test_gpu_gluon_block_kernel_captures_and_replays_in_a_cuda_graph():
+    """Captured once, replayed on new operands and scales copied into the captured tensors: the Gluon
+    kernel's descriptors (encoded at capture, the captured tensors' addresses) read the new values."""
+    a, b, scale_a, scale_b = _block_operands(256, 1024, 4096, "nt")
+    tritonblas.scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, config=GLUON)  # compiled first
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = tritonblas.scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, config=GLUON)
+    a2, _, sa2, _ = _block_operands(256, 1024, 4096 + 128, "nt")
+    a.copy_(a2[:, :4096])
+    scale_a.copy_(sa2[:, :32])
+    graph.replay()
+    want = tritonblas.scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, config=GLUON)
+    assert torch.equal(y, want)
+
+
 def test_gpu_a_block_scaled_torch_pick_is_answered_by_the_cpp_front(planned_with_front):
     """Dispatch's pick of torch's block-wise op: from the second call the C++ front runs it
     (aten::_scaled_mm_v2, as F.scaled_mm does), never planned again; results equal F.scaled_mm's bit for

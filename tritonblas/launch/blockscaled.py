@@ -92,11 +92,12 @@ def context_current(index: int) -> None:
     """Make device `index`'s CUDA context current in this thread, once a thread: triton encodes a Gluon
     launch's descriptors on the host (cuTensorMapEncodeTiled), which fails in a thread that has not yet
     called the CUDA runtime ("invalid device context": the tuner's compile threads, 2026-12-04, H200).
-    cudaMemGetInfo is such a call, and is allowed while a stream captures."""
+    cudaMemGetInfo is such a call; a thread that is capturing a graph has its context already and makes
+    none (a capture may refuse calls outside the stream)."""
     seen = getattr(_threads, "devices", None)
     if seen is None:
         seen = _threads.devices = set()
-    if index not in seen:
+    if index not in seen and not torch.cuda.is_current_stream_capturing():
         torch.cuda.mem_get_info(index)
         seen.add(index)
 
