@@ -427,9 +427,10 @@ _VENDOR_MISALIGNED_MIN_MN = 256
 def vendor_preferred(problem: Problem, device: DeviceInfo, best: Estimate | None) -> str | None:
     """Why the vendor GEMM is predicted faster than the kernels' best estimate `best`; None when not."""
     if problem.scales == "block":
-        # The block kernel's per-step fp32 promotion kept it at 0.58-0.97x torch's block-wise op (cuBLASLt)
-        # on every problem that op takes (2026-12-04, scripts/block_bench.py, H200; the tuned picks of
-        # configs/block/ aside); where it takes none, the dequantized product is no contender.
+        # The block kernels stayed below torch's block-wise op (cuBLASLt) on every problem that op takes:
+        # the Triton one 0.58-0.97x, the Gluon one 0.87-0.97x at 4096 rows (2026-12-04, H200,
+        # scripts/block_bench.py; kernel-levers B8, B13; the tuned picks of configs/block/ aside); where
+        # it takes none, the dequantized product is no contender.
         if torch_blockwise_fits(problem, device.arch):
             return ("torch's block-wise op (cuBLASLt) ran 1.0-1.7x faster than the block kernel where it "
                     "takes the call")
