@@ -270,6 +270,19 @@ def test_a_block_problem_has_its_own_key_and_no_row_wise_winner(paths):
     assert picked.backend == "triton" and picked.config.tma
 
 
+def test_a_torch_pick_is_no_neighbour_for_a_block_problem_torchs_op_does_not_take():
+    """The shipped file gives 512x7168x2048 to torch's block-wise op; the same shape with a bias (which that
+    op does not take: torch's side would be the dequantized fp32 product, 20x slower on the H200) gets a
+    kernel, not that neighbour's torch pick. Without the bias the shipped winner answers."""
+    dispatch.set_shipped_dir(None)
+    plain = tritonblas.select(512, 7168, 2048, "e4m3", scales="block", out_dtype="bf16", layout="nt",
+                              device=H200)
+    assert plain.source == "shipped" and plain.backend == "torch"
+    biased = tritonblas.select(512, 7168, 2048, "e4m3", scales="block", out_dtype="bf16", layout="nt",
+                               bias="row", device=H200)
+    assert biased.backend == "triton" and biased.source in ("neighbor", "heuristic"), biased
+
+
 def test_int8_takes_no_block_scales():
     with pytest.raises(ValueError, match="block-wise scales take fp8"):
         Problem(64, 64, 256, "int8", "nt", out_dtype="bf16", scales="block")

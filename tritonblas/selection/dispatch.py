@@ -35,7 +35,7 @@ from tuning_db.vocabulary import BiasKind
 
 from .. import caches, log
 from ..arch import DeviceInfo
-from ..config import GemmConfig, config_supports, require_supported
+from ..config import GemmConfig, config_supports, require_supported, torch_blockwise_fits
 from ..identity import SCALE_FAMILIES
 from ..problem import Problem, vendor_name
 from . import heuristic, neighbors
@@ -225,6 +225,14 @@ def _vendor_ok(problem: Problem, device: DeviceInfo, enable_streamk: bool | None
     return _family_ok(vendor, enable_streamk, backend) and _feasible(vendor, problem, device)
 
 
+def _vendor_contends(problem: Problem, device: DeviceInfo) -> bool:
+    """Whether a neighbour's torch pick may answer `problem`: everywhere but on a block-wise problem that
+    torch's block-wise op does not take (a bias, another output dtype, partial blocks), where torch's side
+    is the dequantized fp32 product: with a bias, 22-46 TF/s against the Triton kernel's 445-951 on
+    512x7168x2048, 4096x7168x2048 and 4096x18432x7168 (2026-12-04, H200), their no-bias twins torch picks."""
+    return problem.scales != "block" or torch_blockwise_fits(problem, device.arch)
+
+
 def _feasible(config: GemmConfig, problem: Problem, device: DeviceInfo) -> bool:
     """Feasible by the predicate, and not one triton already failed to compile for this problem here."""
     return config_supports(config, problem, device) is None and \
@@ -316,7 +324,8 @@ def _from_neighbor(problem: Problem, device: DeviceInfo, enable_streamk: bool | 
     the model puts its config far behind its own pick or prefers torch.mm."""
     pool = list(_shipped(device.arch).values()) + _db_neighbors(device.arch)
     found = neighbors.nearest(problem, pool, lambda config: _family_ok(config, enable_streamk, backend)
-                              and _feasible(config, problem, device))
+                              and _feasible(config, problem, device)
+                              and (config.backend != "torch" or _vendor_contends(problem, device)))
     if found is None:
         return None
     w, d, why = found
