@@ -213,7 +213,7 @@ def block_refusal(config: GemmConfig) -> str | None:
 
 # The Gluon kernel's one shape: 128 x 128 x 128 tiles, num_warps 4 (each of its two consumer warpgroups;
 # a producer warp besides), persistent with one program an SM, operands by host-built TMA descriptors.
-_GLUON_TILE = dict(block_m=128, block_n=128, block_k=128, num_warps=4)
+GLUON_SHAPE = dict(block_m=128, block_n=128, block_k=128, num_warps=4)
 _GLUON_OFF = ("streamk", "host_descriptors", "flatten", "aligned_copy", "reduce_kernel")
 
 
@@ -228,7 +228,7 @@ def gluon_refusal(config: GemmConfig, problem: Problem, device: DeviceInfo) -> s
         return f"the Gluon kernel is written for sm_90 (wgmma, TMA), device is {device.arch}"
     if problem.layout != "nt":
         return "the Gluon kernel needs a row-major and b column-major (layout nt): fp8 wgmma reads K-major"
-    if any(getattr(config, f) != v for f, v in _GLUON_TILE.items()):
+    if any(getattr(config, f) != v for f, v in GLUON_SHAPE.items()):
         return "the Gluon kernel has one tile: block_m=block_n=block_k=128, num_warps=4 (a warp group)"
     off = [f for f in _GLUON_OFF if getattr(config, f)] + ([] if config.tma else ["tma=False"])
     if off or config.grid is not None:

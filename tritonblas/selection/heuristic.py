@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from ..arch import DeviceInfo
 from ..arith import cdiv, gemm_flops
-from ..config import GemmConfig, config_supports, torch_blockwise_fits
+from ..config import GLUON_SHAPE, GemmConfig, config_supports, torch_blockwise_fits
 from ..launch.streamk import fixup_plan, fixup_reads, splits_tiles, streamk_grids, tile_splits
 from ..problem import (
     DTYPE_BYTES,
@@ -338,8 +338,7 @@ def _block_scaled_candidates(problem: Problem, device: DeviceInfo) -> list[GemmC
                 out.append(cfg)
                 break
     for stages in GLUON_STAGES:
-        cfg = GemmConfig(block_m=128, block_n=128, block_k=128, num_warps=4, num_stages=stages, tma=True,
-                         gluon=True)
+        cfg = GemmConfig(**GLUON_SHAPE, num_stages=stages, tma=True, gluon=True)
         if config_supports(cfg, problem, device) is None:
             out.append(cfg)
     return out
