@@ -9,6 +9,10 @@ TFLOP/s, the ratio to torch and, for decode, the time the active experts' weight
 
     python scripts/grouped_bench.py --shapes scripts/classes/grouped.yaml --json out.json \
         [--tune configs/grouped/sm_90.json] [--quick]
+
+--against TABLE (with --tune): a new kernel's candidates against a table's winners, not a whole tuning
+run: each entry the Gluon kernel runs (tune.gluon_candidates) times the table's winner, the Gluon configs
+and torch's op, the winner merged into --tune; the table's other keys are kept as they are.
 """
 
 from __future__ import annotations
@@ -35,12 +39,26 @@ def read_entries(path: Path) -> list[tune.GroupedEntry]:
     return load_grouped(path)
 
 
-def run_entry(entry: tune.GroupedEntry, do_tune: bool, quick: bool) -> tuple[dict, tuner.TunedRow]:
+def against(entry: tune.GroupedEntry, table: dict) -> list | None:
+    """--against's candidates of an entry: the table's kernel winner and the Gluon configs; None where no
+    Gluon config runs its key (the entry is kept as the table has it)."""
+    key = tune.entry_key(entry)
+    gluon = tune.gluon_candidates(key, tensor_device_info(torch.empty(1, device="cuda")))
+    if not gluon:
+        return None
+    held = table.get(key)
+    return ([held] if held is not None and not held.is_vendor else []) + [c for c in gluon if c != held]
+
+
+def run_entry(entry: tune.GroupedEntry, do_tune: bool, quick: bool,
+              configs: list | None = None) -> tuple[dict, tuner.TunedRow]:
     """The entry through the library's tuner (tritonblas.grouped.tuner.tune_entry; without --tune only
-    the config dispatch selects), then what a report adds: dispatch's own time and the weights' read."""
+    the config dispatch selects; `configs`: these candidates), then what a report adds: dispatch's own
+    time and the weights' read."""
     draws = draws_of(entry, "cuda")
     x, w, offs = draws[next(iter(draws))]
-    configs = None if do_tune else [select(tune.entry_key(entry), tensor_device_info(x)).config]
+    if configs is None and not do_tune:
+        configs = [select(tune.entry_key(entry), tensor_device_info(x)).config]
     row = tuner.tune_entry(entry, "cuda", configs=configs, max_candidates=6 if quick else None, draws=draws)
     for note in row.notes:
         print(f"  {note}", flush=True)
@@ -72,7 +90,11 @@ def main(argv: list[str] | None = None) -> int:
         "--tune", type=Path, help="write the winners table here (configs/grouped/<arch>.json)"
     )
     parser.add_argument("--quick", action="store_true", help="the first 6 candidates only")
+    parser.add_argument("--against", type=Path,
+                        help="time the Gluon configs against this table's winners, merge into --tune")
     args = parser.parse_args(argv)
+    if args.against and not args.tune:
+        parser.error("--against needs --tune (the table the winners are merged into)")
     entries = read_entries(args.shapes)
     print(f"{len(entries)} grouped entries in {args.shapes}", flush=True)
     if not torch.cuda.is_available():
@@ -80,8 +102,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     results, winners = [], {}
     started = time.time()
+    held = usertable.read_table(args.against) if args.against else {}
     for entry in entries:
-        r, row = run_entry(entry, args.tune is not None, args.quick)
+        configs = against(entry, held) if args.against else None
+        if args.against and configs is None:
+            print(f"{entry.text():<44} kept: no Gluon config runs its key", flush=True)
+            continue
+        r, row = run_entry(entry, args.tune is not None, args.quick, configs)
         results.append(r)
         # torch's op wins a key where the best kernel is slower than it on either count draw
         winners[row.key] = row.winner
@@ -101,7 +128,12 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(json.dumps({**meta, "results": results}, indent=1))
     if args.tune:
         arch = tensor_device_info(torch.empty(1, device="cuda")).arch
-        usertable.write_table(args.tune, arch, winners, meta)
+        if args.against:
+            if args.tune != args.against and not args.tune.exists():
+                usertable.write_table(args.tune, arch, held, meta)
+            usertable.merge_table(args.tune, arch, winners, meta)
+        else:
+            usertable.write_table(args.tune, arch, winners, meta)
     return 0
 
 

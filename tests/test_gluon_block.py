@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers.hashes import assert_family_hash_moves
 
 from tritonblas import GemmConfig, identity
 from tritonblas.arch import INTERPRETER_DEVICE, device_for_arch
@@ -99,16 +100,7 @@ def test_tensors_the_gluon_kernel_cannot_take_run_its_triton_twin():
 
 def test_the_gluon_kernel_is_in_the_block_family_hash():
     """An edit to the Gluon kernel or its planning changes the block family's hash and not the dense one."""
-    assert "blockscaled_gluon.py" in identity.BLOCKSCALED_KERNELS
-    assert "blockscaled_gluon.py" not in identity.sources()[0]
-    texts = {name: (identity._KERNEL_DIR / name).read_text() for name in identity.BLOCKSCALED_KERNELS}
-    planning = {m: (identity._PACKAGE / m).read_text() for m in identity.BLOCKSCALED_PLANNING}
-    same = identity.code_hash(texts, planning, identity.BLOCKSCALED_PLANNING)
-    assert same == identity.blockscaled_kernel_hash()
-    texts["blockscaled_gluon.py"] = texts["blockscaled_gluon.py"].replace("CONSUMER_REGS = gl.constexpr(232)",
-                                                                          "CONSUMER_REGS = gl.constexpr(224)")
-    assert identity.code_hash(texts, planning, identity.BLOCKSCALED_PLANNING) != same
-    planning["launch/blockscaled.py"] = planning["launch/blockscaled.py"].replace(
-        "GLUON_MAXNREG = 65536 // (12 * 32) // 8 * 8", "GLUON_MAXNREG = 160")
-    texts = {name: (identity._KERNEL_DIR / name).read_text() for name in identity.BLOCKSCALED_KERNELS}
-    assert identity.code_hash(texts, planning, identity.BLOCKSCALED_PLANNING) != same
+    assert_family_hash_moves(
+        identity.BLOCKSCALED_KERNELS, identity.BLOCKSCALED_PLANNING, identity.blockscaled_kernel_hash(),
+        ("blockscaled_gluon.py", "CONSUMER_REGS = gl.constexpr(232)", "CONSUMER_REGS = gl.constexpr(224)"),
+        ("launch/blockscaled.py", "GLUON_MAXNREG = 65536 // (12 * 32) // 8 * 8", "GLUON_MAXNREG = 160"))

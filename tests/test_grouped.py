@@ -3,7 +3,7 @@ pointer paths, gradients, torch.compile, bad input (the interpreter on CPU; the 
 
 import pytest
 import torch
-from helpers.grouped import CASES, POINTERS, TMA, Case, assert_close, loop, operands
+from helpers.grouped import CASES, GLUON, POINTERS, TMA, Case, assert_close, loop, operands
 
 import tritonblas
 from tritonblas.grouped import launch as grouped_launch
@@ -24,11 +24,11 @@ def _with_config(monkeypatch, config) -> None:
     caches.invalidate()  # (the calls' kept selections)
 
 
-@pytest.mark.parametrize("path", ["pointers", "tma"])
+@pytest.mark.parametrize("path", ["pointers", "tma", "gluon"])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_forms(case: Case, path, device, monkeypatch):
     torch.manual_seed(0)
-    _with_config(monkeypatch, POINTERS if path == "pointers" else TMA)
+    _with_config(monkeypatch, {"pointers": POINTERS, "tma": TMA, "gluon": GLUON}[path])
     a, b, offs, bias = operands(case, device)
     launched = []
     real = grouped_launch.launch
@@ -36,8 +36,11 @@ def test_forms(case: Case, path, device, monkeypatch):
     out = tritonblas.grouped_mm(a, b, offs=offs, bias=bias)
     assert out.dtype == a.dtype
     assert_close(out, a, b, offs, bias)
-    assert launched
-    if path == "pointers":
+    gluon = device == "cuda" and case.form == "2d3d" and case.layout == "nt" and case.dtype != "fp32"
+    assert bool(launched) != (path == "gluon" and gluon)  # the Gluon kernel's launch is not launch()'s
+    if path == "gluon" and launched:  # the Triton twin: the same tile
+        assert launched[0].constexprs["BLOCK_M"] == 128 and launched[0].constexprs["BLOCK_N"] == 128
+    elif path == "pointers":
         assert not launched[0].constexprs["USE_TMA"]
     elif case.form == "2d3d" and case.layout == "nt" and case.dtype == "fp32":  # a descriptor fits
         assert launched[0].constexprs["USE_TMA"]

@@ -29,7 +29,9 @@ _PACKAGE = Path(__file__).parent
 _KERNEL_DIR = _PACKAGE / "kernels"
 # Kernels of other op families, hashed apart (grouped_kernel_hash): a change to the grouped GEMM's kernel
 # leaves the dense GEMMs' tuned winners fresh, and the reverse is caught by hashing common.py in both.
-GROUPED_KERNELS: tuple[str, ...] = ("grouped.py", "common.py")
+# Its Gluon kernel (grouped_gluon.py, 2026-12-04) runs the same keys; it takes the tile order from the
+# Gluon block kernel's file.
+GROUPED_KERNELS: tuple[str, ...] = ("grouped.py", "grouped_gluon.py", "blockscaled_gluon.py", "common.py")
 # The block-scaled scaled_mm (kernels/blockscaled.py, 2026-12-03): a family of its own for the same reason.
 # Its Gluon kernel (blockscaled_gluon.py, 2026-12-04) runs the same problems: the same family.
 BLOCKSCALED_KERNELS: tuple[str, ...] = ("blockscaled.py", "blockscaled_gluon.py", "common.py")
@@ -166,6 +168,8 @@ def kernel_hash() -> str:
 GROUPED_PLANNING: dict[str, tuple[str, ...]] = {
     "grouped/launch.py": ("plan", "geometries", "_tma_geometry", "_vector_divisor", "_pow2_divisor",
                           "is_col_major", "_strides3", "grid_bound", "needs_int64"),
+    "grouped/gluon.py": ("gluon_plan", "gluon_ready", "_rows_ready", "gluon_twin", "_TWIN_RING_BYTES",
+                         "_pingpong", "descriptor_geometry", "gluon_descriptors", "GLUON_MAXNREG"),
     "launch/gemm.py": ("offset_reach", "INT32_OFFSETS", "_OFFSET_SLACK"),
 }
 

@@ -13,6 +13,9 @@ DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 MANTISSA = {torch.float32: 23, torch.float16: 10, torch.bfloat16: 7}
 POINTERS = GemmConfig(block_m=16, block_n=32, block_k=16, num_warps=4, num_stages=1)
 TMA = GemmConfig(block_m=32, block_n=16, block_k=16, num_warps=4, num_stages=1, tma=True)
+# The Gluon kernel's pingpong tile (grouped.select.GLUON_TILES): on the GPU it runs the nt bf16/fp16 MoE
+# forward cases, elsewhere (other cases, the interpreter) its Triton twin of the same tile.
+GLUON = GemmConfig(block_m=128, block_n=128, block_k=64, num_warps=4, num_stages=5, tma=True, gluon=True)
 
 
 @dataclass(frozen=True)

@@ -271,7 +271,15 @@ def run(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | 
         offs: torch.Tensor | None, shape: GroupedShape, config: GemmConfig, sm_count: int,
         precision: str) -> None:
     """c = the grouped product: a signature's first call plans and launches through triton (compiling),
-    later ones launch directly (CUDA; triton versions launch.direct knows)."""
+    later ones launch directly (CUDA; triton versions launch.direct knows). A `gluon` config runs the
+    Gluon kernel where it takes the tensors (grouped/gluon.py), else its Triton twin."""
+    if config.gluon:
+        from . import gluon
+
+        if offs is not None and gluon.gluon_ready(a, b, c, shape):
+            gluon.run_gluon(a, b, c, bias, offs, shape, config, sm_count)
+            return
+        config = gluon.gluon_twin(config, a.element_size())
     key = _signature(a, b, c, bias, offs, config, precision) if a.is_cuda else None
     prepared = _prepared.get(key) if key is not None else None
     if prepared is not None:

@@ -46,10 +46,42 @@ def smem_estimate(config: GemmConfig, dtype: str) -> int:
     return config.num_stages * (config.block_m + config.block_n) * config.block_k * size + 1024
 
 
+# The Gluon grouped kernel's shapes (kernels/grouped_gluon.py): (block_m, block_n, block_k, num_warps) ->
+# the most stages beside its output tiles. num_warps is the MMA warps a tile has: 8, two consumer warp
+# groups sharing it (cooperative); 4, each consumer its own tile in turn (PINGPONG). Each compiled for
+# sm_90 without spills (tests/test_gluon_grouped.py).
+GLUON_TILES = {(128, 256, 64, 8): 3, (128, 128, 64, 8): 5, (128, 128, 64, 4): 5, (64, 256, 64, 4): 4}
+
+
+def gluon_refusal(config: GemmConfig, key: GroupedKey, device: DeviceInfo) -> str | None:
+    """Why the Gluon grouped kernel cannot run a `gluon` config for `key`, None where it can: the MoE
+    forward (2d3d) with weights stored (E, N, K) (layout nt: both operands K-major), bf16 or fp16, on
+    sm_90, one of its tiles, persistent TMA and no other lever. A call whose tensors it cannot take
+    (unaligned rows, another output dtype) runs the Triton kernel's twin (grouped.launch.gluon_twin)."""
+    if device.arch != "sm_90":
+        return f"the Gluon grouped kernel is written for sm_90 (wgmma, TMA), device is {device.arch}"
+    if key.form != "2d3d" or key.layout != "nt" or key.dtype not in ("bf16", "fp16"):
+        return "the Gluon grouped kernel runs the MoE forward only: 2d3d, layout nt, bf16 or fp16"
+    most = GLUON_TILES.get((config.block_m, config.block_n, config.block_k, config.num_warps))
+    if most is None:
+        return ("the Gluon grouped kernel's tiles (block_m, block_n, block_k, num_warps) are "
+                f"{sorted(GLUON_TILES)}")
+    if config.num_stages > most:
+        tile = f"{config.block_m}x{config.block_n}"
+        return f"the Gluon grouped kernel's {tile} tile takes {most} stages at most"
+    if not config.tma or config.grid is not None:
+        return "gluon configs are persistent TMA configs, one program an SM"
+    return None
+
+
 def grouped_supports(config: GemmConfig, key: GroupedKey, device: DeviceInfo) -> tuple[bool, str]:
     """Whether `config` can run grouped GEMMs of `key` on `device`, and if not, why."""
     if config.is_vendor:
         return True, ""
+    if config.gluon:
+        reason = gluon_refusal(config, key, device)
+        if reason is not None:
+            return False, reason
     unsupported = [
         name
         for name in ("streamk", "aligned_copy", "reduce_kernel", "flatten", "host_descriptors")
@@ -70,23 +102,31 @@ def grouped_supports(config: GemmConfig, key: GroupedKey, device: DeviceInfo) ->
     return True, ""
 
 
+# The heuristic's Gluon config: the cooperative 128 x 256 tile, which led the Gluon tiles on most training
+# keys (docs/notes/kernel-levers.md, G8).
+GLUON_DEFAULT = GemmConfig(block_m=128, block_n=256, block_k=64, num_warps=8, num_stages=3, tma=True,
+                           gluon=True)
+
+
 def vendor_preferred(key: GroupedKey, device: DeviceInfo) -> bool:
-    """Whether torch's grouped GEMM runs a key nobody tuned better, as measured on the H200 (2026-12-03,
-    scripts/grouped_bench.py): our kernels win decode (a few rows a group: 1.3x-1.7x) and fine-grained
-    experts with a long K (128-256 experts, K >= 2048: 1.0x-1.2x), and lose to CUTLASS on a few large
-    groups (Mixtral's 1024 rows a group: 0.86x-0.92x), on a short K (768: 0.87x) and on the weight
+    """Whether torch's grouped GEMM runs a key nobody tuned better, as measured on the H200
+    (scripts/grouped_bench.py, kernel-levers G6-G8): our kernels win decode (a few rows a group) and
+    fine-grained experts (64 or more), the Gluon kernel also on a short K; CUTLASS holds a few large
+    groups (Mixtral's 1024 rows a group), a short K where the Gluon kernel cannot run, and the weight
     gradient (2d2d: the pointer path, no TMA over a cut K). torch's op takes bf16 on CUDA only."""
     if device.arch in ("interpreter",) or key.dtype != "bf16":
         return False
     if key.form == "2d2d":
         return True
-    return key.rows > 64 and (key.groups < 64 or key.k < 2048)
+    if key.rows <= 64:
+        return False
+    return key.groups < 64 or (key.k < 2048 and gluon_refusal(GLUON_DEFAULT, key, device) is not None)
 
 
 def heuristic(key: GroupedKey, device: DeviceInfo) -> GemmConfig:
     """A config for a key nobody tuned: torch's op where it is expected to win (vendor_preferred), else
     tiles as tall as the groups' rows (decode: 16-row tiles that read each active expert's weights
-    once), TMA on archs that have it."""
+    once), past 64 rows a group the Gluon kernel where it runs the key, TMA on archs that have it."""
     tma = device.arch in TMA_ARCHS
     if device.arch == "interpreter":  # small tiles: the interpreter's time grows with the tile
         return GemmConfig(block_m=16, block_n=32, block_k=32, num_warps=4, num_stages=1)
@@ -95,6 +135,8 @@ def heuristic(key: GroupedKey, device: DeviceInfo) -> GemmConfig:
         config = GemmConfig(block_m=16, block_n=64, block_k=2 * bk, num_warps=4, num_stages=4, tma=tma)
     elif key.rows <= 64:
         config = GemmConfig(block_m=64, block_n=128, block_k=bk, num_warps=4, num_stages=4, tma=tma)
+    elif gluon_refusal(GLUON_DEFAULT, key, device) is None:
+        return GLUON_DEFAULT
     else:
         config = GemmConfig(
             block_m=128, block_n=256 if key.n >= 2048 else 128, block_k=bk, num_warps=8, num_stages=3, tma=tma

@@ -18,7 +18,7 @@ from ..config import GemmConfig
 from ..shapes import GroupedEntry
 from ..validate import TORCH_DTYPE_OF
 from .forms import GroupedShape, check_args
-from .select import GroupedKey, grouped_supports, heuristic, key_of
+from .select import GLUON_TILES, GroupedKey, grouped_supports, heuristic, key_of
 
 GROUP_SIZES = ("balanced", "zipf")
 
@@ -93,6 +93,7 @@ def candidates(key: GroupedKey, device: DeviceInfo) -> list[GemmConfig]:
             for s in (3, 4)
         ]
     configs = [heuristic(key, device)]
+    configs += [c for c in gluon_candidates(key, device) if c != configs[0]]
     for bm, bn, bk, w, s in grid:
         if w == 4 and bm * bn > 128 * 128:
             continue
@@ -100,6 +101,20 @@ def candidates(key: GroupedKey, device: DeviceInfo) -> list[GemmConfig]:
         if config not in configs and grouped_supports(config, key, device)[0]:
             configs.append(config)
     return configs
+
+
+def gluon_candidates(key: GroupedKey, device: DeviceInfo) -> list[GemmConfig]:
+    """The Gluon kernel's tiles at their deepest ring (and the cooperative 128 x 256 tile without the
+    grouped tile order too) where it runs the key: first after the heuristic's, so a quick tuning run
+    (the first few candidates) times them. None below 64 rows a group: there the Gluon launch's host
+    time (its descriptors built each call) outweighs its gain in a host-bound model step (kernel-levers
+    G9), and the 16-row Triton tiles read each active decode expert's weights once."""
+    if key.rows < 64:
+        return []
+    configs = [GemmConfig(block_m=bm, block_n=bn, block_k=bk, num_warps=w, num_stages=s, tma=True, gluon=True)
+               for (bm, bn, bk, w), s in GLUON_TILES.items()]
+    configs.insert(1, configs[0].model_copy(update={"group_m": 1}))
+    return [c for c in configs if grouped_supports(c, key, device)[0]]
 
 
 def reference_error(out: torch.Tensor, x, w, offs) -> float:
@@ -133,6 +148,7 @@ __all__ = [
     "GroupedEntry",
     "candidates",
     "entry_key",
+    "gluon_candidates",
     "group_sizes",
     "key_of",
     "operands",

@@ -27,8 +27,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 # triton 3.9 renamed the TMA copies (its old names raise); 3.6 has only the old ones.
-_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
-_tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
+tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
 # Registers a thread: a consumer holds the accumulator and two partials (3 x 64 of 64 x 128 fp32 tiles);
 # the producer only scalars. setmaxnreg moves them from the producer's warpgroup to the consumers'.
 CONSUMER_REGS = gl.constexpr(232)
@@ -60,8 +60,8 @@ def producer(a_desc, b_desc, a_bufs, b_bufs, ready, empty, pid, nprog, num_pid_m
             s = it % STAGES
             mbarrier.wait(empty.index(s), ((it // STAGES) & 1) ^ 1)
             mbarrier.expect(ready.index(s), nbytes)
-            _tma_load(a_desc, [off_m, kk * BLOCK_K], ready.index(s), a_bufs.index(s))
-            _tma_load(b_desc, [off_n, kk * BLOCK_K], ready.index(s), b_bufs.index(s))
+            tma_load(a_desc, [off_m, kk * BLOCK_K], ready.index(s), a_bufs.index(s))
+            tma_load(b_desc, [off_n, kk * BLOCK_K], ready.index(s), b_bufs.index(s))
             it += 1
 
 
@@ -114,7 +114,7 @@ def epilogue(acc, c_desc, c_smem, bias_ptr, N, stride_bn, off_m, off_n, layout: 
     tma.store_wait(pendings=0)  # this warpgroup's previous tile has left c_smem
     c_smem.store(out.to(c_desc.dtype))
     fence_async_shared()
-    _tma_store(c_desc, [off_m, off_n], c_smem)
+    tma_store(c_desc, [off_m, off_n], c_smem)
 
 
 @gluon.jit

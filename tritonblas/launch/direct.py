@@ -67,7 +67,7 @@ class DirectLaunch:
                  encode: Callable | None) -> None:
         self._raw, self.scratch_bytes = launch, scratch_bytes
         self._geometry, self._describe, self._meta, self._encode = geometry, describe, meta, encode
-        self._encodings: tuple[dict, ...] = ({}, {})
+        self._encodings: tuple[dict, ...] = tuple({} for _ in geometry or ())
 
     @property
     def descriptors(self) -> tuple | None:
@@ -88,8 +88,8 @@ class DirectLaunch:
             free.append(buf)
 
     def descriptor(self, slot: int, base: object, ptr: int) -> tuple:
-        """The launcher's arguments for the host descriptor of operand `slot` (0: A, 1: B) at `ptr`:
-        (encoded map, *shape, *strides), as triton's own expansion makes them."""
+        """The launcher's arguments for host descriptor `slot` (in the kernel's order: 0 A, 1 B, then any
+        other) at `ptr`: (encoded map, *shape, *strides), as triton's own expansion makes them."""
         kept = self._encodings[slot]
         args = kept.get(ptr)
         if args is None:
@@ -103,8 +103,10 @@ class DirectLaunch:
 def make(compiled: object, progs: int, geometry: tuple | None = None,
          describe: Callable | None = None) -> DirectLaunch | None:
     """The direct launch of `compiled` (a CompiledKernel whose handles are loaded) on a 1-D grid of
-    `progs` programs, host descriptors of `geometry` ((shape, strides, box) of A and B; None: none)
-    made by describe(base tensor, shape, strides, box) (a triton TensorDescriptor);
+    `progs` programs, host descriptors of `geometry` ((shape, strides, box) of each, in the kernel's
+    order: A and B, the Gluon kernels' output too; None: none) made by describe(base tensor, shape,
+    strides, box) (a triton TensorDescriptor: the encoding reads its base, shape and strides, the
+    compiled kernel's metadata the rest, Gluon's layout included);
     None where this triton's launcher is not one this module knows, or the launch needs more than
     its arguments and global scratch (profiling scratch, a gsan check, a cluster)."""
     launcher = compiled.run
@@ -119,7 +121,7 @@ def make(compiled: object, progs: int, geometry: tuple | None = None,
     if geometry is not None:
         meta = getattr(compiled.metadata, "tensordesc_meta", None)
         encode = _encoder()
-        if not meta or len(meta) != 2 or encode is None:
+        if not meta or len(meta) != len(geometry) or encode is None:
             return None
     head = (progs, 1, 1)
     fn, meta_pack = compiled.function, compiled.packed_metadata
