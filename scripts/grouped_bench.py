@@ -39,11 +39,11 @@ def read_entries(path: Path) -> list[tune.GroupedEntry]:
     return load_grouped(path)
 
 
-def against(entry: tune.GroupedEntry, table: dict) -> list | None:
-    """--against's candidates of an entry: the table's kernel winner and the Gluon configs; None where no
-    Gluon config runs its key (the entry is kept as the table has it)."""
+def against(entry: tune.GroupedEntry, table: dict, device) -> list | None:
+    """--against's candidates of an entry on `device` (a DeviceInfo): the table's kernel winner and the
+    Gluon configs; None where no Gluon config runs its key (the entry is kept as the table has it)."""
     key = tune.entry_key(entry)
-    gluon = tune.gluon_candidates(key, tensor_device_info(torch.empty(1, device="cuda")))
+    gluon = tune.gluon_candidates(key, device)
     if not gluon:
         return None
     held = table.get(key)
@@ -103,8 +103,13 @@ def main(argv: list[str] | None = None) -> int:
     results, winners = [], {}
     started = time.time()
     held = usertable.read_table(args.against) if args.against else {}
+    device = tensor_device_info(torch.empty(1, device="cuda"))
     for entry in entries:
-        configs = against(entry, held) if args.against else None
+        if args.tune and tune.entry_key(entry) in winners:
+            # (its draws are the first entry's: the later one would only overwrite that winner)
+            print(f"{entry.text():<44} skipped: its key was tuned above", flush=True)
+            continue
+        configs = against(entry, held, device) if args.against else None
         if args.against and configs is None:
             print(f"{entry.text():<44} kept: no Gluon config runs its key", flush=True)
             continue

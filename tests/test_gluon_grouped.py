@@ -106,6 +106,26 @@ def test_the_heuristic_for_keys_nobody_tuned(key, expect):
     assert config == expect if isinstance(expect, GemmConfig) else not config.gluon
 
 
+def test_grouped_bench_against_times_the_gluon_configs_beside_a_tables_winner():
+    """scripts/grouped_bench.py --against: an nt key past 64 rows an expert gets the table's kernel winner
+    and the Gluon configs (torch's op is always timed); a key the Gluon kernel does not run is kept."""
+    import importlib.util
+
+    from tritonblas.shapes import GroupedEntry
+
+    spec = importlib.util.spec_from_file_location("grouped_bench", ROOT / "scripts" / "grouped_bench.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    entry = GroupedEntry(groups=128, m=32768, n=1536, k=2048, layout="nt")
+    held = GemmConfig(block_m=128, block_n=256, block_k=64, num_warps=8, num_stages=4, tma=True)
+    key = bench.tune.entry_key(entry)
+    offered = bench.against(entry, {key: held}, H200)
+    assert offered[0] == held and all(c.gluon for c in offered[1:]) and len(offered) == 6
+    assert all(c.gluon for c in bench.against(entry, {key: GemmConfig.vendor()}, H200))
+    assert bench.against(GroupedEntry(groups=128, m=32768, n=1536, k=2048, layout="nn"), {}, H200) is None
+    assert bench.against(GroupedEntry(groups=128, m=64, n=1536, k=2048, layout="nt"), {}, H200) is None
+
+
 def test_tensors_the_gluon_kernel_cannot_take_run_its_triton_twin():
     """On the CPU (the interpreter), and on any device for a row-major weight, unaligned rows or an fp32
     output, a Gluon config's call runs the Triton grouped kernel with the same tile, which the predicate
