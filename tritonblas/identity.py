@@ -167,7 +167,8 @@ def kernel_hash() -> str:
 # pointers, the divisibility hints, 64-bit offsets, the grid), as PLANNING is for the dense kernels.
 GROUPED_PLANNING: dict[str, tuple[str, ...]] = {
     "grouped/launch.py": ("plan", "geometries", "_tma_geometry", "_vector_divisor", "_pow2_divisor",
-                          "is_col_major", "_strides3", "grid_bound", "needs_int64"),
+                          "is_col_major", "_strides3", "needs_int64"),
+    "grouped/forms.py": ("grid_bound",),
     "grouped/gluon.py": ("gluon_plan", "gluon_ready", "_rows_ready", "gluon_twin", "_TWIN_RING_BYTES",
                          "_pingpong", "descriptor_geometry", "gluon_descriptors", "GLUON_MAXNREG"),
     "launch/gemm.py": ("offset_reach", "INT32_OFFSETS", "_OFFSET_SLACK"),

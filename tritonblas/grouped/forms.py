@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..arith import cdiv
 from ..validate import TORCH_DTYPES
 
 FLOAT_DTYPES = tuple(TORCH_DTYPES)
@@ -190,3 +191,10 @@ def _dense(t: torch.Tensor) -> bool:
             return False
         step *= t.shape[d]
     return True
+
+
+def grid_bound(shape: GroupedShape, block_m: int, block_n: int) -> int:
+    """An upper bound of the output tiles whatever the group sizes (each cut group and the tail waste
+    less than one tile along the cut dimension)."""
+    tm, tn, e = cdiv(shape.m, block_m), cdiv(shape.n, block_n), shape.groups
+    return {0: e * tm * tn, 1: (tm + e + 1) * tn, 2: tm * (tn + e + 1), 3: e * tm * tn}[shape.jagged]

@@ -17,7 +17,7 @@ import torch
 from ..config import GemmConfig
 from ..launch.blockscaled import context_current
 from ..launch.gemm import Plan, cached_plan, launch_plan
-from .forms import GroupedShape
+from .forms import GroupedShape, grid_bound
 
 # Registers: one CTA an SM of 12 warps (two consumer warp groups, the producer's), setmaxnreg moving them
 # between the groups inside the kernel; the launch's cap is the register file over 12 warps.
@@ -98,8 +98,6 @@ def gluon_plan(bias: torch.Tensor | None, shape: GroupedShape, out: torch.Tensor
                sm_count: int) -> Plan:
     """One launch of the Gluon grouped kernel as launch.gemm's Plan: the integer arguments after c, bias
     (or c), offs and the three descriptors; a program an SM."""
-    from .launch import grid_bound
-
     sbg, sbn = (0, 0) if bias is None else bias.stride()
     constexprs = dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
                       STAGES=config.num_stages, GROUP_M=config.group_m, HAS_BIAS=bias is not None,

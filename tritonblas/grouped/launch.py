@@ -13,10 +13,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ..arith import cdiv
 from ..config import GemmConfig
 from ..launch.gemm import INT32_OFFSETS, offset_reach
-from .forms import GroupedShape
+from .forms import GroupedShape, grid_bound
 
 # The kernel's parameters, in its signature order (kernels/grouped.py).
 POINTERS = ("a_ptr", "b_ptr", "c_ptr", "bias_ptr", "offs_ptr", "a_desc", "b_desc")
@@ -138,13 +137,6 @@ def _descriptor(base: torch.Tensor, shape: list, strides: list, block: list):
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     return TensorDescriptor(base, shape, strides, block)
-
-
-def grid_bound(shape: GroupedShape, block_m: int, block_n: int) -> int:
-    """An upper bound of the output tiles whatever the group sizes (each cut group and the tail waste
-    less than one tile along the cut dimension)."""
-    tm, tn, e = cdiv(shape.m, block_m), cdiv(shape.n, block_n), shape.groups
-    return {0: e * tm * tn, 1: (tm + e + 1) * tn, 2: tm * (tn + e + 1), 3: e * tm * tn}[shape.jagged]
 
 
 def needs_int64(a, b, c, bias) -> bool:
