@@ -137,6 +137,8 @@ EXPLAINED = [
     (8192, 4096, 14336, 8, "shipped"),
     (4096, 1536, 2048, 128, "neighbor"),
     (4096, 1536, 2048, 96, "heuristic"),
+    (32768, 2048, 768, 128, "shipped"),  # a Gluon pick in both tritons' tables
+    (32768, 1536, 2048, 96, "heuristic"),  # the heuristic's Gluon tile
 ]
 
 
@@ -158,6 +160,7 @@ def test_explain_says_what_a_grouped_gemm_runs(m, n, k, groups, source, monkeypa
     assert selection.source == source
     assert f"source:   {source}" in result.output, result.output
     assert f"backend:  {selection.backend}" in result.output, result.output
+    assert ("the Gluon grouped kernel" in result.output) == selection.config.gluon, result.output
     if source == "shipped":
         assert table_for(SHIPPED.parent, "sm_90", triton_version()).name in result.output
 

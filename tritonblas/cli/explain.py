@@ -194,11 +194,21 @@ def _explain_grouped(m: int, n: int, k: int, groups: int, dtype: str | None, lay
         why += "; our kernels measured faster for such keys"
     lines = [("problem", f"grouped {key.text()}, {m} rows, {_where(info, sms_given)}"),
              ("selected", sel.config.short()),
-             ("backend", "torch (torch._grouped_mm, the vendor)" if sel.backend == "torch"
-              else "triton (the grouped kernel)"),
+             ("backend", _grouped_backend(sel.config)),
              ("source", f"{sel.source}: {why}")]
     for name, text in lines:
         console.print(f"{name + ':':10}{text}", markup=False)
+
+
+def _grouped_backend(config) -> str:
+    """What runs a grouped selection: torch's op, the Triton grouped kernel, or the Gluon one (its Triton
+    twin where a call's tensors are not TMA-ready)."""
+    if config.is_vendor:
+        return "torch (torch._grouped_mm, the vendor)"
+    if config.gluon:
+        return ("triton (the Gluon grouped kernel, kernels/grouped_gluon.py; a call whose tensors TMA cannot "
+                "read runs the grouped kernel's same tile)")
+    return "triton (the grouped kernel)"
 
 
 def _eager_lines(sel) -> list[tuple[str, str]]:
