@@ -65,7 +65,8 @@ def compile_grouped(tile: tuple[int, int, int, int], stages: int, experts: int) 
 
     from tritonblas.config import GemmConfig
     from tritonblas.grouped.forms import GroupedShape
-    from tritonblas.grouped.gluon import GLUON_MAXNREG, gluon_descriptors, gluon_plan
+    from tritonblas.grouped.gluon import gluon_descriptors, gluon_plan
+    from tritonblas.launch.blockscaled import GLUON_MAXNREG
 
     bm, bn, bk, warps = tile
     config = GemmConfig(block_m=bm, block_n=bn, block_k=bk, num_warps=warps, num_stages=stages, tma=True,

@@ -150,7 +150,7 @@ def test_the_gluon_kernel_is_in_the_grouped_family_hash():
     assert_family_hash_moves(
         identity.GROUPED_KERNELS, identity.GROUPED_PLANNING, identity.grouped_kernel_hash(),
         ("grouped_gluon.py", "PRODUCER_REGS = gl.constexpr(64)", "PRODUCER_REGS = gl.constexpr(56)"),
-        ("grouped/gluon.py", "GLUON_MAXNREG = 65536 // (12 * 32) // 8 * 8", "GLUON_MAXNREG = 160"))
+        ("grouped/gluon.py", "_TWIN_RING_BYTES = 200 * 1024", "_TWIN_RING_BYTES = 100 * 1024"))
 
 
 # --- on the GPU ------------------------------------------------------------------------------------------

@@ -59,8 +59,9 @@ class GemmConfig(BaseModel):
     # Stream-K: split tiles summed by a kernel of their own over all the SMs (kernels/reduce.py), not by
     # their last segment's program.
     reduce_kernel: bool = False
-    # Block-wise fp8 scales on the Gluon kernel (kernels/blockscaled_gluon.py): each K block's product
-    # promoted to fp32 while the tensor cores run the next block's (gluon_refusal says where it runs).
+    # The Gluon kernels (sm_90): block-wise fp8 scales on kernels/blockscaled_gluon.py, each K block's
+    # product promoted to fp32 while the tensor cores run the next block's (gluon_refusal says where it
+    # runs); grouped GEMMs' MoE forward on kernels/grouped_gluon.py (grouped.select.gluon_refusal).
     gluon: bool = False
     backend: Backend = "triton"
 

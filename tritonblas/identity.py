@@ -170,7 +170,8 @@ GROUPED_PLANNING: dict[str, tuple[str, ...]] = {
                           "is_col_major", "_strides3", "needs_int64"),
     "grouped/forms.py": ("grid_bound",),
     "grouped/gluon.py": ("gluon_plan", "gluon_ready", "_rows_ready", "gluon_twin", "_TWIN_RING_BYTES",
-                         "_pingpong", "descriptor_geometry", "gluon_descriptors", "GLUON_MAXNREG"),
+                         "_pingpong", "descriptor_geometry", "gluon_descriptors", "_DTYPES"),
+    "launch/blockscaled.py": ("GLUON_MAXNREG", "shared_layout", "_GL_NAMES"),
     "launch/gemm.py": ("offset_reach", "INT32_OFFSETS", "_OFFSET_SLACK"),
 }
 

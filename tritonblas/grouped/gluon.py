@@ -15,14 +15,12 @@ import functools
 import torch
 
 from ..config import GemmConfig
-from ..launch.blockscaled import context_current
+from ..launch.blockscaled import GLUON_MAXNREG, context_current, shared_layout
 from ..launch.gemm import Plan, cached_plan, launch_plan
 from .forms import GroupedShape, grid_bound
 
-# Registers: one CTA an SM of 12 warps (two consumer warp groups, the producer's), setmaxnreg moving them
-# between the groups inside the kernel; the launch's cap is the register file over 12 warps.
-GLUON_MAXNREG = 65536 // (12 * 32) // 8 * 8
-_GL_NAMES = {torch.bfloat16: "bfloat16", torch.float16: "float16"}
+# The operand dtypes the kernel's wgmma takes here (grouped.select.gluon_refusal: bf16 or fp16).
+_DTYPES = (torch.bfloat16, torch.float16)
 
 
 @functools.cache
@@ -41,7 +39,7 @@ def gluon_ready(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, shape: Grou
     """Whether the Gluon kernel takes these tensors: on CUDA, K > 0, A row-major, the weights (E, K, N)
     a view of (E, N, K) storage whose experts lie back to back (one 2-D descriptor over them), `out`
     row-major in A's dtype (bf16 or fp16), every row 16-byte aligned."""
-    if not (a.is_cuda and shape.form == "2d3d" and shape.k > 0 and a.dtype in _GL_NAMES
+    if not (a.is_cuda and shape.form == "2d3d" and shape.k > 0 and a.dtype in _DTYPES
             and out.dtype == a.dtype):
         return False
     w = b.transpose(-2, -1)
@@ -53,19 +51,13 @@ def gluon_ready(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, shape: Grou
 _TWIN_RING_BYTES = 200 * 1024
 
 
+@functools.cache  # (a call's hot path: a config copied once per config, not per call)
 def gluon_twin(config: GemmConfig, element_size: int) -> GemmConfig:
     """The Triton grouped kernel's config that runs a Gluon config's call where gluon_ready says no: the
     same tile and warps, its ring as deep as fits for operands of `element_size` bytes (fp32: shallower)."""
     block = (config.block_m + config.block_n) * config.block_k * element_size
     stages = max(1, min(config.num_stages, _TWIN_RING_BYTES // block))
     return config.model_copy(update={"gluon": False, "num_stages": stages})
-
-
-@functools.cache
-def _shared_layout(box: tuple[int, int], dtype: torch.dtype):
-    from triton.experimental.gluon import language as gl
-
-    return gl.NVMMASharedLayout.get_default_for(list(box), getattr(gl, _GL_NAMES[dtype]))
 
 
 def _pingpong(config: GemmConfig) -> bool:
@@ -89,7 +81,7 @@ def gluon_descriptors(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, confi
     layouts); built each call (they hold the tensors' addresses)."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    return tuple(TensorDescriptor(t, shape, strides, box, _shared_layout(tuple(box), t.dtype))
+    return tuple(TensorDescriptor(t, shape, strides, box, shared_layout(tuple(box), t.dtype))
                  for t, (shape, strides, box) in zip((a, b, out), descriptor_geometry(a, b, out, config),
                                                      strict=True))
 

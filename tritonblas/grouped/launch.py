@@ -15,6 +15,7 @@ import torch
 
 from ..config import GemmConfig
 from ..launch.gemm import INT32_OFFSETS, offset_reach
+from . import gluon
 from .forms import GroupedShape, grid_bound
 
 # The kernel's parameters, in its signature order (kernels/grouped.py).
@@ -266,8 +267,6 @@ def run(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | 
     later ones launch directly (CUDA; triton versions launch.direct knows). A `gluon` config runs the
     Gluon kernel where it takes the tensors (grouped/gluon.py), else its Triton twin."""
     if config.gluon:
-        from . import gluon
-
         if offs is not None and gluon.gluon_ready(a, b, c, shape):
             gluon.run_gluon(a, b, c, bias, offs, shape, config, sm_count)
             return

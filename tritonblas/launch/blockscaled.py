@@ -41,7 +41,9 @@ def _gluon_kernel():
 
 
 # The Gluon kernel's tile (kernels/blockscaled_gluon.py, config.gluon_refusal): 128 x 128 x 128, two 4-warp
-# consumers and a 1-warp producer (12 warps), at one CTA an SM: maxnreg is the register file over 12 warps.
+# consumers and a 1-warp producer, at one CTA an SM. Both Gluon kernels (this one and grouped_gluon.py)
+# launch three warp groups (12 warps), setmaxnreg moving registers between them: maxnreg is the register
+# file over 12 warps.
 GLUON_TILE = 128
 GLUON_MAXNREG = 65536 // (12 * 32) // 8 * 8
 
@@ -54,6 +56,7 @@ def gluon_ready(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> bool:
             and tma_ready(a)[0] and tma_ready(b)[0] and tma_ready(out)[0])
 
 
+@functools.cache  # (a call's hot path: the config built once per config, not per call)
 def gluon_twin(config: GemmConfig) -> GemmConfig:
     """The Triton block kernel's config that runs a Gluon config's call where gluon_ready says no: the
     same tile on 8 warps (the heuristic's first block tile)."""
@@ -61,14 +64,14 @@ def gluon_twin(config: GemmConfig) -> GemmConfig:
                       num_warps=8, num_stages=4, tma=True)
 
 
-# Gluon's names of the dtypes its descriptors carry (imported where used: the db commands load this module
-# without triton's Gluon).
+# Gluon's names of the dtypes its descriptors carry (Gluon imported where used: the db commands load this
+# module without it). The grouped Gluon launch takes its layouts from shared_layout too.
 _GL_NAMES = {torch.float8_e4m3fn: "float8e4nv", torch.float8_e5m2: "float8e5", torch.bfloat16: "bfloat16",
              torch.float16: "float16", torch.float32: "float32"}
 
 
 @functools.cache
-def _shared_layout(box: tuple[int, int], dtype: torch.dtype):
+def shared_layout(box: tuple[int, int], dtype: torch.dtype):
     from triton.experimental.gluon import language as gl
 
     return gl.NVMMASharedLayout.get_default_for(list(box), getattr(gl, _GL_NAMES[dtype]))
@@ -81,7 +84,7 @@ def gluon_descriptors(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> tu
 
     w = b.t()
     boxes = ((GLUON_TILE, GLUON_TILE), (GLUON_TILE, GLUON_TILE), (GLUON_TILE // 2, GLUON_TILE))
-    return tuple(TensorDescriptor.from_tensor(t, list(box), _shared_layout(box, t.dtype))
+    return tuple(TensorDescriptor.from_tensor(t, list(box), shared_layout(box, t.dtype))
                  for t, box in zip((a, w, out), boxes, strict=True))
 
 
