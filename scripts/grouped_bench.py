@@ -132,13 +132,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps({**meta, "results": results}, indent=1))
     if args.tune:
-        arch = tensor_device_info(torch.empty(1, device="cuda")).arch
         if args.against:
             if args.tune != args.against and not args.tune.exists():
-                usertable.write_table(args.tune, arch, held, meta)
-            usertable.merge_table(args.tune, arch, winners, meta)
+                usertable.write_table(args.tune, device.arch, held, meta)
+            usertable.merge_table(args.tune, device.arch, winners, meta)
         else:
-            usertable.write_table(args.tune, arch, winners, meta)
+            usertable.write_table(args.tune, device.arch, winners, meta)
     return 0
 
 

@@ -57,7 +57,7 @@ def gluon_refusal(config: GemmConfig, key: GroupedKey, device: DeviceInfo) -> st
     """Why the Gluon grouped kernel cannot run a `gluon` config for `key`, None where it can: the MoE
     forward (2d3d) with weights stored (E, N, K) (layout nt: both operands K-major), bf16 or fp16, on
     sm_90, one of its tiles, persistent TMA and no other lever. A call whose tensors it cannot take
-    (unaligned rows, another output dtype) runs the Triton kernel's twin (grouped.launch.gluon_twin)."""
+    (unaligned rows, another output dtype) runs the Triton kernel's twin (grouped.gluon.gluon_twin)."""
     if device.arch != "sm_90":
         return f"the Gluon grouped kernel is written for sm_90 (wgmma, TMA), device is {device.arch}"
     if key.form != "2d3d" or key.layout != "nt" or key.dtype not in ("bf16", "fp16"):
