@@ -135,6 +135,35 @@ def epilogue(acc, c_desc, c_smem, c_ptr, row, rows, off_n, N, stride_cm, layout:
 
 
 @gluon.jit
+def issue_k_blocks(acc, a_bufs, b_bufs, ready, empty, it, k_tiles, ROW0: gl.constexpr, ROWS: gl.constexpr,
+                   SLICED: gl.constexpr, STAGES: gl.constexpr):
+    """A tile's K blocks from ring position `it` into acc (A's rows ROW0 .. + ROWS of each block where
+    SLICED): one wgmma in flight while the one before it retires and frees its stage. Returns acc with
+    the last wgmma still running (retire_last) and the next ring position."""
+    for kk in range(k_tiles):
+        s = it % STAGES
+        mbarrier.wait(ready.index(s), (it // STAGES) & 1)
+        a = a_bufs.index(s)
+        if SLICED:
+            a = a.slice(ROW0, ROWS)
+        acc = warpgroup_mma(a, b_bufs.index(s).permute((1, 0)), acc, is_async=True)
+        acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
+        if kk > 0:
+            mbarrier.arrive(empty.index((it - 1) % STAGES))
+        it += 1
+    return acc, it
+
+
+@gluon.jit
+def retire_last(acc, empty, it, k_tiles, STAGES: gl.constexpr):
+    """Wait for a tile's last wgmma and free its stage (ring position it - 1)."""
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+    if k_tiles > 0:
+        mbarrier.arrive(empty.index((it - 1) % STAGES))
+    return acc
+
+
+@gluon.jit
 def consumer(c_desc, c_bufs, c_ptr, bias_ptr, offs_ptr, a_bufs, b_bufs, ready, empty,
              E, N, K, total, stride_cm, stride_bg, stride_bn, pid, nprog,
              WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
@@ -152,18 +181,9 @@ def consumer(c_desc, c_bufs, c_ptr, bias_ptr, offs_ptr, a_bufs, b_bufs, ready, e
         g, row, rows, off_n, k_tiles = locate(tile, gi, starts, sizes, firsts, ends, N, K, E, BLOCK_M,
                                               BLOCK_N, BLOCK_K, GROUP_M)
         acc = first_acc(g, off_n, E, N, bias_ptr, stride_bg, stride_bn, layout, HALF, BLOCK_N, HAS_BIAS)
-        for kk in range(k_tiles):
-            s = it % STAGES
-            mbarrier.wait(ready.index(s), (it // STAGES) & 1)
-            acc = warpgroup_mma(a_bufs.index(s).slice(WG * HALF, HALF), b_bufs.index(s).permute((1, 0)), acc,
-                                is_async=True)
-            acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
-            if kk > 0:
-                mbarrier.arrive(empty.index((it - 1) % STAGES))
-            it += 1
-        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-        if k_tiles > 0:
-            mbarrier.arrive(empty.index((it - 1) % STAGES))
+        acc, it = issue_k_blocks(acc, a_bufs, b_bufs, ready, empty, it, k_tiles, WG * HALF, HALF, True,
+                                 STAGES)
+        acc = retire_last(acc, empty, it, k_tiles, STAGES)
         epilogue(acc, c_desc, c_smem, c_ptr, row + WG * HALF, rows - WG * HALF, off_n, N, stride_cm, layout,
                  HALF, BLOCK_N)
     tma.store_wait(pendings=0)
@@ -193,18 +213,9 @@ def consumer_pingpong(c_desc, c_bufs, c_ptr, bias_ptr, offs_ptr, a_bufs, b_bufs,
         acc = first_acc(g, off_n, E, N, bias_ptr, stride_bg, stride_bn, layout, BLOCK_M, BLOCK_N, HAS_BIAS)
         it = j * kt
         mbarrier.wait(order.index(WG), ((j // 2) & 1) ^ (1 - WG))  # the other's K loop is issued
-        for kk in range(k_tiles):
-            s = it % STAGES
-            mbarrier.wait(ready.index(s), (it // STAGES) & 1)
-            acc = warpgroup_mma(a_bufs.index(s), b_bufs.index(s).permute((1, 0)), acc, is_async=True)
-            acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
-            if kk > 0:
-                mbarrier.arrive(empty.index((it - 1) % STAGES))
-            it += 1
+        acc, it = issue_k_blocks(acc, a_bufs, b_bufs, ready, empty, it, k_tiles, 0, BLOCK_M, False, STAGES)
         mbarrier.arrive(order.index(1 - WG))
-        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-        if k_tiles > 0:
-            mbarrier.arrive(empty.index((it - 1) % STAGES))
+        acc = retire_last(acc, empty, it, k_tiles, STAGES)
         epilogue(acc, c_desc, c_smem, c_ptr, row, rows, off_n, N, stride_cm, layout, BLOCK_M, BLOCK_N)
         j += 2
     tma.store_wait(pendings=0)
