@@ -34,7 +34,8 @@ float32 run by torch (a mixture of experts' experts as transformers' per-expert 
 a mixture of experts' share of (layer, token) expert choices equal to float32's (a random router's near-ties
 move tokens to other experts in bf16: a logits error no GEMM caused); decode rows give the share of tokens
 equal to torch's eager decode of the same prompt. --profile: one
-training step of each side under torch.profiler, the kernels ours launches more often than torch's step (by
+training step (and one prefill, where --parts has it) of each side under torch.profiler, the kernels ours
+launches more often than torch's (by
 name, kind, counts and device us; copies and elementwise kernels are what issue 34 item 1 rules out) and
 the host's aten::mm / aten::_grouped_mm / aten::copy_ calls.
 
@@ -125,8 +126,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--device", default="cuda", help="cuda (default) or cpu (a smoke test: transparent "
                    "mode routes CPU tensors only under TRITON_INTERPRET=1)")
     p.add_argument("--profile", action="store_true",
-                   help="also profile one training step of each side (torch.profiler, CUDA kernels) and list "
-                   "the kernels ours launches more often than torch's step (copies, elementwise, ...)")
+                   help="also profile one training step (and one prefill where --parts has it) of each side "
+                   "(torch.profiler, CUDA kernels) and list the kernels ours launches more often than "
+                   "torch's (copies, elementwise, ...)")
     p.add_argument("--control", action="store_true",
                    help="time torch's own model on both sides (the 'ours' column too): the spread the "
                    "protocol gives two equal sides on this host, which a row's speedup must clear")
@@ -298,20 +300,28 @@ class Bench:
             modes = dict(self.sides())
             return compare(step, modes, self.sync, self.device.type == "cuda")
 
-    def prefill(self) -> dict:
+    def prefill_call(self):
+        """(ids, run): the forward over a prompt that the prefill part times and --profile profiles."""
         a = self.args
         ids = self.ids(a.prefill_batch, min(a.prefill_seq, max_positions(self.config)))
         causal = MODELS[self.name].kind == "causal"
 
-        def make():
-            def run(_):
-                with self.torch.no_grad():
-                    if causal:
-                        return self.model(ids, use_cache=True, **self.keep_last).logits
-                    return self.model(ids).logits
-            return (lambda: None), run
+        def run(_=None):
+            with self.torch.no_grad():
+                if causal:
+                    return self.model(ids, use_cache=True, **self.keep_last).logits
+                return self.model(ids).logits
+        return ids, run
 
-        return self.row("prefill", make, batch=ids.shape[0], seq=ids.shape[1])
+    def prefill(self) -> dict:
+        ids, run = self.prefill_call()
+        return self.row("prefill", lambda: ((lambda: None), run), batch=ids.shape[0], seq=ids.shape[1])
+
+    def profile_prefill(self) -> dict:
+        """One prefill of each side under torch.profiler (host-bound where the kernels' us match but the
+        timed ms do not)."""
+        _, run = self.prefill_call()
+        return compare(run, dict(self.sides()), self.sync, self.device.type == "cuda")
 
     def decode(self, batch: int, graph: bool) -> dict:
         a = self.args
@@ -400,10 +410,14 @@ def bench_model(args: argparse.Namespace, name: str, device) -> dict:
     _token_agreement(rows)
     doc["rows"] = rows
     if args.profile:
-        try:
-            doc["profile"] = bench.profile()
-        except Exception as exc:  # recorded: the other models still run
-            doc["profile"] = {"error": _why(exc)}
+        profiles = {"profile": bench.profile}
+        if "prefill" in args.parts:
+            profiles["profile_prefill"] = bench.profile_prefill
+        for key, profile in profiles.items():
+            try:
+                doc[key] = profile()
+            except Exception as exc:  # recorded: the other models still run
+                doc[key] = {"error": _why(exc)}
     del bench, model
     if device.type == "cuda":
         torch.cuda.empty_cache()

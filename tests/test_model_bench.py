@@ -345,7 +345,11 @@ def test_profile_table(mb):
     assert f"| llama | `{'k' * 87}...` | copy | 3 | 0 | 1236.0 | 0.0 |" in text
     doc["models"][0]["profile"] = {"error": "RuntimeError: CUPTI unavailable"}
     assert "| llama | failed: RuntimeError: CUPTI unavailable |" in mb.table(doc)
-    del doc["models"][0]["profile"]
+    doc["models"][0]["profile_prefill"] = _profile(extra)
+    text = mb.table(doc)
+    assert "Training step, one profiled call" in text and "Prefill, one profiled call" in text
+    assert "kernels ours launches more often than torch's (prefill" in text.lower()
+    del doc["models"][0]["profile"], doc["models"][0]["profile_prefill"]
     assert "profiled" not in mb.table(doc)
 
 
@@ -445,6 +449,8 @@ def test_tiny_run_through_transparent_mode(mb, tmp_path, capsys):
     assert profile["kernels"]["torch"] == {"launches": 0, "us": 0.0, "gemm_us": 0.0}
     assert profile["ours_extra"] == []
     assert profile["host_ops"]["torch"]["aten::addmm"] > 0 and profile["host_ops"]["ours"]["aten::addmm"] > 0
+    prefill = model["profile_prefill"]  # --parts has prefill: one forward a side profiled too
+    assert prefill["host_ops"]["ours"]["aten::addmm"] == prefill["host_ops"]["torch"]["aten::addmm"] > 0
     out = capsys.readouterr().out
     assert "| gpt2 | train |" in out and "| gpt2 | 0 | 0 | 0 | 0 | 0 |" in out
 

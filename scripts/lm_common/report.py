@@ -68,35 +68,43 @@ def error_table(doc: dict) -> list[str]:
     return lines
 
 
+PROFILED = {"profile": "Training step", "profile_prefill": "Prefill"}
+
+
 def _profiles(doc: dict) -> str:
-    profiled = [m for m in doc["models"] if "profile" in m]
-    return "\n\n" + profile_table(profiled) if profiled else ""
+    tables = []
+    for key, title in PROFILED.items():
+        profiled = [m for m in doc["models"] if key in m]
+        if profiled:
+            tables.append(profile_table(profiled, key, title))
+    return "".join("\n\n" + t for t in tables)
 
 
-def profile_table(models: list[dict]) -> str:
-    """The training-step profiles (--profile): totals, then the kernels ours launches more often."""
-    lines = ["Training step, one profiled step a side (torch.profiler): kernel launches and device us, all",
+def profile_table(models: list[dict], key: str = "profile", title: str = "Training step") -> str:
+    """The profiles of one part (--profile): totals, then the kernels ours launches more often."""
+    lines = [f"{title}, one profiled call a side (torch.profiler): kernel launches and device us, all",
              "kernels and GEMM kernels (the part a faster GEMM can shorten)",
              "", "| model | torch launches | torch us | torch GEMM us | ours launches | ours us | "
              "ours GEMM us | extra copy/elementwise launches | aten::mm torch / ours | "
              "aten::_grouped_mm torch / ours | aten::copy_ torch / ours |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for m in models:
-        if "error" in m["profile"]:
-            lines.append(f"| {m['model']} | failed: {m['profile']['error']} |")
+        if "error" in m[key]:
+            lines.append(f"| {m['model']} | failed: {m[key]['error']} |")
             continue
-        p, k, ops = m["profile"], m["profile"]["kernels"], m["profile"]["host_ops"]
+        p, k, ops = m[key], m[key]["kernels"], m[key]["host_ops"]
         lines.append(f"| {m['model']} | {k['torch']['launches']} | {k['torch']['us']:.0f} | "
                      f"{k['torch']['gemm_us']:.0f} | {k['ours']['launches']} | {k['ours']['us']:.0f} | "
                      f"{k['ours']['gemm_us']:.0f} | "
                      f"{p['ours_extra_copy_or_elementwise_launches']} | "
                      + " | ".join(f"{ops['torch'].get(op, 0)} / {ops['ours'].get(op, 0)}"
                                   for op in ("aten::mm", "aten::_grouped_mm", "aten::copy_")) + " |")
-    lines += ["", "Kernels ours launches more often than torch's step (most extra time first)", "",
+    lines += ["", f"Kernels ours launches more often than torch's ({title.lower()}, most extra time first)",
+              "",
               "| model | kernel | kind | ours n | torch n | ours us | torch us |",
               "|---|---|---|---|---|---|---|"]
     for m in models:
-        for r in m["profile"].get("ours_extra", [])[:PROFILE_ROWS]:
+        for r in m[key].get("ours_extra", [])[:PROFILE_ROWS]:
             name = r["name"] if len(r["name"]) <= 90 else r["name"][:87] + "..."
             lines.append(f"| {m['model']} | `{name}` | {r['kind']} | {r['ours_count']} | "
                          f"{r['torch_count']} | {r['ours_us']:.1f} | {r['torch_us']:.1f} |")
