@@ -77,7 +77,7 @@ def test_gpu_prepared_launches_every_call_right(case, config):
     plan = _plan(op, a, b, bias, cfg)
     assert plan.launch is not None
     if KNOWN_TRITON:
-        assert plan.launch.direct is not None, "a prepared launch kept CompiledKernel.run"
+        assert plan.launch.state.direct is not None, "a prepared launch kept CompiledKernel.run"
     # The same addresses with new contents: nothing of the operands' values is kept.
     a.copy_(torch.randn_like(a))
     got = _call(op, a, b, bias, cfg)

@@ -6,6 +6,7 @@ buffers here too, on the CPU; the C++ launch itself runs on the GPU (tests/test_
 
 import shutil
 import struct
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -34,19 +35,19 @@ GEMM_TAIL = [1.0, 0.5, None, None, None, None]
 
 def _compile(plan: gemm.Plan, scratch_size: int = 0, pointers: int = 4, tail: list = GEMM_TAIL,
              **launcher) -> tuple[list, list[str]]:
-    """What launch.gemm sets after a plan's first launch (constexpr_args, compiled, direct), with the
-    kernel's signature typed from the arguments it is launched with; (the arguments, their types)."""
+    """What launch.gemm sets in a plan's state at its first launch (constexpr_args, compiled, direct), with
+    the kernel's signature typed from the arguments it is launched with; (the arguments, their types)."""
     names = plan.kernel.arg_names
     args = [f"ptr{i}" for i in range(pointers)] + list(plan.ints) + tail
-    plan.constexpr_args = tuple(plan.constexprs[name] for name in names[len(args):])
-    args += plan.constexpr_args
+    plan.state.constexpr_args = tuple(plan.constexprs[name] for name in names[len(args):])
+    args += plan.state.constexpr_args
     assert len(args) == len(names)  # the launch's argument list is the kernel's parameter list
     types = [_type(i, value, names[i] in plan.constexprs, pointers) for i, value in enumerate(args)]
     run = SimpleNamespace(launch_cooperative_grid=False, launch_pdl=False, **launcher)
     src = SimpleNamespace(signature=dict(zip(names, types, strict=True)))
-    plan.compiled = SimpleNamespace(function=0xC0FFEE, run=run, src=src,
-                                    metadata=SimpleNamespace(num_warps=plan.num_warps, shared=4096))
-    plan.direct = SimpleNamespace(scratch_bytes=scratch_size * plan.progs, descriptors=None)
+    plan.state.compiled = SimpleNamespace(function=0xC0FFEE, run=run, src=src,
+                                          metadata=SimpleNamespace(num_warps=plan.num_warps, shared=4096))
+    plan.state.direct = SimpleNamespace(scratch_bytes=scratch_size * plan.progs, descriptors=None)
     return args, types
 
 
@@ -153,23 +154,34 @@ def test_a_scaled_record_passes_the_calls_scales_after_alpha_and_beta(bias):
     assert native.launch_record(plan, bias) is None
 
 
-REFUSED = {  # what a record cannot say: the launch stays Python's
-    "host descriptors of no geometry": lambda plan: setattr(plan, "descs", ((1,), (1,))),
-    "a pad copy not planned yet": lambda plan: setattr(plan, "copies", (_pad_copy(None), None)),
-    "a pad copy not launched directly": lambda plan: setattr(
-        plan, "copies", (None, _pad_copy(SimpleNamespace(direct=None)))),
-    "a reduce kernel not launched directly": lambda plan: setattr(plan, "then", SimpleNamespace(direct=None)),
-    "not launched directly": lambda plan: setattr(plan, "direct", None),
-    "not compiled": lambda plan: setattr(plan, "compiled", None),
-    "PDL": lambda plan: setattr(plan.compiled.run, "launch_pdl", True),
-    "a cooperative grid": lambda plan: setattr(plan.compiled.run, "launch_cooperative_grid", True),
-    "an unknown launcher": lambda plan: delattr(plan.compiled.run, "launch_pdl"),
-    "a bool argument": lambda plan: plan.compiled.src.signature.update(M="i1"),
-    "a tuple argument": lambda plan: plan.compiled.src.signature.update(M=("i32", "i32")),
-    "another argument count": lambda plan: plan.compiled.src.signature.update(extra="i32"),
-    "no signature": lambda plan: setattr(plan.compiled, "src", None),
-    "a pointer given a constant": lambda plan: setattr(plan, "ints", ("x", *plan.ints[1:])) or
-    plan.compiled.src.signature.update(M="*fp16"),
+def _with(plan: gemm.Plan, **fields) -> gemm.Plan:
+    """`plan` with other description fields (a plan is frozen), keeping what its first launch wrote."""
+    made = replace(plan, **fields)
+    made.state.compiled, made.state.constexpr_args, made.state.direct = \
+        plan.state.compiled, plan.state.constexpr_args, plan.state.direct
+    return made
+
+
+_NOT_DIRECT = SimpleNamespace(state=SimpleNamespace(direct=None))  # a launch with no direct one
+
+
+REFUSED = {  # what a record cannot say: the launch stays Python's (each gives the plan to record)
+    "host descriptors of no geometry": lambda plan: _with(plan, descs=((1,), (1,))),
+    "a pad copy not planned yet": lambda plan: _with(plan, copies=(_pad_copy(None), None)),
+    "a pad copy not launched directly": lambda plan: _with(plan, copies=(None, _pad_copy(_NOT_DIRECT))),
+    "a reduce kernel not launched directly": lambda plan: _with(plan, then=_NOT_DIRECT),
+    "not launched directly": lambda plan: setattr(plan.state, "direct", None) or plan,
+    "not compiled": lambda plan: setattr(plan.state, "compiled", None) or plan,
+    "PDL": lambda plan: setattr(plan.state.compiled.run, "launch_pdl", True) or plan,
+    "a cooperative grid":
+    lambda plan: setattr(plan.state.compiled.run, "launch_cooperative_grid", True) or plan,
+    "an unknown launcher": lambda plan: delattr(plan.state.compiled.run, "launch_pdl") or plan,
+    "a bool argument": lambda plan: plan.state.compiled.src.signature.update(M="i1") or plan,
+    "a tuple argument": lambda plan: plan.state.compiled.src.signature.update(M=("i32", "i32")) or plan,
+    "another argument count": lambda plan: plan.state.compiled.src.signature.update(extra="i32") or plan,
+    "no signature": lambda plan: setattr(plan.state.compiled, "src", None) or plan,
+    "a pointer given a constant": lambda plan: plan.state.compiled.src.signature.update(M="*fp16") or
+    _with(plan, ints=("x", *plan.ints[1:])),
 }
 
 
@@ -182,8 +194,7 @@ def test_what_a_record_cannot_say_is_left_to_python(why):
     plan = _plan(16, 16, 16, True)
     _compile(plan)
     assert native.launch_record(plan, True) is not None
-    REFUSED[why](plan)
-    assert native.launch_record(plan, True) is None
+    assert native.launch_record(REFUSED[why](plan), True) is None
 
 
 @pytest.mark.parametrize("config,has", [
@@ -209,12 +220,11 @@ GEOMETRY = (([48, 128], [128, 1], [16, 64]), ([128, 96], [96, 1], [64, 32]))
 
 def _descriptor_plan() -> gemm.Plan:
     """A GEMM's plan whose kernel takes host descriptors of A and B (GEOMETRY, DESC_META)."""
-    plan = _plan(48, 96, 128, True)
-    plan.descs = GEOMETRY
+    plan = replace(_plan(48, 96, 128, True), descs=GEOMETRY)  # (prepare_launch's geometry, given)
     _compile(plan)
     for name in ("a_host", "b_host"):
-        plan.compiled.src.signature[name] = "tensordesc<bf16[16, 64]>"
-    plan.direct.descriptors = tuple(zip(GEOMETRY, DESC_META, strict=True))
+        plan.state.compiled.src.signature[name] = "tensordesc<bf16[16, 64]>"
+    plan.state.direct.descriptors = tuple(zip(GEOMETRY, DESC_META, strict=True))
     return plan
 
 
@@ -237,7 +247,7 @@ def test_host_descriptors_are_encoded_per_call_from_their_geometry():
     assert words[-20:] == [native.P_A, 0, code, 3, 0, 128, 48, 256, 64, 16,
                            native.P_B, 0, code, 3, 0, 96, 128, 192, 32, 64]
     padded = {**DESC_META[0], "fp4_padded": True}
-    plan.direct.descriptors = ((geometry[0], padded), (geometry[1], DESC_META[1]))
+    plan.state.direct.descriptors = ((geometry[0], padded), (geometry[1], DESC_META[1]))
     assert native.launch_record(plan, True) is None  # fp4 padding: not a plain tiled descriptor
 
 

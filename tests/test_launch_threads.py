@@ -9,6 +9,7 @@ buffer and one workspace per device and stream, reused by every call) the shared
 thread's GEMM read the last thread's copy. The GPU suite (tests/test_gpu.py) runs the real kernels.
 """
 
+import dataclasses
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -244,3 +245,17 @@ def test_plan_cache_under_threads_with_clears_returns_the_plan_of_its_key(monkey
 
     with ThreadPoolExecutor(THREADS) as pool:
         assert all(all(f.result()) for f in [pool.submit(work, t) for t in range(THREADS)])
+
+
+def test_a_plan_is_frozen_and_its_launch_state_starts_empty():
+    # One plan is shared by every thread through the cache: its description cannot change under them,
+    # and only its state is written, at its first launch.
+    a, b, c = torch.randn(16, 32), torch.randn(32, 16), torch.empty(16, 16)
+    plan = launch.make_plan(a, b, c, None, GemmConfig(**_BASE), 4, "ieee")
+    for name, value in (("progs", 2), ("descs", ()), ("copies", None), ("state", None)):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(plan, name, value)
+    assert (plan.state.compiled, plan.state.constexpr_args, plan.state.direct) == (None, (), None)
+    plan.state.compiled = object()
+    described = dataclasses.replace(plan, descs=((1,), (1,)))  # a new plan: its own, empty state
+    assert described.descs == ((1,), (1,)) and described.state.compiled is None

@@ -11,6 +11,7 @@ on the device, so a call captures in a CUDA graph and replays right when the cou
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 
 import torch
 
@@ -100,6 +101,14 @@ def gluon_plan(bias: torch.Tensor | None, shape: GroupedShape, out: torch.Tensor
                 host_objects=True)
 
 
+def _described_plan(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, shape: GroupedShape,
+                    out: torch.Tensor, config: GemmConfig, sm_count: int) -> Plan:
+    """gluon_plan with its descriptors' geometry, which a direct launch encodes from; built whole here
+    since a plan is frozen (gluon_plan itself is hashed, and left as it is)."""
+    plan = gluon_plan(bias, shape, out, config, sm_count)
+    return replace(plan, descs=descriptor_geometry(a, b, out, config))
+
+
 def _facts(t: torch.Tensor) -> tuple:
     return t.shape, t.stride(), t.dtype, t.data_ptr() % 16 == 0
 
@@ -111,26 +120,29 @@ def run_gluon(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bias: torch.T
     (compiling), later ones through its C launcher (launch.direct) where that was verified, the
     descriptors' encodings kept per address (kernel-levers G9: host time ~30 us a call against ~40 through
     `run`)."""
+    # The plan holds the descriptors' geometry: the key holds all it reads (a's, b's, out's facts, config).
     key = ("grouped-gluon", config, sm_count, a.device, _facts(a), _facts(b), _facts(out),
            None if bias is None else _facts(bias), offs.shape)
-    plan = cached_plan(key, lambda: gluon_plan(bias, shape, out, config, sm_count))
+    plan = cached_plan(key, lambda: _described_plan(a, b, bias, shape, out, config, sm_count))
     context_current(out.get_device())  # (encoding a descriptor needs the device's context)
     bias_arg = out if bias is None else bias
-    if plan.direct is not None:
-        run, pc = plan.direct, out.data_ptr()
+    state = plan.state
+    if state.direct is not None:
+        run, pc = state.direct, out.data_ptr()
         descs = (*run.descriptor(0, a, a.data_ptr()), *run.descriptor(1, b, b.data_ptr()),
                  *run.descriptor(2, out, pc))
-        args = (pc, bias_arg.data_ptr(), offs.data_ptr(), *descs, *plan.ints, *plan.constexpr_args)
+        args = (pc, bias_arg.data_ptr(), offs.data_ptr(), *descs, *plan.ints, *state.constexpr_args)
         run.launch(torch._C._cuda_getCurrentRawStream(out.get_device()), args)
         return
+    first = state.compiled is None
     launch_plan(plan, (out, bias_arg, offs, *gluon_descriptors(a, b, out, config)), ())
-    if plan.compiled is not None and plan.descs is None:  # compiled: its direct launch, tried once
+    # The launch that compiled the kernel tries its direct launch, once: later ones keep `run` where
+    # it was refused (or this triton's launcher is not verified with these descriptors).
+    if first and state.compiled is not None and _direct_verified():
         from ..launch import direct
         from ..launch.gemm import descriptor
 
-        plan.descs = descriptor_geometry(a, b, out, config)
-        if _direct_verified():
-            plan.direct = direct.make(plan.compiled, plan.progs, plan.descs, descriptor)
+        state.direct = direct.make(state.compiled, plan.progs, plan.descs, descriptor)
 
 
 @functools.cache

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -119,9 +119,20 @@ def _copy_plan(src: torch.Tensor, lead: int, aligned: bool) -> Plan:
                 (rows, cols, *src.stride(), lead), dict(BLOCK_R=_COPY_ROWS, BLOCK_C=_COPY_COLS), 4, 1, None)
 
 
-@dataclass
+@dataclass(slots=True, eq=False)
+class LaunchState:
+    """What a plan's first launch learns: written once, at that launch (launch_plan; grouped.gluon's for
+    its `direct`), each field from empty straight to ready, which is all a reader sees (_cached_plan)."""
+
+    compiled: object = None  # triton's CompiledKernel once launched through the C launcher; written last
+    constexpr_args: tuple = ()  # the constexprs' values in the kernel's argument order, for the C launcher
+    direct: object = None  # launch.direct's launch of `compiled`, where this triton's launcher allows one
+
+
+@dataclass(frozen=True, slots=True, eq=False)
 class Plan:
-    """Everything a launch needs that depends only on the plan key (see launch_gemm)."""
+    """Everything a launch needs that depends only on the plan key (see launch_gemm), frozen: shared by
+    every thread, stream and capture; what its first launch writes lives in `state`."""
 
     kernel: object
     progs: int
@@ -131,14 +142,12 @@ class Plan:
     num_stages: int
     workspace: tuple[int, int] | None  # (partial floats, counters) for Stream-K
     tma: bool = False  # device-side descriptors: needs triton's allocator in the launching thread
-    compiled: object = None  # triton's CompiledKernel once launched through the C launcher
-    constexpr_args: tuple = ()  # the constexprs' values in the kernel's argument order, for the C launcher
     then: Plan | None = None  # Stream-K with reduce_kernel: kernels/reduce.py's launch, on (ws, c, bias)
     descs: tuple | None = None  # a prepared launch's host descriptors: (shape, strides, box) of A and B
-    direct: object = None  # launch.direct's launch of `compiled`, where this triton's launcher allows one
     copies: tuple | None = None  # a prepared launch's pad copies of A and B (launch/prepared.py), None: none
     maxnreg: int | None = None  # a register cap per thread (warp-specialized Gluon kernels), None: triton's
     host_objects: bool = False  # arguments only triton's `run` expands (Gluon descriptors): never direct
+    state: LaunchState = field(default_factory=LaunchState, init=False)  # not an argument: empty per plan
 
 
 plans: dict[tuple, Plan] = {}
@@ -150,9 +159,9 @@ def _cached_plan(key: tuple, make: Callable[[], Plan]) -> Plan:
     safe without one. Get, clear and set are one dict operation each (atomic under the GIL), a plan is a
     pure function of its key built whole before it is stored, and it holds no device memory. So a thread
     gets its key's plan, or misses (after another thread's clear) and builds an equal one; two threads
-    racing on a miss each launch their own and one is kept. The one field written later, `compiled`, is
-    set after its handles are loaded: a reader sees None (one launch through triton's own path) or a
-    ready kernel (tests/test_launch_threads.py)."""
+    racing on a miss each launch their own and one is kept. A plan is frozen but for its `state`, written
+    at its first launch with `compiled` last, after its handles are loaded: a reader sees None (one launch
+    through triton's own path) or a ready kernel and its arguments (tests/test_launch_threads.py)."""
     plan = plans.get(key)
     if plan is None:
         if len(plans) >= _PLANS_CAP:
@@ -168,16 +177,13 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.T
                 alpha: float, beta: float, config: GemmConfig, sm_count: int, precision: str,
                 scales: Scales = None, fast_acc: bool = False) -> None:
     """c = alpha * (a @ b * scale_a * scale_b) + beta * bias, with bias already broadcast to a 2-D view of
-    c's shape; scales (scaled_mm) None for a plain GEMM, fast_acc its fp8 fast accumulation.
-
-    The launch plan (kernel, grid, integer arguments, constexprs) is cached on everything it depends
-    on: config, shapes, strides, dtype, device, precision and the 16-byte alignment of every pointer.
-    Rebuilding it cost ~6 us of Python per call on this project's CPU; a hit costs one tuple hash.
-
-    Scratch (padded copies, Stream-K workspace) is held by this call alone from before its first launch
-    until after its last one is enqueued, then given back (see launch/scratch.py), or dropped if
-    the call raised; a config that needs none skips all of it.
-    """
+    c's shape; scales (scaled_mm) None for a plain GEMM, fast_acc its fp8 fast accumulation. The launch
+    plan (kernel, grid, integer arguments, constexprs) is cached on everything it depends on: config,
+    shapes, strides, dtype, device, precision and the 16-byte alignment of every pointer. Rebuilding it
+    cost ~6 us of Python per call on this project's CPU; a hit costs one tuple hash. Scratch (padded
+    copies, Stream-K workspace) is held by this call alone from before its first launch until after its
+    last one is enqueued, then given back (see launch/scratch.py), or dropped if the call raised; a
+    config that needs none skips all of it."""
     m, k = a.shape
     n = b.shape[1]
     if m == 0 or n == 0:
@@ -372,7 +378,8 @@ def launch_plan(plan: Plan, tensors: tuple, floats: tuple) -> None:
         return
     if plan.tma:
         scratch.ensure_allocator()
-    compiled = plan.compiled
+    state = plan.state
+    compiled = state.compiled
     if compiled is None:
         compile_key.install_quietly()  # waits for compile_key.prefetch's thread, if one is running
         compiled = plan.kernel[(plan.progs,)](*args, **plan.constexprs, num_warps=plan.num_warps,
@@ -380,17 +387,17 @@ def launch_plan(plan: Plan, tensors: tuple, floats: tuple) -> None:
         # The C launcher takes constexprs by position: in the kernel's order, whatever the dict's.
         names = plan.kernel.arg_names[len(args):]
         if sorted(names) == sorted(plan.constexprs):
-            plan.constexpr_args = tuple(plan.constexprs[name] for name in names)
+            state.constexpr_args = tuple(plan.constexprs[name] for name in names)
             compiled._init_handles()
             # Host descriptors go direct only with their geometry planned (prepare_launch's): launch_gemm
             # hands TensorDescriptor objects, which only `run` expands.
             if not plan.host_objects and (plan.descs is not None or not plan.constexprs.get("HOST_DESC")):
-                plan.direct = direct.make(compiled, plan.progs, plan.descs, descriptor)
-            plan.compiled = compiled
+                state.direct = direct.make(compiled, plan.progs, plan.descs, descriptor)
+            state.compiled = compiled  # last: a reader that sees it sees the two above
         return
     stream = torch._C._cuda_getCurrentRawStream(index)
-    if plan.direct is not None and plan.descs is None:  # (a prepared plan's descriptors come as objects)
-        plan.direct.launch(stream, (*args, *plan.constexpr_args))
+    if state.direct is not None and plan.descs is None:  # (a prepared plan's descriptors come as objects)
+        state.direct.launch(stream, (*args, *state.constexpr_args))
         return
     compiled.run(plan.progs, 1, 1, stream, compiled.function, compiled.packed_metadata, None, None, None,
-                 *args, *plan.constexpr_args)
+                 *args, *state.constexpr_args)

@@ -91,7 +91,8 @@ def launch_record(plan: Plan, has_bias: bool, scaled: bool = False) -> list[int]
             continue
         buf = _Slot(P_BUF, len(buffers) // BUFFER_WORDS)
         buffers += (copy.shape[0] * copy.lead * copy.itemsize, 0)
-        launches.append(_launch_words(copy.plan, (source, buf, *copy.plan.ints, *copy.plan.constexpr_args)))
+        copy_args = (source, buf, *copy.plan.ints, *copy.plan.state.constexpr_args)
+        launches.append(_launch_words(copy.plan, copy_args))
         operands.append(buf)
     workspace = ()
     if plan.workspace is not None:
@@ -104,11 +105,11 @@ def launch_record(plan: Plan, has_bias: bool, scaled: bool = False) -> list[int]
     scales = _SCALES if scaled else (None, None)  # (launch.arguments.scale_args)
     # the launchers' argument lists (launch.arguments), the call's values as placeholders
     head, tail = gemm_args(*operands, _C, bias, workspace, _ALPHA, _BETA, host, scales)
-    launches.append(_launch_words(plan, (*head, *plan.ints, *tail, *plan.constexpr_args), operands))
+    launches.append(_launch_words(plan, (*head, *plan.ints, *tail, *plan.state.constexpr_args), operands))
     if plan.then is not None:
         then = plan.then
         head, tail = reduce_args(workspace[0], _C, bias, _ALPHA, _BETA, scales)
-        launches.append(_launch_words(then, (*head, *then.ints, *tail, *then.constexpr_args)))
+        launches.append(_launch_words(then, (*head, *then.ints, *tail, *then.state.constexpr_args)))
     if any(words is None for words in launches):
         return None
     head = [FORMAT, len(buffers) // BUFFER_WORDS, len(launches)]
@@ -118,7 +119,7 @@ def launch_record(plan: Plan, has_bias: bool, scaled: bool = False) -> list[int]
 def _launch_words(plan: Plan, template: tuple, bases: list | None = None) -> list[int] | None:
     """One launch's words: its head, (kind, value) per parameter, its host descriptors (on `bases`: A's
     and B's sources, the call's operands or buffers); None where a record cannot say it."""
-    compiled, launch = plan.compiled, plan.direct
+    compiled, launch = plan.state.compiled, plan.state.direct
     descs = None if plan.descs is None else _descriptor_words(launch.descriptors, bases)
     if compiled is None or plan.descs is not None and descs is None:
         return None

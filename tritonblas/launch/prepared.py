@@ -18,7 +18,7 @@ launch.gemm.launch_plan is looked up on its module at each call: tests replace i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -47,11 +47,9 @@ def prepare_launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torc
     if config.aligned_copy:
         copies, a, b = _prepare_copies(a, b)
     plan = gemm.make_plan(a, b, c, bias, config, sm_count, precision, scales, fast_acc)
-    if plan.constexprs["HOST_DESC"]:
-        plan.descs = gemm.descriptor_geometry(a, b, plan.constexprs)
-    if copies is not None and copies != (None, None):
-        plan.copies = copies
-    return plan
+    # make_plan's plan is this caller's alone (not in the plan cache): completed into a new frozen one
+    descs = gemm.descriptor_geometry(a, b, plan.constexprs) if plan.constexprs["HOST_DESC"] else None
+    return replace(plan, descs=descs, copies=None if copies == (None, None) else copies)
 
 
 def config_launches_directly(config: GemmConfig) -> bool:
@@ -78,7 +76,7 @@ def launch_prepared(plan: Plan, a: torch.Tensor, b: torch.Tensor, c: torch.Tenso
         return False
     if plan.copies is not None or plan.workspace is not None:
         return launch_with_scratch(plan, a, b, c, bias, alpha, beta, scales, (pa, pb, pc, pbias, sa, sb))
-    if plan.direct is not None and (index := a.get_device()) == gemm.current_device():
+    if plan.state.direct is not None and (index := a.get_device()) == gemm.current_device():
         stream = torch._C._cuda_getCurrentRawStream(index)
         _launch_direct(plan, a, b, pa, pb, pc, pbias, alpha, beta, sa, sb, (), stream)
     else:
@@ -92,14 +90,15 @@ def _launch_direct(plan: Plan, a: torch.Tensor, b: torch.Tensor, pa: int, pb: in
     """The launch through the plan's direct launch, on pointers (a and b: the tensors at pa and pb, the
     bases of their host descriptors, whose encodings are kept per pointer; workspace: the Stream-K
     partials' and counters' pointers, () for none), then its reduce kernel's where it has one."""
-    fast = plan.direct
+    state = plan.state
+    fast = state.direct
     host = (None, None) if plan.descs is None else (*fast.descriptor(0, a, pa), *fast.descriptor(1, b, pb))
     head, tail = gemm_args(pa, pb, pc, pbias, workspace, alpha, beta, host, (sa, sb))
-    fast.launch(stream, (*head, *plan.ints, *tail, *plan.constexpr_args))
+    fast.launch(stream, (*head, *plan.ints, *tail, *state.constexpr_args))
     then = plan.then
     if then is not None:  # stream order: the partials are all in when it runs
         head, tail = reduce_args(workspace[0], pc, pbias, alpha, beta, (sa, sb))
-        then.direct.launch(stream, (*head, *then.ints, *tail, *then.constexpr_args))
+        then.state.direct.launch(stream, (*head, *then.ints, *tail, *then.state.constexpr_args))
 
 
 def _launch_views(plan: Plan, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None,
@@ -193,8 +192,8 @@ def launch_with_scratch(plan: Plan, a: torch.Tensor, b: torch.Tensor, c: torch.T
 def all_direct(plan: Plan) -> bool:
     """Whether each launch of a prepared plan (its copies', its GEMM's, its reduce kernel's) has its
     direct launch (made at its first launch where this triton's launcher allows it)."""
-    return plan.direct is not None and (plan.then is None or plan.then.direct is not None) and \
-        all(copy is None or (copy.plan is not None and copy.plan.direct is not None)
+    return plan.state.direct is not None and (plan.then is None or plan.then.state.direct is not None) and \
+        all(copy is None or (copy.plan is not None and copy.plan.state.direct is not None)
             for copy in plan.copies or ())
 
 
@@ -217,7 +216,7 @@ def _copy_direct(copy: PadCopy, src: int, buf: torch.Tensor, raw_stream: int) ->
     """The copy of the operand at `src` into `buf`; the buffer's pointer."""
     dst = buf.data_ptr()
     plan = copy.plan
-    plan.direct.launch(raw_stream, (src, dst, *plan.ints, *plan.constexpr_args))
+    plan.state.direct.launch(raw_stream, (src, dst, *plan.ints, *plan.state.constexpr_args))
     return dst
 
 
