@@ -173,3 +173,14 @@ def test_explain_refuses_a_grouped_quantized_problem():
     result = CliRunner().invoke(app, ["explain", "64", "32", "32", "--groups", "4", "--dtype", "e4m3",
                                       "--arch", "sm_90"])
     assert result.exit_code != 0 and "--dtype" in result.output
+
+
+@pytest.mark.parametrize("path, triton", TABLES, ids=[t for _, t in TABLES])
+def test_the_untuned_grouped_shapes_stay_untuned(path, triton):
+    """scripts/untuned_grouped.yaml shows what dispatch's neighbour and heuristic rules give models nobody
+    tuned: a shipped table holding one of its keys would hide that."""
+    held = usertable.read_table(path)
+    entries = load_grouped(ROOT / "scripts" / "untuned_grouped.yaml")
+    assert len(entries) == 14
+    tuned = [e.text() for e in entries if tune.entry_key(e) in held]
+    assert tuned == [], f"{path.name} holds keys of scripts/untuned_grouped.yaml: {tuned}"
