@@ -16,6 +16,7 @@ from dataclasses import replace
 import torch
 
 from ..config import GemmConfig
+from ..launch.arguments import gluon_grouped_args
 from ..launch.blockscaled import GLUON_MAXNREG, context_current, shared_layout
 from ..launch.gemm import Plan, cached_plan, launch_plan
 from .forms import GroupedShape, grid_bound
@@ -131,11 +132,12 @@ def run_gluon(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bias: torch.T
         run, pc = state.direct, out.data_ptr()
         descs = (*run.descriptor(0, a, a.data_ptr()), *run.descriptor(1, b, b.data_ptr()),
                  *run.descriptor(2, out, pc))
-        args = (pc, bias_arg.data_ptr(), offs.data_ptr(), *descs, *plan.ints, *state.constexpr_args)
+        head = gluon_grouped_args(pc, bias_arg.data_ptr(), offs.data_ptr(), descs)
+        args = (*head, *plan.ints, *state.constexpr_args)
         run.launch(torch._C._cuda_getCurrentRawStream(out.get_device()), args)
         return
     first = state.compiled is None
-    launch_plan(plan, (out, bias_arg, offs, *gluon_descriptors(a, b, out, config)), ())
+    launch_plan(plan, gluon_grouped_args(out, bias_arg, offs, gluon_descriptors(a, b, out, config)), ())
     # The launch that compiled the kernel tries its direct launch, once: later ones keep `run` where
     # it was refused (or this triton's launcher is not verified with these descriptors).
     if first and state.compiled is not None and _direct_verified():

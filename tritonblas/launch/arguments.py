@@ -1,8 +1,10 @@
 """What the GEMM kernels are passed, in their signatures' order (kernels/persistent.py, streamk.py,
-reduce.py): the arguments around a plan's integers and a scaled_mm launch's scales, written once for every
-launcher (launch.gemm's launch_gemm, launch.prepared's launches through launch_plan and through triton's C
-launcher, launch.native's C++ record), each passing its own kind of value (tensors, pointers, a record's
-slots). A new kernel parameter is added here."""
+reduce.py, and the block-scaled and grouped Gluon kernels' leading arguments): the arguments around a
+plan's integers and a scaled_mm launch's scales, written once for every launcher (launch.gemm's
+launch_gemm, launch.prepared's launches through launch_plan and through triton's C launcher,
+launch.native's C++ record, launch.blockscaled's and grouped.gluon's launches), each passing its own kind
+of value (tensors, pointers, descriptors or their encodings, a record's slots). A new kernel parameter is
+added here. (The Triton grouped kernel's arguments are named where grouped.launch plans them.)"""
 
 from __future__ import annotations
 
@@ -41,3 +43,24 @@ def reduce_args(partials: object, c: object, bias_or_c: object, alpha: object, b
     """Stream-K's reduce kernel's (before, after) its plan's integers: the partials, the output, the bias
     (or c); alpha, beta and the scales."""
     return (partials, c, bias_or_c), (alpha, beta, *scales)
+
+
+def block_args(a: object, b: object, c: object, bias_or_c: object, scale_a: object,
+               scale_b: object) -> tuple:
+    """kernels/blockscaled.py's arguments before its plan's integers: the operands, the output, the bias
+    (c's where there is none) and the block scales."""
+    return (a, b, c, bias_or_c, scale_a, scale_b)
+
+
+def gluon_block_args(c: object, bias_or_c: object, scale_a: object, scale_b: object,
+                     descriptors: tuple) -> tuple:
+    """kernels/blockscaled_gluon.py's arguments before its plan's integers: the output, the bias (or c),
+    the block scales, then the TMA descriptors of A, W and the output (objects, or a direct launch's
+    encodings of them)."""
+    return (c, bias_or_c, scale_a, scale_b, *descriptors)
+
+
+def gluon_grouped_args(c: object, bias_or_c: object, offs: object, descriptors: tuple) -> tuple:
+    """kernels/grouped_gluon.py's arguments before its plan's integers: the output, the bias (or c), the
+    group ends, then the TMA descriptors of A, B and the output (objects, or their encodings)."""
+    return (c, bias_or_c, offs, *descriptors)

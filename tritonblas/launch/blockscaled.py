@@ -19,6 +19,7 @@ import torch
 
 from ..config import GemmConfig
 from ..problem import SCALE_BLOCK
+from .arguments import block_args, gluon_block_args
 from .gemm import Plan, cached_plan, launch_plan, needs_int64, tma_ready
 from .streamk import program_count
 
@@ -183,9 +184,9 @@ def launch_blockscaled(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, 
     bias_arg = out if bias2d is None else bias2d
     if gluon:
         context_current(out.get_device())
-        launch_plan(plan, (out, bias_arg, scale_a, scale_b, *gluon_descriptors(a, b, out)), ())
+        launch_plan(plan, gluon_block_args(out, bias_arg, scale_a, scale_b, gluon_descriptors(a, b, out)), ())
     else:
-        launch_plan(plan, (a, b, out, bias_arg, scale_a, scale_b), ())
+        launch_plan(plan, block_args(a, b, out, bias_arg, scale_a, scale_b), ())
 
 
 def dequantized_product(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor,
