@@ -1,6 +1,6 @@
-"""Compile the Gluon kernels (tritonblas/kernels/blockscaled_gluon.py, grouped_gluon.py) for sm_90 on a
-machine without a GPU, and print one JSON line a case: shared memory, spilled stores, wgmma and wait
-counts in the machine code. Run as a child process by tests/test_gluon_block.py and
+"""Compile the Gluon kernels (tritonblas/kernels/blockscaled_gluon.py, scaled_gluon.py, grouped_gluon.py)
+for sm_90 on a machine without a GPU, and print one JSON line a case: shared memory, spilled stores,
+wgmma and wait counts in the machine code. Run as a child process by tests/test_gluon_block.py and
 tests/test_gluon_grouped.py: Gluon kernels do not exist under TRITON_INTERPRET=1, which the test process
 sets.
 
@@ -40,22 +40,29 @@ def _counts(compiled, wgmma: str) -> dict:
             "waits": sass.count("WARPGROUP.DEPBAR")}
 
 
-def compile_case(out_dtype: torch.dtype, stages: int, bias: bool) -> dict:
+def compile_case(out_dtype: torch.dtype, stages: int, bias: bool, scales: str = "block") -> dict:
+    """The block-scaled kernel (`scales` "block") or the tensor- and row-wise one ("row") of one case."""
     from triton.runtime.jit import mangle_type
 
-    from tritonblas.launch.blockscaled import GLUON_MAXNREG, _gluon_kernel, gluon_descriptors
+    from tritonblas.launch.blockscaled import (
+        GLUON_MAXNREG,
+        _gluon_kernel,
+        _scaled_gluon_kernel,
+        gluon_descriptors,
+    )
 
-    kernel = _gluon_kernel()
+    kernel = _gluon_kernel() if scales == "block" else _scaled_gluon_kernel()
     a = torch.empty(256, 256, dtype=torch.float8_e4m3fn)
     out = torch.empty(256, 256, dtype=out_dtype)
     descs = gluon_descriptors(a, a.t(), out)
     short = {torch.bfloat16: "bf16", torch.float32: "fp32", torch.float8_e4m3fn: "fp8e4nv"}[out_dtype]
     sig = {"c_ptr": f"*{short}", "bias_ptr": f"*{short}", "sa_ptr": "*fp32", "sb_ptr": "*fp32",
            "a_desc": mangle_type(descs[0]), "b_desc": mangle_type(descs[1]), "c_desc": mangle_type(descs[2])}
-    consts = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, STAGES=stages, GROUP_M=8, SCALE_BLOCK=128,
-                  HAS_BIAS=bias)
+    consts = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, STAGES=stages, GROUP_M=8, HAS_BIAS=bias)
+    if scales == "block":
+        consts["SCALE_BLOCK"] = 128
     compiled = _compiled(kernel, sig, consts, GLUON_MAXNREG)
-    return {"out": short, "stages": stages, "bias": bias, **_counts(compiled, "QGMMA")}
+    return {"scales": scales, "out": short, "stages": stages, "bias": bias, **_counts(compiled, "QGMMA")}
 
 
 def compile_grouped(tile: tuple[int, int, int, int], stages: int, experts: int) -> dict:
@@ -91,8 +98,9 @@ def main() -> int:
         for i, (tile, stages) in enumerate(GLUON_TILES.items()):
             print(json.dumps(compile_grouped(tile, stages, 256 if i == 0 else 128)), flush=True)
         return 0
-    for case in CASES:
-        print(json.dumps(compile_case(*case)), flush=True)
+    for scales in ("block", "row"):
+        for case in CASES:
+            print(json.dumps(compile_case(*case, scales)), flush=True)
     return 0
 
 

@@ -32,7 +32,8 @@ def _block(m=512, n=1024, k=2048, layout="nt", out="bf16", bias="none") -> Probl
 
 
 def test_it_compiles_for_sm_90_without_spills_or_serialized_wgmma():
-    """Each case of tests/gluon_compile.py (bf16 / fp32 / fp8 outputs, 4-6 stages, with and without bias):
+    """Each case of tests/gluon_compile.py (bf16 / fp32 / fp8 outputs, 4-6 stages, with and without bias;
+    the block-scaled kernel and the tensor- and row-wise one):
     no spilled register, its wgmma asynchronous (a wait for every wgmma is ptxas serializing them), shared
     memory within the H200's."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
@@ -41,7 +42,7 @@ def test_it_compiles_for_sm_90_without_spills_or_serialized_wgmma():
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    assert len(rows) == 3
+    assert len(rows) == 6 and {row["scales"] for row in rows} == {"block", "row"}
     for row in rows:
         assert row["spills"] == 0 and row["wgmma"] > 0 and row["waits"] < row["wgmma"] / 2, row
         assert row["shared"] <= H200.smem_per_block, row
@@ -50,7 +51,11 @@ def test_it_compiles_for_sm_90_without_spills_or_serialized_wgmma():
 @pytest.mark.parametrize("config, problem, device, says", [
     (GLUON, _block(), H200, None),
     (GLUON, _block(m=1, n=128, k=128, bias="row"), H200, None),
-    (GLUON, Problem(512, 1024, 2048, "e4m3", "nt", out_dtype="bf16", scales="row"), H200, "block-wise"),
+    (GLUON, Problem(512, 1024, 2048, "e4m3", "nt", out_dtype="bf16", scales="row"), H200, None),
+    (GLUON, Problem(512, 1024, 2048, "e4m3", "nt", out_dtype="fp32", scales="tensor"), H200, None),
+    (GLUON, Problem(512, 1024, 2048, "int8", "nt", out_dtype="bf16", scales="row"), H200, "fp8"),
+    (GLUON, Problem(512, 1024, 2048, "bf16", "nt"), H200, "fp8"),
+    (GLUON, Problem(512, 1024, 2048, "e4m3", "tn", out_dtype="bf16", scales="row"), H200, "layout nt"),
     (GLUON, _block(), INTERPRETER_DEVICE, "sm_90"),
     (GLUON, _block(), device_for_arch("sm_89", "NVIDIA L4", 58), "sm_90"),
     (GLUON, _block(layout="nn"), H200, "layout nt"),
@@ -62,7 +67,8 @@ def test_it_compiles_for_sm_90_without_spills_or_serialized_wgmma():
     (GemmConfig(block_m=128, block_n=128, block_k=128, num_warps=4, num_stages=4, gluon=True), _block(),
      H200, "tma=False"),
     (GLUON.model_copy(update={"grid": 264}), _block(), H200, "grid"),
-], ids=["fits", "one_row", "row_scales", "interpreter", "sm_89", "nn", "ragged_k", "ragged_n",
+], ids=["fits", "one_row", "row_scales", "tensor_scales", "int8", "bf16", "row_scales_tn",
+        "interpreter", "sm_89", "nn", "ragged_k", "ragged_n",
         "fp32_out_6_stages", "eight_warps", "pointers", "two_programs_an_sm"])
 def test_where_a_gluon_config_runs(config, problem, device, says):
     reason = config_supports(config, problem, device)
@@ -113,8 +119,30 @@ def test_tensors_the_gluon_kernel_cannot_take_run_its_triton_twin():
 
 
 def test_the_gluon_kernel_is_in_the_block_family_hash():
-    """An edit to the Gluon kernel or its planning changes the block family's hash and not the dense one."""
+    """An edit to the Gluon kernel or its planning changes the block family's hash, and the dense one's
+    sources hold the kernel too (the tensor- and row-wise Gluon kernel, scaled_gluon.py, imports it)."""
     assert_family_hash_moves(
         identity.BLOCKSCALED_KERNELS, identity.BLOCKSCALED_PLANNING, identity.blockscaled_kernel_hash(),
         ("blockscaled_gluon.py", "CONSUMER_REGS = gl.constexpr(232)", "CONSUMER_REGS = gl.constexpr(224)"),
-        ("launch/blockscaled.py", "GLUON_MAXNREG = 65536 // (12 * 32) // 8 * 8", "GLUON_MAXNREG = 160"))
+        ("launch/blockscaled.py", "GLUON_MAXNREG = 65536 // (12 * 32) // 8 * 8", "GLUON_MAXNREG = 160"),
+        dense_too=True)
+
+
+def test_the_tensor_and_row_wise_gluon_kernel_is_in_the_dense_hash():
+    """scaled_gluon.py runs dense problems (tensor- and row-wise scales): an edit to it, to the block
+    kernel it imports or to its planning changes the dense hash, and neither other family's."""
+    kernels, planning = identity.sources()
+    assert {"scaled_gluon.py", "blockscaled_gluon.py"} <= set(kernels)
+    assert "scaled_gluon.py" not in identity.BLOCKSCALED_KERNELS + identity.GROUPED_KERNELS
+    same = identity.code_hash(kernels, planning)
+    assert same == identity.kernel_hash()
+    for name, old, new in (("scaled_gluon.py", "return acc + part", "return part + acc"),
+                           ("blockscaled_gluon.py", "PRODUCER_REGS = gl.constexpr(24)",
+                            "PRODUCER_REGS = gl.constexpr(40)")):
+        assert old in kernels[name]
+        assert identity.code_hash(dict(kernels, **{name: kernels[name].replace(old, new)}), planning) != same
+    plan = planning["launch/blockscaled.py"]
+    old = "int(scale_a.numel() > 1)"
+    assert plan.count(old) == 1, "scaled_gluon_plan's scale strides moved"
+    changed = dict(planning, **{"launch/blockscaled.py": plan.replace(old, "1")})
+    assert identity.code_hash(kernels, changed) != same

@@ -33,8 +33,15 @@ PROBLEMS = [
     (16, 6144, 4096, "e4m3", "e4m3", "row", "nt", "none", "bf16"),
     (1024, 1024, 1024, "int8", "int8", "row", "nt", "row", "bf16"),
     (300, 200, 1000, "int8", "int8", "tensor", "nn", "none", "fp32"),
+    # for the Gluon kernel (layout nt, 16-byte rows): ragged M and N, mixed fp8 with row-wise B, fp8 out
+    (1000, 1008, 2048, "e4m3", "e4m3", "row", "nt", "row", "bf16"),
+    (512, 1024, 1152, "e5m2", "e4m3", "row_b", "nt", "none", "fp32"),
+    (384, 640, 4096, "e4m3", "e4m3", "tensor", "nt", "row", "e4m3"),
 ]
-PATHS = ("heuristic", "persistent", "persistent_tma", "sk_shared", "sk_mixed", "sk_reduce")
+PATHS = ("heuristic", "persistent", "persistent_tma", "sk_shared", "sk_mixed", "sk_reduce", "gluon")
+# The Gluon kernel of tensor- and row-wise scales (kernels/scaled_gluon.py); its block-scaled twin's tests
+# below use the same config.
+GLUON = GemmConfig(block_m=128, block_n=128, block_k=128, num_warps=4, num_stages=5, tma=True, gluon=True)
 
 
 def _problem(case) -> Problem:
@@ -43,6 +50,8 @@ def _problem(case) -> Problem:
 
 
 def _config(path: str, p: Problem):
+    if path == "gluon":
+        return GLUON
     if path == "sk_reduce":
         cfg = config_for_path("sk_mixed", p.m, p.n, p.k, gpu=True)
         return cfg.model_copy(update={"reduce_kernel": True})
@@ -107,6 +116,67 @@ def test_gpu_fp8_output_saturates(out_dtype, path):
     config = config_for_path(path, m, n, 512, gpu=True)
     got = tritonblas.scaled_mm(a, b, one, -one, out_dtype=out_dtype, config=config)
     assert torch.equal(got.float(), torch.full_like(got.float(), -torch.finfo(out_dtype).max))
+
+
+@pytest.mark.parametrize("data", ["normal", "positive"])
+@pytest.mark.parametrize("k", [4096, 16384, 65536])
+def test_gpu_gluon_accurate_error_no_larger_than_cublas(k, data):
+    """The Gluon kernel's accumulation (each K block of 128 promoted to fp32) against torch._scaled_mm's
+    accurate default (cuBLASLt), both against the float64 product, fp32 out (no output rounding to hide
+    the accumulation's): no larger than cuBLAS's, 1% aside for the order of fp32 sums. Positive data
+    makes the sums grow with K, where a longer promotion interval shows (kernel-levers F1)."""
+    g = torch.Generator(device="cuda").manual_seed(k)
+    draw = torch.rand if data == "positive" else torch.randn
+    a = draw(256, k, device="cuda", generator=g).to(torch.float8_e4m3fn)
+    b = draw(256, k, device="cuda", generator=g).to(torch.float8_e4m3fn).t()
+    scale_a, scale_b = torch.tensor(0.75, device="cuda"), torch.tensor(1.25, device="cuda")
+    ref = (a.double() @ b.double()) * 0.75 * 1.25
+    norm = ref.norm().item()
+    ours = tritonblas.scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.float32, config=GLUON)
+    theirs = torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.float32)
+    ours_err, torch_err = rel_error(ours, ref, norm), rel_error(theirs, ref, norm)
+    assert ours_err <= 1.01 * torch_err, (ours_err, torch_err)
+
+
+def test_gpu_gluon_scaled_kernel_takes_a_view_it_cannot_read_by_tma_on_its_twin():
+    """A row-wise call whose A starts one byte off (no TMA) runs the Gluon config's Triton twin, within
+    the tuner's allowance; the aligned call runs the Gluon kernel, the same allowance."""
+    from tritonblas.launch.blockscaled import gluon_ready
+
+    inp = _Inputs(_problem(PROBLEMS[0]))
+    o = inp.ops
+    assert gluon_ready(o.a, o.b, torch.empty(o.a.shape[0], o.b.shape[1], device="cuda"))
+    assert inp.error(inp.call(config=GLUON)) <= inp.tolerance
+    shifted = torch.empty(o.a.numel() + 16, dtype=o.a.dtype, device="cuda")[1:1 + o.a.numel()].view(o.a.shape)
+    shifted.copy_(o.a)
+    y = tritonblas.scaled_mm(shifted, o.b, o.scale_a, o.scale_b, bias=o.bias, out_dtype=o.out_dtype,
+                             config=GLUON)
+    assert not gluon_ready(shifted, o.b, y) and inp.error(y) <= inp.tolerance
+
+
+@pytest.mark.parametrize("scales", ["row", "tensor", "block"])
+def test_gpu_gluon_later_launches_go_through_the_c_launcher_and_match_the_first(scales):
+    """launch.gluon: the first call compiles through triton, later ones go through its C launcher
+    (launch.direct, the descriptors encoded per address) where direct_verified says so; every call's
+    result equals the first's bit for bit, a call on other buffers of the same plan too."""
+    from tritonblas.launch import gemm
+    from tritonblas.launch.gluon import direct_verified
+
+    if scales == "block":
+        a, b, scale_a, scale_b = _block_operands(384, 640, 2304, "nt")
+    else:
+        inp = _Inputs(_problem((384, 640, 2304, "e4m3", "e4m3", scales, "nt", "row", "bf16")))
+        a, b, scale_a, scale_b = inp.ops.a, inp.ops.b, inp.ops.scale_a, inp.ops.scale_b
+    gemm.plans.clear()
+    outs = [tritonblas.scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, config=GLUON)
+            for _ in range(3)]
+    assert all(torch.equal(o, outs[0]) for o in outs)
+    a2, b2 = a.clone(), b.t().clone().t()
+    assert torch.equal(tritonblas.scaled_mm(a2, b2, scale_a, scale_b, out_dtype=torch.bfloat16, config=GLUON),
+                       outs[0])
+    gluon_plans = [p for p in gemm.plans.values() if p.host_objects]
+    assert len(gluon_plans) == 1
+    assert (gluon_plans[0].state.direct is not None) == direct_verified()
 
 
 def test_gpu_fast_accumulation_stays_close():
@@ -201,7 +271,6 @@ BLOCK_CASES = [
     (64, 512, 65536, "nt", GemmConfig(block_m=128, block_n=128, block_k=128, num_warps=4, num_stages=4,
                                       tma=True, gluon=True)),
 ]
-GLUON = GemmConfig(block_m=128, block_n=128, block_k=128, num_warps=4, num_stages=5, tma=True, gluon=True)
 
 
 def _block_operands(m: int, n: int, k: int, layout: str) -> tuple:
@@ -279,7 +348,7 @@ def test_gpu_gluon_block_kernel_outputs_bias_and_its_triton_twin(out_dtype):
 
 def test_gpu_gluon_block_kernel_launches_from_a_fresh_thread():
     """A thread that has made no CUDA runtime call yet (the tuner's compile threads) launches the Gluon
-    kernel: its host-built descriptors need the device's context current there (launch.blockscaled
+    kernel: its host-built descriptors need the device's context current there (launch.gluon
     .context_current); the result equals the main thread's."""
     import threading
 

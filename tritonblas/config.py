@@ -219,12 +219,12 @@ _GLUON_OFF = ("streamk", "host_descriptors", "flatten", "aligned_copy", "reduce_
 
 
 def gluon_refusal(config: GemmConfig, problem: Problem, device: DeviceInfo) -> str | None:
-    """Why the Gluon block kernel (kernels/blockscaled_gluon.py) cannot run a `gluon` config, None where
-    it can: block-wise fp8 scales on sm_90, layout nt (fp8 wgmma reads K-major operands), 16-byte aligned
-    rows (TMA loads and stores), its one tile, a ring of num_stages A and B blocks that fits in shared
-    memory beside two output tiles."""
-    if problem.scales != "block":
-        return "gluon configs run block-wise scales only"
+    """Why the Gluon fp8 kernels (kernels/blockscaled_gluon.py for block-wise scales, scaled_gluon.py for
+    tensor- and row-wise ones) cannot run a `gluon` config, None where they can: fp8 operands on sm_90,
+    layout nt (fp8 wgmma reads K-major operands), 16-byte aligned rows (TMA loads and stores), their one
+    tile, a ring of num_stages A and B blocks that fits in shared memory beside two output tiles."""
+    if not problem.quantized or "int8" in (problem.dtype, problem.b):
+        return "gluon configs run fp8 scaled_mm only"
     if device.arch != "sm_90":
         return f"the Gluon kernel is written for sm_90 (wgmma, TMA), device is {device.arch}"
     if problem.layout != "nt":

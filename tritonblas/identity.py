@@ -35,7 +35,9 @@ GROUPED_KERNELS: tuple[str, ...] = ("grouped.py", "grouped_gluon.py", "blockscal
 # The block-scaled scaled_mm (kernels/blockscaled.py, 2026-12-03): a family of its own for the same reason.
 # Its Gluon kernel (blockscaled_gluon.py, 2026-12-04) runs the same problems: the same family.
 BLOCKSCALED_KERNELS: tuple[str, ...] = ("blockscaled.py", "blockscaled_gluon.py", "common.py")
-_OWN_FAMILY = frozenset(GROUPED_KERNELS + BLOCKSCALED_KERNELS) - {"common.py"}
+# The dense family hashes common.py and, as its tensor- and row-wise Gluon kernel (scaled_gluon.py,
+# 2026-12-04) imports the block kernel's producer, tile order and epilogue, blockscaled_gluon.py too.
+_OWN_FAMILY = frozenset(GROUPED_KERNELS + BLOCKSCALED_KERNELS) - {"common.py", "blockscaled_gluon.py"}
 
 # The host code that decides what the kernels compute and how they are launched (constexprs, grid,
 # workspace, Stream-K split and fix-up plan, padded copies, 64-bit offsets), per module of tritonblas:
@@ -49,6 +51,8 @@ PLANNING: dict[str, tuple[str, ...]] = {
     "launch/streamk.py": ("streamk_split", "TREE_MIN_SPLITS", "fixup_groups", "DEFER_MIN_SPLITS",
                           "DEFERRED_CHUNK", "DEFER_MIN_CHUNKS", "fixup_deferred", "fixup_plan",
                           "program_count", "streamk_workspace", "reduce_chunks"),
+    "launch/blockscaled.py": ("scaled_gluon_plan", "gluon_ready", "gluon_twin", "GLUON_TILE",
+                              "GLUON_MAXNREG"),
     "launch/gemm.py": ("_kernels", "make_plan", "_reduce_plan", "_host_descriptors", "descriptor",
                        "tma_ready", "_is_col_major", "_pow2_divisor", "_vector_divisor", "INT32_OFFSETS",
                        "_OFFSET_SLACK", "offset_reach", "needs_int64", "_aligned", "_COPY_ROWS",

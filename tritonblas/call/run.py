@@ -10,7 +10,14 @@ from collections.abc import Callable
 import torch
 
 from ..config import GemmConfig
-from ..launch.blockscaled import launch_blockscaled, store_fp32, torch_blockwise, vendor_blockscaled
+from ..launch.blockscaled import (
+    gluon_twin,
+    launch_blockscaled,
+    launch_scaled_gluon,
+    store_fp32,
+    torch_blockwise,
+    vendor_blockscaled,
+)
 from ..launch.gemm import is_out_of_resources, launch_gemm
 from ..launch.native import launch_record
 from ..launch.prepared import launch_prepared
@@ -254,11 +261,13 @@ def run_scaled(plan: ScaledPlan, a: torch.Tensor, b: torch.Tensor, scale_a: torc
     def run_config(config: GemmConfig) -> None:  # (a fallback may select the vendor)
         if config.backend == "torch":
             _vendor_scaled(a, b, scale_a, scale_b, bias, out, plan.fast_acc)
-        else:
+            return
+        # A gluon config's tensors the Gluon kernel cannot take run its Triton twin.
+        if not (config.gluon and launch_scaled_gluon(a, b, *scales, bias, out, config, plan.device.sm_count)):
             bias2d = None if bias is None else torch.broadcast_to(bias, (plan.m, plan.n))
-            launch_gemm(a, b, out, bias2d, 1.0, 1.0, config, plan.device.sm_count, plan.precision, scales,
-                        plan.fast_acc)
-            plan.launched = True
+            launch_gemm(a, b, out, bias2d, 1.0, 1.0, gluon_twin(config) if config.gluon else config,
+                        plan.device.sm_count, plan.precision, scales, plan.fast_acc)
+        plan.launched = True
 
     try:
         if plan.launch is None or not _ready(plan) or \

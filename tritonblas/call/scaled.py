@@ -156,8 +156,10 @@ def _prepare(key, problem: Problem, a, b, scale_a, scale_b, bias, out, use_fast_
         c = out if out is not None else \
             torch.empty((problem.m, problem.n), dtype=plan.out_dtype, device="meta")  # strides only
         bias2d = None if bias is None else torch.broadcast_to(bias, (problem.m, problem.n))
-        plan.launch = prepare_launch(a, b, c, bias2d, config, device.sm_count, plan.precision,
-                                     (scale_vector(scale_a), scale_vector(scale_b)), use_fast_accum)
+        # (a Gluon launch is launch.blockscaled's, its descriptors built per call: no prepared launch)
+        plan.launch = None if config.gluon else \
+            prepare_launch(a, b, c, bias2d, config, device.sm_count, plan.precision,
+                           (scale_vector(scale_a), scale_vector(scale_b)), use_fast_accum)
         # As the plain ops' (call.path.prepare): a kernel that wins by less than its host cost above torch's
         # runs under graph capture only, where torch takes the problem at all.
         if selection is not None and backend is None and vendor_scaled_refusal(problem) is None:

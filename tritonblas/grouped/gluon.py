@@ -1,7 +1,7 @@
 """The launch of the Gluon grouped kernel (kernels/grouped_gluon.py), which a `gluon` config asks for
 (grouped.select.gluon_refusal says for which keys): `gluon_plan` describes it as launch.gemm's Plan
 (grid, integer arguments, constexprs; hashed into the grouped family's kernel hash,
-identity.GROUPED_PLANNING), `run_gluon` launches it through the one plan cache and launch.gemm.launch_plan,
+identity.GROUPED_PLANNING), `run_gluon` launches it through the one plan cache and launch.gluon,
 and where a call's tensors do not suit it (`gluon_ready`), its Triton twin runs (`gluon_twin`).
 
 As for the Triton grouped kernel, nothing here reads `offs`' values: the kernel finds each group's tiles
@@ -17,8 +17,9 @@ import torch
 
 from ..config import GemmConfig
 from ..launch.arguments import gluon_grouped_args
-from ..launch.blockscaled import GLUON_MAXNREG, context_current, shared_layout
-from ..launch.gemm import Plan, cached_plan, launch_plan
+from ..launch.blockscaled import GLUON_MAXNREG, shared_layout
+from ..launch.gemm import Plan, cached_plan
+from ..launch.gluon import launch_gluon
 from .forms import GroupedShape, grid_bound
 
 # The operand dtypes the kernel's wgmma takes here (grouped.select.gluon_refusal: bf16 or fp16).
@@ -117,41 +118,11 @@ def _facts(t: torch.Tensor) -> tuple:
 def run_gluon(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bias: torch.Tensor | None,
               offs: torch.Tensor, shape: GroupedShape, config: GemmConfig, sm_count: int) -> None:
     """out = the grouped product by the Gluon kernel (the caller checked gluon_ready); the plan kept in
-    launch.gemm's one plan cache under everything it depends on. The first launch goes through triton
-    (compiling), later ones through its C launcher (launch.direct) where that was verified, the
-    descriptors' encodings kept per address (kernel-levers G9: host time ~30 us a call against ~40 through
-    `run`)."""
+    launch.gemm's one plan cache under everything it depends on, launched by launch.gluon (later launches
+    through triton's C launcher)."""
     # The plan holds the descriptors' geometry: the key holds all it reads (a's, b's, out's facts, config).
     key = ("grouped-gluon", config, sm_count, a.device, _facts(a), _facts(b), _facts(out),
            None if bias is None else _facts(bias), offs.shape)
     plan = cached_plan(key, lambda: _described_plan(a, b, bias, shape, out, config, sm_count))
-    context_current(out.get_device())  # (encoding a descriptor needs the device's context)
-    bias_arg = out if bias is None else bias
-    state = plan.state
-    if state.direct is not None:
-        run, pc = state.direct, out.data_ptr()
-        descs = (*run.descriptor(0, a, a.data_ptr()), *run.descriptor(1, b, b.data_ptr()),
-                 *run.descriptor(2, out, pc))
-        head = gluon_grouped_args(pc, bias_arg.data_ptr(), offs.data_ptr(), descs)
-        args = (*head, *plan.ints, *state.constexpr_args)
-        run.launch(torch._C._cuda_getCurrentRawStream(out.get_device()), args)
-        return
-    first = state.compiled is None
-    launch_plan(plan, gluon_grouped_args(out, bias_arg, offs, gluon_descriptors(a, b, out, config)), ())
-    # The launch that compiled the kernel tries its direct launch, once: later ones keep `run` where
-    # it was refused (or this triton's launcher is not verified with these descriptors).
-    if first and state.compiled is not None and _direct_verified():
-        from ..launch import direct
-        from ..launch.gemm import descriptor
-
-        state.direct = direct.make(state.compiled, plan.progs, plan.descs, descriptor)
-
-
-@functools.cache
-def _direct_verified() -> bool:
-    """Whether this triton's C launcher was run with the Gluon kernel's descriptors on the GPU: 3.6 and 3.9
-    (H200, 2026-12-04, tests/test_gluon_grouped.py, its result bit-equal to the first launch's); elsewhere
-    `run` launches it (its host time ~40 us a call)."""
-    import triton
-
-    return triton.__version__.startswith(("3.6.", "3.9."))
+    launch_gluon(plan, gluon_grouped_args, (out, out if bias is None else bias, offs), (a, b, out),
+                 lambda: gluon_descriptors(a, b, out, config))

@@ -54,9 +54,9 @@ def block_args(a: object, b: object, c: object, bias_or_c: object, scale_a: obje
 
 def gluon_block_args(c: object, bias_or_c: object, scale_a: object, scale_b: object,
                      descriptors: tuple) -> tuple:
-    """kernels/blockscaled_gluon.py's arguments before its plan's integers: the output, the bias (or c),
-    the block scales, then the TMA descriptors of A, W and the output (objects, or a direct launch's
-    encodings of them)."""
+    """kernels/blockscaled_gluon.py's and scaled_gluon.py's arguments before their plans' integers: the
+    output, the bias (or c), the scales, then the TMA descriptors of A, W and the output (objects, or a
+    direct launch's encodings of them)."""
     return (c, bias_or_c, scale_a, scale_b, *descriptors)
 
 

@@ -13,7 +13,7 @@ fp32 product.
 from __future__ import annotations
 
 import functools
-import threading
+from dataclasses import replace
 
 import torch
 
@@ -21,6 +21,7 @@ from ..config import GemmConfig
 from ..problem import SCALE_BLOCK
 from .arguments import block_args, gluon_block_args
 from .gemm import Plan, cached_plan, launch_plan, needs_int64, tma_ready
+from .gluon import launch_gluon
 from .streamk import program_count
 
 # fp8 outputs saturate to their finite range (as kernels/common.saturated and torch's saturated casts).
@@ -78,6 +79,15 @@ def shared_layout(box: tuple[int, int], dtype: torch.dtype):
     return gl.NVMMASharedLayout.get_default_for(list(box), getattr(gl, _GL_NAMES[dtype]))
 
 
+def gluon_geometry(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> tuple:
+    """(shape, strides, box) of the Gluon kernels' descriptors of A (M, K), W = b.T (N, K) and out (M, N),
+    as gluon_descriptors builds them: what a direct launch encodes from (launch.gluon)."""
+    (m, k), n = a.shape, b.shape[1]
+    return (([m, k], [a.stride(0), 1], [GLUON_TILE, GLUON_TILE]),
+            ([n, k], [b.stride(1), 1], [GLUON_TILE, GLUON_TILE]),
+            ([m, n], [out.stride(0), 1], [GLUON_TILE // 2, GLUON_TILE]))
+
+
 def gluon_descriptors(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> tuple:
     """The Gluon kernel's TMA descriptors of A (M, K), W = b.T (N, K) and out, with its boxes; built each
     call (they hold the tensors' addresses)."""
@@ -87,23 +97,6 @@ def gluon_descriptors(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> tu
     boxes = ((GLUON_TILE, GLUON_TILE), (GLUON_TILE, GLUON_TILE), (GLUON_TILE // 2, GLUON_TILE))
     return tuple(TensorDescriptor.from_tensor(t, list(box), shared_layout(box, t.dtype))
                  for t, box in zip((a, w, out), boxes, strict=True))
-
-
-_threads = threading.local()
-
-
-def context_current(index: int) -> None:
-    """Make device `index`'s CUDA context current in this thread, once a thread: triton encodes a Gluon
-    launch's descriptors on the host (cuTensorMapEncodeTiled), which fails in a thread that has not yet
-    called the CUDA runtime ("invalid device context": the tuner's compile threads, 2026-12-04, H200).
-    cudaMemGetInfo is such a call; a thread that is capturing a graph has its context already and makes
-    none (a capture may refuse calls outside the stream)."""
-    seen = getattr(_threads, "devices", None)
-    if seen is None:
-        seen = _threads.devices = set()
-    if index not in seen and not torch.cuda.is_current_stream_capturing():
-        torch.cuda.mem_get_info(index)
-        seen.add(index)
 
 
 def gluon_plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None,
@@ -118,6 +111,51 @@ def gluon_plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Te
     ints = (m, n, k, 0 if bias is None else bias.stride(1), *scale_a.stride(), *scale_b.stride())
     return Plan(_gluon_kernel(), progs, ints, constexprs, 4, config.num_stages, None, maxnreg=GLUON_MAXNREG,
                 host_objects=True)
+
+
+@functools.cache
+def _scaled_gluon_kernel():
+    from ..kernels.scaled_gluon import scaled_gluon_kernel
+
+    return scaled_gluon_kernel
+
+
+def scaled_gluon_plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None,
+                      scale_a: torch.Tensor, scale_b: torch.Tensor, config: GemmConfig,
+                      sm_count: int) -> Plan:
+    """One launch of the tensor- and row-wise Gluon kernel (kernels/scaled_gluon.py) as launch.gemm's Plan,
+    gluon_plan's grid and ring: the integer arguments after c, bias (or c), scale_a, scale_b and the three
+    descriptors; the scales contiguous fp32 vectors of one value (stride 0) or one a row of A / a column of
+    B (stride 1)."""
+    m, k = a.shape
+    n = b.shape[1]
+    constexprs = dict(BLOCK_M=GLUON_TILE, BLOCK_N=GLUON_TILE, BLOCK_K=GLUON_TILE, STAGES=config.num_stages,
+                      GROUP_M=config.group_m, HAS_BIAS=bias is not None)
+    progs = min(sm_count, -(-m // GLUON_TILE) * -(-n // GLUON_TILE))
+    ints = (m, n, k, 0 if bias is None else bias.stride(1), int(scale_a.numel() > 1),
+            int(scale_b.numel() > 1))
+    return Plan(_scaled_gluon_kernel(), progs, ints, constexprs, 4, config.num_stages, None,
+                maxnreg=GLUON_MAXNREG, host_objects=True)
+
+
+def launch_scaled_gluon(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+                        bias: torch.Tensor | None, out: torch.Tensor, config: GemmConfig,
+                        sm_count: int) -> bool:
+    """out = (a @ b) * scale_a * scale_b (+ bias (N,)) through the Gluon kernel of tensor- and row-wise
+    scales (scale_vector's vectors), planned and launched as launch_blockscaled's Gluon launches; False,
+    with nothing launched, where the kernel cannot take the tensors (gluon_ready: the caller runs
+    gluon_twin on the Triton kernels)."""
+    if not gluon_ready(a, b, out):
+        return False
+    m, n = out.shape
+    bias2d = None if bias is None else torch.broadcast_to(bias, (m, n))
+    key = ("scaled_gluon", config, sm_count, a.device, _facts(a), _facts(b), _facts(out), _facts(scale_a),
+           _facts(scale_b), None if bias2d is None else _facts(bias2d))
+    plan = cached_plan(key, lambda: replace(scaled_gluon_plan(a, b, out, bias2d, scale_a, scale_b, config,
+                                                              sm_count), descs=gluon_geometry(a, b, out)))
+    leading = (out, out if bias2d is None else bias2d, scale_a, scale_b)
+    launch_gluon(plan, gluon_block_args, leading, (a, b, out), lambda: gluon_descriptors(a, b, out))
+    return True
 
 
 def _divisor(t: torch.Tensor, wrapped_dim: int) -> int:
@@ -179,13 +217,14 @@ def launch_blockscaled(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, 
         config = gluon_twin(config)
     key = ("blockscaled", config, sm_count, a.device, _facts(a), _facts(b), _facts(out), _facts(scale_a),
            _facts(scale_b), None if bias2d is None else _facts(bias2d))
-    make = gluon_plan if gluon else block_plan
-    plan = cached_plan(key, lambda: make(a, b, out, bias2d, scale_a, scale_b, config, sm_count))
     bias_arg = out if bias2d is None else bias2d
-    if gluon:
-        context_current(out.get_device())
-        launch_plan(plan, gluon_block_args(out, bias_arg, scale_a, scale_b, gluon_descriptors(a, b, out)), ())
+    if gluon:  # (its plan with the descriptors' geometry: launch.gluon's direct launches encode from it)
+        plan = cached_plan(key, lambda: replace(gluon_plan(a, b, out, bias2d, scale_a, scale_b, config,
+                                                           sm_count), descs=gluon_geometry(a, b, out)))
+        launch_gluon(plan, gluon_block_args, (out, bias_arg, scale_a, scale_b), (a, b, out),
+                     lambda: gluon_descriptors(a, b, out))
     else:
+        plan = cached_plan(key, lambda: block_plan(a, b, out, bias2d, scale_a, scale_b, config, sm_count))
         launch_plan(plan, block_args(a, b, out, bias_arg, scale_a, scale_b), ())
 
 

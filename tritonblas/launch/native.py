@@ -71,8 +71,9 @@ _FLOATS = ("fp32", "f32")
 def config_has_record(config: GemmConfig | None) -> bool:
     """Whether `config`'s launch on 16-byte aligned operands gets a record once launched directly (what
     can be said without tensors: the transparent rule's cost of a routed call, `tritonblas explain`):
-    every kernel config, on a triton whose launches go direct."""
-    return config is not None and config.backend != "torch" and direct.expected()
+    every kernel config but a Gluon one (launch.blockscaled's, its descriptors built per call), on a triton
+    whose launches go direct."""
+    return config is not None and config.backend != "torch" and not config.gluon and direct.expected()
 
 
 def launch_record(plan: Plan, has_bias: bool, scaled: bool = False) -> list[int] | None:

@@ -55,8 +55,9 @@ def prepare_launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torc
 def config_launches_directly(config: GemmConfig) -> bool:
     """Whether `config`'s launch on 16-byte aligned operands is a direct one (direct.launches_directly of
     the plan prepare_launch makes): a kernel config needing no padded copies or Stream-K workspace.
-    For what can be said without tensors (`tritonblas explain`)."""
-    return config.backend != "torch" and not needs_scratch(config) and direct.expected()
+    For what can be said without tensors (`tritonblas explain`). A Gluon config's launch is not prepared
+    (launch.blockscaled: its descriptors are built per call)."""
+    return config.backend != "torch" and not config.gluon and not needs_scratch(config) and direct.expected()
 
 
 def _misaligned(*tensors: torch.Tensor | None) -> bool:

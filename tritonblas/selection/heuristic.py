@@ -346,11 +346,14 @@ def _block_scaled_candidates(problem: Problem, device: DeviceInfo) -> list[GemmC
             if config_supports(cfg, problem, device) is None:
                 out.append(cfg)
                 break
-    for stages in GLUON_STAGES:
-        cfg = GemmConfig(**GLUON_SHAPE, num_stages=stages, tma=True, gluon=True)
-        if config_supports(cfg, problem, device) is None:
-            out.append(cfg)
-    return out
+    return out + _gluon_candidates(problem, device)
+
+
+def _gluon_candidates(problem: Problem, device: DeviceInfo) -> list[GemmConfig]:
+    """The Gluon fp8 kernels' rings that fit (block-wise scales: blockscaled_gluon.py; tensor- and row-wise:
+    scaled_gluon.py, the same promotion and tile)."""
+    configs = [GemmConfig(**GLUON_SHAPE, num_stages=stages, tma=True, gluon=True) for stages in GLUON_STAGES]
+    return [cfg for cfg in configs if config_supports(cfg, problem, device) is None]
 
 
 def candidates(problem: Problem, device: DeviceInfo, enable_streamk: bool | None = None) -> list[GemmConfig]:
@@ -382,7 +385,7 @@ def candidates(problem: Problem, device: DeviceInfo, enable_streamk: bool | None
                     out.append(cfg)
                     if sk and reduce_ok and cdiv(problem.m, bm) * cdiv(problem.n, bn) < device.sm_count:
                         out.append(GemmConfig(**fields, grid=grid, reduce_kernel=True))
-    return out
+    return out if enable_streamk else out + _gluon_candidates(problem, device)
 
 
 def rank(problem: Problem, device: DeviceInfo, enable_streamk: bool | None = None) -> list[Estimate]:
