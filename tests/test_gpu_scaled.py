@@ -369,18 +369,30 @@ def test_gpu_gluon_block_kernel_launches_from_a_fresh_thread():
     assert not errors and torch.equal(got[0], want)
 
 
-def test_gpu_gluon_block_kernel_captures_and_replays_in_a_cuda_graph():
+def _fp8_operands(scales: str, seed: int) -> tuple:
+    """256 x 1024 x 4096 e4m3 operands (b column-major) and their block-wise or row-wise scales."""
+    if scales == "block":
+        return _block_operands(256, 1024, 4096 + seed, "nt")
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    a = torch.randn(256, 4096, device="cuda", generator=g).to(torch.float8_e4m3fn)
+    b = torch.randn(1024, 4096, device="cuda", generator=g).to(torch.float8_e4m3fn).t()
+    scale_a = torch.rand(256, 1, device="cuda", generator=g) + 0.5
+    return a, b, scale_a, torch.rand(1, 1024, device="cuda", generator=g) + 0.5
+
+
+@pytest.mark.parametrize("scales", ["block", "row"])
+def test_gpu_gluon_kernels_capture_and_replay_in_a_cuda_graph(scales):
     """Captured once, replayed on new operands and scales copied into the captured tensors: the Gluon
-    kernel's descriptors (encoded at capture, the captured tensors' addresses) read the new values."""
-    a, b, scale_a, scale_b = _block_operands(256, 1024, 4096, "nt")
+    kernels' descriptors (encoded at capture, the captured tensors' addresses) read the new values."""
+    a, b, scale_a, scale_b = _fp8_operands(scales, 0)
     tritonblas.scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, config=GLUON)  # compiled first
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         y = tritonblas.scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, config=GLUON)
-    a2, _, sa2, _ = _block_operands(256, 1024, 4096 + 128, "nt")
+    a2, _, sa2, _ = _fp8_operands(scales, 128)
     a.copy_(a2[:, :4096])
-    scale_a.copy_(sa2[:, :32])
+    scale_a.copy_(sa2[:, :scale_a.shape[1]])
     graph.replay()
     want = tritonblas.scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, config=GLUON)
     assert torch.equal(y, want)
