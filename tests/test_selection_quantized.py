@@ -224,3 +224,28 @@ def test_untuned_fp8_goes_to_torch_where_its_kernels_beat_ours(shape, vendor):
     p = Problem(m, n, k, "e4m3", "nt", "none", "bf16", scales="row")
     best = heuristic.rank(p, H200)[0]
     assert (heuristic.vendor_preferred(p, H200, best) is not None) == vendor
+
+
+def test_a_fast_accumulation_call_of_a_gluon_pick_runs_torchs_fast_mode(monkeypatch):
+    """The shipped Gluon winners were timed as accurate calls; a use_fast_accum=True call of such a problem
+    (where torch._scaled_mm takes it) runs torch's fast mode, which the accurate Gluon kernel trails
+    (kernel-levers F8); the accurate call keeps the Gluon pick, and so does an explicit backend."""
+    import torch
+
+    from tritonblas import caches
+    from tritonblas.call import scaled
+
+    monkeypatch.setattr(scaled, "tensor_device_info", lambda t: H200)
+    a = torch.empty(8192, 8192).to(torch.float8_e4m3fn)
+    b = torch.empty(8192, 8192).to(torch.float8_e4m3fn).t()
+    sa, sb = torch.ones(8192, 1), torch.ones(1, 8192)
+
+    def planned(fast: bool, backend=None):
+        return scaled.plan_scaled(a, b, sa, sb, None, torch.bfloat16, fast, None, backend, None).config
+
+    try:
+        assert planned(False).gluon
+        assert planned(True).backend == "torch"
+        assert planned(True, "triton").gluon
+    finally:
+        caches.invalidate()  # (plans of CPU tensors made for an H200: no other test may meet them)
