@@ -233,12 +233,16 @@ def _eager_lines(sel) -> list[tuple[str, str]]:
         return [("eager", "explicit and transparent mode's calls run the kernel (block-wise scales: the "
                           "persistent kernel only, no Stream-K; torch's block-wise op with backend='torch')")]
     direct = config_launches_directly(sel.config)
+    fast: list[tuple[str, str]] = []
     if sel.problem.quantized:
         refusal = vendor_scaled_refusal(sel.problem)
         if refusal is not None:
             return [("eager", f"calls run the kernel (torch refuses the problem: {refusal})")]
         sides = (("eager", False, "explicit calls", "torch._scaled_mm"),
                  ("routed", True, "transparent mode's calls", "torch._scaled_mm"))
+        if sel.config.gluon:  # (call.scaled._prepare)
+            fast = [("fast", "use_fast_accum=True calls run torch._scaled_mm's fast mode (the Gluon kernel "
+                             "always promotes to fp32)")]
     else:
         sides = (("eager", False, "explicit calls", "torch.mm"),
                  ("routed", True, "transparent mode's calls", "torch.mm"))
@@ -251,7 +255,7 @@ def _eager_lines(sel) -> list[tuple[str, str]]:
         text = f"{who} run the kernel" if why is None else \
             f"{who} run {vendor} ({why}); the kernel runs under CUDA graph capture"
         lines.append((name, text))
-    return lines
+    return lines + fast
 
 
 def _eager_kernel_lines(sel) -> list[tuple[str, str]]:
