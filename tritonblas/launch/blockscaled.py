@@ -13,6 +13,7 @@ fp32 product.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import replace
 
 import torch
@@ -89,14 +90,12 @@ def gluon_geometry(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> tuple
 
 
 def gluon_descriptors(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> tuple:
-    """The Gluon kernel's TMA descriptors of A (M, K), W = b.T (N, K) and out, with its boxes; built each
-    call (they hold the tensors' addresses)."""
+    """The Gluon kernels' TMA descriptors of gluon_geometry over A, W = b.T and out (a first launch's:
+    triton compiles from their layouts); built each call (they hold the tensors' addresses)."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    w = b.t()
-    boxes = ((GLUON_TILE, GLUON_TILE), (GLUON_TILE, GLUON_TILE), (GLUON_TILE // 2, GLUON_TILE))
-    return tuple(TensorDescriptor.from_tensor(t, list(box), shared_layout(box, t.dtype))
-                 for t, box in zip((a, w, out), boxes, strict=True))
+    return tuple(TensorDescriptor(t, shape, strides, box, shared_layout(tuple(box), t.dtype))
+                 for t, (shape, strides, box) in zip((a, b.t(), out), gluon_geometry(a, b, out), strict=True))
 
 
 def gluon_plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None,
@@ -147,15 +146,23 @@ def launch_scaled_gluon(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor,
     gluon_twin on the Triton kernels)."""
     if not gluon_ready(a, b, out):
         return False
-    m, n = out.shape
-    bias2d = None if bias is None else torch.broadcast_to(bias, (m, n))
-    key = ("scaled_gluon", config, sm_count, a.device, _facts(a), _facts(b), _facts(out), _facts(scale_a),
-           _facts(scale_b), None if bias2d is None else _facts(bias2d))
-    plan = cached_plan(key, lambda: replace(scaled_gluon_plan(a, b, out, bias2d, scale_a, scale_b, config,
-                                                              sm_count), descs=gluon_geometry(a, b, out)))
+    bias2d = None if bias is None else torch.broadcast_to(bias, out.shape)
+    _launch_fp8_gluon("scaled_gluon", scaled_gluon_plan, a, b, scale_a, scale_b, bias2d, out, config,
+                      sm_count)
+    return True
+
+
+def _launch_fp8_gluon(kind: str, make: Callable[..., Plan], a: torch.Tensor, b: torch.Tensor,
+                      scale_a: torch.Tensor, scale_b: torch.Tensor, bias2d: torch.Tensor | None,
+                      out: torch.Tensor, config: GemmConfig, sm_count: int) -> None:
+    """One launch of a Gluon fp8 kernel (`make`: gluon_plan or scaled_gluon_plan), its plan kept in
+    launch.gemm's one plan cache under `kind` and everything it reads, with its descriptors' geometry
+    (launch.gluon's direct launches encode from it); `bias2d` the (M, N) view of the bias, or None."""
+    key = _plan_key(kind, config, sm_count, a, b, out, scale_a, scale_b, bias2d)
+    plan = cached_plan(key, lambda: replace(make(a, b, out, bias2d, scale_a, scale_b, config, sm_count),
+                                            descs=gluon_geometry(a, b, out)))
     leading = (out, out if bias2d is None else bias2d, scale_a, scale_b)
     launch_gluon(plan, gluon_block_args, leading, (a, b, out), lambda: gluon_descriptors(a, b, out))
-    return True
 
 
 def _divisor(t: torch.Tensor, wrapped_dim: int) -> int:
@@ -200,6 +207,12 @@ def _facts(t: torch.Tensor) -> tuple:
     return t.shape, t.stride(), t.dtype, t.data_ptr() % 16 == 0
 
 
+def _plan_key(kind: str, config: GemmConfig, sm_count: int, *tensors: torch.Tensor | None) -> tuple:
+    """A scaled launch's key in launch.gemm's plan cache: everything its plan reads (shapes, strides,
+    dtypes, 16-byte alignment of each tensor, device, config)."""
+    return (kind, config, sm_count, tensors[0].device, *(None if t is None else _facts(t) for t in tensors))
+
+
 def launch_blockscaled(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
                        bias: torch.Tensor | None, out: torch.Tensor, config: GemmConfig,
                        sm_count: int) -> None:
@@ -212,20 +225,14 @@ def launch_blockscaled(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, 
     if m == 0 or n == 0:
         return
     bias2d = None if bias is None else torch.broadcast_to(bias, (m, n))
-    gluon = config.gluon and gluon_ready(a, b, out)
-    if config.gluon and not gluon:
+    if config.gluon and gluon_ready(a, b, out):
+        _launch_fp8_gluon("blockscaled", gluon_plan, a, b, scale_a, scale_b, bias2d, out, config, sm_count)
+        return
+    if config.gluon:
         config = gluon_twin(config)
-    key = ("blockscaled", config, sm_count, a.device, _facts(a), _facts(b), _facts(out), _facts(scale_a),
-           _facts(scale_b), None if bias2d is None else _facts(bias2d))
-    bias_arg = out if bias2d is None else bias2d
-    if gluon:  # (its plan with the descriptors' geometry: launch.gluon's direct launches encode from it)
-        plan = cached_plan(key, lambda: replace(gluon_plan(a, b, out, bias2d, scale_a, scale_b, config,
-                                                           sm_count), descs=gluon_geometry(a, b, out)))
-        launch_gluon(plan, gluon_block_args, (out, bias_arg, scale_a, scale_b), (a, b, out),
-                     lambda: gluon_descriptors(a, b, out))
-    else:
-        plan = cached_plan(key, lambda: block_plan(a, b, out, bias2d, scale_a, scale_b, config, sm_count))
-        launch_plan(plan, block_args(a, b, out, bias_arg, scale_a, scale_b), ())
+    key = _plan_key("blockscaled", config, sm_count, a, b, out, scale_a, scale_b, bias2d)
+    plan = cached_plan(key, lambda: block_plan(a, b, out, bias2d, scale_a, scale_b, config, sm_count))
+    launch_plan(plan, block_args(a, b, out, out if bias2d is None else bias2d, scale_a, scale_b), ())
 
 
 def dequantized_product(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor,
