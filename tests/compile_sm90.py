@@ -19,6 +19,7 @@ from tritonblas.kernels.blockscaled import blockscaled_gemm_kernel  # noqa: E402
 from tritonblas.kernels.copy import pad_copy_kernel, pad_copy_words_kernel  # noqa: E402
 from tritonblas.kernels.persistent import persistent_gemm_kernel  # noqa: E402
 from tritonblas.kernels.reduce import splitk_reduce_kernel  # noqa: E402
+from tritonblas.kernels.specs import kernel_constexprs  # noqa: E402
 from tritonblas.kernels.streamk import streamk_gemm_kernel  # noqa: E402
 
 H200 = GPUTarget("cuda", 90, 128)
@@ -28,6 +29,11 @@ POINTERS = {"a_ptr": "*bf16", "b_ptr": "*bf16", "c_ptr": "*bf16", "bias_ptr": "*
 
 def compile_kernel(kernel, constexprs: dict, num_warps: int = 8, num_stages: int = 3,
                    types: dict | None = None, ptx: bool = False) -> int | str:
+    """`constexprs`: the kernel's compile-time choices by name (bundled into its `S` where it takes one:
+    kernels/specs.py) and the arguments compiled in as None."""
+    choices = {name: value for name, value in constexprs.items() if name.isupper()}
+    constexprs = {name: value for name, value in constexprs.items() if not name.isupper()}
+    constexprs.update(kernel_constexprs(kernel, choices))
     names = kernel.arg_names
     sig = {}
     for name in names:

@@ -9,13 +9,19 @@ tree on PYTHONPATH (and no bytecode written: a read-only tree stays so), then a 
     python tests/same_code.py --compare old.json new.json     # exit 0: identical; 1: differences listed
 
 1. Capture (TRITON_INTERPRET=1): each entry's Triton winner, and the Triton config a vendor entry carries
-   ("kernel", what backend="triton" runs there; --winners-only skips them), is called through the public
-   op as the tuner timed it (matmul/addmm(..., out=, config=)) on CPU tensors of its problem (torch.empty:
-   nothing is touched), planned for the header's H200 (its SM count sets the grid). The launch is stubbed
-   at triton's level (InterpretedFunction.run, below any host path): every kernel a call launches (GEMM,
-   Stream-K reduce, pad copy) is recorded with its grid, options and triton's own specialization of its
-   arguments (JITFunction's binder on the real arguments for a CUDA sm_90 target: dtypes, 16-byte
-   alignment, integers equal to 1, descriptors), what a first launch on the GPU compiles.
+   ("kernel", what backend="triton" runs there; --winners-only skips them), is called as the tuner timed it
+   on CPU tensors of its problem (torch.empty: nothing is touched), planned for the header's H200 (its SM
+   count sets the grid): plain entries by matmul/addmm(..., out=, config=), quantized ones ("scales": the
+   fp8 entries of configs/sm_90.json, configs/block/) by tuning/scaled.py's op_call (scaled_mm(...,
+   config=)), a grouped table's winners (configs/grouped/, {"winners": [{"config", "key"}]}: the file's
+   kind is told by its content) by grouped/tuner.py's run_config (grouped_mm has no config=) on balanced
+   groups of the key's rows. Torch and gluon configs are counted, not captured: the Gluon kernels are no
+   InterpretedFunctions and launch on CUDA tensors only (on the CPU a gluon config runs its Triton twin,
+   not what the GPU runs). The launch is stubbed at triton's level (InterpretedFunction.run, below any
+   host path): every kernel a call launches (GEMM, Stream-K reduce, pad copy) is recorded with its grid,
+   options and triton's own specialization of its arguments (JITFunction's binder on the real arguments
+   for a CUDA sm_90 target: dtypes, 16-byte alignment, integers equal to 1, descriptors), what a first
+   launch on the GPU compiles.
 2. Compile (no interpreter): each distinct launch once (--jobs processes; triton's cache serves re-runs),
    against its own tree's kernel, for GPUTarget("cuda", 90, 128): sha256 of the PTX less debug
    information and comments, sha256 of the cubin's .text sections (the machine code), shared memory,
@@ -26,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import hashlib
 import importlib
 import json
@@ -35,11 +42,16 @@ import struct
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 TARGET = ("cuda", 90, 128)
 # What a launch must agree on, beside its entry, for the two trees' machine code to be the same.
 COMPARED = ("kernel", "grid", "options", "ptx_sha256", "text_sha256", "shared", "num_warps")
+# SM counts of the devices a header may name without one (a grouped table's: "arch" and "device" only).
+_SM_COUNTS = {"NVIDIA H200": 132}
+# An operand dtype's name in triton's signature where it is not the file's (fp8: *fp8e4nv).
+_TRITON_NAMES = {"e4m3": "fp8e4nv", "e5m2": "fp8e5"}
 
 
 # --- capture (child, TRITON_INTERPRET=1) -----------------------------------------------------------------
@@ -49,6 +61,8 @@ def _jsonable(value: object) -> object:
         return value
     if isinstance(value, (list, tuple)):
         return [_jsonable(v) for v in value]
+    if type(value).__name__ == "constexpr":  # a field of a kernel's constexpr bundle (kernels/specs.py)
+        return _jsonable(value.value)
     raise TypeError(f"launch value {value!r} of type {type(value).__name__} has no JSON form")
 
 
@@ -96,18 +110,22 @@ class Recorder:
         })
 
 
-def _h200(header: dict):
+def _h200(data: dict):
     try:
         from tritonblas.arch import device_for_arch
     except ImportError:  # a tree from before the packages (issue 35)
         from tritonblas.config import device_for_arch
 
-    return device_for_arch(header["arch"], header.get("device_name", ""), header.get("sm_count"))
+    header = data.get("header", data)  # (a grouped table's header is its top level)
+    name = header.get("device_name") or header.get("device", "")
+    return device_for_arch(header["arch"], name, header.get("sm_count") or _SM_COUNTS.get(name))
 
 
 # The functions through which the op learns its tensors' device, in the trees of 2026-12 (the old tree
 # returns config.INTERPRETER_DEVICE from the first two, the new asks the third).
 _DEVICE_FUNCTIONS = ("device_info", "tensor_device_info", "interpreter_device")
+# The modules of the quantized and grouped calls, which bind them by name too (absent from older trees).
+_CALL_MODULES = ("tritonblas.call.scaled", "tritonblas.tuning.scaled", "tritonblas.grouped.tuner")
 
 
 def _patch_device(device) -> list[int]:
@@ -118,6 +136,9 @@ def _patch_device(device) -> list[int]:
     import tritonblas.device
 
     tritonblas.matmul  # noqa: B018 (loads the call path, whose modules bind them by name, before patching)
+    for module in _CALL_MODULES:
+        with contextlib.suppress(ModuleNotFoundError):
+            importlib.import_module(module)
 
     used = [0]
 
@@ -139,71 +160,128 @@ def _patch_device(device) -> list[int]:
     return used
 
 
-def _inputs(entry: dict):
-    import torch
-
-    from tritonblas.validate import TORCH_DTYPES
-
-    if not entry["a_dtype"] == entry["b_dtype"] == entry["out_dtype"]:
-        raise ValueError(f"entry {entry['m']}x{entry['n']}x{entry['k']}: mixed dtypes are not supported")
-    dtype = next(t for t, name in TORCH_DTYPES.items() if name == entry["a_dtype"])
-    m, n, k, layout = entry["m"], entry["n"], entry["k"], entry["layout"]
-
-    def operand(rows: int, cols: int, transposed: bool):  # as tuning/benchmark.py's _operand
-        if transposed:  # column-major: the transpose of a row-major cols x rows tensor
-            return torch.empty(cols, rows, dtype=dtype).t()
-        return torch.empty(rows, cols, dtype=dtype)
-
-    shape = {"none": None, "scalar": (1, 1), "row": (n,), "column": (m, 1), "full": (m, n)}[entry["bias"]]
-    bias = None if shape is None else torch.empty(shape, dtype=dtype)
-    out = torch.empty(m, n, dtype=dtype)
-    return operand(m, k, layout[0] == "t"), operand(k, n, layout[1] == "t"), bias, out
+def _problem_text(p: dict) -> str:
+    if "groups" in p:  # a grouped table's key
+        return "grouped " + " ".join(f"{name}={p[name]}" for name in sorted(p))
+    quant = f"x{p['b_dtype']}->{p['out_dtype']} scales={p['scales']}" if "scales" in p else ""
+    return f"{p['m']}x{p['n']}x{p['k']} {p['a_dtype']}{quant} {p['layout']} bias={p['bias']}"
 
 
-def _call(entry: dict, config) -> None:
-    """The op the tuner timed this entry with (tuning/benchmark.py: _call). The interpreter's launch path
-    hands the kernel fp32 copies of bf16 operands (numpy has no bf16); a GPU hands it the bf16 tensors,
-    so Tensor.float leaves a bf16 CPU tensor as it is meanwhile (and so copies nothing)."""
-    import torch
-
-    import tritonblas
-
-    a, b, bias, out = _inputs(entry)
-    real_float = torch.Tensor.float
-
-    def keep_bf16(t, *args, **kwargs):
-        return t if t.dtype is torch.bfloat16 and not t.is_cuda else real_float(t, *args, **kwargs)
-
-    torch.Tensor.float = keep_bf16
-    try:
-        if bias is None:
-            tritonblas.matmul(a, b, out=out, config=config)
+def _runs(data: dict, winners_only: bool) -> tuple[list[tuple[str, dict, dict]], dict[str, int]]:
+    """(key, problem, config) of each Triton config the file says runs, and how many distinct torch and
+    gluon configs it leaves out: a dense file's entries' winners and, unless winners_only, the Triton config
+    some vendor entries carry ("kernel": what backend="triton" runs there once the file is imported;
+    tuning_db/exchange.py); a grouped table's winners, their key the problem."""
+    found = [(w["key"], "winner", w["config"]) for w in data.get("winners", [])]
+    for e in data.get("entries", []):
+        kernel = None if winners_only else (e.get("kernel") or {}).get("config")
+        found += [(e, role, c) for role, c in (("winner", e["config"]), ("kernel", kernel)) if c is not None]
+    runs, skipped = [], {"torch": set(), "gluon": set()}
+    for problem, role, config in found:
+        key = f"{_problem_text(problem)} {role} {json.dumps(config, sort_keys=True, separators=(',', ':'))}"
+        if config.get("backend", "triton") != "triton":
+            skipped["torch"].add(key)
+        elif config.get("gluon"):
+            skipped["gluon"].add(key)
         else:
-            tritonblas.addmm(bias, a, b, out=out, config=config)
+            runs.append((key, problem, config))
+    return runs, {why: len(keys) for why, keys in skipped.items()}
+
+
+def _call(problem: dict, config) -> None:
+    """The call the tuner timed this problem's config with, on empty CPU tensors laid out as it laid them.
+    The interpreter's launch paths hand the kernels fp32 copies of bf16 operands (numpy has no bf16); a GPU
+    hands them the bf16 tensors, so meanwhile Tensor.float leaves a bf16 CPU tensor as it is (and so copies
+    nothing)."""
+    import torch
+
+    real_float = torch.Tensor.float
+    torch.Tensor.float = lambda t, *args, **kwargs: (
+        t if t.dtype is torch.bfloat16 and not t.is_cuda else real_float(t, *args, **kwargs))
+    scaled = problem.get("scales", "none") != "none"
+    try:
+        (_grouped_call if "groups" in problem else _scaled_call if scaled else _plain_call)(problem, config)
     finally:
         torch.Tensor.float = real_float
 
 
-def _runs(entry: dict, winners_only: bool) -> list[tuple[str, dict]]:
-    """(key, config) of what the file says runs for the entry's problem: a Triton winner, and unless
-    winners_only the best Triton config some vendor entries carry ("kernel": what backend="triton" runs
-    there once the file is imported; tuning_db/exchange.py)."""
-    m, n, k = entry["m"], entry["n"], entry["k"]
-    problem = f"{m}x{n}x{k} {entry['a_dtype']} {entry['layout']} bias={entry['bias']}"
-    runs = []
-    kernel = None if winners_only else (entry.get("kernel") or {}).get("config")
-    for role, config in (("winner", entry["config"]), ("kernel", kernel)):
-        if config is None or config.get("backend", "triton") != "triton":
-            continue
-        runs.append((f"{problem} {role} {json.dumps(config, sort_keys=True, separators=(',', ':'))}", config))
-    return runs
+def _dtype(name: str):
+    from tritonblas.validate import TORCH_DTYPE_OF
+
+    return TORCH_DTYPE_OF[name]
 
 
-def _check_operands(key: str, entry: dict, launches: list[dict]) -> None:
-    """A GEMM launch takes the entry's operand dtype (a bf16 copy to fp32 that _call missed would not)."""
-    want = f"*{entry['a_dtype']}"
+def _operand(rows: int, cols: int, transposed: bool, dtype, *groups: int):  # as scaled.random_operand
+    import torch
+
+    if transposed:  # column-major: the transpose of a row-major cols x rows tensor (of each group)
+        return torch.empty(*groups, cols, rows, dtype=dtype).transpose(-2, -1)
+    return torch.empty(*groups, rows, cols, dtype=dtype)
+
+
+def _plain_call(entry: dict, config) -> None:
+    """tuning/benchmark.py's _call: matmul/addmm(..., out=, config=)."""
+    import torch
+
+    import tritonblas
+
+    if not entry["a_dtype"] == entry["b_dtype"] == entry["out_dtype"]:
+        raise ValueError(f"entry {_problem_text(entry)}: mixed dtypes without scales are not supported")
+    dtype = _dtype(entry["a_dtype"])
+    m, n, k, layout = entry["m"], entry["n"], entry["k"], entry["layout"]
+    a, b = _operand(m, k, layout[0] == "t", dtype), _operand(k, n, layout[1] == "t", dtype)
+    shape = {"none": None, "scalar": (1, 1), "row": (n,), "column": (m, 1), "full": (m, n)}[entry["bias"]]
+    out = torch.empty(m, n, dtype=dtype)
+    if shape is None:
+        tritonblas.matmul(a, b, out=out, config=config)
+    else:
+        tritonblas.addmm(torch.empty(shape, dtype=dtype), a, b, out=out, config=config)
+
+
+def _scaled_call(entry: dict, config) -> None:
+    """tuning/scaled.py's op_call (scaled_mm(..., config=), into out= but block-wise) on operands as
+    scaled.make lays them out: scales by laid_out_scales (block-wise: outer-dim-major), bias of bias_dtype."""
+    import torch
+
+    from tritonblas.problem import Problem
+    from tritonblas.tuning import scaled
+
+    problem = Problem.from_key(types.SimpleNamespace(**entry))
+    m, n, k, layout = problem.m, problem.n, problem.k, problem.layout
+    a = _operand(m, k, layout[0] == "t", _dtype(problem.dtype))
+    b = _operand(k, n, layout[1] == "t", _dtype(problem.b))
+    scale_a, scale_b = scaled.laid_out_scales(problem, lambda shape: torch.empty(shape, dtype=torch.float32))
+    out = _dtype(problem.out)
+    bias = None if problem.bias == "none" else torch.empty(n, dtype=scaled.bias_dtype(out))
+    ops = scaled.ScaledOperands(a, b, scale_a, scale_b, bias, out, ref=None, one_cast=None,
+                                block=problem.scales == "block")
+    scaled.op_call(ops, torch.empty(m, n, dtype=out), config, None)()
+
+
+def _grouped_call(key: dict, config) -> None:
+    """grouped/tuner.py's run_config (grouped_mm has no config=) on the operands grouped/tune.py's operands
+    lays out for the MoE forward (2d3d): rows x groups rows in balanced groups (the top of the key's rows
+    bucket), the weights (E, N, K) used transposed for layout nt, else (E, K, N)."""
+    import torch
+
+    from tritonblas.grouped import tune, tuner
+
+    if key["form"] != "2d3d":
+        raise ValueError(f"{_problem_text(key)}: the tuner's grouped problems are 2d3d")
+    groups, n, k, dtype = key["groups"], key["n"], key["k"], _dtype(key["dtype"])
+    m, (a_col, b_col) = key["rows"] * groups, (c == "t" for c in key["layout"])
+    x = _operand(m, k, a_col, dtype)
+    w = _operand(k, n, b_col, dtype, groups)
+    offs = torch.tensor(tune.group_sizes(m, groups, "balanced"), dtype=torch.int64).cumsum(0).to(torch.int32)
+    tuner.run_config(x, w, offs, config, tune.shape_of(x, w, offs))
+
+
+def _check_operands(key: str, problem: dict, launches: list[dict]) -> None:
+    """A GEMM launch takes the problem's operand dtypes (not a bf16 copy to fp32 that _call missed)."""
+    a = problem.get("a_dtype") or problem["dtype"]
     for launch in launches:
-        for name in ("a_ptr", "b_ptr"):
+        for name, dtype in (("a_ptr", a), ("b_ptr", problem.get("b_dtype", a))):
+            want = f"*{_TRITON_NAMES.get(dtype, dtype)}"
             if launch["signature"].get(name, want) != want:
                 got = launch["signature"][name]
                 raise RuntimeError(f"{key}: {launch['kernel']} got {name} {got}, not {want} (a copy the "
@@ -219,23 +297,23 @@ def capture(tree: str, file: str, winners_only: bool) -> dict:
     if not Path(tritonblas.__file__).resolve().is_relative_to(Path(tree).resolve()):
         raise RuntimeError(f"tritonblas imported from {tritonblas.__file__}, not from --tree {tree}")
     data = json.loads(Path(file).read_text())
-    used = _patch_device(_h200(data["header"]))
+    runs, skipped = _runs(data, winners_only)
+    used = _patch_device(_h200(data))
     recorder = Recorder()
     InterpretedFunction.run = lambda self, *args, **kwargs: recorder.run(self, *args, **kwargs)
     entries: dict[str, list] = {}
-    for entry in data["entries"]:
-        for key, config in _runs(entry, winners_only):
-            if key in entries:  # the same problem and config in rows of two triton versions: one launch
-                continue
-            recorder.launches = []
-            _call(entry, GemmConfig.model_validate(config))
-            if not recorder.launches:
-                raise RuntimeError(f"{key}: the call launched no kernel")
-            _check_operands(key, entry, recorder.launches)
-            entries[key] = recorder.launches
-    if not used[0]:
+    for key, problem, config in runs:
+        if key in entries:  # the same problem and config in rows of two triton versions: one launch
+            continue
+        recorder.launches = []
+        _call(problem, GemmConfig.model_validate(config))
+        if not recorder.launches:
+            raise RuntimeError(f"{key}: the call launched no kernel")
+        _check_operands(key, problem, recorder.launches)
+        entries[key] = recorder.launches
+    if entries and not used[0]:
         raise RuntimeError("the device patch was never used: the calls did not plan for the header's device")
-    return {"tree": str(Path(tree).resolve()), "file": str(file),
+    return {"tree": str(Path(tree).resolve()), "file": str(file), "skipped": skipped,
             "entries": [{"key": key, "launches": launches} for key, launches in entries.items()]}
 
 
@@ -281,6 +359,21 @@ def strip_ptx(ptx: str) -> str:
                      if line and not line.startswith((".loc", ".file")) and not _DEBUG_LABEL.fullmatch(line))
 
 
+def _bundled(fn, value: object) -> object:
+    """A constexpr as the kernel takes it: the JSON list of a constexpr bundle's fields back into the
+    kernel's bundle (kernels/specs.py, in trees from 2026-12-04 on), any other value as it is."""
+    try:
+        from tritonblas.kernels.specs import SPECS
+    except ImportError:  # a tree from before the bundles
+        return value
+    spec = SPECS.get(fn.__name__)
+    if spec is None or not isinstance(value, list):
+        return value
+    import triton.language as tl
+
+    return spec(*(tl.constexpr(v) for v in value))
+
+
 def compile_one(key: str) -> dict:
     import triton
     from triton.backends.compiler import GPUTarget
@@ -289,7 +382,7 @@ def compile_one(key: str) -> dict:
     kernel, signature, constexprs, attrs, options = json.loads(key)
     module, name = kernel.rsplit(".", 1)
     fn = getattr(importlib.import_module(module), name)
-    src = ASTSource(fn, signature, constexprs={tuple(p): v for p, v in constexprs},
+    src = ASTSource(fn, signature, constexprs={tuple(p): _bundled(fn, v) for p, v in constexprs},
                     attrs={tuple(p): v for p, v in attrs})
     compiled = triton.compile(src, target=GPUTarget(*TARGET), options=dict(options, debug=False))
     ptx = strip_ptx(compiled.asm["ptx"])
@@ -338,8 +431,11 @@ def plan_tree(tree: str, file: str, out: Path, jobs: int, winners_only: bool) ->
     captured.unlink()
     plans = json.loads(out.read_text())
     launches = sum(len(e["launches"]) for e in plans["entries"])
+    skipped = {"torch": 0, "gluon": 0, **plans.get("skipped", {})}
     print(f"{tree}: {len(plans['entries'])} entries, {launches} launches, {plans['distinct_compiles']} "
-          f"distinct compiles; capture {t1 - t0:.0f} s, compile {time.monotonic() - t1:.0f} s")
+          f"distinct compiles; capture {t1 - t0:.0f} s, compile {time.monotonic() - t1:.0f} s\n  not "
+          f"captured: {skipped['torch']} torch configs (no Triton kernel), {skipped['gluon']} gluon configs "
+          "(the Gluon kernels launch on CUDA tensors only: on the CPU their Triton twins run)")
 
 
 def compare(a: dict, b: dict) -> list[str]:

@@ -90,11 +90,13 @@ COMPILE = textwrap.dedent("""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
     from tritonblas.kernels.grouped import grouped_gemm_kernel as k
+    from tritonblas.kernels.specs import kernel_constexprs
     for tma, jag in [(True, 1), (True, 0), (True, 2), (False, 1), (False, 3)]:
         bm, bn, bk = 128, 256, 64
         ce = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, JAGGED=jag, TAIL=int(jag in (1, 2)),
                   HAS_BIAS=jag == 1, PRECISION="tf32", USE_TMA=tma, A_COL=False, B_COL=True, A_DIV=8,
                   B_DIV=8, EVEN_K=jag != 3, INT64=False, E_PAD=256)
+        ce = kernel_constexprs(k, ce)
         sig, consts = {}, {(k.arg_names.index(n),): v for n, v in ce.items()}
         for n in k.arg_names:
             if n in ce:

@@ -39,10 +39,10 @@ def _compile(plan: gemm.Plan, scratch_size: int = 0, pointers: int = 4, tail: li
     the kernel's signature typed from the arguments it is launched with; (the arguments, their types)."""
     names = plan.kernel.arg_names
     args = [f"ptr{i}" for i in range(pointers)] + list(plan.ints) + tail
-    plan.state.constexpr_args = tuple(plan.constexprs[name] for name in names[len(args):])
+    plan.state.constexpr_args = tuple(plan.kwargs[name] for name in names[len(args):])
     args += plan.state.constexpr_args
     assert len(args) == len(names)  # the launch's argument list is the kernel's parameter list
-    types = [_type(i, value, names[i] in plan.constexprs, pointers) for i, value in enumerate(args)]
+    types = [_type(i, value, names[i] in plan.kwargs, pointers) for i, value in enumerate(args)]
     run = SimpleNamespace(launch_cooperative_grid=False, launch_pdl=False, **launcher)
     src = SimpleNamespace(signature=dict(zip(names, types, strict=True)))
     plan.state.compiled = SimpleNamespace(function=0xC0FFEE, run=run, src=src,

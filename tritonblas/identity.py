@@ -31,13 +31,16 @@ _KERNEL_DIR = _PACKAGE / "kernels"
 # leaves the dense GEMMs' tuned winners fresh, and the reverse is caught by hashing common.py in both.
 # Its Gluon kernel (grouped_gluon.py, 2026-12-04) runs the same keys; it takes the tile order from the
 # Gluon block kernel's file.
-GROUPED_KERNELS: tuple[str, ...] = ("grouped.py", "grouped_gluon.py", "blockscaled_gluon.py", "common.py")
+GROUPED_KERNELS: tuple[str, ...] = ("grouped.py", "grouped_gluon.py", "blockscaled_gluon.py", "common.py",
+                                    "specs.py")
 # The block-scaled scaled_mm (kernels/blockscaled.py, 2026-12-03): a family of its own for the same reason.
 # Its Gluon kernel (blockscaled_gluon.py, 2026-12-04) runs the same problems: the same family.
-BLOCKSCALED_KERNELS: tuple[str, ...] = ("blockscaled.py", "blockscaled_gluon.py", "common.py")
+BLOCKSCALED_KERNELS: tuple[str, ...] = ("blockscaled.py", "blockscaled_gluon.py", "common.py", "specs.py")
 # The dense family hashes common.py and, as its tensor- and row-wise Gluon kernel (scaled_gluon.py,
 # 2026-12-04) imports the block kernel's producer, tile order and epilogue, blockscaled_gluon.py too.
-_OWN_FAMILY = frozenset(GROUPED_KERNELS + BLOCKSCALED_KERNELS) - {"common.py", "blockscaled_gluon.py"}
+# Every family hashes specs.py, its kernels' constexpr bundles.
+_SHARED = {"common.py", "blockscaled_gluon.py", "specs.py"}
+_OWN_FAMILY = frozenset(GROUPED_KERNELS + BLOCKSCALED_KERNELS) - _SHARED
 
 # The host code that decides what the kernels compute and how they are launched (constexprs, grid,
 # workspace, Stream-K split and fix-up plan, padded copies, 64-bit offsets), per module of tritonblas:

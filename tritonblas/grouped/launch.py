@@ -1,5 +1,6 @@
 """The grouped GEMM's launch, described once: `plan` turns tensors and a config into a frozen
-`GroupedLaunch` (kernel, grid, the arguments in the kernel's signature order); `launch` runs it.
+`GroupedLaunch` (kernel, grid, the arguments in the kernel's signature order, its compile-time choices);
+`launch` runs it.
 
 Nothing here reads `offs`' values: the grid is an upper bound of the tiles (every group wastes less than
 one tile row), and the kernel finds each group's tiles on the device, so a call captures in a CUDA graph
@@ -42,7 +43,8 @@ INTEGERS = (
 
 @dataclass(frozen=True)
 class GroupedLaunch:
-    """Everything one launch needs: `args` pairs each kernel parameter with its value, in order."""
+    """Everything one launch needs: `args` pairs each kernel argument with its value, in order, then each
+    compile-time choice (its constexprs, bundled into the kernel's `SPEC`: kernels/specs.py)."""
 
     grid: int
     args: tuple[tuple[str, object], ...]
@@ -53,6 +55,17 @@ class GroupedLaunch:
     @property
     def constexprs(self) -> dict:
         return {name: value for name, value in self.args if name.isupper() and name not in INTEGERS}
+
+    @property
+    def runtime(self) -> tuple:
+        """The values of the arguments that are not compiled in, in order."""
+        return tuple(value for name, value in self.args if not name.isupper() or name in INTEGERS)
+
+    def kernel_constexprs(self) -> dict:
+        """The kernel's constexpr keyword arguments: the constexprs, bundled (kernels/specs.py)."""
+        from ..kernels.specs import kernel_constexprs
+
+        return kernel_constexprs(kernel(), self.constexprs)
 
 
 @functools.cache
@@ -217,7 +230,7 @@ def launch(spec: GroupedLaunch):
     """Launch through triton's `kernel[grid](...)` (compiling on first use); the compiled kernel, or
     None where there is none (the interpreter)."""
     return kernel()[(spec.grid,)](
-        *(value for _, value in spec.args), num_warps=spec.num_warps, num_stages=spec.num_stages
+        *spec.runtime, **spec.kernel_constexprs(), num_warps=spec.num_warps, num_stages=spec.num_stages
     )
 
 
@@ -302,10 +315,9 @@ def _prepare(compiled, spec: GroupedLaunch) -> Prepared | None:
     if made is None:
         return None
     values = dict(spec.args)
-    first_constexpr = [n for n, _ in spec.args].index("BLOCK_M")
     return Prepared(
         direct=made,
         tma=spec.descriptors is not None,
         ints=tuple(values[n] for n in INTEGERS),
-        constexprs=tuple(v for _, v in spec.args[first_constexpr:]),
+        constexprs=tuple(spec.kernel_constexprs().values()),
     )

@@ -70,66 +70,63 @@ def blockscaled_gemm_kernel(
     M, N, K, NUM_PROGS,
     stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_biasm, stride_biasn,
     stride_sam, stride_sak, stride_sbk, stride_sbn,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, USE_TMA: tl.constexpr,
-    A_COL: tl.constexpr, B_COL: tl.constexpr, A_DIV: tl.constexpr, B_DIV: tl.constexpr,
-    INT64: tl.constexpr, SCALE_BLOCK: tl.constexpr,
+    SPEC: tl.constexpr,  # specs.BlockSpec: the tile, how A and B are read, the scales' block, the bias
 ):
     """C = sum over K steps s of (A[:, s] @ B[s, :]) * scale_a[:, kb(s)] * scale_b[kb(s), n // SCALE_BLOCK]
-    (+ bias), in fp32, cast once."""
-    num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
-    iters = tl.cdiv(K, BLOCK_K)
+    (+ bias), in fp32, cast once (SCALE_BLOCK: SPEC's)."""
+    num_tiles = tl.cdiv(M, SPEC.BLOCK_M) * tl.cdiv(N, SPEC.BLOCK_N)
+    iters = tl.cdiv(K, SPEC.BLOCK_K)
     a_src, b_src = a_ptr, b_ptr
-    if USE_TMA:
+    if SPEC.USE_TMA:
         a_src, b_src = make_operand_descs(
             a_ptr=a_ptr, b_ptr=b_ptr,
             M=M, N=N, K=K,
             stride_am=stride_am, stride_ak=stride_ak, stride_bk=stride_bk, stride_bn=stride_bn,
-            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
-            A_COL=A_COL, B_COL=B_COL,
+            BLOCK_M=SPEC.BLOCK_M, BLOCK_N=SPEC.BLOCK_N, BLOCK_K=SPEC.BLOCK_K,
+            A_COL=SPEC.A_COL, B_COL=SPEC.B_COL,
         )
     for tile_id in tl.range(tl.program_id(0), num_tiles, NUM_PROGS):
-        pid_m, pid_n = tile_coords(
-            tile_id=tile_id, M=M, N=N, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, GROUP_M=GROUP_M,
-        )
+        pid_m, pid_n = tile_coords(tile_id=tile_id, M=M, N=N, SPEC=SPEC)
         # Wrapped rows and columns: every load in bounds, the epilogue's masked store drops the extra.
-        rm = widened(idx=wrapped_index(pid=pid_m, extent=M, BLOCK=BLOCK_M, DIV=A_DIV if A_COL else 1),
-                     INT64=INT64)
-        rn = widened(idx=wrapped_index(pid=pid_n, extent=N, BLOCK=BLOCK_N, DIV=1 if B_COL else B_DIV),
-                     INT64=INT64)
+        rm = widened(idx=wrapped_index(pid=pid_m, extent=M, BLOCK=SPEC.BLOCK_M,
+                                       DIV=SPEC.A_DIV if SPEC.A_COL else 1),
+                     INT64=SPEC.INT64)
+        rn = widened(idx=wrapped_index(pid=pid_n, extent=N, BLOCK=SPEC.BLOCK_N,
+                                       DIV=1 if SPEC.B_COL else SPEC.B_DIV),
+                     INT64=SPEC.INT64)
         a_ptrs, b_ptrs = operand_pointers(
-            a_ptr=a_ptr, b_ptr=b_ptr, rm=rm, rn=rn, rk=widened(idx=tl.arange(0, BLOCK_K), INT64=INT64),
+            a_ptr=a_ptr, b_ptr=b_ptr, rm=rm, rn=rn,
+            rk=widened(idx=tl.arange(0, SPEC.BLOCK_K), INT64=SPEC.INT64),
             stride_am=stride_am, stride_ak=stride_ak, stride_bk=stride_bk, stride_bn=stride_bn,
-            A_COL=A_COL, B_COL=B_COL, A_DIV=A_DIV, B_DIV=B_DIV,
+            A_COL=SPEC.A_COL, B_COL=SPEC.B_COL, A_DIV=SPEC.A_DIV, B_DIV=SPEC.B_DIV,
         )
         sa_ptrs = sa_ptr + rm * stride_sam
-        if BLOCK_N <= SCALE_BLOCK:  # the tile's columns lie in one 128-column block: one B scale a step
-            sb_ptrs = sb_ptr + ((pid_n * BLOCK_N) // SCALE_BLOCK) * stride_sbn
+        # the tile's columns lie in one 128-column block: one B scale a step
+        if SPEC.BLOCK_N <= SPEC.SCALE_BLOCK:
+            sb_ptrs = sb_ptr + ((pid_n * SPEC.BLOCK_N) // SPEC.SCALE_BLOCK) * stride_sbn
         else:
-            sb_ptrs = sb_ptr + (rn // SCALE_BLOCK) * stride_sbn
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            sb_ptrs = sb_ptr + (rn // SPEC.SCALE_BLOCK) * stride_sbn
+        acc = tl.zeros((SPEC.BLOCK_M, SPEC.BLOCK_N), dtype=tl.float32)
         # Warp-specialized where the operands come by TMA (one producer warp group feeding the MMA ones).
-        for step in tl.range(0, iters, warp_specialize=USE_TMA):
+        for step in tl.range(0, iters, warp_specialize=SPEC.USE_TMA):
             a, b = step_operands(
                 a_src=a_src, b_src=b_src, a_ptrs=a_ptrs, b_ptrs=b_ptrs,
-                off_m=pid_m * BLOCK_M, off_n=pid_n * BLOCK_N, step=step, k_left=K - step * BLOCK_K,
-                BLOCK_K=BLOCK_K, USE_TMA=USE_TMA, MASK_K=not EVEN_K, A_COL=A_COL, B_COL=B_COL,
+                off_m=pid_m * SPEC.BLOCK_M, off_n=pid_n * SPEC.BLOCK_N, step=step,
+                k_left=K - step * SPEC.BLOCK_K,
+                BLOCK_K=SPEC.BLOCK_K, USE_TMA=SPEC.USE_TMA, MASK_K=not SPEC.EVEN_K, A_COL=SPEC.A_COL,
+                B_COL=SPEC.B_COL,
             )
-            kb = (step * BLOCK_K) // SCALE_BLOCK
+            kb = (step * SPEC.BLOCK_K) // SPEC.SCALE_BLOCK
             sa = tl.load(sa_ptrs + kb * stride_sak)
             # The promotion costs CUDA-core work on every accumulator element each step: one FMA by a
             # per-row factor where the B scale is one number, twice the H200's rate of a full scale tile.
-            if BLOCK_N <= SCALE_BLOCK:
+            if SPEC.BLOCK_N <= SPEC.SCALE_BLOCK:
                 acc += tl.dot(a, b) * (sa * tl.load(sb_ptrs + kb * stride_sbk))[:, None]
             else:
                 acc += tl.dot(a, b) * (sa[:, None] * tl.load(sb_ptrs + kb * stride_sbk)[None, :])
-            if not USE_TMA:
-                a_ptrs += k_step(stride=stride_ak, BLOCK_K=BLOCK_K, INT64=INT64)
-                b_ptrs += k_step(stride=stride_bk, BLOCK_K=BLOCK_K, INT64=INT64)
-        epilogue(
-            acc=acc, c_ptr=c_ptr, bias_ptr=bias_ptr, a_scale_ptr=None, b_scale_ptr=None,
-            M=M, N=N,
-            stride_cm=stride_cm, stride_cn=stride_cn, stride_biasm=stride_biasm, stride_biasn=stride_biasn,
-            alpha=1.0, beta=1.0, pid_m=pid_m, pid_n=pid_n,
-            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HAS_BIAS=HAS_BIAS, A_SCALE=0, B_SCALE=0, INT64=INT64,
-        )
+            if not SPEC.USE_TMA:
+                a_ptrs += k_step(stride=stride_ak, BLOCK_K=SPEC.BLOCK_K, INT64=SPEC.INT64)
+                b_ptrs += k_step(stride=stride_bk, BLOCK_K=SPEC.BLOCK_K, INT64=SPEC.INT64)
+        out = (c_ptr, bias_ptr, None, None, M, N, stride_cm, stride_cn, stride_biasm, stride_biasn, 1.0, 1.0)
+        epilogue(acc=acc, out=out, pid_m=pid_m, pid_n=pid_n, BLOCK_M=SPEC.BLOCK_M, BLOCK_N=SPEC.BLOCK_N,
+                 SPEC=SPEC)

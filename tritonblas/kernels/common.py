@@ -8,14 +8,14 @@ import triton.language as tl
 
 
 @triton.jit
-def tile_coords(tile_id, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
-    """Grouped ordering: GROUP_M row-tiles share B tiles in L2 before moving right."""
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    tiles_per_group = GROUP_M * num_pid_n
+def tile_coords(tile_id, M, N, SPEC: tl.constexpr):
+    """Grouped ordering: SPEC.GROUP_M row-tiles share B tiles in L2 before moving right."""
+    num_pid_m = tl.cdiv(M, SPEC.BLOCK_M)
+    num_pid_n = tl.cdiv(N, SPEC.BLOCK_N)
+    tiles_per_group = SPEC.GROUP_M * num_pid_n
     group_id = tile_id // tiles_per_group
-    first_m = group_id * GROUP_M
-    group_rows = min(num_pid_m - first_m, GROUP_M)
+    first_m = group_id * SPEC.GROUP_M
+    group_rows = min(num_pid_m - first_m, SPEC.GROUP_M)
     pid_m = first_m + ((tile_id % tiles_per_group) % group_rows)
     pid_n = (tile_id % tiles_per_group) // group_rows
     return pid_m, pid_n
@@ -46,26 +46,26 @@ def operand_sources(
     a_ptr, b_ptr, a_host, b_host,
     M, N, K,
     stride_am, stride_ak, stride_bk, stride_bn,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    USE_TMA: tl.constexpr, HOST_DESC: tl.constexpr, A_COL: tl.constexpr, B_COL: tl.constexpr,
+    SPEC: tl.constexpr,
 ):
-    """What the K loop reads A and B through: TMA descriptors, or the pointers themselves. HOST_DESC:
+    """What the K loop reads A and B through (k_loop's `ab`: the pointers, the TMA descriptors or the
+    pointers again, the sizes, the strides). SPEC.HOST_DESC:
     the descriptors came built from the host (a_host, b_host: launch.gemm._host_descriptors, the same
     shapes, strides and boxes as make_operand_descs), so no program builds and fences its own: that
     cost a small problem's kernel 1.1-2.3 us (016dd08:scripts/tma_desc_probe.py, graph replay, H200)."""
     a_desc, b_desc = a_ptr, b_ptr
-    if USE_TMA:
-        if HOST_DESC:
+    if SPEC.USE_TMA:
+        if SPEC.HOST_DESC:
             a_desc, b_desc = a_host, b_host
         else:
             a_desc, b_desc = make_operand_descs(
                 a_ptr=a_ptr, b_ptr=b_ptr,
                 M=M, N=N, K=K,
                 stride_am=stride_am, stride_ak=stride_ak, stride_bk=stride_bk, stride_bn=stride_bn,
-                BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
-                A_COL=A_COL, B_COL=B_COL,
+                BLOCK_M=SPEC.BLOCK_M, BLOCK_N=SPEC.BLOCK_N, BLOCK_K=SPEC.BLOCK_K,
+                A_COL=SPEC.A_COL, B_COL=SPEC.B_COL,
             )
-    return a_desc, b_desc
+    return a_ptr, b_ptr, a_desc, b_desc, M, N, K, stride_am, stride_ak, stride_bk, stride_bn
 
 
 @triton.jit
@@ -117,27 +117,26 @@ def mma8(a, b, acc, FAST_ACC: tl.constexpr, BLOCK_K: tl.constexpr):
 def k_loop_tma(
     acc, a_desc, b_desc,
     pid_m, pid_n, iter_start, iter_end,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    A_COL: tl.constexpr, B_COL: tl.constexpr, PRECISION: tl.constexpr, FAST_ACC: tl.constexpr,
+    SPEC: tl.constexpr,
 ):
     """acc += A[tile_m, k] @ B[k, tile_n] through TMA: the copy engine zero-fills ragged edges, so no
     masks and no index arithmetic in the loop."""
-    off_m = pid_m * BLOCK_M
-    off_n = pid_n * BLOCK_N
+    off_m = pid_m * SPEC.BLOCK_M
+    off_n = pid_n * SPEC.BLOCK_N
     for i in range(iter_start, iter_end):
-        off_k = i * BLOCK_K
-        if A_COL:
+        off_k = i * SPEC.BLOCK_K
+        if SPEC.A_COL:
             a = a_desc.load([off_k, off_m]).T
         else:
             a = a_desc.load([off_m, off_k])
-        if B_COL:
+        if SPEC.B_COL:
             b = b_desc.load([off_n, off_k]).T
         else:
             b = b_desc.load([off_k, off_n])
         if a.dtype.primitive_bitwidth == 8:
-            acc = mma8(a=a, b=b, acc=acc, FAST_ACC=FAST_ACC, BLOCK_K=BLOCK_K)
+            acc = mma8(a=a, b=b, acc=acc, FAST_ACC=SPEC.FAST_ACC, BLOCK_K=SPEC.BLOCK_K)
         else:
-            acc = tl.dot(a, b, acc, input_precision=PRECISION)
+            acc = tl.dot(a, b, acc, input_precision=SPEC.PRECISION)
     return acc
 
 
@@ -171,81 +170,70 @@ def k_loop_ptr(
     M, N, K,
     stride_am, stride_ak, stride_bk, stride_bn,
     pid_m, pid_n, iter_start, iter_end,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    EVEN_K: tl.constexpr, PRECISION: tl.constexpr, FAST_ACC: tl.constexpr, A_COL: tl.constexpr,
-    B_COL: tl.constexpr,
-    A_DIV: tl.constexpr, B_DIV: tl.constexpr, INT64: tl.constexpr,
+    SPEC: tl.constexpr,
 ):
     """acc += A[tile_m, k] @ B[k, tile_n] over K iterations [iter_start, iter_end), by pointers.
 
     Rows/columns past M/N are wrapped (modulo) instead of masked: they read valid memory and the
     epilogue's masked store drops them. Only the ragged last K block is masked, outside the main loop.
 
-    A_DIV / B_DIV: the host-verified power of two (<= 16) that divides the operand's leading stride
+    SPEC.A_DIV / SPEC.B_DIV: the host-verified power of two (<= 16) that divides the operand's leading stride
     and, where its contiguous axis is M (column-major A) or N (row-major B), that size too; so loads
     of A_DIV elements along the contiguous axis are aligned and contiguous. Triton itself only
     specializes integers divisible by 16, so a dimension of 1000 would load one element at a time.
     """
-    rm = wrapped_index(pid=pid_m, extent=M, BLOCK=BLOCK_M, DIV=A_DIV if A_COL else 1)
-    rm = widened(idx=rm, INT64=INT64)
-    rn = wrapped_index(pid=pid_n, extent=N, BLOCK=BLOCK_N, DIV=1 if B_COL else B_DIV)
-    rn = widened(idx=rn, INT64=INT64)
-    kk = tl.arange(0, BLOCK_K)
-    rk = widened(idx=iter_start * BLOCK_K + kk, INT64=INT64)
-    if A_COL:
+    rm = wrapped_index(pid=pid_m, extent=M, BLOCK=SPEC.BLOCK_M, DIV=SPEC.A_DIV if SPEC.A_COL else 1)
+    rm = widened(idx=rm, INT64=SPEC.INT64)
+    rn = wrapped_index(pid=pid_n, extent=N, BLOCK=SPEC.BLOCK_N, DIV=1 if SPEC.B_COL else SPEC.B_DIV)
+    rn = widened(idx=rn, INT64=SPEC.INT64)
+    kk = tl.arange(0, SPEC.BLOCK_K)
+    rk = widened(idx=iter_start * SPEC.BLOCK_K + kk, INT64=SPEC.INT64)
+    if SPEC.A_COL:
         a_ptrs = (a_ptr + rm[:, None] * stride_am
-                  + hinted_offsets(idx=rk, stride=stride_ak, DIV=A_DIV)[None, :])
+                  + hinted_offsets(idx=rk, stride=stride_ak, DIV=SPEC.A_DIV)[None, :])
     else:
-        a_ptrs = (a_ptr + hinted_offsets(idx=rm, stride=stride_am, DIV=A_DIV)[:, None]
+        a_ptrs = (a_ptr + hinted_offsets(idx=rm, stride=stride_am, DIV=SPEC.A_DIV)[:, None]
                   + rk[None, :] * stride_ak)
-    if B_COL:
+    if SPEC.B_COL:
         b_ptrs = (b_ptr + rk[:, None] * stride_bk
-                  + hinted_offsets(idx=rn, stride=stride_bn, DIV=B_DIV)[None, :])
+                  + hinted_offsets(idx=rn, stride=stride_bn, DIV=SPEC.B_DIV)[None, :])
     else:
-        b_ptrs = (b_ptr + hinted_offsets(idx=rk, stride=stride_bk, DIV=B_DIV)[:, None]
+        b_ptrs = (b_ptr + hinted_offsets(idx=rk, stride=stride_bk, DIV=SPEC.B_DIV)[:, None]
                   + rn[None, :] * stride_bn)
     full_end = iter_end
-    if not EVEN_K:
-        full_end = min(iter_end, K // BLOCK_K)
+    if not SPEC.EVEN_K:
+        full_end = min(iter_end, K // SPEC.BLOCK_K)
     for _ in range(iter_start, full_end):
         a = tl.load(a_ptrs)
         b = tl.load(b_ptrs)
         if a.dtype.primitive_bitwidth == 8:
-            acc = mma8(a=a, b=b, acc=acc, FAST_ACC=FAST_ACC, BLOCK_K=BLOCK_K)
+            acc = mma8(a=a, b=b, acc=acc, FAST_ACC=SPEC.FAST_ACC, BLOCK_K=SPEC.BLOCK_K)
         else:
-            acc = tl.dot(a, b, acc, input_precision=PRECISION)
-        a_ptrs += k_step(stride=stride_ak, BLOCK_K=BLOCK_K, INT64=INT64)
-        b_ptrs += k_step(stride=stride_bk, BLOCK_K=BLOCK_K, INT64=INT64)
-    if not EVEN_K:
+            acc = tl.dot(a, b, acc, input_precision=SPEC.PRECISION)
+        a_ptrs += k_step(stride=stride_ak, BLOCK_K=SPEC.BLOCK_K, INT64=SPEC.INT64)
+        b_ptrs += k_step(stride=stride_bk, BLOCK_K=SPEC.BLOCK_K, INT64=SPEC.INT64)
+    if not SPEC.EVEN_K:
         if iter_end > full_end:
-            k_left = K - full_end * BLOCK_K
+            k_left = K - full_end * SPEC.BLOCK_K
             a = tl.load(a_ptrs, mask=kk[None, :] < k_left, other=0.0)
             b = tl.load(b_ptrs, mask=kk[:, None] < k_left, other=0.0)
             if a.dtype.primitive_bitwidth == 8:
-                acc = mma8(a=a, b=b, acc=acc, FAST_ACC=FAST_ACC, BLOCK_K=BLOCK_K)
+                acc = mma8(a=a, b=b, acc=acc, FAST_ACC=SPEC.FAST_ACC, BLOCK_K=SPEC.BLOCK_K)
             else:
-                acc = tl.dot(a, b, acc, input_precision=PRECISION)
+                acc = tl.dot(a, b, acc, input_precision=SPEC.PRECISION)
     return acc
 
 
 @triton.jit
-def k_loop(
-    acc, a_ptr, b_ptr, a_desc, b_desc,
-    M, N, K,
-    stride_am, stride_ak, stride_bk, stride_bn,
-    pid_m, pid_n, iter_start, iter_end,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    EVEN_K: tl.constexpr, PRECISION: tl.constexpr, FAST_ACC: tl.constexpr, USE_TMA: tl.constexpr,
-    A_COL: tl.constexpr,
-    B_COL: tl.constexpr, A_DIV: tl.constexpr, B_DIV: tl.constexpr, INT64: tl.constexpr,
-):
-    """The K loop of one tile (or one Stream-K segment of it), by TMA or by pointers."""
-    if USE_TMA:
+def k_loop(acc, ab, pid_m, pid_n, iter_start, iter_end, SPEC: tl.constexpr):
+    """The K loop of one tile (or one Stream-K segment of it), by TMA or by pointers. `ab`: what A and B
+    are read through, (a_ptr, b_ptr, a_desc, b_desc, M, N, K, stride_am, stride_ak, stride_bk, stride_bn)."""
+    a_ptr, b_ptr, a_desc, b_desc, M, N, K, stride_am, stride_ak, stride_bk, stride_bn = ab
+    if SPEC.USE_TMA:
         acc = k_loop_tma(
             acc=acc, a_desc=a_desc, b_desc=b_desc,
             pid_m=pid_m, pid_n=pid_n, iter_start=iter_start, iter_end=iter_end,
-            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
-            A_COL=A_COL, B_COL=B_COL, PRECISION=PRECISION, FAST_ACC=FAST_ACC,
+            SPEC=SPEC,
         )
     else:
         acc = k_loop_ptr(
@@ -253,9 +241,7 @@ def k_loop(
             M=M, N=N, K=K,
             stride_am=stride_am, stride_ak=stride_ak, stride_bk=stride_bk, stride_bn=stride_bn,
             pid_m=pid_m, pid_n=pid_n, iter_start=iter_start, iter_end=iter_end,
-            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
-            EVEN_K=EVEN_K, PRECISION=PRECISION, FAST_ACC=FAST_ACC, A_COL=A_COL, B_COL=B_COL,
-            A_DIV=A_DIV, B_DIV=B_DIV, INT64=INT64,
+            SPEC=SPEC,
         )
     return acc
 
@@ -290,31 +276,29 @@ def saturated(out, dtype: tl.constexpr):
 
 
 @triton.jit
-def epilogue(
-    acc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr,
-    M, N,
-    stride_cm, stride_cn, stride_biasm, stride_biasn,
-    alpha, beta, pid_m, pid_n,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr, A_SCALE: tl.constexpr,
-    B_SCALE: tl.constexpr, INT64: tl.constexpr,
-):
-    """out = alpha * (acc * scale_a * scale_b) + beta * bias in fp32, one cast to the output dtype (an
-    fp8 output saturated to its finite range first), masked store.
+def epilogue(acc, out, pid_m, pid_n, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPEC: tl.constexpr):
+    """C = alpha * (acc * scale_a * scale_b) + beta * bias in fp32, one cast to the output dtype (an
+    fp8 output saturated to its finite range first), masked store. `out`: what it reads and writes,
+    (c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, M, N, stride_cm, stride_cn, stride_biasm, stride_biasn,
+    alpha, beta).
 
     The bias is a 2-D view of what torch.addmm broadcasts (stride 0 along broadcast dims), so scalar,
-    row (N,), column (M, 1) and full (M, N) biases are all the same code. A_SCALE / B_SCALE (scaled_mm):
-    0 none, 1 one fp32 value, 2 an fp32 vector along M (scale_a) / N (scale_b), contiguous.
+    row (N,), column (M, 1) and full (M, N) biases are all the same code. SPEC.A_SCALE / SPEC.B_SCALE
+    (scaled_mm): 0 none, 1 one fp32 value, 2 an fp32 vector along M (scale_a) / N (scale_b), contiguous.
+    The tile is BLOCK_M x BLOCK_N (SPEC's, or a row chunk of it: fixup.chunk_epilogue).
     """
-    rm = widened(idx=pid_m * BLOCK_M + tl.arange(0, BLOCK_M), INT64=INT64)
-    rn = widened(idx=pid_n * BLOCK_N + tl.arange(0, BLOCK_N), INT64=INT64)
+    c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, M, N, stride_cm, stride_cn, stride_biasm, stride_biasn, \
+        alpha, beta = out
+    rm = widened(idx=pid_m * BLOCK_M + tl.arange(0, BLOCK_M), INT64=SPEC.INT64)
+    rn = widened(idx=pid_n * BLOCK_N + tl.arange(0, BLOCK_N), INT64=SPEC.INT64)
     mask = (rm < M)[:, None] & (rn < N)[None, :]
     # (a no-op for the fp32 accumulator; an int32 one is exact, its fp32 value rounded above 2**24)
     out = acc.to(tl.float32)
-    if A_SCALE + B_SCALE > 0:  # (called only when scaled: see mma8 on inlined scopes)
+    if SPEC.A_SCALE + SPEC.B_SCALE > 0:  # (called only when scaled: see mma8 on inlined scopes)
         out = scaled(out=out, a_scale_ptr=a_scale_ptr, b_scale_ptr=b_scale_ptr, rm=rm, rn=rn, M=M, N=N,
-                     A_SCALE=A_SCALE, B_SCALE=B_SCALE)
+                     A_SCALE=SPEC.A_SCALE, B_SCALE=SPEC.B_SCALE)
     out = out * alpha
-    if HAS_BIAS:
+    if SPEC.HAS_BIAS:
         bias = tl.load(bias_ptr + rm[:, None] * stride_biasm + rn[None, :] * stride_biasn, mask=mask,
                        other=0.0)
         out += bias.to(tl.float32) * beta
@@ -325,41 +309,17 @@ def epilogue(
 
 
 @triton.jit
-def full_tiles(
-    a_ptr, b_ptr, a_desc, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr,
-    M, N, K,
-    stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_biasm, stride_biasn,
-    alpha, beta, first_tile, end_tile, tile_step, iters,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    HAS_BIAS: tl.constexpr, A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, EVEN_K: tl.constexpr,
-    PRECISION: tl.constexpr, FAST_ACC: tl.constexpr,
-    USE_TMA: tl.constexpr, A_COL: tl.constexpr, B_COL: tl.constexpr,
-    A_DIV: tl.constexpr, B_DIV: tl.constexpr, FLATTEN: tl.constexpr, INT64: tl.constexpr,
-):
+def full_tiles(ab, out, first_tile, end_tile, tile_step, iters, SPEC: tl.constexpr):
     """Whole tiles first_tile, first_tile + tile_step, ... below end_tile, each over its `iters` K
-    blocks: the persistent kernel's loop, and Stream-K's data-parallel one."""
+    blocks: the persistent kernel's loop, and Stream-K's data-parallel one (`ab`: k_loop's, `out`:
+    epilogue's)."""
+    a_ptr, _, _, _, M, N, _, _, _, _, _ = ab
     # flatten lets the pipeliner prefetch the next tile's first K blocks during this tile's epilogue.
-    for tile_id in tl.range(first_tile, end_tile, tile_step, flatten=FLATTEN):
-        pid_m, pid_n = tile_coords(
-            tile_id=tile_id, M=M, N=N, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, GROUP_M=GROUP_M,
-        )
+    for tile_id in tl.range(first_tile, end_tile, tile_step, flatten=SPEC.FLATTEN):
+        pid_m, pid_n = tile_coords(tile_id=tile_id, M=M, N=N, SPEC=SPEC)
         # int8 operands accumulate exactly in int32 (as torch._int_mm), every other dtype in fp32
-        acc = tl.zeros((BLOCK_M, BLOCK_N),
+        acc = tl.zeros((SPEC.BLOCK_M, SPEC.BLOCK_N),
                        dtype=tl.int32 if a_ptr.dtype.element_ty == tl.int8 else tl.float32)
-        acc = k_loop(
-            acc=acc, a_ptr=a_ptr, b_ptr=b_ptr, a_desc=a_desc, b_desc=b_desc,
-            M=M, N=N, K=K,
-            stride_am=stride_am, stride_ak=stride_ak, stride_bk=stride_bk, stride_bn=stride_bn,
-            pid_m=pid_m, pid_n=pid_n, iter_start=0, iter_end=iters,
-            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
-            EVEN_K=EVEN_K, PRECISION=PRECISION, FAST_ACC=FAST_ACC, USE_TMA=USE_TMA, A_COL=A_COL,
-            B_COL=B_COL, A_DIV=A_DIV, B_DIV=B_DIV, INT64=INT64,
-        )
-        epilogue(
-            acc=acc, c_ptr=c_ptr, bias_ptr=bias_ptr, a_scale_ptr=a_scale_ptr, b_scale_ptr=b_scale_ptr,
-            M=M, N=N,
-            stride_cm=stride_cm, stride_cn=stride_cn, stride_biasm=stride_biasm, stride_biasn=stride_biasn,
-            alpha=alpha, beta=beta, pid_m=pid_m, pid_n=pid_n,
-            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HAS_BIAS=HAS_BIAS, A_SCALE=A_SCALE, B_SCALE=B_SCALE,
-            INT64=INT64,
-        )
+        acc = k_loop(acc=acc, ab=ab, pid_m=pid_m, pid_n=pid_n, iter_start=0, iter_end=iters, SPEC=SPEC)
+        epilogue(acc=acc, out=out, pid_m=pid_m, pid_n=pid_n, BLOCK_M=SPEC.BLOCK_M, BLOCK_N=SPEC.BLOCK_N,
+                 SPEC=SPEC)

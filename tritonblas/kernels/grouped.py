@@ -54,27 +54,26 @@ def pick(values, gi, g):
 def k_loop_rows(
     acc, a_desc, b_desc,
     a_row0, b_row0, pid_m, pid_n, iters,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    A_COL: tl.constexpr, B_COL: tl.constexpr, PRECISION: tl.constexpr,
+    SPEC: tl.constexpr,
 ):
     """acc += A @ B through 2-D TMA descriptors over the operands' storage, every group's rows one after
     another: a group's operand starts at row a_row0 / b_row0. A box that runs past a group's M (N) reads
     the next group's rows, whose products land in rows (columns) the masked store drops; one that runs
     past K is zero-filled (K is the descriptor's inner extent, or, across groups, a whole number of
     blocks: the host's condition)."""
-    off_m = pid_m * BLOCK_M
-    off_n = pid_n * BLOCK_N
+    off_m = pid_m * SPEC.BLOCK_M
+    off_n = pid_n * SPEC.BLOCK_N
     for i in range(iters):
-        off_k = i * BLOCK_K
-        if A_COL:
+        off_k = i * SPEC.BLOCK_K
+        if SPEC.A_COL:
             a = a_desc.load([a_row0 + off_k, off_m]).T
         else:
             a = a_desc.load([a_row0 + off_m, off_k])
-        if B_COL:
+        if SPEC.B_COL:
             b = b_desc.load([b_row0 + off_n, off_k]).T
         else:
             b = b_desc.load([b_row0 + off_k, off_n])
-        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+        acc = tl.dot(a, b, acc, input_precision=SPEC.PRECISION)
     return acc
 
 
@@ -86,22 +85,19 @@ def grouped_gemm_kernel(
     stride_bg, stride_bk, stride_bn,
     stride_cg, stride_cm, stride_cn,
     stride_biasg, stride_biasn,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    JAGGED: tl.constexpr, TAIL: tl.constexpr, HAS_BIAS: tl.constexpr,
-    PRECISION: tl.constexpr, USE_TMA: tl.constexpr, A_COL: tl.constexpr, B_COL: tl.constexpr,
-    A_DIV: tl.constexpr, B_DIV: tl.constexpr, EVEN_K: tl.constexpr, INT64: tl.constexpr,
-    E_PAD: tl.constexpr,
+    SPEC: tl.constexpr,  # specs.GroupedSpec: the tile, how A and B are read, the groups' form
 ):
-    """M, N, K: each group's sizes, the jagged one the operand's whole extent. TAIL: the rows (columns)
+    """M, N, K: each group's sizes, the jagged one the operand's whole extent. SPEC.TAIL: the rows (columns)
     past the last group end get zero tiles. Strides `_g` step from one group to the next (0 for a 2-D
     operand); a jagged group starts `start` elements along its jagged dimension."""
     total = M
-    if JAGGED == 2:
+    if SPEC.JAGGED == 2:
         total = N
-    elif JAGGED == 3:
+    elif SPEC.JAGGED == 3:
         total = K
     gi, starts, sizes, tiles = group_table(offs_ptr=offs_ptr, E=E, total=total, M=M, N=N,
-                                           BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, JAGGED=JAGGED, E_PAD=E_PAD)
+                                           BLOCK_M=SPEC.BLOCK_M, BLOCK_N=SPEC.BLOCK_N, JAGGED=SPEC.JAGGED,
+                                           E_PAD=SPEC.E_PAD)
     ends = tl.cumsum(tiles, axis=0)  # each group's tiles end here, in the one numbering of all tiles
     for tile in range(tl.program_id(0), tl.sum(tiles, axis=0), NUM_PROGS):
         g = tl.sum((ends <= tile).to(tl.int32), axis=0)
@@ -111,11 +107,11 @@ def grouped_gemm_kernel(
         m_g = M
         n_g = N
         k_g = K
-        if JAGGED == 1:
+        if SPEC.JAGGED == 1:
             m_g = size
-        elif JAGGED == 2:
+        elif SPEC.JAGGED == 2:
             n_g = size
-        elif JAGGED == 3:
+        elif SPEC.JAGGED == 3:
             k_g = size
         beta = 1.0
         if g == E:  # the tail: no product, no bias
@@ -128,44 +124,41 @@ def grouped_gemm_kernel(
         b_base = b_ptr + gw * stride_bg
         c_base = c_ptr + gw * stride_cg
         bias_base = bias_ptr
-        if HAS_BIAS:
+        if SPEC.HAS_BIAS:
             bias_base += gw * stride_biasg
-        if JAGGED == 1:
+        if SPEC.JAGGED == 1:
             a_base += start_w * stride_am
             c_base += start_w * stride_cm
-        elif JAGGED == 2:
+        elif SPEC.JAGGED == 2:
             b_base += start_w * stride_bn
             c_base += start_w * stride_cn
-            if HAS_BIAS:
+            if SPEC.HAS_BIAS:
                 bias_base += start_w * stride_biasn
-        elif JAGGED == 3:
+        elif SPEC.JAGGED == 3:
             a_base += start_w * stride_ak
             b_base += start_w * stride_bk
-        pid_m, pid_n = tile_coords(
-            tile_id=tile - first, M=m_g, N=n_g, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, GROUP_M=GROUP_M,
-        )
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        iters = tl.cdiv(k_g, BLOCK_K)
-        if USE_TMA:
+        pid_m, pid_n = tile_coords(tile_id=tile - first, M=m_g, N=n_g, SPEC=SPEC)
+        acc = tl.zeros((SPEC.BLOCK_M, SPEC.BLOCK_N), dtype=tl.float32)
+        iters = tl.cdiv(k_g, SPEC.BLOCK_K)
+        if SPEC.USE_TMA:
             # Each operand's first row of group g in its descriptor: a 2-D operand cut along its rows
             # starts at `start`, a 3-D one at g times its rows (storage order) per group.
-            if JAGGED == 1:
+            if SPEC.JAGGED == 1:
                 a_row0 = start
-            elif A_COL:
+            elif SPEC.A_COL:
                 a_row0 = g * K
             else:
                 a_row0 = g * M
-            if JAGGED == 2:
+            if SPEC.JAGGED == 2:
                 b_row0 = start
-            elif B_COL:
+            elif SPEC.B_COL:
                 b_row0 = g * N
             else:
                 b_row0 = g * K
             acc = k_loop_rows(
                 acc=acc, a_desc=a_desc, b_desc=b_desc,
                 a_row0=a_row0, b_row0=b_row0, pid_m=pid_m, pid_n=pid_n, iters=iters,
-                BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
-                A_COL=A_COL, B_COL=B_COL, PRECISION=PRECISION,
+                SPEC=SPEC,
             )
         else:
             acc = k_loop_ptr(
@@ -173,14 +166,8 @@ def grouped_gemm_kernel(
                 M=m_g, N=n_g, K=k_g,
                 stride_am=stride_am, stride_ak=stride_ak, stride_bk=stride_bk, stride_bn=stride_bn,
                 pid_m=pid_m, pid_n=pid_n, iter_start=0, iter_end=iters,
-                BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
-                EVEN_K=EVEN_K, PRECISION=PRECISION, FAST_ACC=False, A_COL=A_COL, B_COL=B_COL,
-                A_DIV=A_DIV, B_DIV=B_DIV, INT64=INT64,
+                SPEC=SPEC,
             )
-        epilogue(
-            acc=acc, c_ptr=c_base, bias_ptr=bias_base, a_scale_ptr=None, b_scale_ptr=None,
-            M=m_g, N=n_g,
-            stride_cm=stride_cm, stride_cn=stride_cn, stride_biasm=0, stride_biasn=stride_biasn,
-            alpha=1.0, beta=beta, pid_m=pid_m, pid_n=pid_n,
-            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HAS_BIAS=HAS_BIAS, A_SCALE=0, B_SCALE=0, INT64=INT64,
-        )
+        out = (c_base, bias_base, None, None, m_g, n_g, stride_cm, stride_cn, 0, stride_biasn, 1.0, beta)
+        epilogue(acc=acc, out=out, pid_m=pid_m, pid_n=pid_n, BLOCK_M=SPEC.BLOCK_M, BLOCK_N=SPEC.BLOCK_N,
+                 SPEC=SPEC)

@@ -23,29 +23,19 @@ def splitk_reduce_kernel(
     M, N,
     stride_cm, stride_cn, stride_biasm, stride_biasn,
     dp_tiles, sk_tiles, splits, alpha, beta, a_scale_ptr, b_scale_ptr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr,
-    HAS_BIAS: tl.constexpr, A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, INT64: tl.constexpr,
-    FIXUP_CHUNKS: tl.constexpr,
+    SPEC: tl.constexpr,  # specs.ReduceSpec: the Stream-K launch's tile, epilogue and row chunks
 ):
-    """Program p: row chunk p % FIXUP_CHUNKS of split tile p // FIXUP_CHUNKS, whose segment j's partial
-    is in workspace slot j * sk_tiles + tile (streamk_gemm_kernel's program of that segment)."""
+    """Program p: row chunk p % SPEC.FIXUP_CHUNKS of split tile p // SPEC.FIXUP_CHUNKS, whose segment j's
+    partial is in workspace slot j * sk_tiles + tile (streamk_gemm_kernel's program of that segment)."""
     pid = tl.program_id(0)
-    sk_tile = pid // FIXUP_CHUNKS
-    chunk = pid % FIXUP_CHUNKS
-    pid_m, pid_n = tile_coords(
-        tile_id=dp_tiles + sk_tile, M=M, N=N, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, GROUP_M=GROUP_M,
-    )
+    sk_tile = pid // SPEC.FIXUP_CHUNKS
+    chunk = pid % SPEC.FIXUP_CHUNKS
+    pid_m, pid_n = tile_coords(tile_id=dp_tiles + sk_tile, M=M, N=N, SPEC=SPEC)
     total = sum_chunk(
         ws_ptr=ws_ptr,
         first=sk_tile, count=splits, stride=sk_tiles, chunk=chunk,
-        INT64=INT64, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, FIXUP_CHUNKS=FIXUP_CHUNKS,
+        SPEC=SPEC,
     )
-    chunk_epilogue(
-        total=total, chunk=chunk, c_ptr=c_ptr, bias_ptr=bias_ptr, a_scale_ptr=a_scale_ptr,
-        b_scale_ptr=b_scale_ptr,
-        M=M, N=N,
-        stride_cm=stride_cm, stride_cn=stride_cn, stride_biasm=stride_biasm, stride_biasn=stride_biasn,
-        alpha=alpha, beta=beta, pid_m=pid_m, pid_n=pid_n,
-        BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HAS_BIAS=HAS_BIAS, A_SCALE=A_SCALE, B_SCALE=B_SCALE, INT64=INT64,
-        FIXUP_CHUNKS=FIXUP_CHUNKS,
-    )
+    out = (c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, M, N, stride_cm, stride_cn, stride_biasm, stride_biasn,
+           alpha, beta)
+    chunk_epilogue(total=total, chunk=chunk, out=out, pid_m=pid_m, pid_n=pid_n, SPEC=SPEC)

@@ -44,45 +44,25 @@ from .fixup import claim_chunks, finish_segment
 
 
 @triton.jit
-def _split_segment(
-    a_ptr, b_ptr, a_desc, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, ws_ptr, counter_ptr,
-    M, N, K, NUM_PROGS,
-    stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_biasm, stride_biasn,
-    alpha, beta, pid, dp_tiles, sk_tiles, splits, iters_per_tile,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    HAS_BIAS: tl.constexpr, A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, EVEN_K: tl.constexpr,
-    PRECISION: tl.constexpr, FAST_ACC: tl.constexpr,
-    USE_TMA: tl.constexpr, A_COL: tl.constexpr, B_COL: tl.constexpr,
-    A_DIV: tl.constexpr, B_DIV: tl.constexpr, INT64: tl.constexpr,
-    FIXUP_CHUNKS: tl.constexpr, DEFERRED: tl.constexpr, REDUCE: tl.constexpr,
-):
+def _split_segment(ab, out, ws_ptr, counter_ptr, NUM_PROGS, pid, dp_tiles, sk_tiles, splits, iters_per_tile,
+                   SPEC: tl.constexpr):
     """Program `pid`'s K segment of its leftover tile (segment pid // T of tile pid % T), then
-    finish_segment with workspace slot `pid`."""
+    finish_segment with workspace slot `pid` (`ab`: common.k_loop's, `out`: common.epilogue's)."""
+    a_ptr, _, _, _, M, N, _, _, _, _, _ = ab
     sk_tile = pid % sk_tiles
     seg = pid // sk_tiles
-    pid_m, pid_n = tile_coords(
-        tile_id=dp_tiles + sk_tile, M=M, N=N, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, GROUP_M=GROUP_M,
-    )
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32 if a_ptr.dtype.element_ty == tl.int8 else tl.float32)
+    pid_m, pid_n = tile_coords(tile_id=dp_tiles + sk_tile, M=M, N=N, SPEC=SPEC)
+    acc = tl.zeros((SPEC.BLOCK_M, SPEC.BLOCK_N),
+                   dtype=tl.int32 if a_ptr.dtype.element_ty == tl.int8 else tl.float32)
     acc = k_loop(
-        acc=acc, a_ptr=a_ptr, b_ptr=b_ptr, a_desc=a_desc, b_desc=b_desc,
-        M=M, N=N, K=K,
-        stride_am=stride_am, stride_ak=stride_ak, stride_bk=stride_bk, stride_bn=stride_bn,
-        pid_m=pid_m, pid_n=pid_n,
+        acc=acc, ab=ab, pid_m=pid_m, pid_n=pid_n,
         iter_start=seg * iters_per_tile // splits, iter_end=(seg + 1) * iters_per_tile // splits,
-        BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
-        EVEN_K=EVEN_K, PRECISION=PRECISION, FAST_ACC=FAST_ACC, USE_TMA=USE_TMA, A_COL=A_COL,
-        B_COL=B_COL, A_DIV=A_DIV, B_DIV=B_DIV, INT64=INT64,
+        SPEC=SPEC,
     )
     finish_segment(
-        acc=acc, c_ptr=c_ptr, bias_ptr=bias_ptr, a_scale_ptr=a_scale_ptr, b_scale_ptr=b_scale_ptr,
-        ws_ptr=ws_ptr, counter_ptr=counter_ptr,
-        M=M, N=N,
-        stride_cm=stride_cm, stride_cn=stride_cn, stride_biasm=stride_biasm, stride_biasn=stride_biasn,
-        alpha=alpha, beta=beta, pid_m=pid_m, pid_n=pid_n,
+        acc=acc, out=out, ws_ptr=ws_ptr, counter_ptr=counter_ptr, pid_m=pid_m, pid_n=pid_n,
         slot=pid, sk_tile=sk_tile, sk_tiles=sk_tiles, splits=splits, seg=seg, NUM_PROGS=NUM_PROGS,
-        BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HAS_BIAS=HAS_BIAS, A_SCALE=A_SCALE, B_SCALE=B_SCALE, INT64=INT64,
-        FIXUP_CHUNKS=FIXUP_CHUNKS, DEFERRED=DEFERRED, REDUCE=REDUCE,
+        SPEC=SPEC,
     )
 
 
@@ -92,24 +72,19 @@ def streamk_gemm_kernel(
     M, N, K, NUM_PROGS,
     stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_biasm, stride_biasn,
     alpha, beta, a_host, b_host, a_scale_ptr, b_scale_ptr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    HAS_BIAS: tl.constexpr, A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, EVEN_K: tl.constexpr,
-    PRECISION: tl.constexpr, FAST_ACC: tl.constexpr,
-    USE_TMA: tl.constexpr, A_COL: tl.constexpr, B_COL: tl.constexpr,
-    A_DIV: tl.constexpr, B_DIV: tl.constexpr, FLATTEN: tl.constexpr,
-    INT64: tl.constexpr, HOST_DESC: tl.constexpr,
-    FIXUP_CHUNKS: tl.constexpr, DEFERRED: tl.constexpr, REDUCE: tl.constexpr,
+    SPEC: tl.constexpr,  # specs.GemmSpec: the tile, K loop, reads of A and B, epilogue, fix-up
 ):
-    a_desc, b_desc = operand_sources(
+    ab = operand_sources(
         a_ptr=a_ptr, b_ptr=b_ptr, a_host=a_host, b_host=b_host,
         M=M, N=N, K=K,
         stride_am=stride_am, stride_ak=stride_ak, stride_bk=stride_bk, stride_bn=stride_bn,
-        BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
-        USE_TMA=USE_TMA, HOST_DESC=HOST_DESC, A_COL=A_COL, B_COL=B_COL,
+        SPEC=SPEC,
     )
+    out = (c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, M, N, stride_cm, stride_cn, stride_biasm, stride_biasn,
+           alpha, beta)
     pid = tl.program_id(0)
-    num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
-    iters_per_tile = tl.cdiv(K, BLOCK_K)
+    num_tiles = tl.cdiv(M, SPEC.BLOCK_M) * tl.cdiv(N, SPEC.BLOCK_N)
+    iters_per_tile = tl.cdiv(K, SPEC.BLOCK_K)
     dp_tiles = (num_tiles // NUM_PROGS) * NUM_PROGS
     sk_tiles = num_tiles - dp_tiles
     splits = min(NUM_PROGS // max(sk_tiles, 1), iters_per_tile)
@@ -119,55 +94,24 @@ def streamk_gemm_kernel(
     # fix-up's chunks are claimed after the data-parallel tiles; else the data-parallel tiles first. The
     # two phases are unrolled at compile time: the code is that of two ifs, with the segment's call
     # written once.
-    segment_phase: tl.constexpr = 0 if DEFERRED else 1
+    segment_phase: tl.constexpr = 0 if SPEC.DEFERRED else 1
     for phase in tl.static_range(2):
         if phase == segment_phase:
             if in_split:
                 _split_segment(
-                    a_ptr=a_ptr, b_ptr=b_ptr, a_desc=a_desc, b_desc=b_desc, c_ptr=c_ptr, bias_ptr=bias_ptr,
-                    a_scale_ptr=a_scale_ptr, b_scale_ptr=b_scale_ptr,
-                    ws_ptr=ws_ptr, counter_ptr=counter_ptr,
-                    M=M, N=N, K=K, NUM_PROGS=NUM_PROGS,
-                    stride_am=stride_am, stride_ak=stride_ak, stride_bk=stride_bk, stride_bn=stride_bn,
-                    stride_cm=stride_cm, stride_cn=stride_cn, stride_biasm=stride_biasm,
-                    stride_biasn=stride_biasn,
-                    alpha=alpha, beta=beta, pid=pid, dp_tiles=dp_tiles, sk_tiles=sk_tiles, splits=splits,
-                    iters_per_tile=iters_per_tile,
-                    BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, GROUP_M=GROUP_M,
-                    HAS_BIAS=HAS_BIAS, A_SCALE=A_SCALE, B_SCALE=B_SCALE, EVEN_K=EVEN_K, PRECISION=PRECISION,
-                    FAST_ACC=FAST_ACC,
-                    USE_TMA=USE_TMA, A_COL=A_COL, B_COL=B_COL,
-                    A_DIV=A_DIV, B_DIV=B_DIV, INT64=INT64,
-                    FIXUP_CHUNKS=FIXUP_CHUNKS, DEFERRED=DEFERRED, REDUCE=REDUCE,
+                    ab=ab, out=out, ws_ptr=ws_ptr, counter_ptr=counter_ptr, NUM_PROGS=NUM_PROGS, pid=pid,
+                    dp_tiles=dp_tiles, sk_tiles=sk_tiles, splits=splits, iters_per_tile=iters_per_tile,
+                    SPEC=SPEC,
                 )
         else:
             # The data-parallel tiles: the persistent kernel's loop, with its lever.
-            full_tiles(
-                a_ptr=a_ptr, b_ptr=b_ptr, a_desc=a_desc, b_desc=b_desc, c_ptr=c_ptr, bias_ptr=bias_ptr,
-                a_scale_ptr=a_scale_ptr, b_scale_ptr=b_scale_ptr,
-                M=M, N=N, K=K,
-                stride_am=stride_am, stride_ak=stride_ak, stride_bk=stride_bk, stride_bn=stride_bn,
-                stride_cm=stride_cm, stride_cn=stride_cn, stride_biasm=stride_biasm,
-                stride_biasn=stride_biasn,
-                alpha=alpha, beta=beta, first_tile=pid, end_tile=dp_tiles, tile_step=NUM_PROGS,
-                iters=iters_per_tile,
-                BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, GROUP_M=GROUP_M,
-                HAS_BIAS=HAS_BIAS, A_SCALE=A_SCALE, B_SCALE=B_SCALE, EVEN_K=EVEN_K, PRECISION=PRECISION,
-                FAST_ACC=FAST_ACC,
-                USE_TMA=USE_TMA, A_COL=A_COL, B_COL=B_COL,
-                A_DIV=A_DIV, B_DIV=B_DIV, FLATTEN=FLATTEN, INT64=INT64,
-            )
+            full_tiles(ab=ab, out=out, first_tile=pid, end_tile=dp_tiles, tile_step=NUM_PROGS,
+                       iters=iters_per_tile, SPEC=SPEC)
 
-    if DEFERRED:
+    if SPEC.DEFERRED:
         if in_split:
             claim_chunks(
-                c_ptr=c_ptr, bias_ptr=bias_ptr, a_scale_ptr=a_scale_ptr, b_scale_ptr=b_scale_ptr,
-                ws_ptr=ws_ptr, counter_ptr=counter_ptr,
-                M=M, N=N,
-                stride_cm=stride_cm, stride_cn=stride_cn,
-                stride_biasm=stride_biasm, stride_biasn=stride_biasn,
-                alpha=alpha, beta=beta, pid=pid, dp_tiles=dp_tiles, sk_tiles=sk_tiles, splits=splits,
-                BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, GROUP_M=GROUP_M, HAS_BIAS=HAS_BIAS, A_SCALE=A_SCALE,
-                B_SCALE=B_SCALE,
-                INT64=INT64, FIXUP_CHUNKS=FIXUP_CHUNKS,
+                out=out, ws_ptr=ws_ptr, counter_ptr=counter_ptr,
+                pid=pid, dp_tiles=dp_tiles, sk_tiles=sk_tiles, splits=splits,
+                SPEC=SPEC,
             )

@@ -137,7 +137,7 @@ class Plan:
     kernel: object
     progs: int
     ints: tuple
-    constexprs: dict
+    constexprs: dict  # the kernel's compile-time choices by name (kernels/specs.py bundles them)
     num_warps: int
     num_stages: int
     workspace: tuple[int, int] | None  # (partial floats, counters) for Stream-K
@@ -148,6 +148,12 @@ class Plan:
     maxnreg: int | None = None  # a register cap per thread (warp-specialized Gluon kernels), None: triton's
     host_objects: bool = False  # arguments only triton's `run` expands (Gluon descriptors): never direct
     state: LaunchState = field(default_factory=LaunchState, init=False)  # not an argument: empty per plan
+    kwargs: dict = field(init=False)  # the kernel's constexpr keyword arguments: constexprs, bundled
+
+    def __post_init__(self) -> None:
+        from ..kernels.specs import kernel_constexprs  # (imports triton: on the first plan, not at import)
+
+        object.__setattr__(self, "kwargs", kernel_constexprs(self.kernel, self.constexprs))
 
 
 plans: dict[tuple, Plan] = {}
@@ -367,7 +373,7 @@ def launch_plan(plan: Plan, tensors: tuple, floats: tuple) -> None:
     args = (*tensors, *plan.ints, *floats)
     options = {} if plan.maxnreg is None else {"maxnreg": plan.maxnreg}
     if not tensors[0].is_cuda:  # the interpreter has no compiled kernel to reuse
-        plan.kernel[(plan.progs,)](*args, **plan.constexprs, num_warps=plan.num_warps,
+        plan.kernel[(plan.progs,)](*args, **plan.kwargs, num_warps=plan.num_warps,
                                    num_stages=plan.num_stages, **options)
         return
     index = tensors[0].get_device()  # an int: .device.index builds a device object first
@@ -382,12 +388,12 @@ def launch_plan(plan: Plan, tensors: tuple, floats: tuple) -> None:
     compiled = state.compiled
     if compiled is None:
         compile_key.install_quietly()  # waits for compile_key.prefetch's thread, if one is running
-        compiled = plan.kernel[(plan.progs,)](*args, **plan.constexprs, num_warps=plan.num_warps,
+        compiled = plan.kernel[(plan.progs,)](*args, **plan.kwargs, num_warps=plan.num_warps,
                                               num_stages=plan.num_stages, **options)
         # The C launcher takes constexprs by position: in the kernel's order, whatever the dict's.
         names = plan.kernel.arg_names[len(args):]
-        if sorted(names) == sorted(plan.constexprs):
-            state.constexpr_args = tuple(plan.constexprs[name] for name in names)
+        if sorted(names) == sorted(plan.kwargs):
+            state.constexpr_args = tuple(plan.kwargs[name] for name in names)
             compiled._init_handles()
             # Host descriptors go direct only with their geometry planned (prepare_launch's): launch_gemm
             # hands TensorDescriptor objects, which only `run` expands.
