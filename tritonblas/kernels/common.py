@@ -49,10 +49,10 @@ def operand_sources(
     SPEC: tl.constexpr,
 ):
     """What the K loop reads A and B through (k_loop's `ab`: the pointers, the TMA descriptors or the
-    pointers again, the sizes, the strides). SPEC.HOST_DESC:
-    the descriptors came built from the host (a_host, b_host: launch.gemm._host_descriptors, the same
-    shapes, strides and boxes as make_operand_descs), so no program builds and fences its own: that
-    cost a small problem's kernel 1.1-2.3 us (016dd08:scripts/tma_desc_probe.py, graph replay, H200)."""
+    pointers again, the sizes, the strides). SPEC.HOST_DESC: the descriptors came built from the host
+    (a_host, b_host: launch.gemm._host_descriptors, the same shapes, strides and boxes as
+    make_operand_descs), so no program builds and fences its own: that cost a small problem's kernel
+    1.1-2.3 us (016dd08:scripts/tma_desc_probe.py, graph replay, H200)."""
     a_desc, b_desc = a_ptr, b_ptr
     if SPEC.USE_TMA:
         if SPEC.HOST_DESC:
