@@ -10,7 +10,7 @@ says. One flat K loop, so triton software-pipelines the operand and scale loads 
 The epilogue is common.py's with no scale of its own (A_SCALE = B_SCALE = 0): the bias and the one cast.
 Persistent scheduling only: a Stream-K segment would hand the fix-up partial sums (config.block_refusal).
 Operands through TMA descriptors (USE_TMA) or pointers, rows and columns past the edge wrapped as
-k_loop_ptr's.
+k_loop_ptr's. Launched by launch.blockscaled (`block_plan`: specs.BlockSpec; launch.arguments.block_args).
 """
 
 import triton

@@ -10,6 +10,7 @@ of its group: the K loop (pointers) and the one epilogue are common.py's.
 
 JAGGED says which dimension `offs` cuts: 0 none (3-D x 3-D, batched), 1 the rows of a 2-D A (the MoE
 forward, 2-D x 3-D), 2 the columns of a 2-D B (3-D x 2-D), 3 K (2-D x 2-D, the weight gradient).
+Launched by grouped.launch (`plan`: the arguments in order and specs.GroupedSpec's fields, `run`).
 """
 
 import triton

@@ -1,4 +1,8 @@
-"""Persistent GEMM: at most NUM_PROGS programs, each looping over output tiles."""
+"""Persistent GEMM: at most NUM_PROGS programs, each looping over output tiles.
+
+Launched by launch.gemm: `make_plan` chooses the grid, the integer arguments and the `SPEC` fields
+(specs.GemmSpec), `launch_plan` passes the arguments in launch.arguments.gemm_args's order.
+"""
 
 import triton
 import triton.language as tl

@@ -1,4 +1,5 @@
-"""The Stream-K fix-up as a kernel of its own (GemmConfig.reduce_kernel).
+"""The Stream-K fix-up as a kernel of its own (GemmConfig.reduce_kernel), planned with the Stream-K launch
+(launch.gemm._reduce_plan: specs.ReduceSpec) and passed launch.arguments.reduce_args.
 
 streamk_gemm_kernel with REDUCE stores every split tile's fp32 partials and nothing else (no counter,
 no fix-up); this kernel, launched next on the same stream (so every partial is in), runs one program per

@@ -64,7 +64,7 @@ class ReduceSpec(NamedTuple):
 
 
 class BlockSpec(NamedTuple):
-    """blockscaled_gemm_kernel's (launch.blockscaled.plan)."""
+    """blockscaled_gemm_kernel's (launch.blockscaled.block_plan)."""
 
     BLOCK_M: int
     BLOCK_N: int

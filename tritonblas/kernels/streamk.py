@@ -34,6 +34,9 @@ event that completes a counter resets it to 0 for the next launch.
 
 Workspace (sized by the host, launch.streamk.streamk_workspace): NUM_PROGS + T * Q slots of BLOCK_M x BLOCK_N
 fp32 (no group slots unless the tree runs); counters: T tile counters, then T * Q group counters.
+
+Launched by launch.gemm as the persistent kernel is (`make_plan`: the grid, integers and specs.GemmSpec,
+its fix-up fields from launch.streamk.fixup_plan; launch.arguments.gemm_args with the workspace).
 """
 
 import triton
