@@ -78,17 +78,31 @@ def test_the_built_front_exports_the_contracts_codes():
         assert getattr(front, name) == getattr(contract, name), name
 
 
-def test_the_cuda_branch_compiles_against_the_contract():
+# torch's own extension builds use C++17 up to 2.11 and C++20 from 2.12 (native.cxx_standard): the sources
+# are checked under both, C++17 where this torch's headers still compile as C++17 (2.14's need C++20).
+@pytest.mark.parametrize("standard", ["c++17", "c++20"])
+def test_the_cuda_branch_compiles_against_the_contract(standard):
     """route.cpp's -DTRITONBLAS_CUDA code (the kernels at the CUDA key) is built only where torch has
-    CUDA; a CPU box's torch ships the headers it includes, so its syntax is checked here."""
+    CUDA; a CPU box's torch ships the headers it includes, so its syntax (and the other sources') is
+    checked here, in each C++ standard a supported torch builds with."""
     if not (shutil.which("c++") or shutil.which("g++")):
         pytest.skip("no C++ compiler")
-    cxx, flags, _, _ = native.command(cuda=True)
+    if standard == "c++17" and torch.torch_version.TorchVersion(torch.__version__) >= (2, 14):
+        pytest.skip(f"torch {torch.__version__}'s headers compile only as C++20")
+    cxx, flags, sources, _ = native.command(cuda=True)
     assert "-DTRITONBLAS_CUDA" in flags
-    flags = [f for f in flags if f not in ("-shared", "-fPIC", "-O2")]
-    done = subprocess.run([cxx, "-fsyntax-only", *flags, str(native.SOURCE)], capture_output=True, text=True,
-                          timeout=300)
+    assert f"-std={native.cxx_standard(torch.__version__)}" in flags
+    flags = [f for f in flags if f not in ("-shared", "-fPIC", "-O2") and not f.startswith("-std=")]
+    done = subprocess.run([cxx, "-fsyntax-only", f"-std={standard}", *flags, *map(str, sources)],
+                          capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+@pytest.mark.parametrize("version, standard", [("2.10.0", "c++17"), ("2.11.0+cu130", "c++17"),
+                                               ("2.12.0", "c++20"), ("2.13.0+cpu", "c++20"),
+                                               ("2.14.1+cu130", "c++20"), ("2.15.0", "c++20")])
+def test_the_cpp_standard_is_torchs_own(version, standard):
+    assert native.cxx_standard(version) == standard
 
 
 def test_torchs_block_wise_scaling_codes_are_the_contracts():

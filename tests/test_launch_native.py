@@ -6,6 +6,7 @@ buffers here too, on the CPU; the C++ launch itself runs on the GPU (tests/test_
 
 import shutil
 import struct
+import subprocess
 from dataclasses import replace
 from types import SimpleNamespace
 
@@ -395,3 +396,31 @@ def test_cpp_pool_keeps_nothing_under_capture_or_past_its_cap(cpp):
     huge = _record([(POOL_CAP_BYTES + 16, 0)], [(native.P_BUF, 0)])  # allocated, never touched
     (alone,) = _calls(cpp, huge, (TAKE, 0), (GIVE, 0))
     assert not alone[1]
+
+
+def test_a_stream_handle_is_known_only_where_the_stream_type_gives_it(tmp_path):
+    """native/stream.h: c10::Stream::native_handle() came with torch 2.11. Where the type lacks it the
+    handle is unknown (the call is launched from Python), never a null pointer, which is the legacy
+    default stream's handle."""
+    from tritonblas import native as library
+
+    cxx = shutil.which("c++") or shutil.which("g++")
+    if cxx is None:
+        pytest.skip("no C++ compiler")
+    (tmp_path / "t.cpp").write_text(
+        '#include "stream.h"\n#include <cstdint>\n#include <cstdio>\n'
+        "struct Old {};\n"
+        "struct New { void* native_handle() const { return reinterpret_cast<void*>(16); } };\n"
+        "struct Default { void* native_handle() const { return nullptr; } };\n"
+        "using tritonblas_native::stream_handle;\n"
+        "int main() {\n"
+        "  auto o = stream_handle(Old{}); auto n = stream_handle(New{}); auto d = stream_handle(Default{});\n"
+        '  std::printf("%d %d %d %d %d", int(o.has_value()), int(n.has_value()), int(uintptr_t(*n)),\n'
+        "              int(d.has_value()), int(uintptr_t(*d)));\n"
+        "}\n"
+    )
+    exe = tmp_path / "t"
+    built = subprocess.run([cxx, "-std=c++17", f"-I{library.HERE}", str(tmp_path / "t.cpp"), "-o", str(exe)],
+                           capture_output=True, text=True, timeout=120)
+    assert built.returncode == 0, built.stderr[-2000:]
+    assert subprocess.run([str(exe)], capture_output=True, text=True, timeout=30).stdout == "0 1 16 1 0"

@@ -44,7 +44,7 @@ HERE = Path(__file__).parent
 SOURCE = HERE / "route.cpp"
 LAUNCH = HERE / "launch.cpp"
 FRONT = HERE / "front.cpp"
-SOURCES = (SOURCE, LAUNCH, FRONT, HERE / "answers.h", HERE / "launch.h", HERE / "contract.h")
+SOURCES = (SOURCE, LAUNCH, FRONT, *(HERE / h for h in ("answers.h", "launch.h", "contract.h", "stream.h")))
 _lock = threading.Lock()
 _loaded: bool | None = None  # None: not tried in this process
 _why_not = ""
@@ -185,7 +185,7 @@ def command(cuda: bool | None = None) -> tuple[str, list[str], list[Path], list[
     if cuda is None:
         cuda = torch.version.cuda is not None and any((root / "lib").glob("libtorch_cuda.*"))
     include = root / "include"
-    flags = ["-shared", "-fPIC", "-O2", "-std=c++17",
+    flags = ["-shared", "-fPIC", "-O2", f"-std={cxx_standard(torch.__version__)}",
              f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
              "-isystem", str(include), "-isystem", str(include / "torch" / "csrc" / "api" / "include")]
     libs = [f"-L{root / 'lib'}", "-lc10", "-ltorch_cpu"]
@@ -199,6 +199,12 @@ def command(cuda: bool | None = None) -> tuple[str, list[str], list[Path], list[
         libs.append("-ltorch_python")
         sources.append(FRONT)
     return cxx, flags, sources, libs
+
+
+def cxx_standard(torch_version: str) -> str:
+    """The C++ standard torch's own extension builds use (torch.utils.cpp_extension): C++17 up to torch
+    2.11, C++20 from 2.12. torch 2.14's headers compile only as C++20 (requires-clauses, operator<=>)."""
+    return "c++20" if torch.torch_version.TorchVersion(torch_version) >= (2, 12) else "c++17"
 
 
 def _cache_dir() -> Path:

@@ -293,14 +293,16 @@ std::optional<at::Tensor> launch_native(const Launch& launch, const at::Tensor& 
   // The key holds every tensor's device: a, b and the bias are on a's, which must be the current one
   // (the stream and the loaded module are the current device's), as launch.prepared requires.
   if (cuda->getDevice().index() != a.device().index()) return std::nullopt;
+  const c10::Stream stream = cuda->getStream(a.device());
+  const std::optional<void*> handle = stream_handle(stream);
+  if (!handle) return std::nullopt;  // a torch that does not give it (2.10): launched from Python
   Addresses addr{address(a), address(b), 0, bias ? address(*bias) : 0,
                  scales.a ? address(*scales.a) : 0, scales.b ? address(*scales.b) : 0, {}};
   if ((addr.a | addr.b | addr.bias | addr.scale_a | addr.scale_b) & 15) return std::nullopt;
   at::Tensor out = at::empty({a.size(0), b.size(1)}, a.options().dtype(scales.out_dtype.value_or(a.scalar_type())));
   addr.c = address(out);
   if (!bias) addr.bias = addr.c;
-  const c10::Stream stream = cuda->getStream(a.device());
-  void* raw = reinterpret_cast<void*>(stream.native_handle());
+  void* raw = *handle;
   const at::TensorOptions bytes = a.options().dtype(at::kByte);
   BufferSet set{a.device().index(), stream.id(), {}};
   bool keep = false;

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "contract.h"
+#include "stream.h"
 
 namespace tritonblas_native {
 

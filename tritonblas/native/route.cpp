@@ -109,8 +109,10 @@ bool capturing(const at::Tensor& t) {
   }();
   if (is_capturing == nullptr) return true;  // unknown: the Python side decides
   const c10::Stream stream = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(t.device());
+  const std::optional<void*> raw = stream_handle(stream);
+  if (!raw) return true;  // a torch that does not give the handle (2.10): the Python side decides
   int status = 0;
-  return is_capturing(stream.native_handle(), &status) != 0 || status != 0;
+  return is_capturing(*raw, &status) != 0 || status != 0;
 }
 
 }  // namespace tritonblas_native
