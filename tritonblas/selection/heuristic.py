@@ -7,32 +7,31 @@ For each feasible candidate the model estimates time from
   - edge waste: tiles past M/N compute zeros that are thrown away,
   - the Stream-K fix-up: each split tile writes and re-reads fp32 partials,
   - memory: bytes moved at the device bandwidth (roofline: the larger of compute and memory wins),
-and ranks candidates by it. `rank` returns the ranked estimates with each term (`Estimate.why`;
+and ranks the candidates (candidates.py, the space) by it. `rank` returns the ranked estimates with each term (`Estimate.why`;
 `tritonblas explain` prints them), so a choice is auditable.
 """
 
 from __future__ import annotations
 
 import functools
-import itertools
 import math
 from dataclasses import dataclass
 
 from ..arch import DeviceInfo
 from ..arith import cdiv, gemm_flops
-from ..config import GLUON_SHAPE, GemmConfig, config_supports, torch_blockwise_fits
-from ..launch.streamk import fixup_plan, fixup_reads, splits_tiles, streamk_grids, tile_splits
+from ..config import GemmConfig, config_supports, torch_blockwise_fits
+from ..launch.streamk import fixup_plan, fixup_reads, tile_splits
 from ..problem import (
     DTYPE_BYTES,
     Problem,
     aligned_leading_dim,
     operand_alignment,
     operand_leading_dims,
-    operands_aligned,
     rows_aligned,
     scale_floats,
 )
 from ..smem import smem_bytes
+from .candidates import candidates
 
 # Peak dense rates (TFLOP/s) and bandwidth (TB/s) per arch; unknown archs fall back to "default".
 # H200: torch.mm bf16 8192^3 measured 660-800 TFLOP/s on 2026-11-29, our best tile 760; copy ~4.3 TB/s.
@@ -64,13 +63,6 @@ _GROUP_EFFICIENCY = 0.976
 _OVERSUBSCRIBED_EFFICIENCY = {False: 1 / 1.06, True: 1 / 1.13}
 _STAGE_BONUS = {4: 1.08, 5: 1.12}  # by stage count, on tiles up to 128x128 (see tile_efficiency)
 
-BLOCK_MN = (16, 32, 64, 128, 256)
-BLOCK_K = (32, 64, 128, 256)
-# 1-byte operands: triton's fp8 dot on sm_90 needs block_k >= 32, and a K step of 32 moves half the bytes
-# of a 16-bit one, too little to hide a load; 64-256 are the steps fp8 GEMMs use.
-BLOCK_K_1BYTE = (64, 128, 256)
-WARPS = (4, 8)
-STAGES = (3, 4, 5)
 
 
 @dataclass(frozen=True)
@@ -320,14 +312,6 @@ def _aligned_copy_us(problem: Problem, arch: str) -> float:
                for numel, elt in copied)
 
 
-# Block-wise scales (kernels/blockscaled.py): the tiles that led on the H200 (2026-12-04, e4m3 -> bf16,
-# DeepSeek-V3 and Qwen3 weights, M 16-4096; docs/notes/kernel-levers.md, B1-B3). The per-step promotion
-# runs on CUDA cores, which the model's tile efficiency knows nothing of: 128x128 tiles on 4 warps ran at
-# 0.4x the same tile on 8, 128x256 at 0.74-0.85x 128x128, so the model only ranks among these.
-# (block_m, block_n, block_k, num_warps, num_stages)
-_BLOCK_SCALED_TILES = ((128, 128, 128, 8, 4), (64, 128, 128, 4, 4), (64, 64, 128, 4, 5))
-# The Gluon block kernel's rings (config.gluon_refusal drops those that do not fit beside the output tiles).
-GLUON_STAGES = (4, 5, 6)
 # Its promotion runs under the next K block's MMA, which the tile model does not see: CUDA graphs of each
 # pinned, 5 DeepSeek-V3 / Qwen3 weights x M 256-4096, with and without a bias (H200, 2026-12-04,
 # kernel-levers B17): 1.26x-1.72x the same 128x128 tile on the Triton kernel (median 1.41x), 1.13x-1.31x
@@ -335,57 +319,6 @@ GLUON_STAGES = (4, 5, 6)
 # (0.93x). Charged as this much more of the tile's efficiency, the model's order matches the measured one
 # on all 70 pairs (before: 64).
 _GLUON_BLOCK_GAIN = 1.35
-
-
-def _block_scaled_candidates(problem: Problem, device: DeviceInfo) -> list[GemmConfig]:
-    out = []
-    for bm, bn, bk, warps, stages in _BLOCK_SCALED_TILES:
-        # by pointers only where descriptors cannot read the operands: TMA's K loop is warp-specialized
-        for tma in (True, False):
-            cfg = GemmConfig(block_m=bm, block_n=bn, block_k=bk, num_warps=warps, num_stages=stages, tma=tma)
-            if config_supports(cfg, problem, device) is None:
-                out.append(cfg)
-                break
-    return out + _gluon_candidates(problem, device)
-
-
-def _gluon_candidates(problem: Problem, device: DeviceInfo) -> list[GemmConfig]:
-    """The Gluon fp8 kernels' rings that fit (block-wise scales: blockscaled_gluon.py; tensor- and row-wise:
-    scaled_gluon.py, the same promotion and tile)."""
-    configs = [GemmConfig(**GLUON_SHAPE, num_stages=stages, tma=True, gluon=True) for stages in GLUON_STAGES]
-    return [cfg for cfg in configs if config_supports(cfg, problem, device) is None]
-
-
-def candidates(problem: Problem, device: DeviceInfo, enable_streamk: bool | None = None) -> list[GemmConfig]:
-    """Every feasible config of the heuristic's space for this problem."""
-    if problem.scales == "block":
-        return [] if enable_streamk else _block_scaled_candidates(problem, device)
-    families = (False, True) if enable_streamk is None else (enable_streamk,)
-    copies = (False,) if operands_aligned(problem) else (False, True)
-    # A reduce kernel where no data-parallel tile hides the fix-up, but not on a small problem, whose
-    # eager call would pay its launch in host time (space._canonical).
-    reduce_ok = not problem.small
-    block_k = BLOCK_K_1BYTE if min(_operand_bytes(problem)) == 1 else BLOCK_K
-    out = []
-    for bm, bn, bk, warps, stages, sk in itertools.product(BLOCK_MN, BLOCK_MN, block_k, WARPS, STAGES,
-                                                           families):
-        if bn < 32:
-            continue  # N is the contiguous output dim: 16-wide tiles only ever lost in the sweep
-        for tma, copy in itertools.product((False, True), copies):
-            # Flattened only on the persistent family: Stream-K's flattened data-parallel loop ran 3.5%
-            # (TMA) to 7% (pointers) slower than its plain one (tuning run of 2026-11-30, lever 19); the
-            # tuner still tries it as a neighbour.
-            fields = dict(block_m=bm, block_n=bn, block_k=bk, num_warps=warps, num_stages=stages,
-                          streamk=sk, tma=tma, flatten=tma and not sk, aligned_copy=copy)
-            for grid in streamk_grids((bm, bn, bk), problem, device.sm_count) if sk else (None,):
-                cfg = GemmConfig(**fields, grid=grid)
-                if sk and enable_streamk is None and not splits_tiles(cfg, problem, device.sm_count):
-                    continue  # the same schedule as its persistent twin (splits_tiles), which is listed
-                if config_supports(cfg, problem, device) is None:
-                    out.append(cfg)
-                    if sk and reduce_ok and cdiv(problem.m, bm) * cdiv(problem.n, bn) < device.sm_count:
-                        out.append(GemmConfig(**fields, grid=grid, reduce_kernel=True))
-    return out if enable_streamk else out + _gluon_candidates(problem, device)
 
 
 def rank(problem: Problem, device: DeviceInfo, enable_streamk: bool | None = None) -> list[Estimate]:
