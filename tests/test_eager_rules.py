@@ -6,6 +6,7 @@ capture (call.path.eager_kernel_reason, Plan.capture_vendor); and which launches
 
 import pytest
 import torch
+from helpers.quant import needs_cpu_rowwise
 from helpers.shapes import ERROR_SHAPE, record_launches
 
 import tritonblas
@@ -274,6 +275,7 @@ def test_a_routed_scaled_mm_kernel_pick_is_charged_the_trip_into_python_without_
 def test_routed_scaled_mm_calls_of_such_a_pick_run_torch_after_the_first(monkeypatch):
     """Transparent mode's eager calls of a scaled_mm kernel pick charged the routed trip run the kernel
     once (compiled and loaded for a later capture), then torch's op; explicit calls keep the kernel."""
+    needs_cpu_rowwise()
     launches = []
     real = call_run.launch_prepared
 

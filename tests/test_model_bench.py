@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers.quant import needs_cpu_rowwise
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 
@@ -531,6 +532,7 @@ def _rel(x: torch.Tensor, ref: torch.Tensor) -> float:
 def test_fp8_row_linear_on_both_sides(mb):
     """torch._scaled_mm row-wise (torch runs it on the CPU too), and the same module in transparent mode:
     within float8's error of the bf16 Linear, our side through tritonblas."""
+    needs_cpu_rowwise()
     from lm_common import fp8
 
     import tritonblas
@@ -634,6 +636,7 @@ def test_tiny_fp8_row_run(mb, tmp_path):
     parts on both sides (ours: transparent mode routing torch._scaled_mm, in the interpreter), each side's
     logits within float8's error of the bf16 model's and close to each other."""
     pytest.importorskip("transformers")
+    needs_cpu_rowwise()
     path = tmp_path / "fp8.json"
     assert mb.main(["--device", "cpu", "--tiny", "--models", "llama", "--fp8", "row", "--layers", "1",
                     "--reps", "1", "--warmup", "0", "--prefill-seq", "8", "--prompt-len", "4",

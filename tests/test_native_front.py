@@ -9,6 +9,7 @@ import threading
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers.quant import needs_cpu_rowwise
 from helpers.shapes import record_launches
 
 import tritonblas
@@ -255,6 +256,7 @@ def _fp8_operands(rows: bool):
 def test_a_scaled_mm_torch_pick_is_answered_in_cpp(out_dtype, bias_dtype, rows, torch_picked, planned_scaled):
     """torch._scaled_mm's own case (fp8 operands, a bf16 or fp16 output, a bias of its dtype): from the
     second call on the front runs it; out= (the result is out itself) and use_fast_accum are other keys."""
+    needs_cpu_rowwise(rows)
     a, b, scale_a, scale_b = _fp8_operands(rows)
     bias = None if bias_dtype is None else _t(16, seed=2, dtype=bias_dtype)
     want = torch._scaled_mm(a, b, scale_a, scale_b, bias=bias, out_dtype=out_dtype)

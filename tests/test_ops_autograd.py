@@ -221,7 +221,9 @@ def test_where_dispatch_picks_torch_autograd_is_torchs(op, torch_picked):
     ours, theirs = ours_fn(), torch_fn()
     assert type(ours.grad_fn) is type(theirs.grad_fn)
     pinned = ours_fn(backend="torch").grad_fn  # (an N-D linear's output is a view of the GEMM's)
-    assert any("_Gemm" in type(node).__name__ for node in (pinned, *(n for n, _ in pinned.next_functions)))
+    # (a custom Function's own node refuses next_functions under torch 2.11: asked only of the view's)
+    assert "_Gemm" in type(pinned).__name__ or \
+        any("_Gemm" in type(n).__name__ for n, _ in pinned.next_functions)
     inputs = [x, w, bias]
     first = torch.autograd.grad(ours.square().sum(), inputs, create_graph=True, allow_unused=True)
     want = torch.autograd.grad(theirs.square().sum(), inputs, create_graph=True, allow_unused=True)

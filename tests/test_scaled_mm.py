@@ -11,6 +11,7 @@ from helpers.quant import (
     INT8,
     assert_scaled_close,
     interpreter_fp8_rounding,
+    needs_cpu_rowwise,
     quantized,
     scales,
 )
@@ -139,6 +140,7 @@ VENDOR_CASES = [  # (id, shape, a, b, scales, bias, out): problems torch takes o
 @pytest.mark.parametrize("shape, a_dtype, b_dtype, mode, bias_dtype, out_dtype",
                          [c[1:] for c in VENDOR_CASES], ids=[c[0] for c in VENDOR_CASES])
 def test_vendor_backend(shape, a_dtype, b_dtype, mode, bias_dtype, out_dtype):
+    needs_cpu_rowwise(mode == "row" and a_dtype != INT8)
     a, b, scale_a, scale_b, bias = _inputs(shape, a_dtype, b_dtype, "nt", mode, (), bias_dtype)
     y = tritonblas.scaled_mm(a, b, scale_a, scale_b, bias=bias, out_dtype=out_dtype, backend="torch")
     assert_scaled_close(y, a, b, scale_a, scale_b, bias, out_dtype)
@@ -146,6 +148,7 @@ def test_vendor_backend(shape, a_dtype, b_dtype, mode, bias_dtype, out_dtype):
 
 @pytest.mark.parametrize("column_major", [False, True], ids=["out_row_major", "out_column_major"])
 def test_vendor_backend_writes_out(column_major):
+    needs_cpu_rowwise()
     a, b, scale_a, scale_b, bias = _inputs((24, 32, 48), E4M3, E4M3, "nt", "row", (), BF16)
     out = torch.empty(32, 24, dtype=BF16).t() if column_major else torch.empty(24, 32, dtype=BF16)
     assert tritonblas.scaled_mm(a, b, scale_a, scale_b, bias=bias, out=out, backend="torch") is out
@@ -157,6 +160,7 @@ def test_a_kernel_left_to_graph_capture_runs_eager_calls_on_the_vendor(layout, v
                                                                          monkeypatch):
     """As the plain ops: where the kernel wins only under graph capture, eager calls after the first (which
     loads the kernel) run torch's scaled GEMM, where torch takes the problem at all (layout nt here)."""
+    needs_cpu_rowwise(vendor_takes)
     a, b, scale_a, scale_b, bias = _inputs((24, 32, 48), E4M3, E4M3, layout, "row", (), BF16)
     gemms, real = [], launch.launch_plan
 

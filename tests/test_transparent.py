@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers.quant import needs_cpu_rowwise
 from helpers.shapes import assert_close, record_launches
 
 import tritonblas
@@ -251,6 +252,7 @@ def scaled_runs(monkeypatch):
 @pytest.mark.parametrize("pick", ["kernels", "torch"])
 @pytest.mark.parametrize("scales", ["tensor", "row"])
 def test_torch_scaled_mm_runs_through_dispatch(scales, pick, scaled_runs, request):
+    needs_cpu_rowwise(scales == "row")
     if pick == "torch":
         request.getfixturevalue("torch_picked")
     m, n, k = 24, 32, 48
@@ -284,6 +286,7 @@ def test_scaled_mm_calls_it_does_not_take_stay_torchs(scaled_runs):
 def test_scaled_mms_torch_backend_does_not_come_back_through_the_mode(scaled_runs):
     """The vendor of an explicit scaled_mm (backend="torch") calls torch's out= overload, which the mode
     does not intercept: torch runs it, not a kernel planned again below (as the plain ops' vendor)."""
+    needs_cpu_rowwise()
     a, b = _fp8(16, 32, 0), _fp8(32, 16, 1, transposed=True)
     sa, sb = torch.rand(16, 1) + 0.5, torch.rand(1, 16) + 0.5
     bias = _t(16, dtype=torch.float32, seed=2)

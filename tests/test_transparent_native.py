@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from helpers.quant import needs_cpu_rowwise
 from helpers.shapes import record_launches
 
 import tritonblas
@@ -247,6 +248,7 @@ def test_a_scaled_mm_torch_pick_is_answered_in_cpp(rows, bias_dtype, out_dtype, 
                                                    monkeypatch):
     """From its second call a routed torch._scaled_mm that dispatch gives to torch runs torch's kernel in
     C++, with torch's own result; use_fast_accum and out_dtype are other keys."""
+    needs_cpu_rowwise(rows)
     launches = record_launches(monkeypatch)
     a, b, scale_a, scale_b, bias = _fp8_call(rows, bias_dtype)
     want = torch._scaled_mm(a, b, scale_a, scale_b, bias=bias, out_dtype=out_dtype)
@@ -278,6 +280,7 @@ def test_a_scaled_mm_kernel_pick_asks_every_call(asked_scaled, monkeypatch):
 
 
 def test_a_scaled_mm_torch_answer_is_dropped_for_a_new_recording(torch_picked, asked_scaled, tmp_path):
+    needs_cpu_rowwise()
     a, b, scale_a, scale_b, _ = _fp8_call(True)
     with tritonblas.enable(record=tmp_path / "one.yaml"):
         torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16)

@@ -157,7 +157,7 @@ def config_supports(config: GemmConfig, problem: Problem, device: DeviceInfo) ->
         return reason
     if config.backend == "torch":
         # torch.mm / torch.addmm take every problem the public ops accept; scaled_mm's vendor does not.
-        return vendor_scaled_refusal(problem) if problem.quantized else None
+        return vendor_scaled_refusal(problem, device) if problem.quantized else None
     if config.gluon:
         return gluon_refusal(config, problem, device)
     if problem.scales == "block":
@@ -272,7 +272,7 @@ def _torch_has_blockwise() -> bool:
     return hasattr(getattr(torch.nn.functional, "ScalingType", None), "BlockWise128x128")
 
 
-def vendor_scaled_refusal(problem: Problem) -> str | None:
+def vendor_scaled_refusal(problem: Problem, device: DeviceInfo | None = None) -> str | None:
     """Why torch refuses a quantized problem on CUDA (scaled_mm's vendor: torch._scaled_mm for fp8,
     torch._int_mm for int8), None where it runs it, so that dispatch, the tuner and the heuristic never
     pick a vendor that would raise. Each rule is aten's check (_scaled_mm_out_cuda, _int_mm_out_cuda)
@@ -300,7 +300,25 @@ def vendor_scaled_refusal(problem: Problem) -> str | None:
         return "torch._scaled_mm does not multiply two e5m2 matrices"
     if problem.scales not in ("tensor", "row"):  # "Invalid scaling configuration"
         return f"torch._scaled_mm takes tensor-wise or row-wise scales on both operands, not {problem.scales}"
+    if device is not None and device.arch == "interpreter" and problem.scales == "row" \
+            and not cpu_scaled_mm_takes_rows():
+        return "this torch's CPU _scaled_mm takes tensor-wise scales only"
     return None
+
+
+@functools.cache
+def cpu_scaled_mm_takes_rows() -> bool:
+    """Whether the running torch's CPU torch._scaled_mm takes row-wise scales (the interpreter's vendor
+    for CPU tensors): torch 2.11's asserts one scale each, 2.13's takes them. Asked once, of a 16^3
+    product, where no torch version table could be kept true."""
+    import torch
+
+    a = torch.ones(16, 16).to(torch.float8_e4m3fn)
+    try:
+        torch._scaled_mm(a, a.t(), torch.ones(16, 1), torch.ones(1, 16), out_dtype=torch.bfloat16)
+    except RuntimeError:
+        return False
+    return True
 
 
 def require_supported(config: GemmConfig, problem: Problem, device: DeviceInfo) -> None:

@@ -1,13 +1,16 @@
 """scaled_mm's test inputs and references: quantized operands in any layout, scales of each mode, the
 float64 reference of the dequantized operands, torch's own result, and a fix for the interpreter's fp8
-rounding (no tests here)."""
+rounding, a skip where torch's CPU op lacks row-wise scales (no tests here)."""
 
 from __future__ import annotations
 
 import contextlib
 
 import numpy as np
+import pytest
 import torch
+
+from tritonblas.config import cpu_scaled_mm_takes_rows
 
 E4M3, E5M2, INT8 = torch.float8_e4m3fn, torch.float8_e5m2, torch.int8
 FP8_MAX = {E4M3: 448.0, E5M2: 57344.0}
@@ -109,3 +112,10 @@ def interpreter_fp8_rounding():
         yield
     finally:
         interpreter._convert_float = real
+
+
+def needs_cpu_rowwise(rows: bool = True) -> None:
+    """Skip a test that runs torch's CPU _scaled_mm with row-wise scales where the running torch's takes
+    tensor-wise scales only (torch 2.11: dispatch then never picks it, config.vendor_scaled_refusal)."""
+    if rows and not cpu_scaled_mm_takes_rows():
+        pytest.skip(f"torch {torch.__version__}'s CPU _scaled_mm takes tensor-wise scales only")

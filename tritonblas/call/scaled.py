@@ -126,7 +126,7 @@ def _plan(key, a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum, out, bac
     problem = Problem(m, n, k, QUANT_TORCH[a.dtype], layout_of(a, b), "none" if bias is None else "row",
                       out_name, None if b.dtype == a.dtype else b_name, scales)
     if backend == "torch" or (config is not None and config.is_vendor):
-        refusal = vendor_scaled_refusal(problem)
+        refusal = vendor_scaled_refusal(problem, tensor_device_info(a))
         if refusal is not None:  # (as torch._scaled_mm would raise: before anything is written)
             raise ValueError(f"backend 'torch' cannot run {problem.short()}: {refusal}")
     return _prepare(key, problem, a, b, scale_a, scale_b, bias, out, use_fast_accum, backend, config)

@@ -7,8 +7,8 @@ For each feasible candidate the model estimates time from
   - edge waste: tiles past M/N compute zeros that are thrown away,
   - the Stream-K fix-up: each split tile writes and re-reads fp32 partials,
   - memory: bytes moved at the device bandwidth (roofline: the larger of compute and memory wins),
-and ranks the candidates (candidates.py, the space) by it. `rank` returns the ranked estimates with each term (`Estimate.why`;
-`tritonblas explain` prints them), so a choice is auditable.
+and ranks the candidates (candidates.py, the space) by it. `rank` returns the ranked estimates with each
+term (`Estimate.why`; `tritonblas explain` prints them), so a choice is auditable.
 """
 
 from __future__ import annotations
