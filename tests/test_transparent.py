@@ -237,6 +237,7 @@ def _fp8(rows, cols, seed, transposed=False):
 def scaled_runs(monkeypatch):
     """The scaled_mm plans transparent mode runs (spied before enable() binds call.run.run_scaled)."""
     import tritonblas.call.run
+    import tritonblas.call.scaled  # noqa: F401  (explicit calls keep the real one, bound at its import)
 
     ran = []
     real = tritonblas.call.run.run_scaled
@@ -281,6 +282,20 @@ def test_scaled_mm_calls_it_does_not_take_stay_torchs(scaled_runs):
     with pytest.raises((RuntimeError, ValueError)) as direct:
         torch._scaled_mm(a, b, torch.ones(3, 1), one, out_dtype=torch.bfloat16)
     assert type(theirs.value) is type(direct.value) and str(theirs.value) == str(direct.value)
+
+
+def test_the_cpu_row_wise_probe_does_not_come_back_through_the_mode(scaled_runs):
+    """config.cpu_scaled_mm_takes_rows asks torch's CPU op through the out= overload, which the mode does
+    not intercept: asked inside a routed call (a torch winner's feasibility), it never re-enters dispatch."""
+    from tritonblas.config import cpu_scaled_mm_takes_rows
+
+    cpu_scaled_mm_takes_rows.cache_clear()
+    try:
+        with tritonblas.enable():
+            cpu_scaled_mm_takes_rows()
+    finally:
+        cpu_scaled_mm_takes_rows.cache_clear()
+    assert scaled_runs == []
 
 
 def test_scaled_mms_torch_backend_does_not_come_back_through_the_mode(scaled_runs):

@@ -310,15 +310,17 @@ def vendor_scaled_refusal(problem: Problem, device: DeviceInfo | None = None) ->
 def cpu_scaled_mm_takes_rows() -> bool:
     """Whether the running torch's CPU torch._scaled_mm takes row-wise scales (the interpreter's vendor
     for CPU tensors): torch 2.11's asserts one scale each, 2.13's takes them. Asked once, of a 16^3
-    product, where no torch version table could be kept true."""
+    product, where no torch version table could be kept true. The out= overload, which transparent mode
+    does not intercept: asked from inside a routed call, the probe never comes back through dispatch."""
     import torch
 
     a = torch.ones(16, 16).to(torch.float8_e4m3fn)
+    out = torch.empty(16, 16, dtype=torch.bfloat16)
     try:
-        torch._scaled_mm(a, a.t(), torch.ones(16, 1), torch.ones(1, 16), out_dtype=torch.bfloat16)
-    except RuntimeError:
+        torch._scaled_mm(a, a.t(), torch.ones(16, 1), torch.ones(1, 16), out_dtype=torch.bfloat16, out=out)
+    except (RuntimeError, NotImplementedError, TypeError):
         return False
-    return True
+    return bool((out == 16).all())
 
 
 def require_supported(config: GemmConfig, problem: Problem, device: DeviceInfo) -> None:
