@@ -152,9 +152,9 @@ def test_coverage_gaps_names_missing_and_stale_problems():
 
 
 def test_shipped_config_files_all_validate():
-    from tritonblas.selection import dispatch
+    from tritonblas.selection import sources
 
-    files = sorted(dispatch.SHIPPED_DIR.glob("*.json"))
+    files = sorted(sources.SHIPPED_DIR.glob("*.json"))
     assert files
     for path in files:
         cfg = ex.load_config_file(path)

@@ -10,7 +10,7 @@ import tritonblas
 from tritonblas.arch import INTERPRETER_DEVICE
 from tritonblas.call import run as call_run
 from tritonblas.problem import Problem
-from tritonblas.selection import dispatch
+from tritonblas.selection import dispatch, sources
 
 
 def _failing_launch(monkeypatch, refuse):
@@ -59,7 +59,7 @@ def test_other_launch_errors_propagate_without_fallback(fresh_dispatch, monkeypa
     monkeypatch.setattr(call_run, "launch_gemm", boom)
     with pytest.raises(ValueError, match="boom"):
         tritonblas.matmul(torch.randn(8, 8).half(), torch.randn(8, 8).half())
-    assert not dispatch._state.failed
+    assert not sources.state.failed
 
 
 def test_a_user_config_that_cannot_compile_is_not_replaced(fresh_dispatch, monkeypatch):
@@ -67,7 +67,7 @@ def test_a_user_config_that_cannot_compile_is_not_replaced(fresh_dispatch, monke
     _failing_launch(monkeypatch, lambda c: True)
     with pytest.raises(OutOfResources):
         tritonblas.matmul(torch.randn(33, 40).half(), torch.randn(40, 17).half(), config=config)
-    assert (Problem(33, 17, 40, "fp16"), INTERPRETER_DEVICE) not in dispatch._state.failed
+    assert (Problem(33, 17, 40, "fp16"), INTERPRETER_DEVICE) not in sources.state.failed
 
 
 def test_scaled_mm_falls_back_through_the_same_path(fresh_dispatch, monkeypatch):

@@ -7,11 +7,12 @@ which triton tuned it.
 
 The dispatch key is a `Problem` (m, n, k, dtypes, layout, bias kind, scale mode): a quantized problem
 (scaled_mm) goes through the same layers, its vendor (torch._scaled_mm / torch._int_mm) only where
-config_supports says torch takes it. The user DB (`userdb`: found by
-tuning_db.default_url(), so $TRITONBLAS_DB) is opened on the first cache miss, once per process; a
-cached selection never touches it again. A DB that cannot be used costs one warning per process, never a
-failed matmul: selection goes on without it. A SQLite DB file that does not exist is simply skipped:
-dispatch never creates one. The neighbour layer's distance and search are `neighbors`'.
+config_supports says torch takes it. What the layers read (the user DB, the shipped files, the configs
+that failed here) is held in `sources`: the user DB (`userdb`: found by tuning_db.default_url(), so
+$TRITONBLAS_DB) is opened on the first cache miss, once per process; a cached selection never touches it
+again. A DB that cannot be used costs one warning per process, never a failed matmul: selection goes on
+without it. A SQLite DB file that does not exist is simply skipped: dispatch never creates one. The
+neighbour layer's distance and search are `neighbors`'.
 
 Selections are cached here (`_selections`) and in the call path's plans, both `caches.new()` dicts.
 Dropping them (`clear_cache`, `set_database`, `set_shipped_dir`, a config reported as failing to
@@ -21,14 +22,10 @@ after it (`caches.store`).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import logging
-import threading
-from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal
 
 from tuning_db.vocabulary import BiasKind
@@ -36,13 +33,18 @@ from tuning_db.vocabulary import BiasKind
 from .. import caches, log
 from ..arch import DeviceInfo
 from ..config import GemmConfig, config_supports, require_supported, torch_blockwise_fits
-from ..identity import SCALE_FAMILIES
 from ..problem import Problem, vendor_name
-from . import heuristic, neighbors
-from .userdb import UserDB
+from . import heuristic, neighbors, sources
+from .sources import (  # noqa: F401  (the public names, where callers find them)
+    clear_cache,
+    database_choice,
+    set_database,
+    set_shipped_dir,
+    shipped_name,
+    using_database,
+)
 
 Source = Literal["db", "shipped", "neighbor", "heuristic", "user"]
-SHIPPED_DIR = Path(__file__).parent.parent / "configs"  # tritonblas/configs
 # A neighbour's config that the model predicts this much slower than its own best pick for the new
 # shape is not used: 2000x3000x1000 took a 2048^3-like pointer config at 0.30x torch.mm, where K=1000
 # (a leading dim triton does not specialize) wants TMA (bench of untuned shapes, 2026-11-30).
@@ -81,132 +83,8 @@ class Selection:
         return f"{what} from {self.source}{extra}{time}"
 
 
-class _State:
-    """Process-wide dispatch state: the user DB, shipped files, neighbour indexes, failed configs."""
-
-    def __init__(self) -> None:
-        self.lock = threading.RLock()
-        self.user_db = UserDB(self.lock)
-        self.forget()
-
-    def forget(self) -> None:
-        """Close the DB and drop what was read from it or from shipped files; the next miss reopens."""
-        self.user_db.close()
-        self.shipped: dict[str, dict[tuple, object]] = {}
-        self.shipped_kernels: dict[str, dict[tuple, object]] = {}  # the torch winners' kernel fallbacks
-        self.db_neighbors: dict[str, list[object]] = {}
-        # Configs triton could not compile for a problem on a device (see report_compile_failure).
-        self.failed: dict[tuple[Problem, DeviceInfo], set[GemmConfig]] = {}
-
-
-_state = _State()
 # Selections by (problem, device, enable_streamk, backend); dropped with the plans (caches.invalidate).
 _selections: dict[tuple, Selection] = caches.new()
-
-
-def _db_call(fn):
-    """A read on the user DB (userdb.UserDB.call): None without a usable one."""
-    return _state.user_db.call(fn)
-
-
-def set_database(url: str | None | Literal[False]) -> None:
-    """Use the DB at `url` from now on (None: tuning_db.default_url(); False: no user DB at all).
-    Clears every cache, so the next dispatch reopens."""
-    _state.user_db.choose(url)
-    clear_cache()
-
-
-def database_choice() -> str | None | Literal[False]:
-    """What set_database chose: a URL or path, None (the default), False (no user DB): grouped
-    dispatch reads its user table next to that database (grouped/usertable.py). No lock: torch.compile
-    traces grouped dispatch through here and cannot enter one; a read racing set_database is followed
-    by set_database's clear_cache anyway."""
-    user_db = _state.user_db
-    return user_db.url if user_db.enabled else False
-
-
-@contextlib.contextmanager
-def using_database(url: str | None | Literal[False]) -> Iterator[None]:
-    """set_database for the duration of a with-block; the previous choice is restored after it."""
-    with _state.lock:
-        before = (_state.user_db.url, _state.user_db.enabled)
-    set_database(url)
-    try:
-        yield
-    finally:
-        set_database(False if not before[1] else before[0])
-
-
-def set_shipped_dir(path: str | Path | None) -> None:
-    """Read shipped config files from `path` (None: the package's configs/). For tests and packagers."""
-    global SHIPPED_DIR
-    SHIPPED_DIR = Path(path) if path is not None else Path(__file__).parent.parent / "configs"
-    clear_cache()
-
-
-def clear_cache() -> None:
-    """Forget every cached selection, close the DB and drop the shipped files read: the next call
-    looks again (e.g. after a tuning run in another process). The one warning stays given."""
-    with _state.lock:
-        _state.forget()
-        _drop_selections()
-
-
-def _drop_selections() -> None:
-    """Under _state.lock, after the state they came from has changed: selections and plans go."""
-    caches.invalidate()
-
-
-def _arch_key(p: Problem) -> tuple:
-    """The problem as a shipped file's entries are found (GemmShape.shape_key)."""
-    return (p.m, p.n, p.k, p.dtype, p.b, p.out, p.layout, p.bias, p.scales)
-
-
-def shipped_name(arch: str, scales: str = "none") -> str:
-    """The file under configs/ that ships winners of this scale mode: a mode whose kernels are hashed
-    apart (identity.SCALE_FAMILIES: block-wise scales) has a file of its own, one kernel hash a file."""
-    return f"{scales}/{arch}.json" if scales in SCALE_FAMILIES else f"{arch}.json"
-
-
-def _shipped(arch: str) -> dict[tuple, object]:
-    """Entries of configs/<arch>.json and configs/block/<arch>.json (the block-scaled kernel's winners:
-    a kernel hash of their own) by (m, n, k, dtypes, layout, bias, scales); loaded once per arch."""
-    with _state.lock:
-        if arch in _state.shipped:
-            return _state.shipped[arch]
-        table: dict[tuple, object] = {}
-        kernels: dict[tuple, object] = {}
-        for path in (SHIPPED_DIR / shipped_name(arch, scales) for scales in ("none", *SCALE_FAMILIES)):
-            if path.is_file():
-                _read_shipped(path, arch, table, kernels)
-        _state.shipped[arch] = table
-        _state.shipped_kernels[arch] = kernels
-        return table
-
-
-def _read_shipped(path: Path, arch: str, table: dict[tuple, object], kernels: dict[tuple, object]) -> None:
-    try:
-        from tuning_db.exchange import load_config_file
-
-        cfg = load_config_file(path)
-        # One entry per problem: the running triton version's, else one of another version
-        # (same kernels); stale entries (another kernel hash) are a miss, as in the DB.
-        if cfg.header.arch == arch:
-            for w, kernel in cfg.serving().values():
-                table[w.key.arch_key()[1:]] = w
-                if kernel is not None:
-                    kernels[w.key.arch_key()[1:]] = kernel
-    except Exception as exc:  # a broken shipped file must not break matmul
-        log.warn(f"tritonblas: shipped config file {path} cannot be read ({exc}); it is ignored",
-                 stacklevel=5)
-
-
-def _db_neighbors(arch: str) -> list[object]:
-    with _state.lock:
-        if arch not in _state.db_neighbors:
-            found = _db_call(lambda db: db.winners(arch=arch, include_stale=False))
-            _state.db_neighbors[arch] = list(found or [])
-        return _state.db_neighbors[arch]
 
 
 def _family_ok(config: GemmConfig, enable_streamk: bool | None, backend: str | None = None) -> bool:
@@ -236,7 +114,7 @@ def _vendor_contends(problem: Problem, device: DeviceInfo) -> bool:
 def _feasible(config: GemmConfig, problem: Problem, device: DeviceInfo) -> bool:
     """Feasible by the predicate, and not one triton already failed to compile for this problem here."""
     return config_supports(config, problem, device) is None and \
-        config not in _state.failed.get((problem, device), ())
+        config not in sources.failed_configs(problem, device)
 
 
 def report_compile_failure(problem: Problem, device: DeviceInfo, config: GemmConfig,
@@ -251,9 +129,7 @@ def report_refusal(problem: Problem, device: DeviceInfo, config: GemmConfig, wha
                    exc: BaseException) -> None:
     """A dispatched config that failed to run for `problem` (`what` it did: triton could not compile
     it, torch's op refused the call) is never selected again for that problem in this process."""
-    with _state.lock:
-        _state.failed.setdefault((problem, device), set()).add(config)
-        _drop_selections()
+    sources.mark_failed(problem, device, config)
     lines = str(exc).splitlines() or [type(exc).__name__]
     log.warn(f"tritonblas: {config.short()} {what} for {problem.short()} on {device.name} ({lines[0]}); "
              "using the next candidate", stacklevel=5)
@@ -269,7 +145,7 @@ def _from_db(problem: Problem, device: DeviceInfo, enable_streamk: bool | None,
         key = ProblemKey.from_problem(problem, device)
     except ValidationError:  # beyond what a key can hold (a dim over 2**24): nothing can be stored
         return None
-    winner = _db_call(lambda db: db.lookup(key))
+    winner = sources.db_call(lambda db: db.lookup(key))
     if winner is None:
         return None
     if _family_ok(winner.config, enable_streamk, backend) and _feasible(winner.config, problem, device):
@@ -278,7 +154,7 @@ def _from_db(problem: Problem, device: DeviceInfo, enable_streamk: bool | None,
                          + _vendor_won(winner, problem), torch_ms=winner.torch_ms or 0.0)
     # The winner is of another family or backend: the fastest measurement of the asked-for one made
     # under the winner's triton version.
-    for m in _db_call(lambda db: db.measurements(key, winner.env)) or []:
+    for m in sources.db_call(lambda db: db.measurements(key, winner.env)) or []:
         if m.status == "ok" and _family_ok(m.config, enable_streamk, backend) and \
                 _feasible(m.config, problem, device):
             return Selection(m.config, "db", m.median_ms, True, problem, device, "fastest of its family")
@@ -300,13 +176,13 @@ def _tuned_under(w) -> str:
 
 def _from_shipped(problem: Problem, device: DeviceInfo, enable_streamk: bool | None,
                   backend: str | None = None) -> Selection | None:
-    entry = _shipped(device.arch).get(_arch_key(problem))
+    entry = sources.shipped_table(device.arch).get(sources.arch_key(problem))
     if entry is None:
         return None
     config, ms, why, torch_ms = entry.config, entry.median_ms, _vendor_won(entry, problem), entry.torch_ms
     if not _family_ok(config, enable_streamk, backend):
         # torch.mm won, the call wants a kernel: the fastest kernel of the same tuning run, if any.
-        kernel = _state.shipped_kernels.get(device.arch, {}).get(_arch_key(problem))
+        kernel = sources.shipped_kernel(device.arch, problem)
         if kernel is None or not _family_ok(kernel.config, enable_streamk, backend):
             return None
         config, ms, why = kernel.config, kernel.median_ms, ": the fastest kernel of its tuning run"
@@ -322,7 +198,7 @@ def _from_neighbor(problem: Problem, device: DeviceInfo, enable_streamk: bool | 
     """The nearest tuned problem of the same arch and dtypes whose config is feasible here
     (neighbors.nearest: another bias kind, or another layout for a TMA config, at a penalty), unless
     the model puts its config far behind its own pick or prefers torch.mm."""
-    pool = list(_shipped(device.arch).values()) + _db_neighbors(device.arch)
+    pool = list(sources.shipped_table(device.arch).values()) + sources.db_neighbors(device.arch)
     found = neighbors.nearest(problem, pool, lambda config: _family_ok(config, enable_streamk, backend)
                               and _feasible(config, problem, device)
                               and (config.backend != "torch" or _vendor_contends(problem, device)))
@@ -350,7 +226,7 @@ def _from_neighbor(problem: Problem, device: DeviceInfo, enable_streamk: bool | 
 
 def _from_heuristic(problem: Problem, device: DeviceInfo, enable_streamk: bool | None,
                     backend: str | None = None) -> Selection:
-    failed = _state.failed.get((problem, device), ())
+    failed = sources.failed_configs(problem, device)
     ranked = [e for e in heuristic.rank(problem, device, enable_streamk) if e.config not in failed]
     if _vendor_ok(problem, device, enable_streamk, backend):
         why = heuristic.vendor_preferred(problem, device, ranked[0] if ranked else None)
