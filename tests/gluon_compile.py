@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 
 import torch
@@ -89,9 +90,23 @@ def compile_grouped(tile: tuple[int, int, int, int], stages: int, experts: int) 
     return {"tile": list(tile), "stages": stages, "experts": experts, **_counts(compiled, "HGMMA")}
 
 
+def _use_system_cuobjdump() -> None:
+    """A triton without its bundled cuobjdump (a copy slimmed to travel) reads SASS with the system's,
+    where there is one (TRITON_CUOBJDUMP_PATH, else PATH, else CUDA's default folder)."""
+    from triton import knobs
+
+    try:
+        _ = knobs.nvidia.cuobjdump.path
+    except RuntimeError:
+        found = shutil.which("cuobjdump") or "/usr/local/cuda/bin/cuobjdump"
+        if os.path.isfile(found):
+            os.environ["TRITON_CUOBJDUMP_PATH"] = found
+
+
 def main() -> int:
     if os.environ.get("TRITON_INTERPRET") == "1":
         sys.exit("run without TRITON_INTERPRET=1: Gluon kernels do not exist in the interpreter")
+    _use_system_cuobjdump()
     if sys.argv[1:] == ["--grouped"]:
         from tritonblas.grouped.select import GLUON_TILES
 
