@@ -69,7 +69,7 @@ def test_every_tile_compiles_for_sm_90_without_spills_or_serialized_wgmma():
     (GLUON_CONFIGS[0], _key(layout="nn"), H200, "layout nt"),
     (GLUON_CONFIGS[0], _key(form="3d3d"), H200, "MoE forward"),
     (GLUON_CONFIGS[0], _key(dtype="fp32"), H200, "bf16 or fp16"),
-    (GLUON_CONFIGS[0].model_copy(update={"num_stages": 4}), _key(), H200, "3 stages at most"),
+    (GLUON_CONFIGS[0].model_copy(update={"num_stages": 5}), _key(), H200, "4 stages at most"),
     (GLUON_CONFIGS[0].model_copy(update={"block_k": 128}), _key(), H200, "tiles"),
     (GLUON_CONFIGS[0].model_copy(update={"tma": False}), _key(), H200, "persistent TMA"),
     (GLUON_CONFIGS[0].model_copy(update={"grid": 264}), _key(), H200, "persistent TMA"),

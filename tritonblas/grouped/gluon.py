@@ -63,6 +63,12 @@ def gluon_twin(config: GemmConfig, element_size: int) -> GemmConfig:
     return config.model_copy(update={"gluon": False, "num_stages": stages})
 
 
+def _c_split(config: GemmConfig) -> int:
+    """The column pieces a consumer's output leaves in (kernels/grouped_gluon.epilogue): 2 for the
+    cooperative 128x256 tile, whose ring then holds 4 stages (48 KB each) beside 2 x 16 KB of output."""
+    return 2 if not _pingpong(config) and config.block_n == 256 else 1
+
+
 def _pingpong(config: GemmConfig) -> bool:
     """4 MMA warps a tile: each consumer warp group takes its own tiles in turn (grouped.select)."""
     return config.num_warps == 4
@@ -76,7 +82,8 @@ def descriptor_geometry(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, con
     bm, bn, bk = config.block_m, config.block_n, config.block_k
     return (([a.shape[0], k], [a.stride(0), 1], [bm, bk]),
             ([e * n, k], [w.stride(1), 1], [bn, bk]),
-            ([out.shape[0], n], [out.stride(0), 1], [bm if _pingpong(config) else bm // 2, bn]))
+            ([out.shape[0], n], [out.stride(0), 1],
+             [bm if _pingpong(config) else bm // 2, bn // _c_split(config)]))
 
 
 def gluon_descriptors(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, config: GemmConfig) -> tuple:
@@ -96,7 +103,8 @@ def gluon_plan(bias: torch.Tensor | None, shape: GroupedShape, out: torch.Tensor
     sbg, sbn = (0, 0) if bias is None else bias.stride()
     constexprs = dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
                       STAGES=config.num_stages, GROUP_M=config.group_m, HAS_BIAS=bias is not None,
-                      E_PAD=max(2, 1 << shape.groups.bit_length()), PINGPONG=_pingpong(config))
+                      E_PAD=max(2, 1 << shape.groups.bit_length()), PINGPONG=_pingpong(config),
+                      C_SPLIT=_c_split(config))
     progs = max(1, min(sm_count, grid_bound(shape, config.block_m, config.block_n)))
     ints = (shape.groups, shape.n, shape.k, shape.m, out.stride(0), sbg, sbn)
     return Plan(_kernel(), progs, ints, constexprs, 4, config.num_stages, None, maxnreg=GLUON_MAXNREG,

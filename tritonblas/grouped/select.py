@@ -50,7 +50,7 @@ def smem_estimate(config: GemmConfig, dtype: str) -> int:
 # the most stages beside its output tiles. num_warps is the MMA warps a tile has: 8, two consumer warp
 # groups sharing it (cooperative); 4, each consumer its own tile in turn (PINGPONG). Each compiled for
 # sm_90 without spills (tests/test_gluon_grouped.py).
-GLUON_TILES = {(128, 256, 64, 8): 3, (128, 128, 64, 8): 5, (128, 128, 64, 4): 5, (64, 256, 64, 4): 4}
+GLUON_TILES = {(128, 256, 64, 8): 4, (128, 128, 64, 8): 5, (128, 128, 64, 4): 5, (64, 256, 64, 4): 4}
 
 
 def gluon_refusal(config: GemmConfig, key: GroupedKey, device: DeviceInfo) -> str | None:

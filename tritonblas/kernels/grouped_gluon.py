@@ -117,16 +117,27 @@ def first_acc(g, off_n, E, N, bias_ptr, stride_bg, stride_bn, layout: gl.constex
 
 @gluon.jit
 def epilogue(acc, c_desc, c_smem, c_ptr, row, rows, off_n, N, stride_cm, layout: gl.constexpr,
-             HALF: gl.constexpr, BLOCK_N: gl.constexpr):
+             HALF: gl.constexpr, BLOCK_N: gl.constexpr, C_SPLIT: gl.constexpr):
     """acc cast once; `rows` of this half tile's HALF belong to its group. A whole half leaves by TMA
-    store (clipped at N by the copy engine; it drains under the next tile's K loop), a partial one by a
-    masked store: the rows past its group are the next group's."""
+    store (clipped at N by the copy engine; it drains under the next tile's K loop), in C_SPLIT column
+    pieces through a buffer of one (C_SPLIT 2: half the shared memory, so the ring holds a stage more);
+    a partial one by a masked store: the rows past its group are the next group's."""
     out = acc.to(c_desc.dtype)
     if rows >= HALF:
         tma.store_wait(pendings=0)  # this warpgroup's previous tile has left c_smem
-        c_smem.store(out)
-        fence_async_shared()
-        tma_store(c_desc, [row, off_n], c_smem)
+        if C_SPLIT == 1:
+            c_smem.store(out)
+            fence_async_shared()
+            tma_store(c_desc, [row, off_n], c_smem)
+        else:
+            left, right = out.reshape([HALF, 2, BLOCK_N // 2]).permute([0, 2, 1]).split()
+            c_smem.store(left)
+            fence_async_shared()
+            tma_store(c_desc, [row, off_n], c_smem)
+            tma.store_wait(pendings=0)
+            c_smem.store(right)
+            fence_async_shared()
+            tma_store(c_desc, [row, off_n + BLOCK_N // 2], c_smem)
     elif rows > 0:
         r = gl.arange(0, HALF, layout=gl.SliceLayout(1, layout))
         cols = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, layout))
@@ -167,7 +178,8 @@ def retire_last(acc, empty, it, k_tiles, STAGES: gl.constexpr):
 def consumer(c_desc, c_bufs, c_ptr, bias_ptr, offs_ptr, a_bufs, b_bufs, ready, empty,
              E, N, K, total, stride_cm, stride_bg, stride_bn, pid, nprog,
              WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
-             STAGES: gl.constexpr, GROUP_M: gl.constexpr, HAS_BIAS: gl.constexpr, E_PAD: gl.constexpr):
+             STAGES: gl.constexpr, GROUP_M: gl.constexpr, HAS_BIAS: gl.constexpr, E_PAD: gl.constexpr,
+             C_SPLIT: gl.constexpr):
     """Rows WG * 64 .. + 64 of every tile: one wgmma in flight while the one before it retires and frees
     its stage."""
     HALF: gl.constexpr = BLOCK_M // 2
@@ -185,7 +197,7 @@ def consumer(c_desc, c_bufs, c_ptr, bias_ptr, offs_ptr, a_bufs, b_bufs, ready, e
                                  STAGES)
         acc = retire_last(acc, empty, it, k_tiles, STAGES)
         epilogue(acc, c_desc, c_smem, c_ptr, row + WG * HALF, rows - WG * HALF, off_n, N, stride_cm, layout,
-                 HALF, BLOCK_N)
+                 HALF, BLOCK_N, C_SPLIT)
     tma.store_wait(pendings=0)
 
 
@@ -216,7 +228,7 @@ def consumer_pingpong(c_desc, c_bufs, c_ptr, bias_ptr, offs_ptr, a_bufs, b_bufs,
         acc, it = issue_k_blocks(acc, a_bufs, b_bufs, ready, empty, it, k_tiles, 0, BLOCK_M, False, STAGES)
         mbarrier.arrive(order.index(1 - WG))
         acc = retire_last(acc, empty, it, k_tiles, STAGES)
-        epilogue(acc, c_desc, c_smem, c_ptr, row, rows, off_n, N, stride_cm, layout, BLOCK_M, BLOCK_N)
+        epilogue(acc, c_desc, c_smem, c_ptr, row, rows, off_n, N, stride_cm, layout, BLOCK_M, BLOCK_N, 1)
         j += 2
     tma.store_wait(pendings=0)
 
@@ -228,6 +240,7 @@ def grouped_gluon_kernel(
     stride_cm, stride_bg, stride_bn,
     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, STAGES: gl.constexpr,
     GROUP_M: gl.constexpr, HAS_BIAS: gl.constexpr, E_PAD: gl.constexpr, PINGPONG: gl.constexpr,
+    C_SPLIT: gl.constexpr,
 ):
     """C[offs[g-1]:offs[g]] = A[offs[g-1]:offs[g]] @ W[g]^T (+ bias[g]) for the E groups, the rows past the
     last group end zeros; c_ptr: c_desc's tensor (total, N). K > 0 (the launch runs K = 0 on the Triton
@@ -238,7 +251,7 @@ def grouped_gluon_kernel(
     b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES, BLOCK_N, BLOCK_K], b_desc.layout)
     # a consumer's output box: its half of the tile, or with PINGPONG its whole tile
     C_ROWS: gl.constexpr = BLOCK_M if PINGPONG else BLOCK_M // 2
-    c_bufs = gl.allocate_shared_memory(c_desc.dtype, [2, C_ROWS, BLOCK_N], c_desc.layout)
+    c_bufs = gl.allocate_shared_memory(c_desc.dtype, [2, C_ROWS, BLOCK_N // C_SPLIT], c_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
@@ -263,10 +276,10 @@ def grouped_gluon_kernel(
         gl.warp_specialize([
             (consumer, (c_desc, c_bufs, c_ptr, bias_ptr, offs_ptr, a_bufs, b_bufs, ready, empty,
                         E, N, K, total, stride_cm, stride_bg, stride_bn, pid, nprog,
-                        0, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, GROUP_M, HAS_BIAS, E_PAD)),
+                        0, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, GROUP_M, HAS_BIAS, E_PAD, C_SPLIT)),
             (consumer, (c_desc, c_bufs, c_ptr, bias_ptr, offs_ptr, a_bufs, b_bufs, ready, empty,
                         E, N, K, total, stride_cm, stride_bg, stride_bn, pid, nprog,
-                        1, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, GROUP_M, HAS_BIAS, E_PAD)),
+                        1, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, GROUP_M, HAS_BIAS, E_PAD, C_SPLIT)),
             (producer, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, offs_ptr, E, N, K, total, pid, nprog,
                         BLOCK_M, BLOCK_N, BLOCK_K, STAGES, GROUP_M, E_PAD)),
         ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
