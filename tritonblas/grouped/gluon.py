@@ -65,8 +65,9 @@ def gluon_twin(config: GemmConfig, element_size: int) -> GemmConfig:
 
 def _c_split(config: GemmConfig) -> int:
     """The column pieces a consumer's output leaves in (kernels/grouped_gluon.epilogue): 2 for the
-    cooperative 128x256 tile, whose ring then holds 4 stages (48 KB each) beside 2 x 16 KB of output."""
-    return 2 if not _pingpong(config) and config.block_n == 256 else 1
+    cooperative 128x256 tile at 4 stages, its ring (48 KB a stage) beside 2 x 16 KB of output; at 3
+    stages the whole half tile leaves at once (the code the shipped winners were tuned with)."""
+    return 2 if not _pingpong(config) and config.block_n == 256 and config.num_stages >= 4 else 1
 
 
 def _pingpong(config: GemmConfig) -> bool:
