@@ -260,3 +260,23 @@ def test_a_grouped_call_needing_grad_costs_little_more_than_one_without(monkeypa
         lambda: tritonblas.grouped_mm(x, w.mT, offs=offs, backend="triton"),
         "grouped_mm needing grad against without",
     )
+
+
+def test_a_routed_grouped_call_that_torch_runs_costs_torchs_own(monkeypatch):
+    """Transparent mode's C++ aten::_grouped_mm: a key answered "torch" (dispatch's torch pick) runs
+    torch's kernel without Python (CPU box: 6.6 us against 6.6 for torch._grouped_mm of 3 rows over 2
+    experts of 16x16; the Python kernel 23.9)."""
+    if not native.load():
+        pytest.skip(f"no C++ kernels here: {native.why_not()}")
+    from tritonblas import caches
+    from tritonblas.config import GemmConfig
+    from tritonblas.grouped import op, select
+
+    monkeypatch.setattr(op, "select", lambda key, device, backend=None: select.GroupedSelection(
+        GemmConfig(backend="torch"), "test", key))
+    caches.invalidate()
+    a, w = torch.ones(3, 16).half(), torch.ones(2, 16, 16).half().transpose(1, 2)
+    offs = torch.tensor([1, 3], dtype=torch.int32)
+    _assert_costs_at_most(1.1, lambda: torch._grouped_mm(a, w, offs=offs),
+                          lambda: torch._grouped_mm(a, w, offs=offs), "routed torch._grouped_mm", mode=True,
+                          extra_us=1.0)

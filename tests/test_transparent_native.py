@@ -305,3 +305,101 @@ def test_scaled_mm_calls_torch_refuses_raise_torchs_error_every_time(torch_picke
                 torch._scaled_mm(a, b, torch.ones(3, 1), scale_b, out_dtype=torch.bfloat16)
             assert type(routed.value) is type(direct.value) and str(routed.value) == str(direct.value)
     assert len(asked_scaled) == 1
+
+
+# --- aten::_grouped_mm ------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def grouped_asked(monkeypatch):
+    """The routed grouped calls that reached the Python side (grouped.route.routed's checks)."""
+    from tritonblas.grouped import route
+
+    seen = []
+    real = route.known_call
+    monkeypatch.setattr(route, "known_call",
+                        lambda *args, **kw: (seen.append(args[0].shape), real(*args, **kw))[1])
+    return seen
+
+
+def _grouped_operands(rows=(5, 0, 7), n=8, k=16, dtype=f16):
+    a = _t(sum(rows) + 2, k, dtype=dtype)  # two rows past the last group end: what they get is unspecified
+    w = _t(len(rows), n, k, seed=1, dtype=dtype)
+    return a, w.transpose(1, 2), torch.tensor(rows, dtype=torch.int32).cumsum(0, dtype=torch.int32)
+
+
+def _pick_grouped(monkeypatch, config) -> None:
+    """grouped dispatch selects `config` (GemmConfig(backend="torch"): torch's op) for every key."""
+    from tritonblas import caches
+    from tritonblas.grouped import op, select
+
+    monkeypatch.setattr(op, "select",
+                        lambda key, device, backend=None: select.GroupedSelection(config, "test", key))
+    caches.invalidate()
+
+
+@pytest.mark.parametrize("pick", ["torch", "kernel"])
+def test_a_grouped_torch_pick_is_answered_in_cpp(pick, monkeypatch, grouped_asked):
+    """torch's pick: the key's later calls run torch's kernel without Python; a kernel's: every call asks
+    (its launch is Python's); both right."""
+    from helpers.grouped import POINTERS
+
+    from tritonblas.config import GemmConfig
+    from tritonblas.grouped import launch as grouped_launch
+
+    _pick_grouped(monkeypatch, GemmConfig(backend="torch") if pick == "torch" else POINTERS)
+    launched = []
+    real = grouped_launch.launch
+    monkeypatch.setattr(grouped_launch, "launch", lambda spec: (launched.append(spec), real(spec))[1])
+    a, b, offs = _grouped_operands()
+    want = torch._grouped_mm(a, b, offs=offs)
+    with tritonblas.enable():
+        outs = [torch._grouped_mm(a, b, offs=offs) for _ in range(3)]
+        torch._grouped_mm(a[:10], b, offs=offs)  # another key: asked
+    assert len(grouped_asked) == (2 if pick == "torch" else 4)
+    assert len(launched) == (0 if pick == "torch" else 4)
+    for out in outs:
+        torch.testing.assert_close(out[:12], want[:12], rtol=2e-3, atol=2e-3)
+    assert (native.ops().remembered() == 2) == (pick == "torch")
+
+
+def test_grouped_calls_torch_refuses_raise_torchs_error_every_time(grouped_asked):
+    a, b, offs = _grouped_operands()
+    with pytest.raises(RuntimeError) as own:
+        torch._grouped_mm(a, b, offs=offs.long())
+    with tritonblas.enable():
+        for _ in range(2):
+            with pytest.raises(type(own.value)):
+                torch._grouped_mm(a, b, offs=offs.long())
+    assert len(grouped_asked) == 1
+
+
+def test_grouped_answers_are_dropped_with_the_selections(monkeypatch, grouped_asked):
+    from tritonblas.config import GemmConfig
+
+    _pick_grouped(monkeypatch, GemmConfig(backend="torch"))
+    a, b, offs = _grouped_operands()
+    with tritonblas.enable():
+        torch._grouped_mm(a, b, offs=offs), torch._grouped_mm(a, b, offs=offs)
+        dispatch.clear_cache()
+        torch._grouped_mm(a, b, offs=offs)
+    assert len(grouped_asked) == 2
+
+
+@pytest.mark.parametrize("native_kernels", [True, False])
+def test_grouped_mms_torch_backend_runs_torchs_own_kernel_in_transparent_mode(native_kernels, monkeypatch,
+                                                                              grouped_asked):
+    """grouped_mm(backend="torch") and a torch pick's explicit call run torch's own kernel, not the
+    routed one (which would run a kernel where dispatch picks one for the key)."""
+    from helpers.grouped import POINTERS
+
+    from tritonblas.grouped import launch as grouped_launch
+
+    _pick_grouped(monkeypatch, POINTERS)
+    launched = []
+    monkeypatch.setattr(grouped_launch, "launch", lambda spec: launched.append(spec))
+    a, b, offs = _grouped_operands()
+    with tritonblas.enable(native=native_kernels):
+        out = tritonblas.grouped_mm(a, b, offs=offs, backend="torch")
+    assert not launched and not grouped_asked
+    torch.testing.assert_close(out[:12], torch._grouped_mm(a, b, offs=offs)[:12])  # (the rest: unspecified)

@@ -21,7 +21,7 @@ EAGER_TORCH = 2
 KERNEL = 3
 
 # Op codes (a key's first word): transparent mode's aten kernels, then the explicit ops
-# (tritonblas.matmul, ...), then transparent mode's aten::_scaled_mm.
+# (tritonblas.matmul, ...), then transparent mode's aten::_scaled_mm and aten::_grouped_mm.
 ROUTED_MM = 0
 ROUTED_ADDMM = 1
 ROUTED_ADDMM0 = 2  # addmm with beta == 0: another plan
@@ -32,6 +32,7 @@ LINEAR = 6
 SCALED_MM = 7
 ROUTED_SCALED_MM = 8
 SCALED_MM_BLOCK = 9  # scaled_mm with block-wise scales that torch's block-wise op runs (the front's)
+ROUTED_GROUPED_MM = 10  # transparent mode's aten::_grouped_mm: a, b and offs in slots 0-2
 
 # A call key (int64 words): the op, a word of the op's options, then per tensor (KEY_TENSORS of them: a,
 # b, the bias, out=, scaled_mm's two scales) dtype, device type, device index, dim, sizes[MAX_DIM],
@@ -90,7 +91,7 @@ POOL_CAP_BYTES = 1 << 31
 ENUMS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Answer", ("ASK", "TORCH", "EAGER_TORCH", "KERNEL")),
     ("Op", ("ROUTED_MM", "ROUTED_ADDMM", "ROUTED_ADDMM0", "MATMUL", "ADDMM", "ADDMM0", "LINEAR", "SCALED_MM",
-            "ROUTED_SCALED_MM", "SCALED_MM_BLOCK")),
+            "ROUTED_SCALED_MM", "SCALED_MM_BLOCK", "ROUTED_GROUPED_MM")),
     ("Kind", ("P_A", "P_B", "P_C", "P_BIAS", "P_I32", "P_I64", "P_F32", "P_ALPHA", "P_BETA", "P_NULL",
               "P_SCRATCH", "P_DESC", "P_BUF", "P_SCALE_A", "P_SCALE_B")),
 )

@@ -14,13 +14,13 @@ addmm / mm (an N-D input of linear or `@` with a 2-D right operand folds into on
 does). Everything else falls through to torch unchanged: other dtypes, mixed dtypes or devices,
 bmm/baddbmm (batched), CPU tensors without the interpreter.
 
-Mechanism: kernels for aten::mm and aten::addmm (and aten::_scaled_mm) registered at the CUDA dispatch
-key (CPU too under the interpreter), dropped again by `disable()`. All three get C++ kernels
+Mechanism: kernels for aten::mm, aten::addmm, aten::_scaled_mm and aten::_grouped_mm registered at the
+CUDA dispatch key (CPU too under the interpreter), dropped again by `disable()`, in C++
 (tritonblas/native: built with the host's C++ compiler on the first enable(), then cached): a call whose
 key was answered "torch" before (dispatch's torch pick, or a call not routed) runs torch's own kernel
 with no Python at all; every other call asks `_native_answers` here, which plans and runs it. Where
-nothing builds (no compiler), Python kernels (`_kernels`, `_scaled_kernel`) do the same at 3-4 us more
-per call; so does `enable(native=False)`. The answers are dropped (tritonblas.native.forget) with
+nothing builds (no compiler), Python kernels (`_kernels`, `_scaled_kernel`, grouped.route's) do the same
+at 3-4 us more per call; so does `enable(native=False)`. The answers are dropped (native.forget) with
 dispatch's selections and when recording moves to another file, so that every problem's next call is
 planned and recorded again; they outlive disable(), so that a with-block around each forward pays the
 trip into Python once per problem.
@@ -125,24 +125,25 @@ def _register(want_native: bool) -> None:
     global _library, _native
     if _library is not None:
         return
+    from .grouped import op as grouped_op
+    from .grouped import route as grouped_route
+
     keys = ("CUDA", "CPU") if interpreter_enabled() else ("CUDA",)
+    grouped_own = {key: _torch_kernel("aten::_grouped_mm", key) for key in keys}  # before ours replace them
     answers = _install_native(keys) if want_native and native.load() else None
     lib = torch.library.Library("aten", "IMPL")
     with warnings.catch_warnings():  # torch warns once that a kernel is overridden: that is the point
         warnings.simplefilter("ignore")
-        for key in keys:
-            if answers is None:
-                mm, addmm = _kernels(_torch_kernel("aten::mm", key), _torch_kernel("aten::addmm", key))
-                lib.impl("mm", mm, key, with_keyset=True)
-                lib.impl("addmm", addmm, key, with_keyset=True)
-            own = None if answers is not None else _torch_kernel("aten::_scaled_mm", key)
+        for key in keys if answers is None else ():
+            mm, addmm = _kernels(_torch_kernel("aten::mm", key), _torch_kernel("aten::addmm", key))
+            lib.impl("mm", mm, key, with_keyset=True)
+            lib.impl("addmm", addmm, key, with_keyset=True)
+            own = _torch_kernel("aten::_scaled_mm", key)
             if own is not None:  # (torch before 2.9: no get_kernel, so _scaled_mm is left alone)
                 lib.impl("_scaled_mm", _scaled_kernel(own), key, with_keyset=True)
-            own = _torch_kernel("aten::_grouped_mm", key)
-            if own is not None:  # (a torch without the op: tritonblas.grouped_mm still works)
-                from .grouped.route import grouped_kernel
-
-                lib.impl("_grouped_mm", grouped_kernel(own), key, with_keyset=True)
+            if grouped_own[key] is not None:  # (a torch without the op: tritonblas.grouped_mm still works)
+                lib.impl("_grouped_mm", grouped_route.grouped_kernel(grouped_own[key]), key, with_keyset=True)
+    grouped_op.set_own(grouped_own)
     _library = (lib,) if answers is None else (lib, answers)
     _native = answers is not None
     log.get().info("transparent mode on (%s kernels): torch's mm, addmm, linear, _scaled_mm and "
@@ -155,11 +156,10 @@ def _install_native(keys: tuple[str, ...]):
     those); None, with a warning, where installing them failed (the Python kernels then go in)."""
     answers = torch.library.Library("tritonblas_native", "IMPL")
     try:
-        routed_mm, routed_addmm, routed_scaled_mm = _native_answers()
+        answered = _native_answers()
         for key in keys:
-            answers.impl("routed_mm", routed_mm, key)
-            answers.impl("routed_addmm", routed_addmm, key)
-            answers.impl("routed_scaled_mm", routed_scaled_mm, key)
+            for name, answer in answered.items():
+                answers.impl(name, answer, key)
         native.ops().install("CPU" in keys)
         native.set_routing(True)
     except RuntimeError as exc:
@@ -189,6 +189,9 @@ def _unregister() -> None:
         native.set_routing(False)
     for lib in _library:
         lib._destroy()
+    from .grouped.op import set_own
+
+    set_own({})
     _library, _native = None, False
     log.get().info("transparent mode off")
 
@@ -234,9 +237,9 @@ def _kernels(torch_mm, torch_addmm) -> tuple:
 _NO_RECORD: list[int] = []
 
 
-def _native_answers() -> tuple:
-    """The Python side of the C++ kernels (native/route.cpp): a call's output (none: torch's kernel
-    runs), what holds for later calls of its key, and KERNEL's launch record."""
+def _native_answers() -> dict:
+    """The Python side of the C++ kernels (native/route.cpp), by op name: a call's output (none: torch's
+    kernel runs), what holds for later calls of its key, and KERNEL's launch record."""
     def routed_mm(a, b):
         out, plan = _routed_mm(a, b)
         return ([] if out is None else [out]), *_later(plan, a)
@@ -252,7 +255,14 @@ def _native_answers() -> tuple:
             return ([] if out is None else [out]), EAGER_TORCH, _NO_RECORD
         return ([] if out is None else [out]), *_later(plan, a, recorded)
 
-    return routed_mm, routed_addmm, routed_scaled_mm
+    from .grouped.route import routed
+
+    def routed_grouped_mm(a, b, offs, out_dtype):
+        out, answer = routed(a, b, offs, out_dtype)
+        return ([] if out is None else [out]), answer, _NO_RECORD
+
+    return {"routed_mm": routed_mm, "routed_addmm": routed_addmm, "routed_scaled_mm": routed_scaled_mm,
+            "routed_grouped_mm": routed_grouped_mm}
 
 
 def _routed_mm(a, b) -> tuple:

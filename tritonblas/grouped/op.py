@@ -9,8 +9,6 @@ inputs' layout.
 
 from __future__ import annotations
 
-import threading
-
 import torch
 
 from .. import caches, record
@@ -21,22 +19,28 @@ from .forms import GroupedShape, check_args, output_strides
 from .select import GroupedSelection, key_of, select
 
 BACKENDS = (None, "triton", "torch")
-_local = threading.local()
 
 
-class torch_own:
-    """A block whose torch._grouped_mm calls run torch's own kernel even while transparent mode routes
-    the op (grouped/route.py): the vendor candidate, and backend="torch"."""
-
-    def __enter__(self) -> None:
-        _local.depth = getattr(_local, "depth", 0) + 1
-
-    def __exit__(self, *exc: object) -> None:
-        _local.depth -= 1
+# torch's own kernels of aten::_grouped_mm by dispatch key ("CUDA", "CPU"), taken before transparent
+# mode's replaced them, while the mode is on: what the torch backend runs then (`vendor`), never ours.
+_own: dict[str, object] = {}
+_KEYS = {"cuda": "CUDA", "cpu": "CPU"}
 
 
-def routing_off() -> bool:
-    return getattr(_local, "depth", 0) > 0
+def set_own(kernels: dict[str, object]) -> None:
+    """Transparent mode hands torch's own kernels here as it routes the op (an empty dict as it ends)."""
+    _own.clear()
+    _own.update({key: kernel for key, kernel in kernels.items() if kernel is not None})
+
+
+def own_grouped_mm(mat_a, mat_b, offs, out_dtype):
+    """torch._grouped_mm on torch's own kernel, whether transparent mode routes the op or not."""
+    key = _KEYS.get(mat_a.device.type)
+    own = _own.get(key) if key is not None else None
+    if own is None:
+        return torch._grouped_mm(mat_a, mat_b, offs=offs, out_dtype=out_dtype)
+    keyset = torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, key))
+    return own.call_boxed(keyset, mat_a, mat_b, offs=offs, out_dtype=out_dtype)
 
 
 def note_call(mat_a: torch.Tensor, mat_b: torch.Tensor, shape: GroupedShape) -> None:
@@ -193,10 +197,7 @@ def vendor(mat_a, mat_b, offs, bias, out_dtype: torch.dtype, shape: GroupedShape
     none. Rows (columns) past the last group end are what torch's op leaves there: zeroing them cost
     a copy of the output (Qwen3-MoE's down projection through dispatch ran at 0.42x torch's op)."""
     try:
-        with torch_own():
-            out = torch._grouped_mm(
-                mat_a, mat_b, offs=offs, out_dtype=out_dtype if out_dtype != mat_a.dtype else None
-            )
+        out = own_grouped_mm(mat_a, mat_b, offs, out_dtype if out_dtype != mat_a.dtype else None)
     except (RuntimeError, AttributeError, TypeError):
         out = _loop(mat_a, mat_b, offs, shape)
     out = out.to(out_dtype)

@@ -1,11 +1,11 @@
-// Transparent mode's aten::mm, aten::addmm and aten::_scaled_mm kernels, in C++ (tritonblas/native/__init__.py
+// Transparent mode's aten::mm, aten::addmm, aten::_scaled_mm and aten::_grouped_mm kernels, in C++ (tritonblas/native/__init__.py
 // builds and loads this file; tritonblas/transparent.py installs it).
 //
 // Why C++: a Python kernel under the dispatcher costs 3-4 us a call before it does anything, and most
 // GEMMs of a model are calls dispatch gives to torch's own kernel. Here a call whose key (op, shapes,
 // strides, dtypes, devices) was answered "torch" before runs torch's kernel directly (at::cuda::mm, no
 // second trip through the dispatcher); every other call goes to the Python side through the op
-// tritonblas_native::routed_mm / routed_addmm / routed_scaled_mm, which plans it and answers its output
+// tritonblas_native::routed_mm / routed_addmm / routed_scaled_mm / routed_grouped_mm, which plans it and answers its output
 // (or none: torch's kernel runs) and what holds for later calls of the key: ASK (ask again), TORCH
 // (torch's kernel for good) or EAGER_TORCH (torch's kernel unless the stream is being captured into a
 // CUDA graph, where the kernels win), or KERNEL with a launch record (launch.h: the kernel launched from
@@ -16,12 +16,14 @@
 // shared with the explicit ops' front (front.cpp), each op under its own code (answers.h).
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/_grouped_mm_compositeexplicitautograd_dispatch.h>
 #include <ATen/ops/_scaled_mm_cpu_dispatch.h>
 #include <ATen/ops/addmm_cpu_dispatch.h>
 #include <ATen/ops/mm_cpu_dispatch.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 #ifdef TRITONBLAS_CUDA
+#include <ATen/ops/_grouped_mm_cuda_dispatch.h>
 #include <ATen/ops/_scaled_mm_cuda_dispatch.h>
 #include <ATen/ops/addmm_cuda_dispatch.h>
 #include <ATen/ops/mm_cuda_dispatch.h>
@@ -232,6 +234,38 @@ at::Tensor scaled_mm(const at::Tensor& a, const at::Tensor& b, const at::Tensor&
                       : outs[0];
 }
 
+template <c10::DispatchKey K>
+at::Tensor own_grouped_mm(const at::Tensor& a, const at::Tensor& b, const Optional& offs, const Optional& bias,
+                          std::optional<at::ScalarType> out_dtype) {
+#ifdef TRITONBLAS_CUDA
+  if constexpr (K == c10::DispatchKey::CUDA) return at::cuda::_grouped_mm(a, b, offs, bias, out_dtype);
+#endif
+  return at::compositeexplicitautograd::_grouped_mm(a, b, offs, bias, out_dtype);  // (the CPU's)
+}
+
+// aten::_grouped_mm (torch._grouped_mm, F.grouped_mm, transformers' grouped_mm experts): keyed by a and b
+// (3-D at most) and offs in slots 0-2, the output dtype as given in key[1]. A call with a bias is torch's
+// (its error where its kernel takes none: what the Python side answers too).
+template <c10::DispatchKey K>
+at::Tensor grouped_mm(const at::Tensor& a, const at::Tensor& b, const Optional& offs, const Optional& bias,
+                      std::optional<at::ScalarType> out_dtype) {
+  if (bias) return own_grouped_mm<K>(a, b, offs, bias, out_dtype);
+  Key key{};
+  key[0] = ROUTED_GROUPED_MM;
+  key[1] = out_dtype ? static_cast<int64_t>(*out_dtype) : -1;
+  if (!offs) absent(key, 2);
+  const bool keyed = put(key, 0, a, 3) && put(key, 1, b, 3) && (!offs || put(key, 2, *offs, 1));
+  const Entry entry = find(keyed, key);
+  if (torch_answer(entry.answer, a)) return own_grouped_mm<K>(a, b, offs, bias, out_dtype);
+  static auto routed = c10::Dispatcher::singleton()
+                           .findSchemaOrThrow("tritonblas_native::routed_grouped_mm", "")
+                           .typed<Routed(const at::Tensor&, const at::Tensor&, const Optional&,
+                                         std::optional<at::ScalarType>)>();
+  auto [outs, answer, record] = routed.redispatch(c10::DispatchKeySet(K), a, b, offs, out_dtype);
+  if (keyed && !entry.launch) remember_routed(key, answer, record);  // (as in mm)
+  return outs.empty() ? own_grouped_mm<K>(a, b, offs, bias, out_dtype) : outs[0];
+}
+
 // torch warns that aten's own kernels are overridden: that is the point.
 struct Quiet : c10::WarningHandler {
   void process(const c10::Warning&) override {}
@@ -247,11 +281,13 @@ void install(bool cpu) {
   lib->impl("mm", torch::dispatch(c10::DispatchKey::CUDA, TORCH_FN(mm<c10::DispatchKey::CUDA>)));
   lib->impl("addmm", torch::dispatch(c10::DispatchKey::CUDA, TORCH_FN(addmm<c10::DispatchKey::CUDA>)));
   lib->impl("_scaled_mm", torch::dispatch(c10::DispatchKey::CUDA, TORCH_FN(scaled_mm<c10::DispatchKey::CUDA>)));
+  lib->impl("_grouped_mm", torch::dispatch(c10::DispatchKey::CUDA, TORCH_FN(grouped_mm<c10::DispatchKey::CUDA>)));
 #endif
   if (cpu) {
     lib->impl("mm", torch::dispatch(c10::DispatchKey::CPU, TORCH_FN(mm<c10::DispatchKey::CPU>)));
     lib->impl("addmm", torch::dispatch(c10::DispatchKey::CPU, TORCH_FN(addmm<c10::DispatchKey::CPU>)));
     lib->impl("_scaled_mm", torch::dispatch(c10::DispatchKey::CPU, TORCH_FN(scaled_mm<c10::DispatchKey::CPU>)));
+    lib->impl("_grouped_mm", torch::dispatch(c10::DispatchKey::CPU, TORCH_FN(grouped_mm<c10::DispatchKey::CPU>)));
   }
   installed = std::move(lib);
 }
@@ -302,6 +338,7 @@ TORCH_LIBRARY(tritonblas_native, m) {
   m.def("routed_addmm(Tensor self, Tensor a, Tensor b, Scalar beta, Scalar alpha) -> (Tensor[], int, int[])");
   m.def("routed_scaled_mm(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor? bias, Tensor? scale_result, "
         "ScalarType? out_dtype, bool use_fast_accum) -> (Tensor[], int, int[])");
+  m.def("routed_grouped_mm(Tensor a, Tensor b, Tensor? offs, ScalarType? out_dtype) -> (Tensor[], int, int[])");
   m.def("install(bool cpu) -> ()", install);
   m.def("uninstall() -> ()", uninstall);
   m.def("forget() -> ()", forget);
