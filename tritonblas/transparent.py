@@ -8,8 +8,8 @@
 While enabled, aten::mm, aten::addmm, aten::_scaled_mm and aten::_grouped_mm on CUDA tensors (and, under
 TRITON_INTERPRET=1, CPU tensors) of float16, bfloat16 or float32 (_scaled_mm: float8 with scales of one
 value or one per row/column, as tritonblas.scaled_mm takes them; _grouped_mm: as tritonblas.grouped_mm
-takes it) run through dispatch: the tuned config,
-the shipped one, a neighbour's or the heuristic's, or torch's op where that is what dispatch selects.
+takes it) run through dispatch: the tuned config, the shipped one, a neighbour's or the heuristic's, or
+torch's op where that is what dispatch selects.
 linear, nn.Linear and `@` on 2-D tensors reach them because torch decomposes linear and matmul into
 addmm / mm (an N-D input of linear or `@` with a 2-D right operand folds into one 2-D GEMM, as torch
 does). Everything else falls through to torch unchanged: other dtypes, mixed dtypes or devices,

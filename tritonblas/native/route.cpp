@@ -1,19 +1,19 @@
-// Transparent mode's aten::mm, aten::addmm, aten::_scaled_mm and aten::_grouped_mm kernels, in C++ (tritonblas/native/__init__.py
-// builds and loads this file; tritonblas/transparent.py installs it).
+// Transparent mode's aten::mm, aten::addmm, aten::_scaled_mm and aten::_grouped_mm kernels, in C++
+// (tritonblas/native/__init__.py builds and loads this file; tritonblas/transparent.py installs it).
 //
 // Why C++: a Python kernel under the dispatcher costs 3-4 us a call before it does anything, and most
 // GEMMs of a model are calls dispatch gives to torch's own kernel. Here a call whose key (op, shapes,
 // strides, dtypes, devices) was answered "torch" before runs torch's kernel directly (at::cuda::mm, no
 // second trip through the dispatcher); every other call goes to the Python side through the op
-// tritonblas_native::routed_mm / routed_addmm / routed_scaled_mm / routed_grouped_mm, which plans it and answers its output
-// (or none: torch's kernel runs) and what holds for later calls of the key: ASK (ask again), TORCH
-// (torch's kernel for good) or EAGER_TORCH (torch's kernel unless the stream is being captured into a
-// CUDA graph, where the kernels win), or KERNEL with a launch record (launch.h: the kernel launched from
-// here, no Python). The
-// answers are dropped by forget() only (the Python side calls it whenever dispatch's
-// selections or the recording file change): they outlive uninstall(), so a `with tritonblas.enable():`
-// around every forward does not send each GEMM of each forward through Python again. The answers are
-// shared with the explicit ops' front (front.cpp), each op under its own code (answers.h).
+// tritonblas_native::routed_mm / routed_addmm / routed_scaled_mm / routed_grouped_mm, which plans it and
+// answers its output (or none: torch's kernel runs) and what holds for later calls of the key: ASK (ask
+// again), TORCH (torch's kernel for good) or EAGER_TORCH (torch's kernel unless the stream is being
+// captured into a CUDA graph, where the kernels win), or KERNEL with a launch record (launch.h: the
+// kernel launched from here, no Python). The answers are dropped by forget() only (the Python side calls
+// it whenever dispatch's selections or the recording file change): they outlive uninstall(), so a `with
+// tritonblas.enable():` around every forward does not send each GEMM of each forward through Python
+// again. The answers are shared with the explicit ops' front (front.cpp), each op under its own code
+// (answers.h).
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/_grouped_mm_compositeexplicitautograd_dispatch.h>
