@@ -163,6 +163,7 @@ def test_explain_says_what_a_grouped_gemm_runs(m, n, k, groups, source, monkeypa
     assert f"source:   {source}" in result.output, result.output
     assert f"backend:  {selection.backend}" in result.output, result.output
     assert ("the Gluon grouped kernel" in result.output) == selection.config.gluon, result.output
+    assert ("torch's kernel from C++" in result.output) == (selection.backend == "torch"), result.output
     if source == "shipped":
         assert table_for(SHIPPED.parent, "sm_90", triton_version()).name in result.output
 

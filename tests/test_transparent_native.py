@@ -386,6 +386,22 @@ def test_grouped_answers_are_dropped_with_the_selections(monkeypatch, grouped_as
     assert len(grouped_asked) == 2
 
 
+def test_a_grouped_torch_answer_is_recorded_into_each_new_file(monkeypatch, tmp_path):
+    """A key answered torch in C++ reaches Python again once recording moves to another file, so that the
+    new file gets the problem too."""
+    from tritonblas.config import GemmConfig
+    from tritonblas.shapes import GroupedEntry, load_grouped
+
+    _pick_grouped(monkeypatch, GemmConfig(backend="torch"))
+    a, b, offs = _grouped_operands()
+    with tritonblas.enable(record=tmp_path / "one.yaml"):
+        torch._grouped_mm(a, b, offs=offs), torch._grouped_mm(a, b, offs=offs)
+    with tritonblas.enable(record=tmp_path / "two.yaml"):
+        torch._grouped_mm(a, b, offs=offs)
+    want = [GroupedEntry(groups=3, m=14, n=8, k=16, dtype="fp16", layout="nt")]
+    assert [load_grouped(tmp_path / name) for name in ("one.yaml", "two.yaml")] == [want, want]
+
+
 @pytest.mark.parametrize("native_kernels", [True, False])
 def test_grouped_mms_torch_backend_runs_torchs_own_kernel_in_transparent_mode(native_kernels, monkeypatch,
                                                                               grouped_asked):

@@ -195,7 +195,10 @@ def _explain_grouped(m: int, n: int, k: int, groups: int, dtype: str | None, lay
     lines = [("problem", f"grouped {key.text()}, {m} rows, {_where(info, sms_given)}"),
              ("selected", sel.config.short()),
              ("backend", _grouped_backend(sel.config)),
-             ("source", f"{sel.source}: {why}")]
+             ("source", f"{sel.source}: {why}"),
+             ("routed", "transparent mode's calls (torch._grouped_mm) run torch's kernel from C++ after the "
+                        "first, no Python" if sel.config.is_vendor else
+                        "transparent mode's calls (torch._grouped_mm) run the kernel, launched from Python")]
     for name, text in lines:
         console.print(f"{name + ':':10}{text}", markup=False)
 
