@@ -21,26 +21,27 @@ from .select import GroupedSelection, key_of, select
 BACKENDS = (None, "triton", "torch")
 
 
-# torch's own kernels of aten::_grouped_mm by dispatch key ("CUDA", "CPU"), taken before transparent
-# mode's replaced them, while the mode is on: what the torch backend runs then (`vendor`), never ours.
-_own: dict[str, object] = {}
-_KEYS = {"cuda": "CUDA", "cpu": "CPU"}
+# torch's own kernels of aten::_grouped_mm by device type ("cuda", "cpu"), each with the dispatch key set it
+# is called with, taken before transparent mode's replaced them, while the mode is on: what the torch
+# backend runs then (`vendor`), never ours.
+_own: dict[str, tuple[object, object]] = {}
 
 
 def set_own(kernels: dict[str, object]) -> None:
-    """Transparent mode hands torch's own kernels here as it routes the op (an empty dict as it ends)."""
+    """Transparent mode hands torch's own kernels here by dispatch key ("CUDA", "CPU") as it routes the op
+    (an empty dict as it ends)."""
     _own.clear()
-    _own.update({key: kernel for key, kernel in kernels.items() if kernel is not None})
+    _own.update({key.lower(): (kernel, torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, key)))
+                 for key, kernel in kernels.items() if kernel is not None})
 
 
 def own_grouped_mm(mat_a, mat_b, offs, out_dtype):
     """torch._grouped_mm on torch's own kernel, whether transparent mode routes the op or not."""
-    key = _KEYS.get(mat_a.device.type)
-    own = _own.get(key) if key is not None else None
+    own = _own.get(mat_a.device.type)
     if own is None:
         return torch._grouped_mm(mat_a, mat_b, offs=offs, out_dtype=out_dtype)
-    keyset = torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, key))
-    return own.call_boxed(keyset, mat_a, mat_b, offs=offs, out_dtype=out_dtype)
+    kernel, keyset = own
+    return kernel.call_boxed(keyset, mat_a, mat_b, offs=offs, out_dtype=out_dtype)
 
 
 def note_call(mat_a: torch.Tensor, mat_b: torch.Tensor, shape: GroupedShape) -> None:
