@@ -3,32 +3,17 @@ pointer paths, gradients, torch.compile, bad input (the interpreter on CPU; the 
 
 import pytest
 import torch
-from helpers.grouped import CASES, GLUON, POINTERS, TMA, Case, assert_close, loop, operands
+from helpers.grouped import CASES, GLUON, POINTERS, TMA, Case, assert_close, loop, operands, pick_grouped
 
 import tritonblas
 from tritonblas.grouped import launch as grouped_launch
-from tritonblas.grouped import select as grouped_select
-
-
-def _with_config(monkeypatch, config) -> None:
-    """Run `config` whatever dispatch would pick."""
-    monkeypatch.setattr(
-        grouped_select,
-        "select",
-        lambda key, device, backend=None: grouped_select.GroupedSelection(config, "test", key),
-    )
-    import tritonblas.grouped.op as op
-    from tritonblas import caches
-
-    monkeypatch.setattr(op, "select", grouped_select.select)
-    caches.invalidate()  # (the calls' kept selections)
 
 
 @pytest.mark.parametrize("path", ["pointers", "tma", "gluon"])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_forms(case: Case, path, device, monkeypatch):
     torch.manual_seed(0)
-    _with_config(monkeypatch, {"pointers": POINTERS, "tma": TMA, "gluon": GLUON}[path])
+    pick_grouped(monkeypatch, {"pointers": POINTERS, "tma": TMA, "gluon": GLUON}[path])
     a, b, offs, bias = operands(case, device)
     launched = []
     real = grouped_launch.launch

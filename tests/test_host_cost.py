@@ -268,13 +268,11 @@ def test_a_routed_grouped_call_that_torch_runs_costs_torchs_own(monkeypatch):
     experts of 16x16; the Python kernel 23.9)."""
     if not native.load():
         pytest.skip(f"no C++ kernels here: {native.why_not()}")
-    from tritonblas import caches
-    from tritonblas.config import GemmConfig
-    from tritonblas.grouped import op, select
+    from helpers.grouped import pick_grouped
 
-    monkeypatch.setattr(op, "select", lambda key, device, backend=None: select.GroupedSelection(
-        GemmConfig(backend="torch"), "test", key))
-    caches.invalidate()
+    from tritonblas.config import GemmConfig
+
+    pick_grouped(monkeypatch, GemmConfig(backend="torch"))
     a, w = torch.ones(3, 16).half(), torch.ones(2, 16, 16).half().transpose(1, 2)
     offs = torch.tensor([1, 3], dtype=torch.int32)
     _assert_costs_at_most(1.1, lambda: torch._grouped_mm(a, w, offs=offs),

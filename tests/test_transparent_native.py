@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from helpers.grouped import pick_grouped
 from helpers.quant import needs_cpu_rowwise
 from helpers.shapes import record_launches
 
@@ -328,16 +329,6 @@ def _grouped_operands(rows=(5, 0, 7), n=8, k=16, dtype=f16):
     return a, w.transpose(1, 2), torch.tensor(rows, dtype=torch.int32).cumsum(0, dtype=torch.int32)
 
 
-def _pick_grouped(monkeypatch, config) -> None:
-    """grouped dispatch selects `config` (GemmConfig(backend="torch"): torch's op) for every key."""
-    from tritonblas import caches
-    from tritonblas.grouped import op, select
-
-    monkeypatch.setattr(op, "select",
-                        lambda key, device, backend=None: select.GroupedSelection(config, "test", key))
-    caches.invalidate()
-
-
 @pytest.mark.parametrize("pick", ["torch", "kernel"])
 def test_a_grouped_torch_pick_is_answered_in_cpp(pick, monkeypatch, grouped_asked):
     """torch's pick: the key's later calls run torch's kernel without Python; a kernel's: every call asks
@@ -347,7 +338,7 @@ def test_a_grouped_torch_pick_is_answered_in_cpp(pick, monkeypatch, grouped_aske
     from tritonblas.config import GemmConfig
     from tritonblas.grouped import launch as grouped_launch
 
-    _pick_grouped(monkeypatch, GemmConfig(backend="torch") if pick == "torch" else POINTERS)
+    pick_grouped(monkeypatch, GemmConfig(backend="torch") if pick == "torch" else POINTERS)
     launched = []
     real = grouped_launch.launch
     monkeypatch.setattr(grouped_launch, "launch", lambda spec: (launched.append(spec), real(spec))[1])
@@ -377,7 +368,7 @@ def test_grouped_calls_torch_refuses_raise_torchs_error_every_time(grouped_asked
 def test_grouped_answers_are_dropped_with_the_selections(monkeypatch, grouped_asked):
     from tritonblas.config import GemmConfig
 
-    _pick_grouped(monkeypatch, GemmConfig(backend="torch"))
+    pick_grouped(monkeypatch, GemmConfig(backend="torch"))
     a, b, offs = _grouped_operands()
     with tritonblas.enable():
         torch._grouped_mm(a, b, offs=offs), torch._grouped_mm(a, b, offs=offs)
@@ -392,7 +383,7 @@ def test_a_grouped_torch_answer_is_recorded_into_each_new_file(monkeypatch, tmp_
     from tritonblas.config import GemmConfig
     from tritonblas.shapes import GroupedEntry, load_grouped
 
-    _pick_grouped(monkeypatch, GemmConfig(backend="torch"))
+    pick_grouped(monkeypatch, GemmConfig(backend="torch"))
     a, b, offs = _grouped_operands()
     with tritonblas.enable(record=tmp_path / "one.yaml"):
         torch._grouped_mm(a, b, offs=offs), torch._grouped_mm(a, b, offs=offs)
@@ -411,7 +402,7 @@ def test_grouped_mms_torch_backend_runs_torchs_own_kernel_in_transparent_mode(na
 
     from tritonblas.grouped import launch as grouped_launch
 
-    _pick_grouped(monkeypatch, POINTERS)
+    pick_grouped(monkeypatch, POINTERS)
     launched = []
     monkeypatch.setattr(grouped_launch, "launch", lambda spec: launched.append(spec))
     a, b, offs = _grouped_operands()

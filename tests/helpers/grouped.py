@@ -60,6 +60,20 @@ CASES = [
 ]
 
 
+def pick_grouped(monkeypatch, config: GemmConfig) -> None:
+    """Grouped dispatch selects `config` for every key, whatever it would pick (GemmConfig(backend="torch"):
+    torch's op); the calls' kept selections dropped."""
+    from tritonblas import caches
+    from tritonblas.grouped import op, select
+
+    def picked(key, device, backend=None):
+        return select.GroupedSelection(config, "test", key)
+
+    monkeypatch.setattr(select, "select", picked)
+    monkeypatch.setattr(op, "select", picked)
+    caches.invalidate()
+
+
 def operand(shape: tuple[int, ...], order: str, dtype: torch.dtype, device: str) -> torch.Tensor:
     """Random values of logical `shape`, stored row-major ("n") or column-major ("t") in the last two."""
     if order == "n":
