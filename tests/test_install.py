@@ -142,6 +142,20 @@ def test_interpreter_versions(triton, numpy, refused):
         assert f"triton {triton}" in problem and f"numpy {numpy}" in problem and "numpy<2.4" in problem
 
 
+@pytest.mark.parametrize(("value", "on"),
+                         [("1", True), ("yes", True), ("0", False), ("", False), (None, False)])
+def test_the_interpreter_is_on_as_the_environment_says_now(monkeypatch, value, on):
+    """interpreter_enabled reads os.environ's own mapping (a plan lookup asks per call): a change made
+    after import is seen at once."""
+    monkeypatch.setenv("TRITON_INTERPRET", "0" if on else "1")
+    assert device.interpreter_enabled() is not on
+    if value is None:
+        monkeypatch.delenv("TRITON_INTERPRET")
+    else:
+        monkeypatch.setenv("TRITON_INTERPRET", value)
+    assert device.interpreter_enabled() is on
+
+
 def test_the_interpreter_refuses_to_start_on_a_numpy_it_breaks_on(monkeypatch):
     import numpy
     import triton

@@ -87,6 +87,38 @@ def test_a_torch_answer_holds_for_its_key_only(monkeypatch, pick_torch, asked):
     torch.testing.assert_close(got, want_addmm, rtol=2e-3, atol=2e-3)
 
 
+def test_threads_routing_at_once_keep_their_own_answers(monkeypatch, pick_torch, asked):
+    """The Python side says a key's answer through a thread-local the C++ kernel reads after the call:
+    threads routing a torch pick and a kernel pick at once each keep their own (the torch pick's key
+    remembered, its outputs right; the kernel's asked and launched every call). The kernel launches are
+    stubbed: triton's interpreter runs one program at a time."""
+    import threading
+
+    from tritonblas.launch import gemm as launch
+
+    launched = []
+    monkeypatch.setattr(launch, "launch_plan", lambda *args: launched.append(1))
+    pick_torch(lambda problem: problem.layout == "nn")
+    a, b, bt = _t(12, 8), _t(8, 6, seed=1), _t(6, 8, seed=3).t()
+    want = (a.double() @ b.double()).half()
+    wrong = []
+
+    def work(rhs):
+        for _ in range(20):
+            y = torch.mm(a, rhs)
+            if rhs is b and not torch.allclose(y, want, rtol=2e-3, atol=2e-3):
+                wrong.append(y)
+
+    with tritonblas.enable():
+        threads = [threading.Thread(target=work, args=(rhs,)) for rhs in (b, bt, b, bt)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not wrong and native.ops().remembered() == 1 and len(launched) == 40
+        assert 41 <= asked.count("_mm_plan") <= 42  # the kernel pick's 40, the torch pick's first (a thread)
+
+
 def test_answers_are_dropped_with_the_selections(torch_picked, asked):
     a, b = _t(8, 8), _t(8, 8, seed=1)
     with tritonblas.enable():

@@ -239,28 +239,34 @@ _NO_RECORD: list[int] = []
 
 
 def _native_answers() -> dict:
-    """The Python side of the C++ kernels (native/route.cpp), by op name: a call's output (none: torch's
-    kernel runs), what holds for later calls of its key, and KERNEL's launch record."""
+    """The Python side of the C++ kernels (native/route.cpp), by op name: a call's output (None: torch's
+    kernel runs), what holds for later calls of its key and KERNEL's launch record said through the op
+    `answer` first (no word: ASK, the answer of most calls that come here)."""
+    def answered(out, answer: int, record: list[int]):
+        if answer != ASK:
+            native.ops().answer(answer, record)
+        return out
+
     def routed_mm(a, b):
         out, plan = _routed_mm(a, b)
-        return ([] if out is None else [out]), *_later(plan, a)
+        return answered(out, *_later(plan, a))
 
     def routed_addmm(bias, a, b, beta, alpha):
         out, plan = _routed_addmm(bias, a, b, beta, alpha)
-        return ([] if out is None else [out]), *_later(plan, a)
+        return answered(out, *_later(plan, a))
 
     def routed_scaled_mm(a, b, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum):
         out, plan = _routed_scaled(a, b, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum)
         recorded = _recorded_scales(scale_a, scale_b)
         if plan is not None and plan.routed_eager_vendor[recorded]:
-            return ([] if out is None else [out]), EAGER_TORCH, _NO_RECORD
-        return ([] if out is None else [out]), *_later(plan, a, recorded)
+            return answered(out, EAGER_TORCH, _NO_RECORD)
+        return answered(out, *_later(plan, a, recorded))
 
     from .grouped.route import routed
 
     def routed_grouped_mm(a, b, offs, out_dtype):
         out, answer = routed(a, b, offs, out_dtype)
-        return ([] if out is None else [out]), answer, _NO_RECORD
+        return answered(out, answer, _NO_RECORD)
 
     return {"routed_mm": routed_mm, "routed_addmm": routed_addmm, "routed_scaled_mm": routed_scaled_mm,
             "routed_grouped_mm": routed_grouped_mm}
@@ -298,6 +304,8 @@ def _later(plan, a, contiguous_scales: bool = True) -> tuple[int, list[int]]:
         return EAGER_TORCH, _NO_RECORD
     if torch_runs(plan):
         return TORCH, _NO_RECORD
+    if a.is_cpu:  # the interpreter's launches: Python's, never a record
+        return ASK, _NO_RECORD
     record = native_record(plan, contiguous_scales)
     return (ASK, _NO_RECORD) if record is None else (KERNEL, record)
 

@@ -6,10 +6,12 @@
 // strides, dtypes, devices) was answered "torch" before runs torch's kernel directly (at::cuda::mm, no
 // second trip through the dispatcher); every other call goes to the Python side through the op
 // tritonblas_native::routed_mm / routed_addmm / routed_scaled_mm / routed_grouped_mm, which plans it and
-// answers its output (or none: torch's kernel runs) and what holds for later calls of the key: ASK (ask
-// again), TORCH (torch's kernel for good) or EAGER_TORCH (torch's kernel unless the stream is being
-// captured into a CUDA graph, where the kernels win), or KERNEL with a launch record (launch.h: the
-// kernel launched from here, no Python). The answers are dropped by forget() only (the Python side calls
+// returns its output (or none: torch's kernel runs); what holds for later calls of the key it says
+// through the op `answer` (no call: ASK, ask again): TORCH (torch's kernel for good) or EAGER_TORCH
+// (torch's kernel unless the stream is being captured into a CUDA graph, where the kernels win), or
+// KERNEL with a launch record (launch.h: the kernel launched from here, no Python). (An output alone
+// comes back through the dispatcher in 0.8 us on the CPU box, the output, answer and record as one
+// tuple in 1.6: most calls that reach Python answer ASK.) The answers are dropped by forget() only (the Python side calls
 // it whenever dispatch's selections or the recording file change): they outlive uninstall(), so a `with
 // tritonblas.enable():` around every forward does not send each GEMM of each forward through Python
 // again. The answers are shared with the explicit ops' front (front.cpp), each op under its own code
@@ -64,6 +66,14 @@ struct Entry {
 std::mutex mutex;
 std::unordered_map<Key, Entry, KeyHash> answers;  // TORCH, EAGER_TORCH or KERNEL, by key
 std::unique_ptr<torch::Library> installed;          // the aten registrations while transparent mode is on
+
+// What the Python side of this thread's routed call answered through `answer` (the call runs on the
+// caller's thread): reset before each call into Python, read after it.
+struct Said {
+  int64_t answer = ASK;
+  std::vector<int64_t> record;
+};
+thread_local Said said;
 }  // namespace
 
 int64_t known(const Key& key) {
@@ -124,7 +134,20 @@ using namespace tritonblas_native;
 
 bool number(const c10::Scalar& s) { return s.isFloatingPoint() || s.isIntegral(/*includeBool=*/false); }
 
-using Routed = std::tuple<std::vector<at::Tensor>, int64_t, std::vector<int64_t>>;
+using Optional = std::optional<at::Tensor>;
+
+// The Python side's output of a routed call (none: torch's kernel runs), its answer for later calls of
+// the key kept (where `keyed`; a key answered KERNEL comes to Python only for a call its launch declined:
+// an address not 16-byte aligned, another device current, and its launch stays, with its kept buffers).
+template <typename Call>
+Optional ask(bool keyed, const Key& key, const Entry& entry, Call call) {
+  said = Said{};
+  Optional out = call();
+  if (keyed && !entry.launch) remember_routed(key, said.answer, said.record);
+  return out;
+}
+
+void say(int64_t answer, std::vector<int64_t> record) { said = Said{answer, std::move(record)}; }
 
 
 template <c10::DispatchKey K>
@@ -156,12 +179,9 @@ at::Tensor mm(const at::Tensor& a, const at::Tensor& b) {
   }
   static auto routed = c10::Dispatcher::singleton()
                            .findSchemaOrThrow("tritonblas_native::routed_mm", "")
-                           .typed<Routed(const at::Tensor&, const at::Tensor&)>();
-  auto [outs, answer, record] = routed.redispatch(c10::DispatchKeySet(K), a, b);
-  // A key answered KERNEL comes here only for a call its launch declined (an address not 16-byte
-  // aligned, another device current): the launch stays, and with it its kept buffers.
-  if (keyed && !entry.launch) remember_routed(key, answer, record);
-  return outs.empty() ? own_mm<K>(a, b) : outs[0];
+                           .typed<Optional(const at::Tensor&, const at::Tensor&)>();
+  Optional out = ask(keyed, key, entry, [&] { return routed.redispatch(c10::DispatchKeySet(K), a, b); });
+  return out ? *out : own_mm<K>(a, b);
 }
 
 template <c10::DispatchKey K>
@@ -179,14 +199,12 @@ at::Tensor addmm(const at::Tensor& bias, const at::Tensor& a, const at::Tensor& 
   static auto routed =
       c10::Dispatcher::singleton()
           .findSchemaOrThrow("tritonblas_native::routed_addmm", "")
-          .typed<Routed(const at::Tensor&, const at::Tensor&, const at::Tensor&, const c10::Scalar&,
-                        const c10::Scalar&)>();
-  auto [outs, answer, record] = routed.redispatch(c10::DispatchKeySet(K), bias, a, b, beta, alpha);
-  if (keyed && !entry.launch) remember_routed(key, answer, record);  // (as in mm)
-  return outs.empty() ? own_addmm<K>(bias, a, b, beta, alpha) : outs[0];
+          .typed<Optional(const at::Tensor&, const at::Tensor&, const at::Tensor&, const c10::Scalar&,
+                          const c10::Scalar&)>();
+  Optional out = ask(keyed, key, entry,
+                     [&] { return routed.redispatch(c10::DispatchKeySet(K), bias, a, b, beta, alpha); });
+  return out ? *out : own_addmm<K>(bias, a, b, beta, alpha);
 }
-
-using Optional = std::optional<at::Tensor>;
 
 template <c10::DispatchKey K>
 at::Tensor own_scaled_mm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a,
@@ -224,14 +242,14 @@ at::Tensor scaled_mm(const at::Tensor& a, const at::Tensor& b, const at::Tensor&
   }
   static auto routed = c10::Dispatcher::singleton()
                            .findSchemaOrThrow("tritonblas_native::routed_scaled_mm", "")
-                           .typed<Routed(const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                         const at::Tensor&, const Optional&, const Optional&,
-                                         std::optional<at::ScalarType>, bool)>();
-  auto [outs, answer, record] = routed.redispatch(c10::DispatchKeySet(K), a, b, scale_a, scale_b, bias,
-                                                  scale_result, out_dtype, fast_accum);
-  if (keyed && !entry.launch) remember_routed(key, answer, record);  // (as in mm)
-  return outs.empty() ? own_scaled_mm<K>(a, b, scale_a, scale_b, bias, scale_result, out_dtype, fast_accum)
-                      : outs[0];
+                           .typed<Optional(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                           const at::Tensor&, const Optional&, const Optional&,
+                                           std::optional<at::ScalarType>, bool)>();
+  Optional out = ask(keyed, key, entry, [&] {
+    return routed.redispatch(c10::DispatchKeySet(K), a, b, scale_a, scale_b, bias, scale_result, out_dtype,
+                             fast_accum);
+  });
+  return out ? *out : own_scaled_mm<K>(a, b, scale_a, scale_b, bias, scale_result, out_dtype, fast_accum);
 }
 
 template <c10::DispatchKey K>
@@ -259,11 +277,11 @@ at::Tensor grouped_mm(const at::Tensor& a, const at::Tensor& b, const Optional& 
   if (torch_answer(entry.answer, a)) return own_grouped_mm<K>(a, b, offs, bias, out_dtype);
   static auto routed = c10::Dispatcher::singleton()
                            .findSchemaOrThrow("tritonblas_native::routed_grouped_mm", "")
-                           .typed<Routed(const at::Tensor&, const at::Tensor&, const Optional&,
-                                         std::optional<at::ScalarType>)>();
-  auto [outs, answer, record] = routed.redispatch(c10::DispatchKeySet(K), a, b, offs, out_dtype);
-  if (keyed && !entry.launch) remember_routed(key, answer, record);  // (as in mm)
-  return outs.empty() ? own_grouped_mm<K>(a, b, offs, bias, out_dtype) : outs[0];
+                           .typed<Optional(const at::Tensor&, const at::Tensor&, const Optional&,
+                                           std::optional<at::ScalarType>)>();
+  Optional out =
+      ask(keyed, key, entry, [&] { return routed.redispatch(c10::DispatchKeySet(K), a, b, offs, out_dtype); });
+  return out ? *out : own_grouped_mm<K>(a, b, offs, bias, out_dtype);
 }
 
 // torch warns that aten's own kernels are overridden: that is the point.
@@ -332,13 +350,15 @@ bool has_front() {
 
 TORCH_LIBRARY(tritonblas_native, m) {
   // Implemented in Python (tritonblas/transparent.py) at the CUDA and CPU keys: the call's output, or
-  // none (then torch's kernel runs), the Answer for later calls of the same key, and KERNEL's launch
-  // record (launch.h; empty for other answers).
-  m.def("routed_mm(Tensor a, Tensor b) -> (Tensor[], int, int[])");
-  m.def("routed_addmm(Tensor self, Tensor a, Tensor b, Scalar beta, Scalar alpha) -> (Tensor[], int, int[])");
+  // none (then torch's kernel runs). Before it returns, the Python side says the Answer for later calls
+  // of the same key and KERNEL's launch record (launch.h; empty for other answers) through `answer`,
+  // unless it is ASK.
+  m.def("routed_mm(Tensor a, Tensor b) -> Tensor?");
+  m.def("routed_addmm(Tensor self, Tensor a, Tensor b, Scalar beta, Scalar alpha) -> Tensor?");
   m.def("routed_scaled_mm(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor? bias, Tensor? scale_result, "
-        "ScalarType? out_dtype, bool use_fast_accum) -> (Tensor[], int, int[])");
-  m.def("routed_grouped_mm(Tensor a, Tensor b, Tensor? offs, ScalarType? out_dtype) -> (Tensor[], int, int[])");
+        "ScalarType? out_dtype, bool use_fast_accum) -> Tensor?");
+  m.def("routed_grouped_mm(Tensor a, Tensor b, Tensor? offs, ScalarType? out_dtype) -> Tensor?");
+  m.def("answer(int answer, int[] record) -> ()", say);
   m.def("install(bool cpu) -> ()", install);
   m.def("uninstall() -> ()", uninstall);
   m.def("forget() -> ()", forget);
