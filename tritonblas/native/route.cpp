@@ -9,13 +9,13 @@
 // returns its output (or none: torch's kernel runs); what holds for later calls of the key it says
 // through the op `answer` (no call: ASK, ask again): TORCH (torch's kernel for good) or EAGER_TORCH
 // (torch's kernel unless the stream is being captured into a CUDA graph, where the kernels win), or
-// KERNEL with a launch record (launch.h: the kernel launched from here, no Python). (An output alone
-// comes back through the dispatcher in 0.8 us on the CPU box, the output, answer and record as one
-// tuple in 1.6: most calls that reach Python answer ASK.) The answers are dropped by forget() only (the Python side calls
-// it whenever dispatch's selections or the recording file change): they outlive uninstall(), so a `with
-// tritonblas.enable():` around every forward does not send each GEMM of each forward through Python
-// again. The answers are shared with the explicit ops' front (front.cpp), each op under its own code
-// (answers.h).
+// KERNEL with a launch record (launch.h: the kernel launched from here, no Python). Said apart because
+// an output alone comes back through the dispatcher at half the cost of a tuple, and most calls that
+// reach Python answer ASK (docs/notes/kernel-levers.md, R8). The answers are dropped by forget() only
+// (the Python side calls it whenever dispatch's selections or the recording file change): they outlive
+// uninstall(), so a `with tritonblas.enable():` around every forward does not send each GEMM of each
+// forward through Python again. The answers are shared with the explicit ops' front (front.cpp), each op
+// under its own code (answers.h).
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/_grouped_mm_compositeexplicitautograd_dispatch.h>
